@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench/bench.h: shared helpers for spillway-bench subcommands.
+ *
+ * A benchmark prints one JSON object per result line on stdout (with
+ * --json) and human text otherwise. Every figure is compared against a
+ * baseline measured in the same run, alternating A and B, because the
+ * machines we run on drift by tens of percent between runs.
+ */
+#ifndef SPW_BENCH_H
+#define SPW_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A subcommand: argv[0] is its name; returns a process exit code. */
+typedef int (*bench_fn)(int argc, char **argv);
+
+int bench_adam(int argc, char **argv);
+int bench_ring(int argc, char **argv);
+int bench_swap(int argc, char **argv);
+int bench_pipeline(int argc, char **argv);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t bench_now_ns(void);
+
+/* Sorts v in place and returns its median / p-th percentile (0..100). */
+double bench_median(double *v, size_t n);
+double bench_percentile(double *v, size_t n, double p);
+
+/* Process CPU time (user + system) in seconds, for this process. */
+double bench_cpu_s(void);
+
+#endif
