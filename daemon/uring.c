@@ -1,0 +1,488 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
+#include <sys/uio.h>
+
+#include <liburing.h>
+
+#include "config.h"
+#include "uring.h"
+
+/* The kernel caps one fixed buffer at 1 GiB. */
+#define FIXED_BUF_MAX (1ull << 30)
+
+enum fault_kind { FAULT_NONE, FAULT_EIO, FAULT_ENOSPC, FAULT_SHORT, FAULT_FLIP };
+
+struct fault_rule {
+	enum uring_op op;
+	enum fault_kind kind;
+	uint64_t nth;
+	bool and_later;
+};
+
+struct fixed_buf {
+	uint8_t *base;
+	size_t len;
+	int handle; /* first index of the registration this piece belongs to, -1 when free */
+};
+
+struct uring {
+	struct io_uring ring;
+	int evfd;
+	unsigned depth;
+	unsigned inflight;
+	struct uring_req *queue_head, *queue_tail;
+
+	int *files;             /* plain fds; also tells which registered slots are taken */
+	unsigned max_files;
+	bool fixed_files;
+
+	struct fixed_buf *bufs;
+	unsigned max_bufs;
+	bool fixed_bufs;
+
+	struct fault_rule faults[16];
+	unsigned nfaults;
+	uint64_t seen[2]; /* requests seen per op, for fault matching */
+
+	struct uring_stats st;
+};
+
+static int parse_faults(struct uring *u, const char *spec)
+{
+	char *copy, *save = NULL;
+	int r = 0;
+
+	if (!spec || !*spec)
+		return 0;
+	copy = strdup(spec);
+	if (!copy)
+		return -ENOMEM;
+	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		struct fault_rule f = { 0 };
+		char op[8], kind[8], *end;
+		const char *at = strchr(tok, '@');
+
+		if (u->nfaults == sizeof(u->faults) / sizeof(u->faults[0]) || !at ||
+		    sscanf(tok, "%7[a-z]:%7[a-z]@", op, kind) != 2) {
+			r = -EINVAL;
+			break;
+		}
+		if (!strcmp(op, "read"))
+			f.op = URING_READ;
+		else if (!strcmp(op, "write"))
+			f.op = URING_WRITE;
+		else {
+			r = -EINVAL;
+			break;
+		}
+		if (!strcmp(kind, "eio"))
+			f.kind = FAULT_EIO;
+		else if (!strcmp(kind, "enospc"))
+			f.kind = FAULT_ENOSPC;
+		else if (!strcmp(kind, "short"))
+			f.kind = FAULT_SHORT;
+		else if (!strcmp(kind, "flip") && f.op == URING_READ)
+			f.kind = FAULT_FLIP;
+		else {
+			r = -EINVAL;
+			break;
+		}
+		f.nth = strtoull(at + 1, &end, 10);
+		f.and_later = *end == '+';
+		if (f.nth == 0 || (*end && strcmp(end, "+"))) {
+			r = -EINVAL;
+			break;
+		}
+		u->faults[u->nfaults++] = f;
+	}
+	free(copy);
+	return r;
+}
+
+static uint8_t fault_for(struct uring *u, const struct uring_req *req)
+{
+	uint64_t n;
+
+	if (req->op == URING_FSYNC)
+		return FAULT_NONE;
+	n = ++u->seen[req->op];
+	for (unsigned i = 0; i < u->nfaults; i++) {
+		const struct fault_rule *f = &u->faults[i];
+		if (f->op == req->op && (n == f->nth || (f->and_later && n > f->nth)))
+			return (uint8_t)f->kind;
+	}
+	return FAULT_NONE;
+}
+
+int uring_new(unsigned queue_depth, bool sqpoll, unsigned max_files, unsigned max_buffers, struct uring **ret)
+{
+	struct io_uring_params p = { 0 };
+	struct uring *u;
+	int r;
+
+	if (queue_depth == 0 || queue_depth > 4096 || max_files == 0 || max_buffers == 0)
+		return -EINVAL;
+	u = calloc(1, sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	u->evfd = -1;
+	u->depth = queue_depth;
+	u->max_files = max_files;
+	u->max_bufs = max_buffers;
+	u->files = malloc(sizeof(*u->files) * max_files);
+	u->bufs = calloc(max_buffers, sizeof(*u->bufs));
+	if (!u->files || !u->bufs) {
+		r = -ENOMEM;
+		goto fail_alloc;
+	}
+	for (unsigned i = 0; i < max_files; i++)
+		u->files[i] = -1;
+	for (unsigned i = 0; i < max_buffers; i++)
+		u->bufs[i].handle = -1;
+
+#if SPW_FAULT_INJECTION
+	r = parse_faults(u, getenv("SPILLWAY_FAULTS"));
+	if (r < 0)
+		goto fail_alloc;
+#else
+	(void)parse_faults;
+#endif
+
+	if (sqpoll) {
+		p.flags = IORING_SETUP_SQPOLL;
+		p.sq_thread_idle = 50; /* ms: the poller thread sleeps when the disk is idle */
+		r = io_uring_queue_init_params(queue_depth, &u->ring, &p);
+		u->st.sqpoll = r == 0;
+		if (r < 0)
+			memset(&p, 0, sizeof(p));
+	}
+	if (!u->st.sqpoll) {
+		r = io_uring_queue_init_params(queue_depth, &u->ring, &p);
+		if (r < 0)
+			goto fail_alloc;
+	}
+
+	u->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (u->evfd < 0) {
+		r = -errno;
+		goto fail_ring;
+	}
+	r = io_uring_register_eventfd(&u->ring, u->evfd);
+	if (r < 0)
+		goto fail_evfd;
+
+	/* Registered files and buffers save a file-table lookup and a page
+	 * pinning per request; both are optional, so a refusal only costs
+	 * speed. */
+	u->fixed_files = io_uring_register_files_sparse(&u->ring, max_files) == 0;
+	u->fixed_bufs = io_uring_register_buffers_sparse(&u->ring, max_buffers) == 0;
+	u->st.fixed_files = u->fixed_files;
+	u->st.fixed_buffers = u->fixed_bufs;
+	*ret = u;
+	return 0;
+
+fail_evfd:
+	close(u->evfd);
+fail_ring:
+	io_uring_queue_exit(&u->ring);
+fail_alloc:
+	free(u->files);
+	free(u->bufs);
+	free(u);
+	return r;
+}
+
+struct uring *uring_free(struct uring *u)
+{
+	if (!u)
+		return NULL;
+	/* Requests still in the kernel point into memory the caller is about
+	 * to free: wait for them (bounded) before tearing the ring down. */
+	for (int i = 0; i < 100 && u->inflight; i++)
+		uring_wait(u, 100);
+	io_uring_queue_exit(&u->ring);
+	if (u->evfd >= 0)
+		close(u->evfd);
+	free(u->files);
+	free(u->bufs);
+	free(u);
+	return NULL;
+}
+
+int uring_eventfd(const struct uring *u)
+{
+	return u->evfd;
+}
+
+int uring_file_register(struct uring *u, int fd)
+{
+	for (unsigned i = 0; i < u->max_files; i++) {
+		if (u->files[i] >= 0)
+			continue;
+		if (u->fixed_files) {
+			int r = io_uring_register_files_update(&u->ring, i, &fd, 1);
+			if (r < 0)
+				return r;
+		}
+		u->files[i] = fd;
+		return (int)i;
+	}
+	return -ENOSPC;
+}
+
+void uring_file_unregister(struct uring *u, int index)
+{
+	int none = -1;
+
+	if (index < 0 || (unsigned)index >= u->max_files || u->files[index] < 0)
+		return;
+	if (u->fixed_files)
+		io_uring_register_files_update(&u->ring, (unsigned)index, &none, 1);
+	u->files[index] = -1;
+}
+
+int uring_buffer_register(struct uring *u, void *base, size_t len)
+{
+	unsigned need = (unsigned)((len + FIXED_BUF_MAX - 1) / FIXED_BUF_MAX), first, run = 0;
+	struct iovec iov[64] = { 0 };
+	__u64 tags[64] = { 0 };
+	int r;
+
+	if (!u->fixed_bufs)
+		return -EOPNOTSUPP;
+	if (len == 0 || need > 64)
+		return -EINVAL;
+	for (first = 0; first < u->max_bufs; first++) {
+		run = u->bufs[first].handle < 0 ? run + 1 : 0;
+		if (run == need)
+			break;
+	}
+	if (run < need)
+		return -ENOSPC;
+	first = first + 1 - need;
+	for (unsigned i = 0; i < need; i++) {
+		size_t off = (size_t)i * FIXED_BUF_MAX;
+		iov[i].iov_base = (uint8_t *)base + off;
+		iov[i].iov_len = len - off < FIXED_BUF_MAX ? len - off : FIXED_BUF_MAX;
+	}
+	r = io_uring_register_buffers_update_tag(&u->ring, first, iov, tags, need);
+	if (r < 0)
+		return r;
+	for (unsigned i = 0; i < need; i++)
+		u->bufs[first + i] = (struct fixed_buf){ iov[i].iov_base, iov[i].iov_len, (int)first };
+	return (int)first;
+}
+
+void uring_buffer_unregister(struct uring *u, int handle)
+{
+	if (handle < 0 || (unsigned)handle >= u->max_bufs)
+		return;
+	for (unsigned i = (unsigned)handle; i < u->max_bufs && u->bufs[i].handle == handle; i++) {
+		struct iovec none = { 0 };
+		__u64 tag = 0;
+
+		/* An empty iovec unregisters the slot; requests already in
+		 * flight keep their own reference to the pages. */
+		io_uring_register_buffers_update_tag(&u->ring, i, &none, &tag, 1);
+		u->bufs[i] = (struct fixed_buf){ NULL, 0, -1 };
+	}
+}
+
+static int fixed_index(const struct uring *u, const uint8_t *addr, size_t len)
+{
+	for (unsigned i = 0; i < u->max_bufs; i++) {
+		const struct fixed_buf *b = &u->bufs[i];
+		if (b->handle >= 0 && addr >= b->base && addr + len <= b->base + b->len)
+			return (int)i;
+	}
+	return -1;
+}
+
+/* Puts req's next transfer into an SQE; false when the SQ is full. */
+static bool prep(struct uring *u, struct uring_req *req)
+{
+	struct io_uring_sqe *sqe;
+	uint8_t *addr = req->addr + req->done;
+	uint32_t len = req->len - req->done;
+	uint64_t off = req->off + req->done;
+	int file = u->fixed_files ? req->file : u->files[req->file];
+	int buf;
+
+	if (u->inflight >= u->depth)
+		return false;
+	sqe = io_uring_get_sqe(&u->ring);
+	if (!sqe)
+		return false;
+
+	if (req->fault == FAULT_EIO || req->fault == FAULT_ENOSPC) {
+		io_uring_prep_nop(sqe);
+	} else if (req->op == URING_FSYNC) {
+		io_uring_prep_fsync(sqe, file, 0);
+	} else {
+		/* A short fault cuts the first transfer in half; 4 KiB keeps
+		 * O_DIRECT's alignment for the remainder. */
+		if (req->fault == FAULT_SHORT && req->done == 0 && len >= 8192)
+			len = (len / 2) & ~4095u;
+		buf = fixed_index(u, addr, len);
+		if (req->op == URING_READ) {
+			if (buf >= 0)
+				io_uring_prep_read_fixed(sqe, file, addr, len, off, buf);
+			else
+				io_uring_prep_read(sqe, file, addr, len, off);
+		} else {
+			if (buf >= 0)
+				io_uring_prep_write_fixed(sqe, file, addr, len, off, buf);
+			else
+				io_uring_prep_write(sqe, file, addr, len, off);
+		}
+	}
+	if (u->fixed_files && req->fault != FAULT_EIO && req->fault != FAULT_ENOSPC)
+		sqe->flags |= IOSQE_FIXED_FILE;
+	io_uring_sqe_set_data(sqe, req);
+	u->inflight++;
+	return true;
+}
+
+static void queue_push(struct uring *u, struct uring_req *req)
+{
+	req->next = NULL;
+	if (u->queue_tail)
+		u->queue_tail->next = req;
+	else
+		u->queue_head = req;
+	u->queue_tail = req;
+	u->st.queued++;
+}
+
+static void submit_queued(struct uring *u)
+{
+	bool any = false;
+
+	while (u->queue_head && prep(u, u->queue_head)) {
+		u->queue_head = u->queue_head->next;
+		if (!u->queue_head)
+			u->queue_tail = NULL;
+		u->st.queued--;
+		any = true;
+	}
+	if (any)
+		io_uring_submit(&u->ring);
+}
+
+void uring_submit(struct uring *u, struct uring_req *req)
+{
+	req->done = 0;
+	req->next = NULL;
+	req->fault = fault_for(u, req);
+	/* Keep FIFO order: nothing overtakes what is already waiting. */
+	if (u->queue_head || !prep(u, req)) {
+		queue_push(u, req);
+		return;
+	}
+	io_uring_submit(&u->ring);
+}
+
+static void finish(struct uring *u, struct uring_req *req, int res)
+{
+	if (res < 0) {
+		u->st.errors++;
+	} else if (req->op == URING_READ) {
+		u->st.reads++;
+		u->st.read_bytes += req->len;
+		if (req->fault == FAULT_FLIP && req->len)
+			req->addr[req->len / 2] ^= 0x5a;
+	} else if (req->op == URING_WRITE) {
+		u->st.writes++;
+		u->st.write_bytes += req->len;
+	} else {
+		u->st.fsyncs++;
+	}
+	req->complete(req, res);
+}
+
+static void handle_cqe(struct uring *u, struct uring_req *req, int res)
+{
+	u->inflight--;
+	if (req->fault == FAULT_EIO || req->fault == FAULT_ENOSPC) {
+		finish(u, req, req->fault == FAULT_EIO ? -EIO : -ENOSPC);
+		return;
+	}
+	if (res == -EAGAIN || res == -EINTR) {
+		u->st.resubmits++;
+		queue_push(u, req);
+		return;
+	}
+	if (res < 0) {
+		finish(u, req, res);
+		return;
+	}
+	if (req->op == URING_FSYNC) {
+		finish(u, req, 0);
+		return;
+	}
+	/* A transfer of 0 bytes would loop forever; the file was cut short. */
+	if (res == 0 && req->done < req->len) {
+		finish(u, req, -EIO);
+		return;
+	}
+	req->done += (uint32_t)res;
+	if (req->done < req->len) {
+		u->st.resubmits++;
+		queue_push(u, req);
+		return;
+	}
+	finish(u, req, 0);
+}
+
+unsigned uring_reap(struct uring *u)
+{
+	struct io_uring_cqe *cqe;
+	unsigned n = 0;
+	uint64_t junk;
+
+	/* Clear the doorbell before looking, so a completion that lands
+	 * after the last peek rings it again. */
+	while (read(u->evfd, &junk, sizeof(junk)) > 0)
+		;
+	while (io_uring_peek_cqe(&u->ring, &cqe) == 0) {
+		struct uring_req *req = io_uring_cqe_get_data(cqe);
+		int res = cqe->res;
+
+		io_uring_cqe_seen(&u->ring, cqe);
+		handle_cqe(u, req, res);
+		n++;
+	}
+	submit_queued(u);
+	return n;
+}
+
+int uring_wait(struct uring *u, int timeout_ms)
+{
+	struct pollfd pfd = { .fd = u->evfd, .events = POLLIN };
+	int r;
+
+	if (!u->inflight && !u->queue_head)
+		return 0;
+	submit_queued(u);
+	r = poll(&pfd, 1, timeout_ms);
+	if (r < 0)
+		return -errno;
+	return (int)uring_reap(u);
+}
+
+unsigned uring_busy(const struct uring *u)
+{
+	return u->inflight + u->st.queued;
+}
+
+void uring_get_stats(const struct uring *u, struct uring_stats *st)
+{
+	*st = u->st;
+	st->inflight = u->inflight;
+}

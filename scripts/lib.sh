@@ -1,0 +1,53 @@
+# scripts/lib.sh: shared by scripts/test and scripts/demo. Sourced, not run.
+set -euo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$top"
+
+say() { printf '\n==> %s\n' "$*"; }
+
+# Debian packages the build and the test suite need. The CUDA toolkit is not
+# among them: it comes from /usr/local/cuda when present and is optional.
+spw_packages=(
+	gcc pkg-config meson ninja-build
+	liburing-dev libnuma-dev libuv1-dev libcjson-dev libsystemd-dev
+	systemd util-linux fio
+)
+
+# Installs whatever of "$@" is missing, once; prints what it does.
+install_missing() {
+	local missing=() p
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+	done
+	if [ ${#missing[@]} -eq 0 ]; then
+		say "packages: all ${#} present"
+		return 0
+	fi
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "missing Debian packages: ${missing[*]}" >&2
+		echo "run as root, or: sudo apt-get install ${missing[*]}" >&2
+		exit 1
+	fi
+	say "installing: ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# configure_build DIR [meson options...]: sets up DIR once, reconfigures
+# when the options change, then builds.
+configure_build() {
+	local dir=$1; shift
+	local stamp="$dir/.spw-options"
+	if [ -f "$dir/build.ninja" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$*" ]; then
+		say "build: $dir (configured)"
+	else
+		say "configure: meson setup $dir $*"
+		rm -rf "$dir"
+		meson setup "$dir" "$@"
+		echo "$*" >"$stamp"
+	fi
+	say "build: ninja -C $dir"
+	ninja -C "$dir"
+}
