@@ -15,6 +15,8 @@ struct bench {
 
 /* Each benchmark file adds its line here. */
 static const struct bench benches[] = {
+	{ "ring", bench_ring, "data-plane round trip vs a unix socket" },
+	{ "adam", bench_adam, "fused CPU AdamW vs roofline, unfused and scalar" },
 };
 
 uint64_t bench_now_ns(void)

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client-private.h: what libspillway's files share and nothing outside
+ * client/ may include. Exported non-static internals are spw__*.
+ */
+#ifndef SPW_CLIENT_PRIVATE_H
+#define SPW_CLIENT_PRIVATE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <spillway/spillway.h>
+
+#include "spw-proto.h"
+#include "spw-ring.h"
+
+#define SPW__ERRMSG_MAX 512
+#define SPW__DEFAULT_SPIN_US 50u
+#define SPW__DEFAULT_REPLY_TIMEOUT_MS 30000u
+
+/* One operation in flight. The sqe's user_data is (gen << 32 | index into
+ * the tag table), so a completion names its operation unambiguously even
+ * when the caller reuses user_data values, and a completion the daemon
+ * invents or repeats is caught (index out of range, slot free, or an old
+ * generation). */
+struct spw__tag {
+	uint64_t user_data; /* the caller's */
+	uint32_t gen;
+	bool in_use;
+	bool sync;          /* issued by spw_nop/pin/unpin, never reported to spw_reap */
+};
+
+struct spw__ring {
+	/* Shared with the daemon. Everything behind these pointers is
+	 * read with atomics and never trusted beyond the checks in ring.c. */
+	struct spw_ring_hdr *sq_hdr, *cq_hdr;
+	struct spw_sqe *sqes;
+	struct spw_cqe *cqes;
+	uint32_t sq_entries, cq_entries;
+	/* Private copies of the indices this side owns: the SQ tail and the
+	 * CQ head are only ever stored by us, so their shared copies need
+	 * no reload. */
+	uint32_t sq_tail, cq_head;
+
+	struct spw__tag *tags;   /* cq_entries of them */
+	uint32_t *free_tags;     /* stack of free indices */
+	uint32_t nfree;
+	/* Completions of async operations taken off the CQ by a sync call,
+	 * waiting for spw_reap(). Never more than cq_entries, because no more
+	 * than that many operations are in flight. */
+	struct spw_completion *backlog;
+	uint32_t bl_head, bl_count;
+
+	int sq_evt, cq_evt;      /* doorbells: we write sq_evt, sleep on cq_evt */
+	int wake_fd;             /* a second fd to poll while sleeping (the control socket), or -1 */
+	uint32_t spin_us;
+};
+
+struct spw_client {
+	uint32_t spin_us;
+	uint32_t reply_timeout_ms;
+
+	int ctl;                 /* control socket, -1 when not connected */
+	bool dead;               /* the daemon went away or the stream is out of step */
+	int dead_err;            /* what every call returns once dead */
+	uint32_t features;       /* granted in HELLO */
+	char socket_path[108];
+
+	bool attached;
+	char session[SPW_PROTO_MAX_SESSION_NAME + 1];
+	uint64_t region_bytes;
+	uint32_t page_size, slots;
+	int32_t numa_node;
+	bool locked, hugepages;
+	void *region;            /* region_bytes mapped shared */
+	void *rings;
+	size_t rings_bytes;
+	int region_fd, rings_fd;
+	struct spw__ring ring;
+
+	char *rxbuf;             /* SPW_PROTO_MAX_FRAME + 1, for control replies */
+	char errmsg[SPW__ERRMSG_MAX];
+};
+
+/* Stores a formatted last-error message in c and returns err (negative). */
+int spw__error(spw_client *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Marks c's connection unusable: every later call returns err with the
+ * current message. Returns err. */
+int spw__dead(spw_client *c, int err);
+
+/* Connects a blocking unix stream socket (O_CLOEXEC) to path. Returns the
+ * fd or a negative errno. */
+int spw__unix_connect(const char *path);
+
+/* Ring setup over an already mapped rings area; allocates the tag table.
+ * The initial indices are taken from the shared headers (the daemon may
+ * start them anywhere). Returns 0, -ENOMEM, or -EPROTO when the headers
+ * already disagree with the layout. */
+int spw__ring_init(struct spw__ring *r, void *rings, const struct spw_ring_layout *l,
+		   int sq_evt, int cq_evt, int wake_fd, uint32_t spin_us);
+void spw__ring_fini(struct spw__ring *r);
+
+#endif

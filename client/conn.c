@@ -1,0 +1,672 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * conn.c: the control plane: connecting, HELLO, attach/detach, tensor
+ * registration. Rare calls; every reply is checked field by field.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <cjson/cJSON.h>
+
+#include "client-private.h"
+
+/* The first version of the option structs: everything up to and including
+ * these fields must be present. */
+#define CLIENT_OPTS_MIN_SIZE (offsetof(struct spw_client_opts, reply_timeout_ms) + sizeof(uint32_t))
+#define ATTACH_OPTS_MIN_SIZE (offsetof(struct spw_attach_opts, page_size) + sizeof(uint32_t))
+#define INFO_MIN_SIZE sizeof(struct spw_session_info)
+
+SPW_EXPORT int spw_client_new(const struct spw_client_opts *opts, spw_client **ret)
+{
+	spw_client *c;
+
+	if (!ret || (opts && opts->size < CLIENT_OPTS_MIN_SIZE))
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->rxbuf = malloc(SPW_PROTO_MAX_FRAME + 1);
+	if (!c->rxbuf) {
+		free(c);
+		return -ENOMEM;
+	}
+	c->ctl = -1;
+	c->region_fd = -1;
+	c->rings_fd = -1;
+	c->ring.sq_evt = -1;
+	c->ring.cq_evt = -1;
+	c->ring.wake_fd = -1;
+	c->spin_us = opts && opts->spin_us ? opts->spin_us : SPW__DEFAULT_SPIN_US;
+	c->reply_timeout_ms = opts && opts->reply_timeout_ms ? opts->reply_timeout_ms : SPW__DEFAULT_REPLY_TIMEOUT_MS;
+	if (c->reply_timeout_ms > INT_MAX)
+		c->reply_timeout_ms = INT_MAX;
+	*ret = c;
+	return 0;
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+/* Releases everything attach set up; safe on a half-built attach. */
+static void release_session(spw_client *c)
+{
+	if (c->region && c->region != MAP_FAILED)
+		munmap(c->region, c->region_bytes);
+	if (c->rings && c->rings != MAP_FAILED)
+		munmap(c->rings, c->rings_bytes);
+	c->region = NULL;
+	c->rings = NULL;
+	close_fd(&c->region_fd);
+	close_fd(&c->rings_fd);
+	close_fd(&c->ring.sq_evt);
+	close_fd(&c->ring.cq_evt);
+	spw__ring_fini(&c->ring);
+	c->attached = false;
+	c->slots = 0;
+}
+
+SPW_EXPORT spw_client *spw_client_free(spw_client *c)
+{
+	if (!c)
+		return NULL;
+	release_session(c);
+	close_fd(&c->ctl);
+	free(c->rxbuf);
+	free(c);
+	return NULL;
+}
+
+static int socket_dir(char *buf, size_t len)
+{
+	const char *env = getenv("SPILLWAY_SOCKET");
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	struct stat st;
+	int n;
+
+	if (env && *env) {
+		const char *slash = strrchr(env, '/');
+
+		if (!slash)
+			n = snprintf(buf, len, ".");
+		else if (slash == env)
+			n = snprintf(buf, len, "/");
+		else
+			n = snprintf(buf, len, "%.*s", (int)(slash - env), env);
+	} else {
+		n = -1;
+		if (xdg && *xdg) {
+			n = snprintf(buf, len, "%s/spillway", xdg);
+			if (n >= 0 && (size_t)n < len && (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode)))
+				n = -1;
+		}
+		if (n < 0)
+			n = snprintf(buf, len, "/run/spillway");
+	}
+	if (n < 0 || (size_t)n >= len)
+		return -ENAMETOOLONG;
+	return n;
+}
+
+SPW_EXPORT int spw_socket_path(enum spw_socket_kind kind, char *buf, size_t len)
+{
+	const char *env = getenv("SPILLWAY_SOCKET");
+	char dir[PATH_MAX];
+	int n;
+
+	if (!buf || (kind != SPW_SOCKET_CONTROL && kind != SPW_SOCKET_STATUS))
+		return -EINVAL;
+	if (kind == SPW_SOCKET_CONTROL && env && *env) {
+		n = snprintf(buf, len, "%s", env);
+	} else {
+		n = socket_dir(dir, sizeof(dir));
+		if (n < 0)
+			return n;
+		n = snprintf(buf, len, "%s/%s", dir, kind == SPW_SOCKET_CONTROL ? "control.sock" : "status.sock");
+	}
+	if (n < 0 || (size_t)n >= len || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path))
+		return -ENAMETOOLONG;
+	return n;
+}
+
+int spw__unix_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	while (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = -errno;
+
+		if (e == -EINTR)
+			continue;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+static int json_u64(const cJSON *o, const char *key, uint64_t *out)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	double d;
+
+	if (!cJSON_IsNumber(v))
+		return -EPROTO;
+	d = v->valuedouble;
+	/* Only integers that a double holds exactly. */
+	if (!(d >= 0) || d > 9007199254740992.0 || d != (double)(uint64_t)d)
+		return -EPROTO;
+	*out = (uint64_t)d;
+	return 0;
+}
+
+static int json_u32(const cJSON *o, const char *key, uint32_t *out)
+{
+	uint64_t v;
+
+	if (json_u64(o, key, &v) < 0 || v > UINT32_MAX)
+		return -EPROTO;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* Booleans may come as true/false or 0/1; absent means false. */
+static bool json_flag(const cJSON *o, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+
+	if (cJSON_IsBool(v))
+		return cJSON_IsTrue(v);
+	return cJSON_IsNumber(v) && v->valuedouble != 0;
+}
+
+static void close_fds(int *fds, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+/*
+ * Sends req (consumed) and waits for its reply. On success *ret_reply holds
+ * the parsed reply, whose "type" equals type and "ok" is true; received
+ * descriptors land in fds (up to *nfds, updated), and a reply that brings
+ * descriptors when fds is NULL is a protocol error. A refusal becomes the
+ * daemon's errno with its message as the last error.
+ */
+static int request(spw_client *c, cJSON *req, const char *type, cJSON **ret_reply, int *fds, unsigned *nfds)
+{
+	/* Ask for as many descriptors as a frame may carry, so that a reply
+	 * bringing more than expected is seen and refused, not trimmed. */
+	unsigned cap = nfds ? *nfds : 0, got = SPW_PROTO_MAX_FDS;
+	int fdbuf[SPW_PROTO_MAX_FDS];
+	struct pollfd pfd = { .fd = c->ctl, .events = POLLIN };
+	cJSON *reply = NULL;
+	const cJSON *t, *ok;
+	char *text;
+	int r;
+
+	if (nfds)
+		*nfds = 0;
+	text = req ? cJSON_PrintUnformatted(req) : NULL;
+	cJSON_Delete(req);
+	if (!text)
+		return spw__error(c, -ENOMEM, "%s: out of memory building the request", type);
+	r = spw_proto_send(c->ctl, text, (uint32_t)strlen(text), NULL, 0);
+	free(text);
+	if (r == -EPIPE || r == -ECONNRESET)
+		return spw__dead(c, spw__error(c, -ECONNRESET,
+					       "%s: spillwayd at %s closed the connection (the daemon exited or was killed)",
+					       type, c->socket_path));
+	if (r < 0)
+		return spw__dead(c, spw__error(c, r, "%s: sending to spillwayd at %s: %s", type, c->socket_path,
+					       spw_strerror(r)));
+
+	do
+		r = poll(&pfd, 1, (int)c->reply_timeout_ms);
+	while (r < 0 && errno == EINTR);
+	if (r == 0)
+		/* A late reply would be taken for the answer to the next
+		 * request, so the connection cannot be used again. */
+		return spw__dead(c, spw__error(c, -ETIMEDOUT,
+					       "%s: spillwayd at %s did not answer within %u ms; the connection was abandoned",
+					       type, c->socket_path, c->reply_timeout_ms));
+	if (r < 0)
+		return spw__error(c, -errno, "%s: waiting for spillwayd: %s", type, spw_strerror(-errno));
+
+	r = spw_proto_recv(c->ctl, c->rxbuf, SPW_PROTO_MAX_FRAME + 1, fdbuf, &got);
+	if (r == 0 || r == -ECONNRESET)
+		return spw__dead(c, spw__error(c, -ECONNRESET,
+					       "%s: spillwayd at %s closed the connection (the daemon exited, was killed, or refused this client)",
+					       type, c->socket_path));
+	if (r == -EAGAIN || r == -EWOULDBLOCK)
+		return spw__dead(c, spw__error(c, -ETIMEDOUT,
+					       "%s: spillwayd at %s stopped in the middle of a reply; the connection was abandoned",
+					       type, c->socket_path));
+	if (r < 0)
+		return spw__dead(c, spw__error(c, r, "%s: bad reply frame from spillwayd: %s", type, spw_strerror(r)));
+
+	reply = cJSON_ParseWithLength(c->rxbuf, (size_t)r);
+	if (!reply || !cJSON_IsObject(reply)) {
+		r = spw__dead(c, spw__error(c, -EPROTO, "%s: spillwayd's reply is not a JSON object", type));
+		goto fail;
+	}
+	t = cJSON_GetObjectItemCaseSensitive(reply, "type");
+	if (cJSON_IsString(t) && !strcmp(t->valuestring, SPW_MSG_ERROR)) {
+		const cJSON *msg = cJSON_GetObjectItemCaseSensitive(reply, "message");
+		uint32_t e;
+
+		if (json_u32(reply, "errno", &e) < 0 || e == 0 || e >= 4096)
+			e = EPROTO;
+		r = spw__error(c, -(int)e, "spillwayd refused %s: %s", type,
+			       cJSON_IsString(msg) && msg->valuestring[0] ? msg->valuestring : spw_strerror(-(int)e));
+		goto fail;
+	}
+	ok = cJSON_GetObjectItemCaseSensitive(reply, "ok");
+	if (!cJSON_IsString(t) || strcmp(t->valuestring, type) || !cJSON_IsTrue(ok)) {
+		r = spw__dead(c, spw__error(c, -EPROTO, "%s: spillwayd answered with a reply of another type or without \"ok\": true",
+					    type));
+		goto fail;
+	}
+	if (got > cap) {
+		r = spw__dead(c, spw__error(c, -EPROTO, "%s: spillwayd passed %u descriptors, expected at most %u",
+					    type, got, cap));
+		goto fail;
+	}
+	if (fds)
+		memcpy(fds, fdbuf, sizeof(int) * got);
+	if (nfds)
+		*nfds = got;
+	*ret_reply = reply;
+	return 0;
+
+fail:
+	close_fds(fdbuf, got);
+	cJSON_Delete(reply);
+	return r;
+}
+
+static cJSON *new_request(const char *type)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	if (o && !cJSON_AddStringToObject(o, "type", type)) {
+		cJSON_Delete(o);
+		o = NULL;
+	}
+	return o;
+}
+
+/* cJSON_Add*ToObject return NULL on failure; collecting them here lets a
+ * request be built in straight lines and checked once. */
+static bool add_num(cJSON *o, const char *key, double v)
+{
+	return o && cJSON_AddNumberToObject(o, key, v);
+}
+
+SPW_EXPORT int spw_client_connect(spw_client *c, const char *socket_path)
+{
+	struct timeval tv;
+	cJSON *req, *reply = NULL;
+	uint32_t magic, major, minor, features;
+	int fd, r;
+
+	if (!c)
+		return -EINVAL;
+	if (c->ctl >= 0)
+		return spw__error(c, -EISCONN, "already connected to spillwayd at %s", c->socket_path);
+	if (socket_path) {
+		if (strlen(socket_path) >= sizeof(c->socket_path))
+			return spw__error(c, -ENAMETOOLONG, "socket path %s is longer than a unix socket address allows",
+					  socket_path);
+		snprintf(c->socket_path, sizeof(c->socket_path), "%s", socket_path);
+	} else {
+		r = spw_socket_path(SPW_SOCKET_CONTROL, c->socket_path, sizeof(c->socket_path));
+		if (r < 0)
+			return spw__error(c, r, "the default control socket path (from SPILLWAY_SOCKET or XDG_RUNTIME_DIR) is too long");
+	}
+
+	fd = spw__unix_connect(c->socket_path);
+	if (fd == -ENOENT || fd == -ECONNREFUSED)
+		return spw__error(c, fd,
+				  "no spillwayd listening at %s (%s); start it with 'systemctl start spillwayd' "
+				  "or 'spillwayd --config FILE', or set SPILLWAY_SOCKET to its control.sock",
+				  c->socket_path, spw_strerror(fd));
+	if (fd < 0)
+		return spw__error(c, fd, "cannot connect to spillwayd at %s: %s", c->socket_path, spw_strerror(fd));
+	/* A backstop for a daemon that stops in the middle of a frame: the
+	 * poll() before each reply handles the common case. */
+	tv.tv_sec = c->reply_timeout_ms / 1000;
+	tv.tv_usec = (c->reply_timeout_ms % 1000) * 1000;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	c->ctl = fd;
+	c->dead = false;
+
+	req = new_request(SPW_MSG_HELLO);
+	if (!add_num(req, "magic", SPW_PROTO_MAGIC) || !add_num(req, "major", SPW_PROTO_MAJOR) ||
+	    !add_num(req, "minor", SPW_PROTO_MINOR) || !add_num(req, "features", SPW_FEAT_RING_POLL)) {
+		cJSON_Delete(req);
+		r = spw__error(c, -ENOMEM, "hello: out of memory");
+		goto fail;
+	}
+	r = request(c, req, SPW_MSG_HELLO, &reply, NULL, NULL);
+	if (r < 0)
+		goto fail;
+	if (json_u32(reply, "magic", &magic) < 0 || json_u32(reply, "major", &major) < 0 ||
+	    json_u32(reply, "minor", &minor) < 0 || json_u32(reply, "features", &features) < 0 ||
+	    magic != SPW_PROTO_MAGIC) {
+		r = spw__error(c, -EPROTO, "hello: %s does not answer like spillwayd (bad magic or missing fields)",
+			       c->socket_path);
+		goto fail;
+	}
+	if (major != SPW_PROTO_MAJOR) {
+		r = spw__error(c, -EPROTONOSUPPORT,
+			       "hello: spillwayd at %s speaks protocol %u.%u, this library %d.%d; install matching versions",
+			       c->socket_path, major, minor, SPW_PROTO_MAJOR, SPW_PROTO_MINOR);
+		goto fail;
+	}
+	if (features & ~(uint32_t)SPW_FEAT_RING_POLL) {
+		r = spw__error(c, -EPROTO, "hello: spillwayd granted features 0x%x that were not asked for", features);
+		goto fail;
+	}
+	c->features = features;
+	cJSON_Delete(reply);
+	c->errmsg[0] = '\0';
+	return 0;
+
+fail:
+	cJSON_Delete(reply);
+	close_fd(&c->ctl);
+	c->dead = false;
+	return r;
+}
+
+static int check_connected(spw_client *c)
+{
+	if (c->dead)
+		return c->dead_err;
+	if (c->ctl < 0)
+		return spw__error(c, -ENOTCONN, "not connected to spillwayd (call spw_client_connect first)");
+	return 0;
+}
+
+/* Checks a memfd the daemon passed: a regular file of at least min bytes
+ * that can no longer shrink (a shrinking file would turn our accesses into
+ * SIGBUS). */
+static int check_memfd(spw_client *c, int fd, const char *what, uint64_t min)
+{
+	struct stat st;
+	int seals;
+
+	if (fstat(fd, &st) < 0)
+		return spw__error(c, -errno, "attach %s: fstat of the %s memfd: %s", c->session, what,
+				  spw_strerror(-errno));
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < min)
+		return spw__error(c, -EPROTO,
+				  "attach %s: the %s memfd from spillwayd holds %lld bytes, the reply promised %llu",
+				  c->session, what, (long long)st.st_size, (unsigned long long)min);
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return spw__error(c, -EPROTO, "attach %s: the %s memfd from spillwayd is not sealed against shrinking",
+				  c->session, what);
+	return 0;
+}
+
+SPW_EXPORT int spw_client_attach(spw_client *c, const struct spw_attach_opts *opts)
+{
+	int fds[SPW_ATTACH_NFDS] = { -1, -1, -1, -1 };
+	unsigned nfds = SPW_ATTACH_NFDS;
+	struct spw_ring_layout layout;
+	uint64_t region_bytes, rings_bytes, want_bytes;
+	uint32_t page_size, slots, sq_entries, cq_entries;
+	cJSON *req, *reply = NULL;
+	const cJSON *sess, *numa;
+	int r;
+
+	if (!c)
+		return -EINVAL;
+	r = check_connected(c);
+	if (r < 0)
+		return r;
+	if (c->attached)
+		return spw__error(c, -EALREADY, "session %s is already attached on this client", c->session);
+	if (!opts || opts->size < ATTACH_OPTS_MIN_SIZE)
+		return spw__error(c, -EINVAL, "attach: opts must not be NULL and opts->size must be set");
+	if (!spw_proto_session_name_valid(opts->session))
+		return spw__error(c, -EINVAL,
+				  "attach: session name '%s' is not 1..%d bytes of [A-Za-z0-9._/-] without a leading '/' or '.' or '..'",
+				  opts->session ? opts->session : "(null)", SPW_PROTO_MAX_SESSION_NAME);
+	page_size = opts->page_size ? opts->page_size : SPW_PAGE_SIZE_DEFAULT;
+	if (!spw_proto_page_size_valid(page_size))
+		return spw__error(c, -EINVAL, "attach %s: page size %u is not a power of two in [64 KiB, 64 MiB]",
+				  opts->session, page_size);
+	/* Whole pages, as the daemon counts them; the bound keeps the slot
+	 * count in 32 bits and the sum below from overflowing. */
+	if (opts->region_bytes == 0 || opts->region_bytes > (uint64_t)UINT32_MAX * page_size)
+		return spw__error(c, -EINVAL, "attach %s: a region of %llu bytes is empty or over 2^32 pages of %u bytes",
+				  opts->session, (unsigned long long)opts->region_bytes, page_size);
+	want_bytes = (opts->region_bytes + page_size - 1) / page_size * page_size;
+	snprintf(c->session, sizeof(c->session), "%s", opts->session);
+
+	req = new_request(SPW_MSG_ATTACH);
+	if (!req || !cJSON_AddStringToObject(req, "session", opts->session) ||
+	    !add_num(req, "region_bytes", (double)want_bytes) || !add_num(req, "page_size", page_size)) {
+		cJSON_Delete(req);
+		return spw__error(c, -ENOMEM, "attach: out of memory");
+	}
+	r = request(c, req, SPW_MSG_ATTACH, &reply, fds, &nfds);
+	if (r < 0)
+		return r;
+
+	/* From here on, everything the daemon sent is checked before use:
+	 * a buggy daemon must produce an error, not a crash in the trainer. */
+	r = -EPROTO;
+	if (nfds != SPW_ATTACH_NFDS) {
+		spw__error(c, r, "attach %s: spillwayd passed %u descriptors, the protocol says %d", c->session, nfds,
+			   SPW_ATTACH_NFDS);
+		goto fail;
+	}
+	sess = cJSON_GetObjectItemCaseSensitive(reply, "session");
+	if (json_u64(reply, "region_bytes", &region_bytes) < 0 || json_u32(reply, "page_size", &page_size) < 0 ||
+	    json_u32(reply, "slots", &slots) < 0 || json_u32(reply, "sq_entries", &sq_entries) < 0 ||
+	    json_u32(reply, "cq_entries", &cq_entries) < 0 || json_u64(reply, "rings_bytes", &rings_bytes) < 0 ||
+	    !cJSON_IsString(sess)) {
+		spw__error(c, r, "attach %s: spillwayd's reply lacks a field or has one of the wrong type", c->session);
+		goto fail;
+	}
+	if (strcmp(sess->valuestring, c->session) || page_size != (opts->page_size ? opts->page_size : SPW_PAGE_SIZE_DEFAULT) ||
+	    region_bytes != want_bytes || slots == 0 || (uint64_t)slots * page_size != region_bytes) {
+		spw__error(c, r,
+			   "attach %s: spillwayd answered for session '%s' with %llu bytes in %u slots of %u, "
+			   "asked for %llu bytes in slots of %u",
+			   c->session, sess->valuestring, (unsigned long long)region_bytes, slots, page_size,
+			   (unsigned long long)want_bytes, opts->page_size ? opts->page_size : SPW_PAGE_SIZE_DEFAULT);
+		goto fail;
+	}
+	if (spw_ring_layout(sq_entries, cq_entries, &layout) < 0 || rings_bytes != layout.bytes) {
+		spw__error(c, r, "attach %s: ring geometry from spillwayd (sq %u, cq %u, %llu bytes) does not match the layout",
+			   c->session, sq_entries, cq_entries, (unsigned long long)rings_bytes);
+		goto fail;
+	}
+	if ((r = check_memfd(c, fds[SPW_ATTACH_FD_REGION], "region", region_bytes)) < 0 ||
+	    (r = check_memfd(c, fds[SPW_ATTACH_FD_RINGS], "rings", rings_bytes)) < 0)
+		goto fail;
+
+	c->region_fd = fds[SPW_ATTACH_FD_REGION];
+	c->rings_fd = fds[SPW_ATTACH_FD_RINGS];
+	c->ring.sq_evt = fds[SPW_ATTACH_FD_SQ_EVT];
+	c->ring.cq_evt = fds[SPW_ATTACH_FD_CQ_EVT];
+	for (int i = 0; i < SPW_ATTACH_NFDS; i++)
+		fds[i] = -1; /* owned by c now; release_session() closes them */
+	c->region_bytes = region_bytes;
+	c->rings_bytes = layout.bytes;
+	c->page_size = page_size;
+
+	/* MAP_POPULATE: the region is already backed by the daemon; building
+	 * our page tables now keeps first-touch faults out of the data path. */
+	c->region = mmap(NULL, region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, c->region_fd, 0);
+	if (c->region == MAP_FAILED) {
+		r = spw__error(c, -errno, "attach %s: mapping the %llu-byte region: %s", c->session,
+			       (unsigned long long)region_bytes, spw_strerror(-errno));
+		goto fail_session;
+	}
+	c->rings = mmap(NULL, layout.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, c->rings_fd, 0);
+	if (c->rings == MAP_FAILED) {
+		r = spw__error(c, -errno, "attach %s: mapping the rings: %s", c->session, spw_strerror(-errno));
+		goto fail_session;
+	}
+	r = spw__ring_init(&c->ring, c->rings, &layout, c->ring.sq_evt, c->ring.cq_evt, c->ctl, c->spin_us);
+	if (r < 0) {
+		spw__error(c, r, "attach %s: %s", c->session,
+			   r == -ENOMEM ? "out of memory" : "the rings from spillwayd are not empty");
+		goto fail_session;
+	}
+
+	c->slots = slots;
+	c->locked = json_flag(reply, "locked");
+	c->hugepages = json_flag(reply, "hugepages");
+	numa = cJSON_GetObjectItemCaseSensitive(reply, "numa_node");
+	c->numa_node = cJSON_IsNumber(numa) && numa->valuedouble >= 0 && numa->valuedouble < 65536 ?
+			       (int32_t)numa->valuedouble : -1;
+	c->attached = true;
+	cJSON_Delete(reply);
+	c->errmsg[0] = '\0';
+	return 0;
+
+fail_session:
+	/* The daemon has a session for us that we cannot use; closing the
+	 * connection ends it, and the client must start over. */
+	release_session(c);
+	spw__dead(c, r);
+	cJSON_Delete(reply);
+	return r;
+fail:
+	close_fds(fds, nfds);
+	spw__dead(c, r);
+	cJSON_Delete(reply);
+	return r;
+}
+
+SPW_EXPORT int spw_client_detach(spw_client *c)
+{
+	cJSON *reply = NULL;
+	int r;
+
+	if (!c)
+		return -EINVAL;
+	if (!c->attached)
+		return c->dead ? c->dead_err : spw__error(c, -ENOTCONN, "detach: no session attached");
+	if (c->dead) {
+		release_session(c);
+		return c->dead_err;
+	}
+	r = request(c, new_request(SPW_MSG_DETACH), SPW_MSG_DETACH, &reply, NULL, NULL);
+	/* Unmap whatever the daemon said: after a detach request the session
+	 * is gone or going, and its memory is not ours to use. */
+	release_session(c);
+	cJSON_Delete(reply);
+	return r;
+}
+
+SPW_EXPORT int spw_client_info(const spw_client *c, struct spw_session_info *info)
+{
+	if (!c || !info || info->size < INFO_MIN_SIZE)
+		return -EINVAL;
+	if (!c->attached)
+		return -ENOTCONN;
+	info->region_bytes = c->region_bytes;
+	info->page_size = c->page_size;
+	info->slots = c->slots;
+	info->sq_entries = c->ring.sq_entries;
+	info->cq_entries = c->ring.cq_entries;
+	info->features = c->features;
+	info->numa_node = c->numa_node;
+	info->locked = c->locked;
+	info->hugepages = c->hugepages;
+	memset(info->reserved, 0, sizeof(info->reserved));
+	return 0;
+}
+
+SPW_EXPORT int spw_tensor_register(spw_client *c, const char *name, uint64_t bytes, enum spw_tensor_kind kind,
+				   uint32_t *ret_tensor, uint32_t *ret_pages)
+{
+	cJSON *req, *reply = NULL;
+	uint32_t tensor, pages;
+	int r;
+
+	if (!c)
+		return -EINVAL;
+	r = check_connected(c);
+	if (r < 0)
+		return r;
+	if (!c->attached)
+		return spw__error(c, -ENOTCONN, "register: no session attached");
+	if (!ret_tensor || !spw_proto_tensor_name_valid(name) || bytes == 0 ||
+	    (kind != SPW_TENSOR_RESIDENT && kind != SPW_TENSOR_SWAPPABLE))
+		return spw__error(c, -EINVAL,
+				  "register: need a name of 1..%d printable ASCII bytes, a size above 0, a known kind and ret_tensor",
+				  SPW_PROTO_MAX_TENSOR_NAME);
+	req = new_request(SPW_MSG_REGISTER);
+	if (!req || !cJSON_AddStringToObject(req, "name", name) || !add_num(req, "bytes", (double)bytes) ||
+	    !cJSON_AddStringToObject(req, "kind", kind == SPW_TENSOR_RESIDENT ? "resident" : "swappable")) {
+		cJSON_Delete(req);
+		return spw__error(c, -ENOMEM, "register: out of memory");
+	}
+	r = request(c, req, SPW_MSG_REGISTER, &reply, NULL, NULL);
+	if (r < 0)
+		return r;
+	if (json_u32(reply, "tensor", &tensor) < 0 || json_u32(reply, "pages", &pages) < 0 ||
+	    (uint64_t)pages != (bytes + c->page_size - 1) / c->page_size) {
+		cJSON_Delete(reply);
+		return spw__dead(c, spw__error(c, -EPROTO,
+					       "register %s: spillwayd's reply lacks the tensor id or gives a wrong page count",
+					       name));
+	}
+	cJSON_Delete(reply);
+	*ret_tensor = tensor;
+	if (ret_pages)
+		*ret_pages = pages;
+	return 0;
+}
+
+SPW_EXPORT int spw_tensor_unregister(spw_client *c, uint32_t tensor)
+{
+	cJSON *req, *reply = NULL;
+	int r;
+
+	if (!c)
+		return -EINVAL;
+	r = check_connected(c);
+	if (r < 0)
+		return r;
+	if (!c->attached)
+		return spw__error(c, -ENOTCONN, "unregister: no session attached");
+	req = new_request(SPW_MSG_UNREGISTER);
+	if (!add_num(req, "tensor", tensor)) {
+		cJSON_Delete(req);
+		return spw__error(c, -ENOMEM, "unregister: out of memory");
+	}
+	r = request(c, req, SPW_MSG_UNREGISTER, &reply, NULL, NULL);
+	cJSON_Delete(reply);
+	return r;
+}

@@ -1,0 +1,261 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client/device.h: the one small table of device operations the step
+ * pipeline uses to move bytes between host and GPU memory, and two
+ * backends behind it:
+ *
+ *   cuda  libcudart. Host memory is page-locked with cudaHostRegister,
+ *         copies run on dedicated non-blocking streams, events are CUDA
+ *         events without timing, host callbacks use cudaLaunchHostFunc.
+ *   host  "device" memory is ordinary host memory. Each stream is a FIFO
+ *         of operations run in order by its own copy thread; events are
+ *         counters. Lets the whole pipeline run and be tested without a
+ *         GPU, and serves CPU-only trainers.
+ *
+ * Chosen at run time by spw__device_open(): an explicit name, else
+ * $SPILLWAY_DEVICE (cuda, cuda:N or host), else cuda when a device is
+ * present and host otherwise.
+ *
+ * Internal to libspillway (spw__ names). The semantics are CUDA's, with
+ * these additions, which both backends honour:
+ *
+ * - Every call returns 0 (or a documented positive value) on success and a
+ *   negative errno on failure, never aborts and never logs. On failure the
+ *   backend leaves a sentence for a person in the device's error buffer
+ *   (spw__device_errmsg()).
+ * - Async operations are ordered within a stream and unordered across
+ *   streams unless joined with an event (stream_wait_event).
+ * - Host memory given to the async copies must be registered
+ *   (host_register) for the copy to be asynchronous on the cuda backend;
+ *   unregistered memory still works but the call may block until done.
+ * - An event that was never recorded counts as complete. stream_wait_event
+ *   and event_query/event_sync refer to the most recent event_record made
+ *   before the call, as in CUDA.
+ * - stream_destroy waits for the stream's pending work to finish first (the
+ *   cuda backend synchronizes; CUDA itself would return at once), so
+ *   buffers may be freed right after it returns. spw__device_close destroys
+ *   whatever streams and events are left, the same way.
+ * - A host function (launch_host_fn) runs after everything enqueued on the
+ *   stream before it, on a thread the backend owns, and delays everything
+ *   enqueued after it until it returns. It must not call into the device
+ *   (CUDA forbids it; on the host backend it could deadlock) and should be
+ *   quick: post to a queue or an eventfd and return.
+ *
+ * Thread safety: every operation may be called from any thread. One stream
+ * may be fed from several threads; the order of their operations is then
+ * the order in which the calls took the stream.
+ */
+#ifndef SPW_CLIENT_DEVICE_H
+#define SPW_CLIENT_DEVICE_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+/* Opaque handles. Each backend casts them to its own types. */
+struct spw__stream;
+struct spw__event;
+
+/* Runs on a backend thread after prior work on a stream; see above. */
+typedef void (*spw__host_fn)(void *arg);
+
+struct spw__device;
+
+struct spw__device_ops {
+	const char *name;                               /* "cuda" or "host" */
+
+	/* Destroys remaining streams (draining them) and events, frees dev. */
+	void (*close)(struct spw__device *dev);
+
+	/* Page-locks [base, base+len) for async copies. -EEXIST when part of
+	 * it is registered already; unregister takes the same base. */
+	int (*host_register)(struct spw__device *dev, void *base, size_t len);
+	int (*host_unregister)(struct spw__device *dev, void *base);
+
+	/* Device memory (cudaMalloc / aligned host memory). free takes NULL. */
+	int (*dev_alloc)(struct spw__device *dev, size_t len, void **ret);
+	void (*dev_free)(struct spw__device *dev, void *p);
+
+	int (*stream_create)(struct spw__device *dev, struct spw__stream **ret);
+	/* Waits for the stream's work, then frees it. Takes NULL. */
+	void (*stream_destroy)(struct spw__device *dev, struct spw__stream *s);
+	/* Waits for everything enqueued on s before the call. */
+	int (*stream_sync)(struct spw__device *dev, struct spw__stream *s);
+	/* Work enqueued on s after this call waits until ev's most recent
+	 * record (before this call) has completed. */
+	int (*stream_wait_event)(struct spw__device *dev, struct spw__stream *s,
+				 struct spw__event *ev);
+
+	/* n bytes host -> device, device -> host, or a byte value into device
+	 * memory, after prior work on s. */
+	int (*memcpy_h2d_async)(struct spw__device *dev, void *dst_dev, const void *src_host,
+				size_t n, struct spw__stream *s);
+	int (*memcpy_d2h_async)(struct spw__device *dev, void *dst_host, const void *src_dev,
+				size_t n, struct spw__stream *s);
+	int (*memset_async)(struct spw__device *dev, void *dst_dev, int value, size_t n,
+			    struct spw__stream *s);
+	/* fn(arg) after prior work on s. When this fails, fn never runs. */
+	int (*launch_host_fn)(struct spw__device *dev, struct spw__stream *s,
+			      spw__host_fn fn, void *arg);
+
+	int (*event_create)(struct spw__device *dev, struct spw__event **ret);
+	/* Takes NULL. Pending records and waits on ev stay valid. */
+	void (*event_destroy)(struct spw__device *dev, struct spw__event *ev);
+	/* ev completes once the work enqueued on s before this call has. */
+	int (*event_record)(struct spw__device *dev, struct spw__event *ev, struct spw__stream *s);
+	/* 1 when complete, 0 when pending, or -errno. */
+	int (*event_query)(struct spw__device *dev, struct spw__event *ev);
+	/* Waits for ev: 0, or -ETIMEDOUT after timeout_ms (< 0: no limit,
+	 * 0: just a query), or -errno. */
+	int (*event_sync)(struct spw__device *dev, struct spw__event *ev, int timeout_ms);
+};
+
+/*
+ * The part of a device every backend shares; a backend's own struct begins
+ * with it. Callers treat it as opaque and go through the functions below.
+ */
+#define SPW__DEVICE_ERRMAX 512
+struct spw__device {
+	const struct spw__device_ops *ops;
+	pthread_mutex_t err_lock;       /* guards err: any thread may fail */
+	char err[SPW__DEVICE_ERRMAX];
+};
+
+/*
+ * Opens a device backend. name: "host", "cuda" or "cuda:N" (device ordinal
+ * N; plain "cuda" means the calling thread's current device), or NULL to
+ * use $SPILLWAY_DEVICE, or when that is unset or empty, cuda when a CUDA
+ * device is present and host otherwise.
+ *
+ * Returns 0 and sets *ret, or leaves *ret untouched and returns -EINVAL for
+ * an unknown name, -ENODEV when cuda was asked for but no device can be
+ * used (no GPU, no driver, or a build without CUDA), -ENOMEM, or another
+ * -errno from the backend. On failure, when err is not NULL, writes a
+ * sentence naming the cause and what to do.
+ */
+int spw__device_open(const char *name, struct spw__device **ret, char *err, size_t errlen);
+
+/* Closes dev (see ops->close). Takes NULL; returns NULL. */
+struct spw__device *spw__device_close(struct spw__device *dev);
+
+/* Number of CUDA devices, 0 when none can be used (why, when not NULL,
+ * then says why), never negative. Always 0 in a build without CUDA. */
+int spw__device_cuda_count(char *why, size_t whylen);
+
+/* Copies the last failure's sentence into buf (always NUL-terminated);
+ * returns buf. "" when nothing failed yet. */
+const char *spw__device_errmsg(struct spw__device *dev, char *buf, size_t len);
+
+/* For backends: record a failure's sentence; returns r (a -errno) so a
+ * backend can write `return spw__device_fail(dev, -EINVAL, "...")`. */
+int spw__device_fail(struct spw__device *dev, int r, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* For backends and spw__device_open: initialise / tear down the shared part. */
+int spw__device_base_init(struct spw__device *dev, const struct spw__device_ops *ops);
+void spw__device_base_fini(struct spw__device *dev);
+
+/* The backends' constructors (spw__device_open picks one). */
+int spw__device_host_open(struct spw__device **ret, char *err, size_t errlen);
+/* Only in builds with CUDA (SPW_HAVE_CUDA). ordinal < 0: the calling
+ * thread's current device. probe: device count, or -errno with why set. */
+int spw__device_cuda_open(int ordinal, struct spw__device **ret, char *err, size_t errlen);
+int spw__device_cuda_probe(char *why, size_t whylen);
+
+/* Calls through the table; thin enough to inline on the hot path. */
+static inline const char *spw__device_name(const struct spw__device *dev)
+{
+	return dev->ops->name;
+}
+
+static inline int spw__host_register(struct spw__device *dev, void *base, size_t len)
+{
+	return dev->ops->host_register(dev, base, len);
+}
+
+static inline int spw__host_unregister(struct spw__device *dev, void *base)
+{
+	return dev->ops->host_unregister(dev, base);
+}
+
+static inline int spw__dev_alloc(struct spw__device *dev, size_t len, void **ret)
+{
+	return dev->ops->dev_alloc(dev, len, ret);
+}
+
+static inline void spw__dev_free(struct spw__device *dev, void *p)
+{
+	dev->ops->dev_free(dev, p);
+}
+
+static inline int spw__stream_create(struct spw__device *dev, struct spw__stream **ret)
+{
+	return dev->ops->stream_create(dev, ret);
+}
+
+static inline void spw__stream_destroy(struct spw__device *dev, struct spw__stream *s)
+{
+	dev->ops->stream_destroy(dev, s);
+}
+
+static inline int spw__stream_sync(struct spw__device *dev, struct spw__stream *s)
+{
+	return dev->ops->stream_sync(dev, s);
+}
+
+static inline int spw__stream_wait_event(struct spw__device *dev, struct spw__stream *s,
+					 struct spw__event *ev)
+{
+	return dev->ops->stream_wait_event(dev, s, ev);
+}
+
+static inline int spw__memcpy_h2d_async(struct spw__device *dev, void *dst_dev,
+					const void *src_host, size_t n, struct spw__stream *s)
+{
+	return dev->ops->memcpy_h2d_async(dev, dst_dev, src_host, n, s);
+}
+
+static inline int spw__memcpy_d2h_async(struct spw__device *dev, void *dst_host,
+					const void *src_dev, size_t n, struct spw__stream *s)
+{
+	return dev->ops->memcpy_d2h_async(dev, dst_host, src_dev, n, s);
+}
+
+static inline int spw__memset_async(struct spw__device *dev, void *dst_dev, int value,
+				    size_t n, struct spw__stream *s)
+{
+	return dev->ops->memset_async(dev, dst_dev, value, n, s);
+}
+
+static inline int spw__launch_host_fn(struct spw__device *dev, struct spw__stream *s,
+				      spw__host_fn fn, void *arg)
+{
+	return dev->ops->launch_host_fn(dev, s, fn, arg);
+}
+
+static inline int spw__event_create(struct spw__device *dev, struct spw__event **ret)
+{
+	return dev->ops->event_create(dev, ret);
+}
+
+static inline void spw__event_destroy(struct spw__device *dev, struct spw__event *ev)
+{
+	dev->ops->event_destroy(dev, ev);
+}
+
+static inline int spw__event_record(struct spw__device *dev, struct spw__event *ev,
+				    struct spw__stream *s)
+{
+	return dev->ops->event_record(dev, ev, s);
+}
+
+static inline int spw__event_query(struct spw__device *dev, struct spw__event *ev)
+{
+	return dev->ops->event_query(dev, ev);
+}
+
+static inline int spw__event_sync(struct spw__device *dev, struct spw__event *ev, int timeout_ms)
+{
+	return dev->ops->event_sync(dev, ev, timeout_ms);
+}
+
+#endif

@@ -1,0 +1,350 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * spillway.h: the client library of spillway, a per-node service that holds
+ * a trainer's offloaded tensors in pinned host memory shared with it.
+ *
+ * A trainer process creates a client, connects it to spillwayd, attaches a
+ * session (a named region of pinned memory cut into slots of page_size
+ * bytes), registers tensors, and then pins pages of those tensors into slots
+ * through a shared-memory ring. A pinned page is plain memory in this
+ * process: spw_slot_ptr() says where.
+ *
+ *   spw_client *c;
+ *   struct spw_client_opts o = { .size = sizeof(o) };
+ *   struct spw_attach_opts a = { .size = sizeof(a), .session = "job/0",
+ *                                .region_bytes = 256 << 20 };
+ *   if (spw_client_new(&o, &c) < 0) ...;
+ *   if (spw_client_connect(c, NULL) < 0 || spw_client_attach(c, &a) < 0)
+ *           fprintf(stderr, "spillway: %s\n", spw_client_last_error(c));
+ *
+ * Conventions, for every function below:
+ *
+ * - Errors are negative errno values; spw_strerror() names them. Functions
+ *   that talk to the daemon also leave a sentence in the client's last-error
+ *   message (spw_client_last_error()), which carries the daemon's own
+ *   explanation when the daemon refused.
+ * - A function that creates an object takes an out-pointer last and leaves
+ *   it untouched when it fails.
+ * - Option structs begin with `size`, which the caller sets to sizeof the
+ *   struct it was compiled with, so that later versions can append fields.
+ *   Fields the caller leaves zero take the documented defaults.
+ * - The library never logs, never aborts and installs no signal handlers.
+ *   It keeps every descriptor O_CLOEXEC.
+ * - If the daemon goes away (exits, crashes, or ends the session), every
+ *   call that waits for it returns -ECONNRESET within about a second, and
+ *   every later call on that client returns -ECONNRESET at once. The
+ *   client must then be freed; a new one can attach again.
+ *
+ * Thread safety: an spw_client is not thread-safe. Calls on one client
+ * must not overlap (use one client per thread, or a lock of your own).
+ * Distinct clients are independent, and spw_strerror(),
+ * spw_status_fetch() and spw_socket_path() may be called from any thread.
+ */
+#ifndef SPILLWAY_H
+#define SPILLWAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <spillway/version.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library is built with -fvisibility=hidden; only what carries this is
+ * part of the ABI (and of libspillway.map). */
+#if defined(__GNUC__)
+#define SPW_EXPORT __attribute__((visibility("default")))
+#else
+#define SPW_EXPORT
+#endif
+
+typedef struct spw_client spw_client;
+
+/* ------------------------------------------------------------------ */
+/* Errors */
+
+/*
+ * Returns a static, human-readable description of err, a negative errno
+ * value as returned by this library (a positive value is read as its
+ * negation). Never returns NULL. Thread-safe.
+ */
+SPW_EXPORT const char *spw_strerror(int err);
+
+/*
+ * Returns the client's last error message: a sentence describing why the
+ * last failed call on c failed, naming the thing involved (the socket path,
+ * the session, the daemon's refusal text). Returns "" when no call has
+ * failed yet, and a static message when c is NULL. The string belongs to c
+ * and stays valid until the next call on c.
+ */
+SPW_EXPORT const char *spw_client_last_error(const spw_client *c);
+
+/* ------------------------------------------------------------------ */
+/* Client lifetime */
+
+struct spw_client_opts {
+	size_t size;          /* sizeof(struct spw_client_opts) */
+	/* Microseconds to spin on the completion ring before sleeping on its
+	 * eventfd; 0 means the default, 50. Spinning buys latency with CPU
+	 * time of the waiting thread. SPW_SPIN_NEVER disables spinning. */
+	uint32_t spin_us;
+	/* Milliseconds to wait for each control reply (connect, attach,
+	 * register, ...) before failing with -ETIMEDOUT; 0 means the default,
+	 * 30000. A daemon that dies is noticed at once regardless. */
+	uint32_t reply_timeout_ms;
+};
+#define SPW_SPIN_NEVER UINT32_MAX
+
+/*
+ * Creates an unconnected client and stores it in *ret. opts may be NULL
+ * for the defaults.
+ *
+ * Returns 0 on success. Returns -EINVAL when ret is NULL or opts->size is
+ * smaller than the first version of the struct, and -ENOMEM when memory
+ * runs out.
+ */
+SPW_EXPORT int spw_client_new(const struct spw_client_opts *opts, spw_client **ret);
+
+/*
+ * Closes everything c holds and frees it. An attached session is ended by
+ * closing the control socket, which the daemon treats as a detach; call
+ * spw_client_detach() first to learn whether a clean detach succeeded.
+ * Pointers into the region become invalid. Accepts NULL. Returns NULL, so
+ * that `c = spw_client_free(c);` clears the caller's pointer.
+ */
+SPW_EXPORT spw_client *spw_client_free(spw_client *c);
+
+/* Which socket spw_socket_path() names. */
+enum spw_socket_kind {
+	SPW_SOCKET_CONTROL = 0, /* control.sock: connect, attach, register */
+	SPW_SOCKET_STATUS = 1,  /* status.sock: one JSON status document */
+};
+
+/*
+ * Writes the default path of the daemon's socket of the given kind into buf
+ * (len bytes, NUL-terminated). The socket directory is, in order: the
+ * directory of $SPILLWAY_SOCKET when set (for SPW_SOCKET_CONTROL the
+ * variable itself); $XDG_RUNTIME_DIR/spillway when it exists; /run/spillway.
+ * Thread-safe.
+ *
+ * Returns the length of the path. Returns -EINVAL for an unknown kind or a
+ * NULL buf, and -ENAMETOOLONG when the path does not fit in len bytes or in
+ * a unix socket address.
+ */
+SPW_EXPORT int spw_socket_path(enum spw_socket_kind kind, char *buf, size_t len);
+
+/*
+ * Connects c to spillwayd's control socket at socket_path, or at the
+ * default path (spw_socket_path(SPW_SOCKET_CONTROL)) when socket_path is
+ * NULL, and exchanges HELLO: protocol major version and features.
+ *
+ * Returns 0 on success. Returns -EINVAL for bad arguments; -EISCONN when c
+ * is already connected; -ENOENT or -ECONNREFUSED when no daemon listens
+ * there (the last-error message names the path tried and how to start
+ * spillwayd); -EACCES when the socket may not be opened; -EPROTONOSUPPORT
+ * when the daemon speaks another major protocol version; -EPROTO when it
+ * answers something malformed; -ETIMEDOUT when it does not answer within
+ * reply_timeout_ms; -ECONNRESET when it hangs up.
+ */
+SPW_EXPORT int spw_client_connect(spw_client *c, const char *socket_path);
+
+/* ------------------------------------------------------------------ */
+/* Sessions */
+
+struct spw_attach_opts {
+	size_t size;           /* sizeof(struct spw_attach_opts) */
+	const char *session;   /* "job/rank": [A-Za-z0-9._/-], no leading '/' or '.', no ".." */
+	uint64_t region_bytes; /* pinned memory to reserve, rounded up to whole pages */
+	uint32_t page_size;    /* power of two in [64 KiB, 64 MiB]; 0 = 4 MiB */
+};
+
+/*
+ * Attaches the session named opts->session: the daemon reserves
+ * region_bytes of pinned memory and the client maps it together with the
+ * session's rings. A session is attached by one client at a time.
+ *
+ * Returns 0 on success. Returns -EINVAL for a bad session name or page size
+ * or a region of 0 bytes (checked before asking the daemon); -ENOTCONN when
+ * c is not connected; -EALREADY when c already has a session attached.
+ * The daemon refuses with -EBUSY when another client holds the session,
+ * -EPERM when the session belongs to another uid, -EDQUOT when region_bytes
+ * exceeds the per-session cap (pool.session_max_bytes), -ENOSPC when the
+ * node's pool (pool.max_bytes) has not that much left, -ENOMEM when pinned
+ * memory cannot be had, and -EOPNOTSUPP for features it lacks; its
+ * message, which names the limits and the config file, is the last-error
+ * text. Returns -EPROTO when the daemon's reply or the memory it passes
+ * does not match the protocol (wrong descriptor count, sizes or seals);
+ * the client is then unusable. -ETIMEDOUT and -ECONNRESET as for
+ * spw_client_connect().
+ */
+SPW_EXPORT int spw_client_attach(spw_client *c, const struct spw_attach_opts *opts);
+
+/*
+ * Ends the attached session cleanly: the daemon releases the region and
+ * every tensor, and c unmaps them. The control connection stays open, so
+ * c may attach again. Completions not yet reaped are discarded.
+ *
+ * Returns 0 on success. Returns -ENOTCONN when nothing is attached, and
+ * -ETIMEDOUT, -ECONNRESET or the daemon's errno (with its message) when the
+ * daemon did not confirm; the mappings are released in every case.
+ */
+SPW_EXPORT int spw_client_detach(spw_client *c);
+
+struct spw_session_info {
+	size_t size;            /* set by the caller: sizeof(struct spw_session_info) */
+	uint64_t region_bytes;  /* bytes of the region */
+	uint32_t page_size;     /* bytes of one slot */
+	uint32_t slots;         /* region_bytes / page_size */
+	uint32_t sq_entries;    /* submission ring size */
+	uint32_t cq_entries;    /* completion ring size: most operations in flight */
+	uint32_t features;      /* SPW_FEAT_* bits the daemon granted */
+	int32_t numa_node;      /* node the region is bound to, -1 when none */
+	uint8_t locked;         /* region is mlocked */
+	uint8_t hugepages;      /* region is hugepage-backed */
+	uint8_t reserved[6];
+};
+
+/*
+ * Fills *info (whose size field the caller sets) with the attached
+ * session's geometry. Returns 0 on success, -EINVAL when an argument is
+ * NULL or info->size is too small, and -ENOTCONN when nothing is attached.
+ */
+SPW_EXPORT int spw_client_info(const spw_client *c, struct spw_session_info *info);
+
+/* ------------------------------------------------------------------ */
+/* Tensors */
+
+enum spw_tensor_kind {
+	SPW_TENSOR_RESIDENT = 0,  /* always keeps its slots (CPU offload) */
+	SPW_TENSOR_SWAPPABLE = 1, /* homed on NVMe, slots while pinned (needs SPW_FEAT_SWAP) */
+};
+
+/*
+ * Registers a tensor of bytes bytes named name (printable ASCII, 1..256
+ * bytes) in the attached session. The daemon assigns its id, stored in
+ * *ret_tensor, and cuts it into pages of page_size, whose count is stored
+ * in *ret_pages when ret_pages is not NULL.
+ *
+ * Returns 0 on success. Returns -EINVAL for a bad name, size or kind, and
+ * -ENOTCONN when nothing is attached. The daemon refuses with -EEXIST when
+ * the name is taken, -ENOSPC when the session's region lacks free slots
+ * for a resident tensor this large (its message says how many are free),
+ * and -EOPNOTSUPP for a swappable tensor without the NVMe tier. -ETIMEDOUT
+ * or -ECONNRESET as for spw_client_connect(). ret_tensor and ret_pages
+ * are untouched on failure.
+ */
+SPW_EXPORT int spw_tensor_register(spw_client *c, const char *name, uint64_t bytes,
+				   enum spw_tensor_kind kind, uint32_t *ret_tensor, uint32_t *ret_pages);
+
+/*
+ * Unregisters a tensor; its pages must not be pinned. Returns 0 on success,
+ * -ENOTCONN when nothing is attached, -ENOENT for an unknown id, -EBUSY when
+ * a page is still pinned, and -ETIMEDOUT or -ECONNRESET as above.
+ */
+SPW_EXPORT int spw_tensor_unregister(spw_client *c, uint32_t tensor);
+
+/* ------------------------------------------------------------------ */
+/* The data plane: asynchronous operations */
+
+/* A finished operation. */
+struct spw_completion {
+	uint64_t user_data; /* as passed to spw_submit_*() */
+	int32_t res;        /* >= 0 on success (PIN: the slot index), -errno on failure */
+	uint32_t flags;     /* reserved, zero */
+};
+
+/* Flags for unpin. */
+#define SPW_CLEAN 0u        /* the page was only read */
+#define SPW_DIRTY (1u << 0) /* the page was written: the daemon must keep the new contents */
+
+/*
+ * Queue one operation on the session's submission ring and tell the daemon.
+ * user_data comes back untouched in the operation's completion.
+ *
+ *   nop:   completes with res 0; measures the round trip.
+ *   pin:   completes with the slot index that holds (tensor, page); the page
+ *          stays there until unpinned. spw_slot_ptr() turns it into an
+ *          address.
+ *   unpin: completes with 0; flags is SPW_CLEAN or SPW_DIRTY.
+ *
+ * At most cq_entries operations may be in flight (submitted but not yet
+ * reaped), and the submission ring holds sq_entries (spw_client_info()).
+ *
+ * Returns 0 when queued. Returns -EBUSY when the submission ring is full or
+ * cq_entries operations are in flight: reap completions and try again.
+ * Returns -EINVAL for unknown flags, -ENOTCONN when nothing is attached, and
+ * -ECONNRESET when the daemon has gone away. Errors about the tensor or page
+ * (-ENOENT, -ERANGE, ...) arrive in the completion, not here.
+ */
+SPW_EXPORT int spw_submit_nop(spw_client *c, uint64_t user_data);
+SPW_EXPORT int spw_submit_pin(spw_client *c, uint32_t tensor, uint32_t page, uint64_t user_data);
+SPW_EXPORT int spw_submit_unpin(spw_client *c, uint32_t tensor, uint32_t page, unsigned flags,
+				uint64_t user_data);
+
+/*
+ * Copies up to max finished operations into out and returns how many.
+ * Waits up to timeout_ms milliseconds for the first one when none is ready
+ * (0: do not wait; -1: wait without limit): the caller spins for spin_us,
+ * then sleeps on the completion eventfd, and wakes early if the daemon
+ * hangs up.
+ *
+ * Returns the number of completions (>= 1), or 0 when timeout_ms is 0 and
+ * none is ready. Returns -ETIMEDOUT when the timeout passed with none,
+ * -EINVAL for bad arguments, -ENOTCONN when nothing is attached,
+ * -ECONNRESET when the daemon went away (detected within about a second
+ * even with timeout -1), -EPROTO when the daemon posted a completion
+ * that matches no operation in flight (the session is then unusable), and
+ * -EINTR when a signal interrupted the sleep.
+ */
+SPW_EXPORT int spw_reap(spw_client *c, struct spw_completion *out, unsigned max, int timeout_ms);
+
+/* ------------------------------------------------------------------ */
+/* The data plane: synchronous conveniences */
+
+/*
+ * Each submits one operation and waits without limit for its own
+ * completion; completions of other operations that arrive meanwhile are
+ * kept for spw_reap(). They fail like spw_submit_*() and spw_reap(), and
+ * return the operation's own error (its completion's res) when the daemon
+ * refused it.
+ *
+ * spw_nop() returns 0. spw_pin() returns the slot index (>= 0) and, when
+ * ret_ptr is not NULL, stores the page's address in *ret_ptr (untouched on
+ * failure). spw_unpin() returns 0.
+ */
+SPW_EXPORT int spw_nop(spw_client *c);
+SPW_EXPORT int spw_pin(spw_client *c, uint32_t tensor, uint32_t page, void **ret_ptr);
+SPW_EXPORT int spw_unpin(spw_client *c, uint32_t tensor, uint32_t page, unsigned flags);
+
+/*
+ * Returns the address of slot in this process's mapping of the region
+ * (region base + slot * page_size), or NULL when nothing is attached or
+ * slot is out of range. The address is valid until detach or free; the
+ * page's contents belong to the caller only while the page is pinned.
+ */
+SPW_EXPORT void *spw_slot_ptr(const spw_client *c, uint32_t slot);
+
+/* ------------------------------------------------------------------ */
+/* Status */
+
+/*
+ * Reads the daemon's status document from the status socket at path (NULL:
+ * spw_socket_path(SPW_SOCKET_STATUS)) and stores it in *ret_json as a
+ * NUL-terminated JSON string that the caller releases with free(). Waits
+ * at most 5 s. Thread-safe.
+ *
+ * Returns 0 on success. Returns -EINVAL when ret_json is NULL,
+ * -ENAMETOOLONG for an over-long path, -ENOENT or -ECONNREFUSED when no
+ * daemon listens at path, -EACCES when the socket may not be opened,
+ * -ETIMEDOUT when the daemon sends nothing in time, -EPROTO for a
+ * malformed frame, and -ENOMEM when memory runs out.
+ */
+SPW_EXPORT int spw_status_fetch(const char *path, char **ret_json);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

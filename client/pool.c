@@ -1,0 +1,466 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client/pool.c: fixed worker threads pinned to a NUMA node's cores.
+ *
+ * Locks: one, the pool's spinlock (queue head/tail and every call's
+ * `claimed`). It is held for a few instructions and never while calling out
+ * or sleeping, so there is no lock order to keep. A spinlock rather than a
+ * mutex because the hot path must make no system call and the workers are
+ * pinned one per core; a holder that gets preempted only makes the others
+ * yield.
+ *
+ * Futex words (each an event count, bumped after the state it announces):
+ *   work_seq  bumped by submit and free; idle workers sleep on it.
+ *   done_seq  bumped when any call completes; spw__pool_wait sleeps on it.
+ * Each has a sleeper count so the waking side skips the futex syscall when
+ * nobody sleeps; see the comments at the barriers for why no wake is lost.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+
+#include "config.h"
+#include "pool.h"
+
+#if SPW_HAVE_NUMA
+#include <numa.h>
+#endif
+
+struct worker {
+	pthread_t thread;
+	struct spw__pool *pool;
+	int cpu;
+	bool started;
+};
+
+struct spw__pool {
+	atomic_int lock;
+	struct spw__pool_call *head, *tail;     /* under lock */
+
+	atomic_uint work_seq;
+	atomic_uint work_sleepers;
+	atomic_uint done_seq;
+	atomic_uint done_sleepers;
+	atomic_bool stop;
+
+	uint64_t spin_ns;
+	int node;
+	unsigned nthreads;
+	struct worker workers[];
+};
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static void lock(struct spw__pool *p)
+{
+	for (unsigned spins = 0;; spins++) {
+		int expect = 0;
+
+		/* acquire: the queue state the last holder released is visible. */
+		if (!atomic_load_explicit(&p->lock, memory_order_relaxed) &&
+		    atomic_compare_exchange_weak_explicit(&p->lock, &expect, 1,
+							  memory_order_acquire,
+							  memory_order_relaxed))
+			return;
+		if (spins > 1000)
+			sched_yield(); /* holder was preempted; give it the core */
+		else
+			cpu_relax();
+	}
+}
+
+static void unlock(struct spw__pool *p)
+{
+	/* release: publishes queue changes to the next holder. */
+	atomic_store_explicit(&p->lock, 0, memory_order_release);
+}
+
+static void futex_wait(atomic_uint *w, unsigned val)
+{
+	/* Returns at once (EAGAIN) when *w != val: the kernel compares and
+	 * sleeps atomically, which is what makes the event counts safe. */
+	syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void futex_wake(atomic_uint *w, int n)
+{
+	syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: no system call */
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void complete(struct spw__pool *p, struct spw__pool_call *c)
+{
+	/* release: with the acq_rel count below, every tile's stores are
+	 * visible to whoever sees done == 1. After this store the caller may
+	 * reuse c, so c is not touched again. */
+	atomic_store_explicit(&c->done, 1, memory_order_release);
+	/* seq_cst bump then seq_cst read of the sleeper count: either the
+	 * waiter registered before our read (we wake it) or its futex_wait
+	 * sees done_seq changed and returns. */
+	atomic_fetch_add(&p->done_seq, 1);
+	if (atomic_load(&p->done_sleepers))
+		futex_wake(&p->done_seq, INT_MAX);
+}
+
+/* Claims and runs one tile; false when the queue is empty. */
+static bool run_one(struct spw__pool *p)
+{
+	struct spw__pool_call *c;
+	size_t t, begin, end;
+
+	lock(p);
+	c = p->head;
+	if (!c) {
+		unlock(p);
+		return false;
+	}
+	t = c->claimed++;
+	if (c->claimed == c->ntiles) {
+		/* Last tile handed out: nobody looks at c through the queue again. */
+		p->head = c->next;
+		if (!p->head)
+			p->tail = NULL;
+	}
+	unlock(p);
+
+	begin = t * c->tile;
+	end = c->n - begin < c->tile ? c->n : begin + c->tile;
+	c->fn(c->arg, t, begin, end);
+	/* acq_rel: releases this tile's results, and the last finisher
+	 * acquires everyone's before it publishes done. */
+	if (atomic_fetch_add_explicit(&c->finished, 1, memory_order_acq_rel) + 1 == c->ntiles)
+		complete(p, c);
+	return true;
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct spw__pool *p = w->pool;
+
+	for (;;) {
+		/* Read the count before looking at the queue: a submit after
+		 * this read changes it, so the sleep below cannot miss it. */
+		unsigned seq = atomic_load(&p->work_seq);
+		uint64_t until;
+		bool moved = false;
+
+		if (run_one(p))
+			continue;
+		if (atomic_load(&p->stop))
+			break;
+		until = now_ns() + p->spin_ns;
+		for (unsigned i = 1;; i++) {
+			if (atomic_load_explicit(&p->work_seq, memory_order_relaxed) != seq) {
+				moved = true;
+				break;
+			}
+			cpu_relax();
+			if (!(i & 63) && now_ns() >= until)
+				break;
+		}
+		if (moved)
+			continue;
+		/* seq_cst increment pairs with submit's seq_cst bump-then-read:
+		 * either submit sees us and wakes, or futex_wait sees the bump. */
+		atomic_fetch_add(&p->work_sleepers, 1);
+		futex_wait(&p->work_seq, seq);
+		atomic_fetch_sub(&p->work_sleepers, 1);
+	}
+	return NULL;
+}
+
+int spw__pool_submit(struct spw__pool *p, struct spw__pool_call *c)
+{
+	if (!p || !c || !c->fn || !c->tile)
+		return -EINVAL;
+	c->next = NULL;
+	c->ntiles = c->n / c->tile + (c->n % c->tile != 0);
+	c->claimed = 0;
+	atomic_store_explicit(&c->finished, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->done, 0, memory_order_relaxed);
+	if (c->ntiles == 0) {
+		atomic_store_explicit(&c->done, 1, memory_order_release);
+		return 0;
+	}
+	/* The unlock releases the fields above to the worker that claims a tile. */
+	lock(p);
+	if (p->tail)
+		p->tail->next = c;
+	else
+		p->head = c;
+	p->tail = c;
+	unlock(p);
+	atomic_fetch_add(&p->work_seq, 1);
+	if (atomic_load(&p->work_sleepers))
+		futex_wake(&p->work_seq, c->ntiles < p->nthreads ? (int)c->ntiles : (int)p->nthreads);
+	return 0;
+}
+
+bool spw__pool_done(const struct spw__pool_call *c)
+{
+	return atomic_load_explicit(&c->done, memory_order_acquire);
+}
+
+void spw__pool_wait(struct spw__pool *p, struct spw__pool_call *c)
+{
+	uint64_t until = now_ns() + p->spin_ns;
+
+	for (unsigned i = 1; !spw__pool_done(c); i++) {
+		cpu_relax();
+		if (!(i & 63) && now_ns() >= until)
+			break;
+	}
+	for (;;) {
+		unsigned seq = atomic_load(&p->done_seq);
+
+		if (spw__pool_done(c))
+			return;
+		atomic_fetch_add(&p->done_sleepers, 1);
+		futex_wait(&p->done_seq, seq);
+		atomic_fetch_sub(&p->done_sleepers, 1);
+	}
+}
+
+unsigned spw__pool_threads(const struct spw__pool *p)
+{
+	return p->nthreads;
+}
+
+int spw__pool_worker_cpu(const struct spw__pool *p, unsigned i)
+{
+	return i < p->nthreads ? p->workers[i].cpu : -EINVAL;
+}
+
+int spw__pool_node(const struct spw__pool *p)
+{
+	return p->node;
+}
+
+/* The CPUs of node (or every allowed one without libnuma) that this process may use. */
+static int node_cpus(int *node, int *cpus, int max)
+{
+	cpu_set_t allowed;
+	int n = 0;
+
+	if (sched_getaffinity(0, sizeof(allowed), &allowed) < 0)
+		return -errno;
+#if SPW_HAVE_NUMA
+	if (numa_available() >= 0) {
+		struct bitmask *bm;
+
+		if (*node < 0) {
+			int cpu = sched_getcpu();
+			*node = cpu >= 0 ? numa_node_of_cpu(cpu) : 0;
+			if (*node < 0)
+				*node = 0;
+		}
+		if (*node > numa_max_node())
+			return -EINVAL;
+		bm = numa_allocate_cpumask();
+		if (!bm)
+			return -ENOMEM;
+		if (numa_node_to_cpus(*node, bm) < 0) {
+			numa_free_cpumask(bm);
+			return -EINVAL;
+		}
+		for (int c = 0; c < CPU_SETSIZE && n < max; c++)
+			if (CPU_ISSET(c, &allowed) && (unsigned)c < bm->size && numa_bitmask_isbitset(bm, (unsigned)c))
+				cpus[n++] = c;
+		numa_free_cpumask(bm);
+		return n ? n : -EINVAL;
+	}
+#endif
+	if (*node > 0)
+		return -ENOTSUP;
+	*node = 0;
+	for (int c = 0; c < CPU_SETSIZE && n < max; c++)
+		if (CPU_ISSET(c, &allowed))
+			cpus[n++] = c;
+	return n ? n : -EINVAL;
+}
+
+int spw__pool_new(const struct spw__pool_opts *opts, struct spw__pool **ret)
+{
+	static const struct spw__pool_opts defaults = { .numa_node = -1 };
+	struct spw__pool *p;
+	int cpus[CPU_SETSIZE], ncpu, node, r = 0;
+	unsigned nthreads;
+
+	if (!ret)
+		return -EINVAL;
+	if (!opts)
+		opts = &defaults;
+	node = opts->numa_node;
+	ncpu = node_cpus(&node, cpus, CPU_SETSIZE);
+	if (ncpu < 0)
+		return ncpu;
+	nthreads = opts->threads ? opts->threads : (unsigned)ncpu;
+	if (nthreads > 4096)
+		return -EINVAL;
+	p = calloc(1, sizeof(*p) + nthreads * sizeof(p->workers[0]));
+	if (!p)
+		return -ENOMEM;
+	p->nthreads = nthreads;
+	p->node = node;
+	p->spin_ns = (opts->spin_us ? opts->spin_us : 100) * 1000ull;
+	for (unsigned i = 0; i < nthreads; i++) {
+		struct worker *w = &p->workers[i];
+		pthread_attr_t attr;
+		cpu_set_t one;
+
+		w->pool = p;
+		w->cpu = cpus[i % (unsigned)ncpu];
+		CPU_ZERO(&one);
+		CPU_SET(w->cpu, &one);
+		r = -pthread_attr_init(&attr);
+		if (r < 0)
+			goto fail;
+		/* Pinned before it runs, so its stack is first touched on the node. */
+		r = -pthread_attr_setaffinity_np(&attr, sizeof(one), &one);
+		if (r == 0)
+			r = -pthread_create(&w->thread, &attr, worker_main, w);
+		pthread_attr_destroy(&attr);
+		if (r < 0)
+			goto fail;
+		w->started = true;
+	}
+	*ret = p;
+	return 0;
+fail:
+	spw__pool_free(p);
+	return r;
+}
+
+struct spw__pool *spw__pool_free(struct spw__pool *p)
+{
+	if (!p)
+		return NULL;
+	/* Workers look at stop only when the queue is empty, so queued calls finish. */
+	atomic_store(&p->stop, true);
+	atomic_fetch_add(&p->work_seq, 1);
+	futex_wake(&p->work_seq, INT_MAX);
+	for (unsigned i = 0; i < p->nthreads; i++)
+		if (p->workers[i].started)
+			pthread_join(p->workers[i].thread, NULL);
+	free(p);
+	return NULL;
+}
+
+/* ---- kernel calls ---- */
+
+static void kernel_tile(void *arg, size_t tile, size_t b, size_t e)
+{
+	struct spw__pool_kcall *kc = arg;
+	const struct spw_kernels *k = kc->k;
+	size_t n = e - b, ss = spw_dtype_size(kc->src_dtype);
+	const unsigned char *src = (const unsigned char *)kc->src + b * ss;
+
+	switch (kc->op) {
+	case SPW_POOL_ADAMW:
+		k->adamw[kc->src_dtype][kc->copy_dtype](
+			&kc->consts, kc->param + b, kc->exp_avg + b, kc->exp_avg_sq + b, src,
+			kc->copy ? (unsigned char *)kc->copy + b * spw_dtype_size(kc->copy_dtype) : NULL,
+			n);
+		break;
+	case SPW_POOL_SUMSQ:
+		kc->partial[tile] = k->sumsq[kc->src_dtype](src, n);
+		break;
+	case SPW_POOL_NONFINITE:
+		if (!atomic_load_explicit(&kc->nonfinite, memory_order_relaxed) &&
+		    k->nonfinite[kc->src_dtype](src, n))
+			atomic_store_explicit(&kc->nonfinite, 1, memory_order_relaxed);
+		break;
+	case SPW_POOL_CAST:
+		k->cast[kc->dst_dtype][kc->src_dtype](
+			(unsigned char *)kc->dst + b * spw_dtype_size(kc->dst_dtype), src, n);
+		break;
+	case SPW_POOL_ACC:
+		k->acc[kc->src_dtype]((float *)kc->dst + b, src, n);
+		break;
+	}
+}
+
+static bool dtype_ok(enum spw_dtype t)
+{
+	return (unsigned)t < SPW_DTYPE_COUNT;
+}
+
+int spw__pool_kernel_submit(struct spw__pool *p, struct spw__pool_kcall *kc)
+{
+	size_t tile = SPW_POOL_ADAMW_TILE;
+
+	if (!kc || !dtype_ok(kc->src_dtype) || (kc->n && !kc->src))
+		return -EINVAL;
+	switch (kc->op) {
+	case SPW_POOL_ADAMW:
+		if ((unsigned)kc->copy_dtype > SPW_DTYPE_NONE ||
+		    (kc->copy_dtype != SPW_DTYPE_NONE && kc->n && !kc->copy) ||
+		    (kc->n && (!kc->param || !kc->exp_avg || !kc->exp_avg_sq)))
+			return -EINVAL;
+		if (kc->copy_dtype == SPW_DTYPE_NONE)
+			kc->copy = NULL;
+		break;
+	case SPW_POOL_SUMSQ: {
+		/* Tiles from n alone, at most MAX_PARTIALS of them, multiples of
+		 * 32 so each tile's lanes line up with the span's. */
+		size_t per = kc->n / SPW_POOL_MAX_PARTIALS + 1;
+
+		tile = 65536;
+		if (per > tile)
+			tile = (per + 31) & ~(size_t)31;
+		memset(kc->partial, 0, sizeof(kc->partial));
+		break;
+	}
+	case SPW_POOL_NONFINITE:
+		tile = 65536;
+		break;
+	case SPW_POOL_CAST:
+	case SPW_POOL_ACC:
+		if (!dtype_ok(kc->dst_dtype) || (kc->n && !kc->dst))
+			return -EINVAL;
+		if (kc->op == SPW_POOL_ACC && kc->dst_dtype != SPW_DTYPE_F32)
+			return -EINVAL;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (!kc->k)
+		kc->k = spw_kernels();
+	atomic_store_explicit(&kc->nonfinite, 0, memory_order_relaxed);
+	kc->call.fn = kernel_tile;
+	kc->call.arg = kc;
+	kc->call.n = kc->n;
+	kc->call.tile = tile;
+	return spw__pool_submit(p, &kc->call);
+}
+
+double spw__pool_sumsq_result(const struct spw__pool_kcall *kc)
+{
+	double l[SPW_POOL_MAX_PARTIALS];
+
+	memcpy(l, kc->partial, sizeof(l));
+	for (size_t w = SPW_POOL_MAX_PARTIALS / 2; w; w /= 2)
+		for (size_t j = 0; j < w; j++)
+			l[j] += l[j + w];
+	return l[0];
+}

@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client/pool.h: the CPU thread pool that runs kernels/ over big spans.
+ *
+ * Worker threads are created once, each pinned to one core of the chosen
+ * NUMA node. A parallel call is a caller-owned struct spw__pool_call (on the
+ * stack or inside a bigger object): submitting it allocates nothing and,
+ * while the workers are awake, makes no system call. Calls queue in FIFO
+ * order; each is cut into tiles of call->tile elements that the workers
+ * claim one at a time, so several calls can be in flight (the pipeline
+ * queues chunk k+1 while chunk k runs) and each reports its own completion.
+ *
+ * Tiling depends only on n and the tile size, never on the thread count,
+ * and every kernel is elementwise or reduces per tile in a fixed order, so
+ * a result is bit-identical with 1 or N threads.
+ *
+ * Idle workers poll for spin_us, then sleep on a futex: an idle pool costs
+ * no CPU.
+ */
+#ifndef SPW_CLIENT_POOL_H
+#define SPW_CLIENT_POOL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+
+struct spw__pool;
+
+struct spw__pool_opts {
+	unsigned threads;       /* 0: one per allowed core of the node */
+	int numa_node;          /* -1: the node the creating thread runs on */
+	unsigned spin_us;       /* idle polling before sleeping; 0: 100 us */
+};
+
+/* Runs elements [begin, end) of a call; tile = begin / call->tile. */
+typedef void (*spw__pool_fn)(void *arg, size_t tile, size_t begin, size_t end);
+
+/*
+ * One parallel call. The caller fills fn, arg, n and tile, submits, and
+ * keeps the struct alive and untouched until spw__pool_done() returns true
+ * or spw__pool_wait() returns. Fields below the line are the pool's.
+ */
+struct spw__pool_call {
+	spw__pool_fn fn;
+	void *arg;
+	size_t n;               /* elements */
+	size_t tile;            /* elements per tile, > 0 */
+
+	struct spw__pool_call *next;    /* queue link, under the pool lock */
+	size_t ntiles;
+	size_t claimed;                 /* under the pool lock */
+	atomic_size_t finished;         /* tiles run to the end */
+	atomic_uint done;               /* 1 once every tile has finished (release) */
+};
+
+/*
+ * Starts the workers. Returns 0 and sets *ret, or: -EINVAL for a node that
+ * does not exist or has no core this process may run on; -ENOTSUP for a
+ * node other than -1/0 without libnuma; -ENOMEM; or the error of
+ * pthread_create. On error *ret is untouched and nothing is left running.
+ */
+int spw__pool_new(const struct spw__pool_opts *opts, struct spw__pool **ret);
+
+/* Finishes every queued call, stops and joins the workers, frees. NULL is
+ * fine. Returns NULL. */
+struct spw__pool *spw__pool_free(struct spw__pool *p);
+
+unsigned spw__pool_threads(const struct spw__pool *p);
+
+/* The CPU worker i is pinned to, the NUMA node the pool serves. */
+int spw__pool_worker_cpu(const struct spw__pool *p, unsigned i);
+int spw__pool_node(const struct spw__pool *p);
+
+/*
+ * Queues a call. Returns 0, or -EINVAL when fn is NULL or tile is 0. A call
+ * with n == 0 is complete on return. Never call from inside a tile.
+ */
+int spw__pool_submit(struct spw__pool *p, struct spw__pool_call *c);
+
+/* True once every tile of c has run; its results are then visible. */
+bool spw__pool_done(const struct spw__pool_call *c);
+
+/* Blocks (briefly polling, then on a futex) until c is done. */
+void spw__pool_wait(struct spw__pool *p, struct spw__pool_call *c);
+
+/* ---- kernel calls on top of the pool ---- */
+
+enum spw__pool_op {
+	SPW_POOL_ADAMW,         /* adamw(param, exp_avg, exp_avg_sq, src -> copy) */
+	SPW_POOL_SUMSQ,         /* sum of src[i]^2 -> spw__pool_sumsq_result() */
+	SPW_POOL_NONFINITE,     /* any inf/nan in src -> .nonfinite */
+	SPW_POOL_CAST,          /* dst = src converted */
+	SPW_POOL_ACC,           /* (float *)dst += src */
+};
+
+#define SPW_POOL_ADAMW_TILE 16384       /* 16K elements: ~300 KB of streams, fits L2 */
+#define SPW_POOL_MAX_PARTIALS 256       /* per-tile sums kept by one SUMSQ call */
+
+/*
+ * A kernel call. Fill the inputs for op, then spw__pool_kernel_submit().
+ * src/src_dtype is the gradient (ADAMW, ACC) or the input (others).
+ */
+struct spw__pool_kcall {
+	struct spw__pool_call call;
+	enum spw__pool_op op;
+	const struct spw_kernels *k;    /* NULL: spw_kernels() */
+	size_t n;
+	const void *src;
+	enum spw_dtype src_dtype;
+	void *dst;                      /* CAST: dst_dtype; ACC: float */
+	enum spw_dtype dst_dtype;
+	/* ADAMW */
+	struct spw_adamw_consts consts;
+	float *param, *exp_avg, *exp_avg_sq;
+	void *copy;                     /* NULL with copy_dtype SPW_DTYPE_NONE */
+	enum spw_dtype copy_dtype;
+	/* results */
+	atomic_uint nonfinite;
+	double partial[SPW_POOL_MAX_PARTIALS];
+};
+
+/* Returns 0 or -EINVAL (bad dtype, op or missing pointer). */
+int spw__pool_kernel_submit(struct spw__pool *p, struct spw__pool_kcall *kc);
+
+/* The sum of squares of a finished SUMSQ call: per-tile sums (tiles sized
+ * from n alone) folded pairwise, so independent of the thread count. */
+double spw__pool_sumsq_result(const struct spw__pool_kcall *kc);
+
+#endif

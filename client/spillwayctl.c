@@ -1,0 +1,330 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * spillwayctl: the operator's view of spillwayd.
+ *
+ *   spillwayctl [--socket-dir DIR | --status PATH] status [--json]
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <spillway/spillway.h>
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: spillwayctl [OPTIONS] COMMAND\n"
+		"\n"
+		"commands:\n"
+		"  status          sessions, pool and daemon figures as a table\n"
+		"  status --json   the daemon's status document as it sent it\n"
+		"\n"
+		"options:\n"
+		"  --socket-dir DIR   the daemon whose sockets live in DIR (DIR/status.sock)\n"
+		"  --status PATH      the daemon's status socket\n"
+		"  --json             print JSON instead of a table\n"
+		"  -h, --help         this text\n"
+		"  --version          print the version\n"
+		"\n"
+		"Without --socket-dir or --status, the socket is found like the library finds it:\n"
+		"the directory of $SPILLWAY_SOCKET, $XDG_RUNTIME_DIR/spillway, or /run/spillway.\n");
+}
+
+/* "1.5 GiB": sizes for people. */
+static void human_bytes(double b, char *buf, size_t len)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	int u = 0;
+
+	while (b >= 1024.0 && u < 5) {
+		b /= 1024.0;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%.0f B", b);
+	else
+		snprintf(buf, len, "%.1f %s", b, unit[u]);
+}
+
+static const cJSON *get(const cJSON *o, const char *key)
+{
+	return cJSON_GetObjectItemCaseSensitive(o, key);
+}
+
+/* Each formatter writes "-" for a missing or mistyped key: the document
+ * may come from an older or newer daemon. */
+static void fmt_bytes(const cJSON *o, const char *key, char *buf, size_t len)
+{
+	const cJSON *v = get(o, key);
+
+	if (cJSON_IsNumber(v))
+		human_bytes(v->valuedouble, buf, len);
+	else
+		snprintf(buf, len, "-");
+}
+
+static void fmt_num(const cJSON *o, const char *key, char *buf, size_t len)
+{
+	const cJSON *v = get(o, key);
+
+	if (cJSON_IsNumber(v))
+		snprintf(buf, len, "%.0f", v->valuedouble);
+	else if (cJSON_IsString(v))
+		snprintf(buf, len, "%s", v->valuestring);
+	else
+		snprintf(buf, len, "-");
+}
+
+static void fmt_bool(const cJSON *o, const char *key, char *buf, size_t len)
+{
+	const cJSON *v = get(o, key);
+
+	if (cJSON_IsBool(v))
+		snprintf(buf, len, "%s", cJSON_IsTrue(v) ? "yes" : "no");
+	else if (cJSON_IsNumber(v))
+		snprintf(buf, len, "%s", v->valuedouble != 0 ? "yes" : "no");
+	else
+		snprintf(buf, len, "-");
+}
+
+static void fmt_str(const cJSON *o, const char *key, char *buf, size_t len)
+{
+	const cJSON *v = get(o, key);
+
+	snprintf(buf, len, "%s", cJSON_IsString(v) ? v->valuestring : "-");
+}
+
+static void fmt_duration(const cJSON *o, const char *key, char *buf, size_t len)
+{
+	const cJSON *v = get(o, key);
+	unsigned long long s;
+
+	if (!cJSON_IsNumber(v) || v->valuedouble < 0) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	s = (unsigned long long)v->valuedouble;
+	if (s >= 86400)
+		snprintf(buf, len, "%llud %02lluh", s / 86400, s / 3600 % 24);
+	else if (s >= 3600)
+		snprintf(buf, len, "%lluh %02llum", s / 3600, s / 60 % 60);
+	else if (s >= 60)
+		snprintf(buf, len, "%llum %02llus", s / 60, s % 60);
+	else
+		snprintf(buf, len, "%llus", s);
+}
+
+#define CELL 48
+
+enum col { C_NAME, C_UID, C_PID, C_STATE, C_REGION, C_PAGE, C_SLOTS, C_USED, C_TENSORS,
+	   C_PINNED, C_LOCKED, C_HUGE, C_NUMA, C_OPS, C_ERRORS, C__N };
+
+static const char *const col_title[C__N] = {
+	"SESSION", "UID", "PID", "STATE", "REGION", "PAGE", "SLOTS", "USED", "TENSORS",
+	"PINNED", "LOCKED", "HUGE", "NUMA", "OPS", "ERRORS",
+};
+
+static void session_row(const cJSON *s, char row[C__N][CELL])
+{
+	const cJSON *ring = get(s, "ring");
+
+	fmt_str(s, "name", row[C_NAME], CELL);
+	fmt_num(s, "uid", row[C_UID], CELL);
+	fmt_num(s, "pid", row[C_PID], CELL);
+	fmt_str(s, "state", row[C_STATE], CELL);
+	fmt_bytes(s, "region_bytes", row[C_REGION], CELL);
+	fmt_bytes(s, "page_size", row[C_PAGE], CELL);
+	fmt_num(s, "slots", row[C_SLOTS], CELL);
+	fmt_num(s, "slots_used", row[C_USED], CELL);
+	fmt_num(s, "tensors", row[C_TENSORS], CELL);
+	fmt_num(s, "pages_pinned", row[C_PINNED], CELL);
+	fmt_bool(s, "locked", row[C_LOCKED], CELL);
+	fmt_bool(s, "hugepages", row[C_HUGE], CELL);
+	fmt_num(s, "numa_node", row[C_NUMA], CELL);
+	fmt_num(ring, "ops", row[C_OPS], CELL);
+	fmt_num(ring, "errors", row[C_ERRORS], CELL);
+}
+
+static int print_table(const cJSON *doc)
+{
+	const cJSON *proto = get(doc, "proto"), *config = get(doc, "config"), *pool = get(doc, "pool");
+	const cJSON *sessions = get(doc, "sessions"), *others = get(doc, "others"), *s;
+	char a[CELL], b[CELL], c[CELL], d[CELL], e[CELL], f[CELL];
+	char (*rows)[C__N][CELL];
+	int width[C__N], n = 0, i;
+
+	fmt_str(doc, "version", a, CELL);
+	fmt_num(proto, "major", b, CELL);
+	fmt_num(proto, "minor", c, CELL);
+	fmt_num(doc, "pid", d, CELL);
+	fmt_duration(doc, "uptime_s", e, CELL);
+	printf("spillwayd %s (protocol %s.%s), pid %s, up %s", a, b, c, d, e);
+	s = get(doc, "cpu_s");
+	if (cJSON_IsNumber(s))
+		printf(", cpu %.2f s", s->valuedouble);
+	printf("\n");
+
+	fmt_str(config, "socket_dir", a, CELL);
+	fmt_bytes(config, "page_size", b, CELL);
+	fmt_num(config, "ring_entries", c, CELL);
+	fmt_num(config, "poll_us", d, CELL);
+	printf("config:   sockets in %s, page %s, ring %s entries, poll %s us\n", a, b, c, d);
+
+	fmt_bytes(pool, "used_bytes", a, CELL);
+	fmt_bytes(pool, "max_bytes", b, CELL);
+	fmt_bytes(pool, "free_bytes", c, CELL);
+	fmt_bytes(pool, "locked_bytes", d, CELL);
+	fmt_bytes(pool, "session_max_bytes", e, CELL);
+	printf("pool:     %s used of %s, %s free, %s locked; at most %s per session\n", a, b, c, d, e);
+	fmt_bool(pool, "locked", a, CELL);
+	fmt_bool(pool, "hugepages", b, CELL);
+	fmt_num(pool, "numa_node", f, CELL);
+	printf("          mlocked %s, hugepages %s, numa node %s\n", a, b, f);
+
+	printf("\n");
+	if (cJSON_IsArray(sessions))
+		n = cJSON_GetArraySize(sessions);
+	rows = calloc((size_t)n + 1, sizeof(*rows));
+	if (!rows) {
+		fprintf(stderr, "spillwayctl: out of memory\n");
+		return 1;
+	}
+	for (i = 0; i < C__N; i++)
+		snprintf(rows[0][i], CELL, "%s", col_title[i]);
+	i = 1;
+	cJSON_ArrayForEach(s, sessions)
+		session_row(s, rows[i++]);
+	for (int col = 0; col < C__N; col++) {
+		width[col] = 0;
+		for (i = 0; i <= n; i++) {
+			int w = (int)strlen(rows[i][col]);
+			width[col] = w > width[col] ? w : width[col];
+		}
+	}
+	if (n == 0) {
+		printf("no sessions\n");
+	} else {
+		for (i = 0; i <= n; i++) {
+			for (int col = 0; col < C__N; col++) {
+				/* Names and states read left to right, figures
+				 * line up on their last digit. */
+				bool left = col == C_NAME || col == C_STATE;
+				printf(col == C__N - 1 ? (left ? "%-*s" : "%*s") : (left ? "%-*s  " : "%*s  "),
+				       width[col], rows[i][col]);
+			}
+			printf("\n");
+		}
+	}
+	free(rows);
+
+	if (cJSON_IsObject(others)) {
+		fmt_num(others, "sessions", a, CELL);
+		fmt_bytes(others, "region_bytes", b, CELL);
+		printf("\nsessions of other users: %s, holding %s\n", a, b);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "socket-dir", required_argument, NULL, 'd' },
+		{ "status", required_argument, NULL, 's' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	const char *dir = NULL, *status = NULL, *cmd;
+	char path[4096];
+	char *json = NULL;
+	bool as_json = false;
+	cJSON *doc;
+	int opt, r;
+
+	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'd':
+			dir = optarg;
+			break;
+		case 's':
+			status = optarg;
+			break;
+		case 'j':
+			as_json = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("spillwayctl %s\n", SPW_VERSION_STRING);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr);
+		return 2;
+	}
+	cmd = argv[optind++];
+	if (strcmp(cmd, "status") != 0) {
+		fprintf(stderr, "spillwayctl: unknown command '%s'\n", cmd);
+		usage(stderr);
+		return 2;
+	}
+	/* getopt_long permutes, so "status --json" was already consumed. */
+	if (optind < argc) {
+		fprintf(stderr, "spillwayctl: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	if (dir && status) {
+		fprintf(stderr, "spillwayctl: give --socket-dir or --status, not both\n");
+		return 2;
+	}
+	if (dir) {
+		if ((size_t)snprintf(path, sizeof(path), "%s/status.sock", dir) >= sizeof(path)) {
+			fprintf(stderr, "spillwayctl: --socket-dir %s: path too long\n", dir);
+			return 2;
+		}
+	} else if (status) {
+		snprintf(path, sizeof(path), "%s", status);
+	} else if ((r = spw_socket_path(SPW_SOCKET_STATUS, path, sizeof(path))) < 0) {
+		fprintf(stderr, "spillwayctl: cannot build the status socket path: %s\n", spw_strerror(r));
+		return 1;
+	}
+
+	r = spw_status_fetch(path, &json);
+	if (r == -ENOENT || r == -ECONNREFUSED) {
+		fprintf(stderr,
+			"spillwayctl: no spillwayd answering at %s (%s); is it running? "
+			"('systemctl status spillwayd', or pass --socket-dir DIR)\n",
+			path, spw_strerror(r));
+		return 1;
+	}
+	if (r < 0) {
+		fprintf(stderr, "spillwayctl: status from %s: %s\n", path, spw_strerror(r));
+		return 1;
+	}
+	doc = cJSON_Parse(json);
+	if (!doc || !cJSON_IsObject(doc)) {
+		fprintf(stderr, "spillwayctl: the status document from %s is not a JSON object\n", path);
+		cJSON_Delete(doc);
+		free(json);
+		return 1;
+	}
+	if (as_json) {
+		printf("%s\n", json);
+		r = 0;
+	} else {
+		r = print_table(doc);
+	}
+	cJSON_Delete(doc);
+	free(json);
+	return r;
+}

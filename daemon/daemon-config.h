@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.h: spillwayd's configuration (JSON, docs/config.md). Every key is
+ * validated when the file is read: unknown keys, wrong types and values the
+ * daemon could never honour are refused with a message naming the key, the
+ * value and the reason.
+ */
+#ifndef SPW_DAEMON_DAEMON_CONFIG_H
+#define SPW_DAEMON_DAEMON_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+enum config_hugepages {
+	CONFIG_HUGEPAGES_AUTO = 0,
+	CONFIG_HUGEPAGES_ALWAYS,
+	CONFIG_HUGEPAGES_NEVER,
+};
+
+#define CONFIG_NUMA_AUTO       (-2)
+#define CONFIG_MAX_SWAP_DIRS   16
+#define CONFIG_MAX_FILE_BYTES  (1024 * 1024)
+#define CONFIG_DEFAULT_POLL_US 50u
+#define CONFIG_DEFAULT_MAX_TENSORS 65536u
+#define CONFIG_DEFAULT_MAX_GARBAGE 1000u
+
+struct config_swap_dir {
+	char *path;
+	uint64_t max_bytes;
+};
+
+struct config {
+	char *origin; /* the file it came from, or "built-in defaults" */
+
+	char *socket_dir;
+	unsigned socket_mode;
+	char *socket_group; /* NULL: leave the group alone */
+	gid_t socket_gid;
+
+	uint64_t pool_max_bytes;
+	uint64_t pool_session_max_bytes;
+	bool pool_require_locked;
+	int pool_hugepages;  /* enum config_hugepages */
+	int pool_numa_node;  /* CONFIG_NUMA_AUTO or a node number */
+	char *pool_gpu;      /* PCI address "0000:3b:00.0" or NULL */
+
+	uint32_t session_page_size;
+	uint32_t session_ring_entries;
+	uint32_t session_max_tensors;
+	uint32_t session_max_garbage;
+
+	uint32_t ring_poll_us;
+	int log_level;
+
+	/* NVMe tier (upcoming): validated, not used yet. */
+	struct config_swap_dir swap_dirs[CONFIG_MAX_SWAP_DIRS];
+	size_t n_swap_dirs;
+	uint32_t swap_queue_depth;
+	bool swap_sqpoll;
+	uint32_t swap_prefetch_window;
+};
+
+/*
+ * Reads and validates the configuration. path NULL means SPW_DEFAULT_CONFIG
+ * when that file exists, else the built-in defaults. On failure returns a
+ * negative errno and writes a sentence for a person into err; *ret is left
+ * untouched.
+ */
+int config_load(const char *path, struct config **ret, char *err, size_t errlen);
+
+/* The same from a JSON string; origin names it in messages. */
+int config_parse(const char *json, size_t len, const char *origin, struct config **ret,
+		 char *err, size_t errlen);
+
+struct config *config_free(struct config *c);
+
+const char *config_hugepages_name(int v);
+
+/* Parses "4MiB", "64GiB", "1048576" (binary units, B/K/KiB/M/MiB/G/GiB/T/TiB).
+ * Returns 0 or -EINVAL (not a size) / -ERANGE (overflows). */
+int config_parse_size(const char *s, uint64_t *ret);
+
+#endif

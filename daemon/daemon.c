@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include "config.h"
+#include "daemon.h"
+#include "log.h"
+#include "notify.h"
+#include "region.h"
+
+int daemon_socket_path(struct daemon *d, const char *name, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "%s/%s", d->cfg->socket_dir, name);
+
+	if (n < 0 || (size_t)n >= len || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		log_error("socket.dir %s is too long for a unix socket path", d->cfg->socket_dir);
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+static int mkdir_p(const char *dir)
+{
+	char tmp[256];
+	size_t n = strlen(dir);
+
+	if (n >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	memcpy(tmp, dir, n + 1);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int daemon_listen_unix(struct daemon *d, const char *path, unsigned mode, bool set_group)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	mode_t old;
+	int fd, r;
+
+	strcpy(sa.sun_path, path);
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			log_error("%s exists and is not a socket; move it away or change socket.dir", path);
+			return -EEXIST;
+		}
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(fd);
+			log_error("another spillwayd is already listening on %s; stop it first or use another socket.dir",
+				  path);
+			return -EADDRINUSE;
+		}
+		if (fd >= 0)
+			close(fd);
+		unlink(path); /* stale, from a daemon that did not shut down */
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/* Nobody may connect before the mode and group are right. */
+	old = umask(0177);
+	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	umask(old);
+	if (r < 0) {
+		r = -errno;
+		log_error("cannot bind %s: %s", path, strerror(-r));
+		goto fail;
+	}
+	if (chmod(path, mode) < 0 ||
+	    (set_group && d->cfg->socket_group && chown(path, (uid_t)-1, d->cfg->socket_gid) < 0)) {
+		r = -errno;
+		log_error("cannot set mode %04o%s%s on %s: %s", mode, set_group && d->cfg->socket_group ? " and group " : "",
+			  set_group && d->cfg->socket_group ? d->cfg->socket_group : "", path, strerror(-r));
+		goto fail;
+	}
+	if (listen(fd, 128) < 0) {
+		r = -errno;
+		log_error("cannot listen on %s: %s", path, strerror(-r));
+		goto fail;
+	}
+	return fd;
+fail:
+	close(fd);
+	unlink(path);
+	return r;
+}
+
+static int resolve_numa(const struct config *c)
+{
+	int n;
+
+	if (c->pool_numa_node >= 0)
+		return c->pool_numa_node;
+	if (!c->pool_gpu)
+		return -1;
+	n = region_pci_numa_node(c->pool_gpu);
+	if (n < 0)
+		log_info("pool.gpu %s: its NUMA node is unknown (/sys/bus/pci/devices/%s/numa_node); regions stay on "
+			 "the node they are first touched on", c->pool_gpu, c->pool_gpu);
+	return n;
+}
+
+void daemon_update_status(struct daemon *d)
+{
+	char line[160], a[32], b[32];
+	unsigned n = 0;
+	struct list *p, *t;
+
+	list_for_each_safe(p, t, &d->sessions)
+		n++;
+	snprintf(line, sizeof(line), "STATUS=%u session%s, %s of %s pinned", n, n == 1 ? "" : "s",
+		 format_bytes(d->used_bytes, a, sizeof(a)), format_bytes(d->cfg->pool_max_bytes, b, sizeof(b)));
+	notify_send(line);
+}
+
+static void teardown(struct daemon *d)
+{
+	control_close_all(d);
+	if (d->control_poll.loop)
+		uv_close((uv_handle_t *)&d->control_poll, NULL);
+	if (d->status_poll.loop)
+		uv_close((uv_handle_t *)&d->status_poll, NULL);
+	if (d->control_fd >= 0)
+		unlink(d->control_path);
+	if (d->status_fd >= 0)
+		unlink(d->status_path);
+	uv_close((uv_handle_t *)&d->sig_term, NULL);
+	uv_close((uv_handle_t *)&d->sig_int, NULL);
+	uv_close((uv_handle_t *)&d->sig_hup, NULL);
+	uv_close((uv_handle_t *)&d->watchdog, NULL);
+	uv_close((uv_handle_t *)&d->idle, NULL);
+	uv_close((uv_handle_t *)&d->backlog_timer, NULL);
+}
+
+static void on_stop(uv_signal_t *h, int signum)
+{
+	struct daemon *d = h->data;
+	unsigned n = 0;
+	struct list *p, *t;
+
+	if (d->stopping)
+		return;
+	d->stopping = true;
+	list_for_each_safe(p, t, &d->sessions)
+		n++;
+	log_info("%s: shutting down; detaching %u session%s", strsignal(signum), n, n == 1 ? "" : "s");
+	notify_send("STOPPING=1\nSTATUS=shutting down");
+	teardown(d);
+}
+
+static void on_reload(uv_signal_t *h, int signum)
+{
+	struct daemon *d = h->data;
+	struct config *n = NULL, *o = d->cfg;
+	char err[768], a[32], b[32];
+	char *tmp;
+
+	if (config_load(d->config_path, &n, err, sizeof(err)) < 0) {
+		log_error("SIGHUP: %s; keeping the running configuration", err);
+		return;
+	}
+	/* The listening sockets exist already: their settings stay until a
+	 * restart. Swap the old values back in and say so. */
+	if (strcmp(n->socket_dir, o->socket_dir)) {
+		log_warn("SIGHUP: socket.dir changed (%s -> %s); restart spillwayd to apply", o->socket_dir, n->socket_dir);
+		tmp = n->socket_dir;
+		n->socket_dir = o->socket_dir;
+		o->socket_dir = tmp;
+	}
+	if (n->socket_mode != o->socket_mode)
+		log_warn("SIGHUP: socket.mode changed (%04o -> %04o); restart spillwayd to apply", o->socket_mode,
+			 n->socket_mode);
+	if ((n->socket_group == NULL) != (o->socket_group == NULL) ||
+	    (n->socket_group && strcmp(n->socket_group, o->socket_group)))
+		log_warn("SIGHUP: socket.group changed; restart spillwayd to apply");
+	n->socket_mode = o->socket_mode;
+	tmp = n->socket_group;
+	n->socket_group = o->socket_group;
+	o->socket_group = tmp;
+	n->socket_gid = o->socket_gid;
+	if (n->n_swap_dirs)
+		log_info("SIGHUP: swap.* is validated, but the NVMe tier is not enabled in this spillwayd yet");
+	if (n->pool_max_bytes < d->used_bytes)
+		log_warn("SIGHUP: pool.max_bytes is now %s with %s in use; attached sessions keep their regions, new "
+			 "attaches are refused until enough detach", format_bytes(n->pool_max_bytes, a, sizeof(a)),
+			 format_bytes(d->used_bytes, b, sizeof(b)));
+	d->cfg = n;
+	config_free(o);
+	log_set_level(n->log_level);
+	d->numa_node = resolve_numa(n);
+	log_info("SIGHUP: reloaded %s: log.level %s, pool.max_bytes %s, pool.session_max_bytes %s, ring.poll_us %u "
+		 "(caps, page size and ring size apply to new sessions)",
+		 n->origin, log_level_name(n->log_level), format_bytes(n->pool_max_bytes, a, sizeof(a)),
+		 format_bytes(n->pool_session_max_bytes, b, sizeof(b)), n->ring_poll_us);
+	daemon_update_status(d);
+	(void)signum;
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+	notify_send("WATCHDOG=1");
+}
+
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+int daemon_run(struct config *cfg, const char *config_path)
+{
+	struct daemon *d;
+	char a[32], b[32], line[256];
+	int r, rc = 1;
+
+	d = calloc(1, sizeof(*d));
+	if (!d || uv_loop_init(&d->loop) < 0) {
+		fprintf(stderr, "spillwayd: out of memory\n");
+		free(d);
+		config_free(cfg);
+		return 1;
+	}
+	d->cfg = cfg;
+	d->config_path = config_path;
+	d->control_fd = d->status_fd = -1;
+	d->start_ns = uv_hrtime();
+	list_init(&d->polling);
+	list_init(&d->clients);
+	list_init(&d->sessions);
+	log_set_level(cfg->log_level);
+	signal(SIGPIPE, SIG_IGN);
+	raise_nofile();
+
+	uv_signal_init(&d->loop, &d->sig_term);
+	uv_signal_init(&d->loop, &d->sig_int);
+	uv_signal_init(&d->loop, &d->sig_hup);
+	uv_timer_init(&d->loop, &d->watchdog);
+	uv_timer_init(&d->loop, &d->backlog_timer);
+	uv_idle_init(&d->loop, &d->idle);
+	d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
+	d->watchdog.data = d->backlog_timer.data = d->idle.data = d;
+
+	d->numa_node = resolve_numa(cfg);
+	r = mkdir_p(cfg->socket_dir);
+	if (r < 0) {
+		log_error("cannot create socket.dir %s: %s", cfg->socket_dir, strerror(-r));
+		goto out;
+	}
+	r = control_listen(d);
+	if (r < 0)
+		goto out;
+	r = status_listen(d);
+	if (r < 0)
+		goto out;
+	uv_signal_start(&d->sig_term, on_stop, SIGTERM);
+	uv_signal_start(&d->sig_int, on_stop, SIGINT);
+	uv_signal_start(&d->sig_hup, on_reload, SIGHUP);
+	d->watchdog_usec = notify_watchdog_usec();
+	if (d->watchdog_usec) {
+		/* Twice per interval, as sd_watchdog_enabled(3) recommends. */
+		uint64_t ms = d->watchdog_usec / 2000 ? d->watchdog_usec / 2000 : 1;
+		uv_timer_start(&d->watchdog, on_watchdog, ms, ms);
+	}
+	log_info("spillwayd %s ready (%s): control %s, status %s, pool %s, session cap %s, page %u KiB, ring %u, "
+		 "poll %u us, NUMA node %d", SPW_VERSION, cfg->origin, d->control_path, d->status_path,
+		 format_bytes(cfg->pool_max_bytes, a, sizeof(a)), format_bytes(cfg->pool_session_max_bytes, b, sizeof(b)),
+		 cfg->session_page_size / 1024, cfg->session_ring_entries, cfg->ring_poll_us, d->numa_node);
+	snprintf(line, sizeof(line), "READY=1\nSTATUS=0 sessions, 0 B of %s pinned",
+		 format_bytes(cfg->pool_max_bytes, a, sizeof(a)));
+	notify_send(line);
+	rc = 0;
+out:
+	if (rc != 0)
+		teardown(d);
+	/* Runs until SIGTERM/SIGINT closes every handle (or, after a failed
+	 * start, just finishes the closes). */
+	uv_run(&d->loop, UV_RUN_DEFAULT);
+	if (d->control_fd >= 0)
+		close(d->control_fd);
+	if (d->status_fd >= 0)
+		close(d->status_fd);
+	r = uv_loop_close(&d->loop);
+	if (r < 0) {
+		log_error("shutdown: handles still open (%s)", uv_strerror(r));
+		rc = 1;
+	}
+	if (rc == 0)
+		log_info("stopped cleanly");
+	config_free(d->cfg);
+	free(d);
+	return rc;
+}

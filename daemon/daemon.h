@@ -1,0 +1,260 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon.h: spillwayd's internal objects. One libuv loop, one thread:
+ *
+ *   struct daemon   the loop, config, listeners, every client and session
+ *   struct client   one control connection (control.c)
+ *   struct session  one attached trainer: region, page table, rings (session.c,
+ *                   dataplane.c)
+ *
+ * Ownership: the daemon owns its clients; a client owns at most one session
+ * (persistent sessions that outlive their client come with the NVMe tier).
+ * Objects that embed libuv handles are freed from the handle's close
+ * callback; everything else they hold is released synchronously first, so
+ * the pool figures are right the moment a client is gone.
+ */
+#ifndef SPW_DAEMON_H
+#define SPW_DAEMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <uv.h>
+
+#include "daemon-config.h"
+#include "spw-proto.h"
+#include "spw-ring.h"
+
+struct list {
+	struct list *prev, *next;
+};
+
+static inline void list_init(struct list *l)
+{
+	l->prev = l->next = l;
+}
+
+static inline bool list_empty(const struct list *l)
+{
+	return l->next == l;
+}
+
+static inline void list_add_tail(struct list *head, struct list *n)
+{
+	n->prev = head->prev;
+	n->next = head;
+	head->prev->next = n;
+	head->prev = n;
+}
+
+static inline void list_del(struct list *n)
+{
+	n->prev->next = n->next;
+	n->next->prev = n->prev;
+	list_init(n);
+}
+
+#define list_entry(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
+#define list_for_each_safe(pos, tmp, head) \
+	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
+
+struct region;
+
+/* --- page table --------------------------------------------------------- */
+
+/* Where a page lives. RESIDENT is the only state of this release; the NVMe
+ * tier adds the ones in the comment without changing the record. */
+enum page_state {
+	PAGE_NONE = 0,   /* no slot, no disk copy yet */
+	PAGE_RESIDENT,   /* in pages[].slot */
+	/* PAGE_SWAPPED (on disk only), PAGE_READING, PAGE_WRITING: NVMe tier */
+};
+
+#define PAGE_DIRTY (1u << 0) /* written since it last matched its disk copy */
+
+#define SLOT_NONE UINT32_MAX
+
+struct page {
+	uint32_t slot;   /* SLOT_NONE when not in memory */
+	uint8_t state;   /* enum page_state */
+	uint8_t flags;   /* PAGE_* */
+	uint16_t reserved;
+	uint32_t pins;   /* outstanding PINs; a pinned page is never evicted */
+};
+
+enum tensor_kind {
+	TENSOR_RESIDENT = 0,
+	TENSOR_SWAPPABLE, /* NVMe tier */
+};
+
+struct tensor {
+	char *name;       /* NULL: this id is free */
+	uint64_t bytes;
+	uint32_t npages;
+	int kind;
+	struct page *pages;
+};
+
+/* The slot allocator: a stack of free slot indices. */
+struct slots {
+	uint32_t n;
+	uint32_t nfree;
+	uint32_t *free;
+};
+
+int slots_init(struct slots *s, uint32_t n);
+void slots_fini(struct slots *s);
+uint32_t slots_alloc(struct slots *s); /* SLOT_NONE when none is free */
+void slots_free(struct slots *s, uint32_t slot);
+
+/* --- sessions ----------------------------------------------------------- */
+
+struct ring_stats {
+	uint64_t ops, errors;
+	uint64_t by_op[SPW_OP__COUNT];
+};
+
+struct daemon;
+struct client;
+
+struct session {
+	struct daemon *d;
+	struct client *owner;
+	struct list link;       /* daemon.sessions */
+	struct list poll_link;  /* daemon.polling while the daemon polls its SQ */
+	char *name;
+	uid_t uid;
+	pid_t pid;
+
+	struct region *region;
+	uint32_t page_size;
+	uint32_t nslots;
+	struct slots slots;
+
+	struct tensor *tensors;
+	uint32_t ntensors_cap;  /* allocated records */
+	uint32_t ntensors;      /* registered */
+	uint32_t max_tensors;
+	uint64_t pages_pinned;
+
+	/* Rings: the memfd is shared; everything below it is the daemon's own
+	 * and the only copy it trusts. */
+	int rings_fd;
+	uint8_t *rings;
+	struct spw_ring_layout layout;
+	struct spw_ring_hdr *sqh, *cqh;
+	struct spw_sqe *sqes;
+	struct spw_cqe *cqes;
+	uint32_t sq_head;       /* ours: next SQ entry to consume */
+	uint32_t cq_tail;       /* ours: next CQ entry to fill */
+	uint32_t cq_head_seen;  /* the client's CQ head as last read */
+
+	int sq_evt, cq_evt;
+	uv_poll_t *sq_poll;     /* its own allocation: freed in the close callback */
+	bool polling;
+	bool backlog;           /* asleep with entries left because the CQ was full */
+	uint64_t last_active_ns;
+	uint32_t max_garbage;
+	uint32_t garbage;       /* invalid entries since the last valid one */
+	struct ring_stats stats;
+};
+
+/* Creates the session (region, rings, eventfds), counts it in the pool.
+ * Returns 0 or a negative errno with a sentence in err. */
+int session_create(struct daemon *d, struct client *owner, const char *name, uint64_t region_bytes,
+		   uint32_t page_size, struct session **ret, char *err, size_t errlen);
+/* Releases everything now; the poll handle's memory goes in its close cb. */
+struct session *session_free(struct session *s);
+struct session *session_find(struct daemon *d, const char *name);
+
+int session_register(struct session *s, const char *name, uint64_t bytes, uint32_t *id, char *err, size_t errlen);
+int session_unregister(struct session *s, uint32_t id, char *err, size_t errlen);
+struct tensor *session_tensor(struct session *s, uint32_t id);
+
+/* --- data plane (dataplane.c) ------------------------------------------ */
+
+int dataplane_start(struct session *s);
+void dataplane_stop(struct session *s);
+/* Consumes the SQ and posts completions. Returns entries consumed, or
+ * -EPROTO when the client broke the ring protocol (end the session). */
+int dataplane_drain(struct session *s);
+void dataplane_idle_cb(uv_idle_t *h);
+void dataplane_backlog_cb(uv_timer_t *t);
+
+/* --- control plane (control.c) ----------------------------------------- */
+
+struct client {
+	struct daemon *d;
+	struct list link;      /* daemon.clients */
+	int fd;
+	uv_poll_t poll;
+	unsigned id;
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	bool hello;
+	bool closing;
+	bool close_after_tx;
+	uint32_t features;
+	struct session *session;
+
+	/* The frame being reassembled: a client may send it a byte at a time. */
+	uint8_t hdr[sizeof(struct spw_proto_frame_hdr)];
+	size_t hdr_len;
+	char *payload;
+	uint32_t payload_len, payload_got;
+	char close_reason[256];
+	uint8_t *tx;           /* the reply not yet fully written */
+	size_t tx_len, tx_off;
+	int tx_fds[SPW_PROTO_MAX_FDS];
+	unsigned tx_nfds;
+};
+
+int control_listen(struct daemon *d);
+void control_client_close(struct client *c, const char *why);
+void control_close_all(struct daemon *d);
+
+/* --- status plane (status.c) ------------------------------------------- */
+
+int status_listen(struct daemon *d);
+/* The status document as seen by uid; the caller frees it. */
+char *status_render(struct daemon *d, uid_t uid);
+
+/* --- the daemon (daemon.c) --------------------------------------------- */
+
+struct daemon {
+	uv_loop_t loop;
+	struct config *cfg;
+	const char *config_path; /* as given on the command line, or NULL */
+
+	uv_signal_t sig_term, sig_int, sig_hup;
+	uv_timer_t watchdog;
+	uint64_t watchdog_usec;
+
+	int control_fd, status_fd;
+	uv_poll_t control_poll, status_poll;
+	char control_path[128], status_path[128];
+
+	uv_idle_t idle;         /* active while any session is polled */
+	uv_timer_t backlog_timer;
+	struct list polling;
+	struct list clients;
+	struct list sessions;
+	unsigned next_client_id;
+
+	int numa_node;          /* resolved from pool.numa_node / pool.gpu, -1 local */
+	uint64_t used_bytes, locked_bytes;
+	uint64_t start_ns;
+	bool stopping;
+};
+
+int daemon_run(struct config *cfg, const char *config_path);
+void daemon_update_status(struct daemon *d);
+/* socket.dir/name into buf; -ENAMETOOLONG when it does not fit. */
+int daemon_socket_path(struct daemon *d, const char *name, char *buf, size_t len);
+/* Creates a listening unix socket at path with mode and group. */
+int daemon_listen_unix(struct daemon *d, const char *path, unsigned mode, bool set_group);
+
+#endif

@@ -1,0 +1,327 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The data plane: each session's SQ is consumed inside the libuv loop with
+ * io_uring's SQPOLL protocol (spw-ring.h). A doorbell on the sq eventfd
+ * wakes the session; the daemon then polls its SQ on every loop iteration
+ * (a uv_idle handle keeps the loop from blocking) until ring.poll_us pass
+ * without an entry, then sets NEED_WAKEUP and lets the loop sleep. With no
+ * session polling there is no idle handle and the loop blocks in epoll.
+ *
+ * Everything in the rings memfd is written by a client that may be hostile:
+ * indices are checked against the daemon's own copies, each entry is read
+ * once into private memory and only the copy is validated and used.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+
+#define BACKLOG_RETRY_MS 10
+
+static char violation[256];
+
+static int protocol_violation(struct session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int protocol_violation(struct session *s, const char *fmt, ...)
+{
+	va_list ap;
+	int n = snprintf(violation, sizeof(violation), "session %s: ", s->name);
+
+	va_start(ap, fmt);
+	vsnprintf(violation + n, sizeof(violation) - (size_t)n, fmt, ap);
+	va_end(ap);
+	return -EPROTO;
+}
+
+static void end_session(struct session *s)
+{
+	control_client_close(s->owner, violation);
+}
+
+static int32_t invalid(struct session *s)
+{
+	s->stats.errors++;
+	s->garbage++;
+	return -EINVAL;
+}
+
+static int32_t execute(struct session *s, const struct spw_sqe *sqe)
+{
+	struct tensor *t;
+	struct page *p;
+
+	s->stats.ops++;
+	if (spw_sqe_check(sqe) < 0)
+		return invalid(s);
+	s->stats.by_op[sqe->opcode]++;
+	switch (sqe->opcode) {
+	case SPW_OP_NOP:
+		break;
+	case SPW_OP_PIN:
+		t = session_tensor(s, sqe->tensor);
+		if (!t || sqe->page >= t->npages)
+			return invalid(s);
+		p = &t->pages[sqe->page];
+		if (p->state != PAGE_RESIDENT) {
+			s->stats.errors++;
+			return -EAGAIN; /* NVMe tier: not yet read back */
+		}
+		if (p->pins == UINT32_MAX) {
+			s->stats.errors++;
+			s->garbage = 0;
+			return -EOVERFLOW;
+		}
+		if (p->pins++ == 0)
+			s->pages_pinned++;
+		s->garbage = 0;
+		return (int32_t)p->slot;
+	case SPW_OP_UNPIN:
+		t = session_tensor(s, sqe->tensor);
+		if (!t || sqe->page >= t->npages || t->pages[sqe->page].pins == 0)
+			return invalid(s);
+		p = &t->pages[sqe->page];
+		if (--p->pins == 0)
+			s->pages_pinned--;
+		if (sqe->flags & SPW_UNPIN_DIRTY)
+			p->flags |= PAGE_DIRTY;
+		break;
+	default: /* PREFETCH, STEP, FLUSH: the NVMe tier's */
+		s->stats.errors++;
+		s->garbage = 0;
+		return -EOPNOTSUPP;
+	}
+	s->garbage = 0;
+	return 0;
+}
+
+/* Reads the client's CQ head and checks it moved only forward and never
+ * past what the daemon posted. Returns the free CQ entries or -EPROTO. */
+static int cq_space(struct session *s)
+{
+	/* Acquire: the client is done reading the entries before the head it
+	 * publishes, so the daemon may overwrite them. */
+	uint32_t head = __atomic_load_n(&s->cqh->head, __ATOMIC_ACQUIRE);
+
+	if ((uint32_t)(head - s->cq_head_seen) > (uint32_t)(s->cq_tail - s->cq_head_seen))
+		return protocol_violation(s, "CQ head %u moved backwards or past the tail %u (last seen %u)", head,
+					  s->cq_tail, s->cq_head_seen);
+	s->cq_head_seen = head;
+	return (int)(s->layout.cq_entries - (s->cq_tail - head));
+}
+
+int dataplane_drain(struct session *s)
+{
+	const uint32_t sq_mask = s->layout.sq_entries - 1, cq_mask = s->layout.cq_entries - 1;
+	uint32_t tail, n = 0;
+	int space;
+
+	/* Acquire: the entries up to tail were written before the client
+	 * published the tail (it stores it with release). */
+	tail = __atomic_load_n(&s->sqh->tail, __ATOMIC_ACQUIRE);
+	if (tail - s->sq_head > s->layout.sq_entries)
+		return protocol_violation(s, "SQ overflow: tail %u is %u entries ahead of head %u, the ring holds %u",
+					  tail, tail - s->sq_head, s->sq_head, s->layout.sq_entries);
+	space = cq_space(s);
+	if (space < 0)
+		return space;
+	while (s->sq_head != tail && space > 0) {
+		const uint64_t *src = (const uint64_t *)&s->sqes[s->sq_head & sq_mask];
+		uint64_t w[sizeof(struct spw_sqe) / sizeof(uint64_t)];
+		struct spw_sqe sqe;
+		struct spw_cqe cqe;
+
+		/* One read of each word: the client may rewrite the entry while
+		 * we look at it, so only this private copy is ever used. */
+		for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++)
+			w[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+		memcpy(&sqe, w, sizeof(sqe));
+		s->sq_head++;
+
+		cqe.user_data = sqe.user_data;
+		cqe.res = execute(s, &sqe);
+		cqe.flags = 0;
+		memcpy(&s->cqes[s->cq_tail & cq_mask], &cqe, sizeof(cqe));
+		s->cq_tail++;
+		space--;
+		n++;
+		if (s->garbage > s->max_garbage)
+			return protocol_violation(s, "%u invalid ring entries without a valid one (session.max_garbage is %u)",
+						  s->garbage, s->max_garbage);
+	}
+	if (n == 0)
+		return 0;
+	/* Release: the client may reuse SQ entries before head once it sees it;
+	 * our reads of them are done. */
+	__atomic_store_n(&s->sqh->head, s->sq_head, __ATOMIC_RELEASE);
+	/* Release: the CQEs written above become visible no later than the tail
+	 * that publishes them. */
+	__atomic_store_n(&s->cqh->tail, s->cq_tail, __ATOMIC_RELEASE);
+	/* Full fence: the tail store must be globally visible before we read
+	 * the client's NEED_WAKEUP; pairs with the client's fence between
+	 * setting the flag and re-reading the tail, so one of us sees the other. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (__atomic_load_n(&s->cqh->flags, __ATOMIC_RELAXED) & SPW_RING_NEED_WAKEUP) {
+		uint64_t one = 1;
+		if (write(s->cq_evt, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			log_debug("session %s: cq doorbell: %s", s->name, strerror(errno));
+	}
+	return (int)n;
+}
+
+static void poll_begin(struct session *s)
+{
+	struct daemon *d = s->d;
+
+	s->backlog = false;
+	s->last_active_ns = uv_hrtime();
+	/* Awake: a client that sees the flag clear need not ring. Only the
+	 * daemon stores to the SQ flags. */
+	__atomic_store_n(&s->sqh->flags, 0, __ATOMIC_RELAXED);
+	if (!s->polling) {
+		s->polling = true;
+		list_add_tail(&d->polling, &s->poll_link);
+		uv_idle_start(&d->idle, dataplane_idle_cb);
+	}
+}
+
+static void poll_end(struct session *s)
+{
+	if (s->polling) {
+		list_del(&s->poll_link);
+		s->polling = false;
+	}
+}
+
+/* Returns true when the session may sleep, false when it must keep polling. */
+static bool try_sleep(struct session *s)
+{
+	struct daemon *d = s->d;
+	uint32_t tail;
+
+	__atomic_store_n(&s->sqh->flags, SPW_RING_NEED_WAKEUP, __ATOMIC_RELAXED);
+	/* Full fence: the flag store is visible before we re-read the tail;
+	 * pairs with the client's fence between its tail store and its flag
+	 * load: either we see its entry now or it sees the flag and rings. */
+	atomic_thread_fence(memory_order_seq_cst);
+	tail = __atomic_load_n(&s->sqh->tail, __ATOMIC_ACQUIRE);
+	if (tail != s->sq_head) {
+		int space = cq_space(s);
+
+		if (space != 0) {
+			/* Work arrived (or the client broke the CQ: drain reports it). */
+			__atomic_store_n(&s->sqh->flags, 0, __ATOMIC_RELAXED);
+			return false;
+		}
+		/* Entries wait for CQ room the client has not freed. It owes us
+		 * no doorbell for reaping, so look again on a slow timer. */
+		s->backlog = true;
+		if (!uv_is_active((uv_handle_t *)&d->backlog_timer))
+			uv_timer_start(&d->backlog_timer, dataplane_backlog_cb, BACKLOG_RETRY_MS, 0);
+	}
+	poll_end(s);
+	return true;
+}
+
+void dataplane_idle_cb(uv_idle_t *h)
+{
+	struct daemon *d = h->data;
+	uint64_t now = uv_hrtime(), window = (uint64_t)d->cfg->ring_poll_us * 1000u;
+	struct list *p, *t;
+
+	list_for_each_safe(p, t, &d->polling) {
+		struct session *s = list_entry(p, struct session, poll_link);
+		int n = dataplane_drain(s);
+
+		/* Ending a session removes only s from the list, never t. */
+		if (n < 0) {
+			end_session(s);
+			continue;
+		}
+		if (n > 0)
+			s->last_active_ns = now;
+		else if (now - s->last_active_ns >= window && !try_sleep(s))
+			s->last_active_ns = now;
+	}
+	if (list_empty(&d->polling))
+		uv_idle_stop(h);
+}
+
+static void wake(struct session *s)
+{
+	int n;
+
+	poll_begin(s);
+	n = dataplane_drain(s);
+	if (n < 0) {
+		end_session(s);
+		return;
+	}
+	if (s->d->cfg->ring_poll_us == 0)
+		try_sleep(s);
+}
+
+void dataplane_backlog_cb(uv_timer_t *timer)
+{
+	struct daemon *d = timer->data;
+	struct list *p, *t;
+
+	list_for_each_safe(p, t, &d->sessions) {
+		struct session *s = list_entry(p, struct session, link);
+
+		/* wake() may end s; t is another session and stays valid. */
+		if (s->backlog)
+			wake(s);
+	}
+}
+
+static void on_sq_event(uv_poll_t *h, int status, int events)
+{
+	struct session *s = h->data;
+	uint64_t v;
+
+	if (!s)
+		return;
+	/* Reset the doorbell; EAGAIN only means someone else already did. */
+	if (read(s->sq_evt, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_debug("session %s: sq doorbell: %s", s->name, strerror(errno));
+	wake(s);
+}
+
+static void free_handle(uv_handle_t *h)
+{
+	free(h);
+}
+
+int dataplane_start(struct session *s)
+{
+	uv_poll_t *h = calloc(1, sizeof(*h));
+	int r;
+
+	if (!h)
+		return UV_ENOMEM;
+	r = uv_poll_init(&s->d->loop, h, s->sq_evt);
+	if (r < 0) {
+		free(h);
+		return r;
+	}
+	h->data = s;
+	s->sq_poll = h;
+	return uv_poll_start(h, UV_READABLE, on_sq_event);
+}
+
+void dataplane_stop(struct session *s)
+{
+	poll_end(s);
+	s->backlog = false;
+	if (s->sq_poll) {
+		/* uv_close stops the watcher now; the memory goes in the callback. */
+		s->sq_poll->data = NULL;
+		uv_close((uv_handle_t *)s->sq_poll, free_handle);
+		s->sq_poll = NULL;
+	}
+}

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * log.h: the daemon's log, one line per decision, to stderr. Under systemd
+ * (JOURNAL_STREAM set) each line carries a <N> syslog priority prefix so the
+ * journal keeps the level; elsewhere a "spillwayd: level:" prefix.
+ */
+#ifndef SPW_DAEMON_LOG_H
+#define SPW_DAEMON_LOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum log_level {
+	LOG_LVL_ERROR = 0,
+	LOG_LVL_WARN,
+	LOG_LVL_INFO,
+	LOG_LVL_DEBUG,
+};
+
+void log_set_level(int level);
+int log_get_level(void);
+
+/* Returns the level for "error"|"warn"|"info"|"debug", or -EINVAL. */
+int log_level_from_string(const char *s);
+const char *log_level_name(int level);
+
+void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define log_error(...) log_msg(LOG_LVL_ERROR, __VA_ARGS__)
+#define log_warn(...)  log_msg(LOG_LVL_WARN, __VA_ARGS__)
+#define log_info(...)  log_msg(LOG_LVL_INFO, __VA_ARGS__)
+#define log_debug(...) log_msg(LOG_LVL_DEBUG, __VA_ARGS__)
+
+/* "4.0 MiB", "2.5 GiB", "512 B": for messages a person reads. */
+const char *format_bytes(uint64_t v, char *buf, size_t len);
+
+#endif

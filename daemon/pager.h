@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pager.h: one session's page table and paging policy, the NVMe tier's core.
+ *
+ * The pager owns the slots of a session's region (slot i is the page_size
+ * bytes at region + i * page_size) and decides which tensor page sits in
+ * which slot. Resident tensors keep a slot per page for their lifetime;
+ * swappable tensors have a home in the session's swap files (swap.h) and
+ * take a slot only while needed. All disk I/O goes through the daemon's
+ * io_uring (uring.h); the pager never blocks on it except in pager_free()
+ * and pager_tensor_remove().
+ *
+ * Page states (enum pager_page_state):
+ *
+ *   ZERO      never written: no slot, nothing on disk. PIN zero-fills a slot.
+ *   DISK      only on disk (checksum kept here). PIN reads it.
+ *   SLOTWAIT  pinned, waiting for a slot to be cleaned (write-back running).
+ *   READING   slot assigned, read in flight.
+ *   CLEAN     in slot, same as on disk (or a zero page that was not dirtied).
+ *   DIRTY     in slot, newer than disk.
+ *   WRITING   in slot, write-back in flight. Still pinnable: the data in the
+ *             slot is valid. Unpinned dirty meanwhile, it stays DIRTY.
+ *   FAILED    its write-back failed: the data never reached the disk and the
+ *             slot copy is discarded. Every later PIN/UNPIN/PREFETCH of it
+ *             fails with the error; FLUSH fails too. Only removing the
+ *             tensor clears it. (Keeping it dirty in its slot would leak the
+ *             slot on a dead drive and stall the session.)
+ *   RESIDENT  a resident tensor's page: always in its slot, never written.
+ *
+ * A failed READ (EIO, or -EBADMSG when the checksum does not match) fails
+ * the PINs waiting for it, frees the slot (its contents are never handed
+ * out) and leaves the page DISK: a later PIN reads it again.
+ *
+ * Policy. Between two pager_step() calls the pager records the order of
+ * PINs; from the next step on it follows that order (a cursor), reads ahead
+ * prefetch_window pages, and when it must evict picks the unpinned page
+ * whose next use is furthest away (Belady, with the recorded future). Clean
+ * pages are evicted first; dirty ones are written back in batches when a
+ * slot is needed, and written behind whenever the ring is not busy and their
+ * next use is beyond the window. A PIN that is not where the cursor expects
+ * it resynchronises to its next occurrence; pages not in the recording make
+ * the pager drop the plan (clock policy, no read-ahead) until the next STEP,
+ * which adopts a fresh recording. With no recording the policy is a clock.
+ *
+ * Slots and -ENOMEM. Every pinned page and every resident page claims one
+ * slot; a PIN of a page not yet pinned is refused with -ENOMEM when all
+ * slots are already claimed. The other slots always become free by
+ * themselves (clean: at once; dirty: after write-back; reading: after the
+ * read), so a PIN that was accepted always completes, and a client that
+ * pins more than its region holds gets an error instead of a deadlock.
+ *
+ * Completions. pager_pin() and pager_flush() return PAGER_PENDING when the
+ * result comes later: then config.complete(ctx, user_data, res) is called
+ * exactly once, with the slot index or 0, or -errno. It is called from
+ * inside uring_reap()/uring_wait() and from pager_unpin(),
+ * pager_prefetch(), pager_step() and pager_tensor_remove() (for other,
+ * earlier operations), never for the operation being submitted by the same
+ * call and never from pager_free(). The callback may read
+ * pager_last_error() and pager_stats(), and must not call anything else in
+ * the pager. At most config.max_pending operations are pending at a time.
+ *
+ * Integrity. Every page written gets a CRC-32C kept in the page table; every
+ * read is checked against it. Failed completions carry -EIO, -ENOSPC or
+ * -EBADMSG, and pager_last_error() names the session, tensor, page and file.
+ *
+ * Nothing here logs; every error returns -errno and a message.
+ */
+#ifndef SPW_DAEMON_PAGER_H
+#define SPW_DAEMON_PAGER_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "swap.h"
+
+struct uring;
+struct pager;
+
+/* pager_pin()/pager_flush(): the result will come through config.complete. */
+#define PAGER_PENDING INT_MAX
+
+struct pager_config {
+	const char *session;      /* for messages and swap file names */
+	uint8_t *region;          /* nslots * page_size bytes, 4 KiB aligned */
+	uint32_t page_size;       /* power of two, >= 4096 */
+	uint32_t nslots;
+	struct uring *uring;
+	const struct swap_dir *dirs; /* swap.dirs; unused when swap_bytes == 0 */
+	unsigned ndirs;
+	uint64_t swap_bytes;      /* the session's swap capacity; 0 = resident tensors only */
+	unsigned prefetch_window; /* swap.prefetch_window; 0 = no read-ahead */
+	unsigned queue_depth;     /* the ring's depth: write-behind keeps under half of it (0 = 32) */
+	unsigned max_pending;     /* pending PIN/FLUSH at once, e.g. the CQ size (0 = 1024) */
+	void (*complete)(void *ctx, uint64_t user_data, int32_t res);
+	void *ctx;
+};
+
+/* Sets up the page table, creates the swap files (swap_new()) and registers
+ * the region with the ring as fixed buffers (optional; a refusal only costs
+ * speed). Returns 0, or -errno with *ret untouched and a sentence for a
+ * person in err (-EINVAL bad config, -ENOSPC no room for the swap files,
+ * ...). */
+int pager_new(const struct pager_config *c, char *err, size_t errlen, struct pager **ret);
+
+/* Waits for the pager's I/O in flight (bounded: what the kernel still holds
+ * points into this memory), delivers no completions, removes the swap files.
+ * Accepts NULL; returns NULL. */
+struct pager *pager_free(struct pager *p);
+
+/* Registers a tensor of `bytes` (cut into ceil(bytes / page_size) pages).
+ * Swappable pages start ZERO and take swap pages from the session's swap
+ * capacity; resident pages take slots now, zero-filled. Sets *id and
+ * *npages. Returns 0, or -errno with a message in err: -ENOSPC (swap
+ * capacity left is too small), -ENOMEM (not enough slots for a resident
+ * tensor), -EBUSY (slots exist but hold dirty or in-flight pages: FLUSH,
+ * or register resident tensors first), -EINVAL. */
+int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swappable, uint32_t *id,
+		     uint32_t *npages, char *err, size_t errlen);
+
+/* Drops a tensor: its slots and swap pages return to the pool, its pages'
+ * I/O in flight is waited for (this may run other completions), and the
+ * learned order is forgotten (it refers to the tensor). Returns 0, -ENOENT,
+ * or -EBUSY when one of its pages is pinned or has a pending PIN. */
+int pager_tensor_remove(struct pager *p, uint32_t id);
+
+/* PIN: returns the slot index (>= 0) when the page is in its slot now,
+ * PAGER_PENDING when complete() will deliver the slot index or -errno, or
+ * -errno at once (then complete() is never called for it): -EINVAL bad
+ * tensor/page, -ENOMEM every slot claimed, -EBUSY max_pending reached, or
+ * the page's stored error (FAILED). Pins count: each PIN needs an UNPIN. */
+int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_data);
+
+/* UNPIN, marking the page dirty (it will be written back) or clean. Returns
+ * 0, -EINVAL when not pinned (a pending PIN does not count), or the page's
+ * error when it FAILED (the pin is released all the same). */
+int pager_unpin(struct pager *p, uint32_t tensor, uint32_t page, bool dirty);
+
+/* PREFETCH: a hint; starts reading the page when a slot can be had without
+ * waiting (a slot whose page is needed later than this one, with a
+ * recording). Returns 0 (also when the hint was dropped; see stats), or
+ * -EINVAL / the page's error. */
+int pager_prefetch(struct pager *p, uint32_t tensor, uint32_t page);
+
+/* STEP: ends the recording of this step; it becomes the order the pager
+ * follows from now on (unless it was empty or overflowed). */
+void pager_step(struct pager *p);
+
+/* FLUSH: every page unpinned dirty before this call, and every write in
+ * flight, reaches the disk, then every swap file is fsynced through the
+ * ring. Returns PAGER_PENDING (complete() gets 0 or the first error),
+ * -EBUSY when max_pending is reached. Pages pinned at the time are not
+ * covered: the client is still changing them. */
+int pager_flush(struct pager *p, uint64_t user_data);
+
+/* The message for the most recent failure (immediate or completion), or "". */
+const char *pager_last_error(const struct pager *p);
+
+enum pager_page_state {
+	PAGER_ZERO,
+	PAGER_DISK,
+	PAGER_SLOTWAIT,
+	PAGER_READING,
+	PAGER_CLEAN,
+	PAGER_DIRTY,
+	PAGER_WRITING,
+	PAGER_FAILED,
+	PAGER_RESIDENT,
+	PAGER__STATES
+};
+
+/* The state of one page, for tests and status; -EINVAL for a bad id. */
+int pager_page_state(const struct pager *p, uint32_t tensor, uint32_t page);
+const char *pager_state_name(unsigned state);
+
+struct pager_stats {
+	/* Geometry and now. */
+	uint32_t page_size, nslots;
+	uint32_t slots_free;          /* owned by no page */
+	uint32_t slots_claimed;       /* resident + pinned pages (the -ENOMEM rule) */
+	uint32_t tensors;
+	uint64_t pages;               /* all tensors' pages */
+	uint64_t pages_by_state[PAGER__STATES];
+	uint64_t pages_pinned;
+	uint32_t pending;             /* PIN/FLUSH waiting for their completion */
+	uint32_t reads_inflight, writes_inflight; /* this pager's, the ring's queue depth share */
+	uint32_t queue_depth;         /* the whole ring now: in the kernel + waiting for room */
+	/* Swap. */
+	uint64_t swap_bytes;          /* capacity (files' size) */
+	uint64_t swap_assigned_bytes; /* swap pages given to tensors */
+	uint64_t bytes_on_disk;       /* pages with a valid copy on disk */
+	/* Throughput inputs: divide deltas of bytes by deltas of wall time;
+	 * *_ns sum each request's latency (submit to completion). */
+	uint64_t reads, read_bytes, read_ns;
+	uint64_t writes, write_bytes, write_ns;
+	uint64_t fsyncs;
+	/* PIN outcomes. */
+	uint64_t pins;
+	uint64_t pin_hits;            /* already in slot, not thanks to a prefetch */
+	uint64_t prefetch_hits;       /* in slot or reading because of a prefetch */
+	uint64_t misses;              /* had to start a read (or wait for a slot to read into) */
+	uint64_t zero_fills;          /* ZERO page: slot memset, no read */
+	uint64_t enomem;              /* refused: every slot claimed */
+	/* Policy. */
+	uint64_t prefetches;          /* reads started ahead of a PIN (plan or PREFETCH op) */
+	uint64_t prefetch_dropped;    /* PREFETCH hints that found no slot */
+	uint64_t evictions;
+	uint64_t writebacks;          /* writes started because a slot was needed */
+	uint64_t write_behinds;       /* writes started while the ring was not busy */
+	uint64_t flushes;
+	uint64_t steps;
+	uint32_t plan_length;         /* PINs per step in the order being followed (0: none) */
+	bool plan_active;
+	uint64_t resyncs;             /* PINs off the expected position, found further on */
+	uint64_t divergences;         /* PINs not in the recording */
+	/* Errors. */
+	uint64_t errors;              /* failed reads/writes/fsyncs */
+	uint64_t checksum_errors;     /* of which -EBADMSG */
+};
+
+void pager_stats(const struct pager *p, struct pager_stats *st);
+
+#endif

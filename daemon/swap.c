@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: MIT */
+#include <dirent.h>
+#include <stdbool.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include "swap.h"
+#include "uring.h"
+
+#define SWAP_PREFIX "spillway-"
+#define SWAP_SUFFIX ".swap"
+
+struct swap_file {
+	char *path;
+	int fd;
+	int index; /* uring file index, -1 until registered */
+};
+
+struct swap {
+	struct uring *u;
+	uint32_t page_size;
+	uint64_t pages_per_file;
+	unsigned nfiles;
+	struct swap_file *files;
+};
+
+static const char *human(char *buf, size_t len, uint64_t n)
+{
+	static const char *const unit[] = { "bytes", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double v = (double)n;
+	unsigned i = 0;
+
+	while (v >= 1024.0 && i + 1 < sizeof(unit) / sizeof(unit[0])) {
+		v /= 1024.0;
+		i++;
+	}
+	if (i == 0)
+		snprintf(buf, len, "%llu bytes", (unsigned long long)n);
+	else
+		snprintf(buf, len, "%.1f %s (%llu bytes)", v, unit[i], (unsigned long long)n);
+	return buf;
+}
+
+int64_t swap_dir_used(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int64_t used = 0;
+
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		size_t n = strlen(de->d_name);
+		struct stat st;
+
+		if (strncmp(de->d_name, SWAP_PREFIX, strlen(SWAP_PREFIX)) ||
+		    n < strlen(SWAP_SUFFIX) || strcmp(de->d_name + n - strlen(SWAP_SUFFIX), SWAP_SUFFIX))
+			continue;
+		/* Allocated blocks, not st_size: what the drive really gives up. */
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+			used += (int64_t)st.st_blocks * 512;
+	}
+	closedir(d);
+	return used;
+}
+
+/* Session names come from clients: keep file names to a harmless alphabet
+ * and a bounded length. */
+static void safe_name(char *out, size_t len, const char *session)
+{
+	size_t i = 0;
+
+	for (; session[i] && i + 1 < len && i < 64; i++) {
+		char c = session[i];
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+			  c == '-' || c == '_' || (c == '.' && i > 0);
+		out[i] = ok ? c : '_';
+	}
+	out[i] = '\0';
+}
+
+static int check_space(const struct swap_dir *dir, const char *session, uint64_t need, char *err,
+		       size_t errlen)
+{
+	char a[64], b[64], c[64];
+	struct statvfs vfs;
+	uint64_t avail;
+
+	if (statvfs(dir->path, &vfs) < 0) {
+		int r = -errno;
+		snprintf(err, errlen, "swap dir %s: cannot use it: %s (create it or fix swap.dirs)", dir->path,
+			 strerror(-r));
+		return r;
+	}
+	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	if (need > avail) {
+		snprintf(err, errlen,
+			 "swap dir %s: %s free, session '%s' needs %s there "
+			 "(free space on that drive, add a drive to swap.dirs, or attach with a smaller swap size)",
+			 dir->path, human(a, sizeof(a), avail), session, human(b, sizeof(b), need));
+		return -ENOSPC;
+	}
+	if (dir->max_bytes) {
+		int64_t used = swap_dir_used(dir->path);
+
+		if (used < 0)
+			used = 0;
+		if ((uint64_t)used + need > dir->max_bytes) {
+			snprintf(err, errlen,
+				 "swap dir %s: max_bytes is %s and swap files already take %s, "
+				 "session '%s' needs %s more there (raise max_bytes for this dir in swap.dirs, "
+				 "add a drive, or attach with a smaller swap size)",
+				 dir->path, human(a, sizeof(a), dir->max_bytes), human(b, sizeof(b), (uint64_t)used),
+				 session, human(c, sizeof(c), need));
+			return -ENOSPC;
+		}
+	}
+	return 0;
+}
+
+static int create_file(struct swap *s, unsigned i, const struct swap_dir *dir, const char *session,
+		       uint64_t bytes, char *err, size_t errlen)
+{
+	struct swap_file *f = &s->files[i];
+	char safe[80], a[64];
+	size_t plen;
+	int r;
+
+	safe_name(safe, sizeof(safe), session);
+	plen = strlen(dir->path) + strlen(safe) + 64;
+	f->path = malloc(plen);
+	if (!f->path)
+		return -ENOMEM;
+	/* A random suffix, and O_EXCL, so two sessions with the same name
+	 * (one detaching while its successor attaches) never share a file. */
+	for (int tries = 0;; tries++) {
+		uint32_t rnd;
+
+		if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
+			rnd = (uint32_t)getpid() * 2654435761u + (uint32_t)tries;
+		snprintf(f->path, plen, "%s/" SWAP_PREFIX "%s-%08x" SWAP_SUFFIX, dir->path, safe, rnd);
+		f->fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (f->fd >= 0)
+			break;
+		r = -errno;
+		if (r == -EEXIST && tries < 8)
+			continue;
+		if (r == -EINVAL) {
+			/* open(O_CREAT|O_DIRECT) fails with EINVAL only when the
+			 * filesystem has no direct I/O; see whether it made the
+			 * file anyway, and say what is wrong with the directory. */
+			unlink(f->path);
+			snprintf(err, errlen,
+				 "swap dir %s: the filesystem refuses O_DIRECT (tmpfs before Linux 6.6 does); "
+				 "put this swap.dirs entry on a filesystem on the NVMe drive",
+				 dir->path);
+		} else {
+			snprintf(err, errlen, "swap dir %s: cannot create %s: %s (check it exists and is writable)",
+				 dir->path, f->path, strerror(-r));
+		}
+		goto fail;
+	}
+	if (fallocate(f->fd, 0, 0, (off_t)bytes) < 0) {
+		r = -errno;
+		if (r == -EOPNOTSUPP)
+			snprintf(err, errlen,
+				 "swap dir %s: the filesystem cannot preallocate files (fallocate unsupported); "
+				 "use ext4 or xfs for swap.dirs",
+				 dir->path);
+		else
+			snprintf(err, errlen, "swap dir %s: reserving %s for session '%s' failed: %s%s", dir->path,
+				 human(a, sizeof(a), bytes), session, strerror(-r),
+				 r == -ENOSPC ? " (free space on that drive or attach with a smaller swap size)" : "");
+		goto fail_unlink;
+	}
+	f->index = uring_file_register(s->u, f->fd);
+	if (f->index < 0) {
+		r = f->index;
+		f->index = -1;
+		snprintf(err, errlen, "swap dir %s: registering %s with io_uring failed: %s%s", dir->path, f->path,
+			 strerror(-r), r == -ENOSPC ? " (too many sessions' files for the ring's file table)" : "");
+		goto fail_unlink;
+	}
+	return 0;
+
+fail_unlink:
+	close(f->fd);
+	f->fd = -1;
+	unlink(f->path);
+fail:
+	free(f->path);
+	f->path = NULL;
+	return r;
+}
+
+int swap_new(const struct swap_dir *dirs, unsigned ndirs, const char *session, uint32_t page_size,
+	     uint64_t bytes, struct uring *u, char *err, size_t errlen, struct swap **ret)
+{
+	struct swap *s;
+	uint64_t pages, file_bytes;
+	int r;
+
+	if (!dirs || ndirs == 0 || !session || !u || page_size < 4096 || (page_size & (page_size - 1)) ||
+	    bytes == 0) {
+		snprintf(err, errlen, "swap: no swap.dirs configured or bad swap size");
+		return -EINVAL;
+	}
+	pages = (bytes + page_size - 1) / page_size;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->u = u;
+	s->page_size = page_size;
+	s->pages_per_file = (pages + ndirs - 1) / ndirs;
+	file_bytes = s->pages_per_file * page_size;
+	s->files = calloc(ndirs, sizeof(*s->files));
+	if (!s->files) {
+		free(s);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < ndirs; i++)
+		s->files[i] = (struct swap_file){ .fd = -1, .index = -1 };
+
+	/* Check every directory before creating anything, so a refusal
+	 * leaves no files behind and names the first directory short. */
+	for (unsigned i = 0; i < ndirs; i++) {
+		r = check_space(&dirs[i], session, file_bytes, err, errlen);
+		if (r < 0)
+			goto fail;
+	}
+	for (unsigned i = 0; i < ndirs; i++) {
+		r = create_file(s, i, &dirs[i], session, file_bytes, err, errlen);
+		if (r < 0)
+			goto fail;
+		s->nfiles = i + 1;
+	}
+	*ret = s;
+	return 0;
+
+fail:
+	swap_free(s);
+	return r;
+}
+
+struct swap *swap_free(struct swap *s)
+{
+	if (!s)
+		return NULL;
+	for (unsigned i = 0; i < s->nfiles; i++) {
+		struct swap_file *f = &s->files[i];
+
+		if (f->index >= 0)
+			uring_file_unregister(s->u, f->index);
+		if (f->fd >= 0)
+			close(f->fd);
+		if (f->path)
+			unlink(f->path);
+		free(f->path);
+	}
+	free(s->files);
+	free(s);
+	return NULL;
+}
+
+uint64_t swap_npages(const struct swap *s)
+{
+	return s->pages_per_file * s->nfiles;
+}
+
+unsigned swap_nfiles(const struct swap *s)
+{
+	return s->nfiles;
+}
+
+int swap_locate(const struct swap *s, uint64_t disk, uint64_t *off)
+{
+	*off = (disk / s->nfiles) * s->page_size;
+	return s->files[disk % s->nfiles].index;
+}
+
+const char *swap_page_path(const struct swap *s, uint64_t disk)
+{
+	return s->files[disk % s->nfiles].path;
+}
+
+const char *swap_file_path(const struct swap *s, unsigned i)
+{
+	return i < s->nfiles ? s->files[i].path : NULL;
+}
+
+int swap_file_index(const struct swap *s, unsigned i)
+{
+	return i < s->nfiles ? s->files[i].index : -1;
+}

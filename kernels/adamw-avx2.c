@@ -1,0 +1,313 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/adamw-avx2.c: AVX2 + FMA + F16C variant (compiled with those -m
+ * flags alone; dispatch.c calls it only where the CPU has them).
+ *
+ * Bit-identical to adamw-c.c: the same IEEE operations in the same order,
+ * no fused multiply-add in the AdamW update (sumsq uses FMA only where the
+ * product is exact). Tails shorter than a block run the same vector code on
+ * a zero-padded copy on the stack, so every element takes the same path.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels.h"
+
+struct kv {
+	__m256 gs, omb1, b2, omb2, decay, nss, ibc2s, eps;
+};
+
+static inline struct kv kv_of(const struct spw_adamw_consts *k)
+{
+	return (struct kv){
+		.gs = _mm256_set1_ps(k->grad_scale),
+		.omb1 = _mm256_set1_ps(k->one_minus_beta1),
+		.b2 = _mm256_set1_ps(k->beta2),
+		.omb2 = _mm256_set1_ps(k->one_minus_beta2),
+		.decay = _mm256_set1_ps(k->decay),
+		.nss = _mm256_set1_ps(k->neg_step_size),
+		.ibc2s = _mm256_set1_ps(k->inv_bc2_sqrt),
+		.eps = _mm256_set1_ps(k->eps),
+	};
+}
+
+static inline __attribute__((always_inline)) __m256 ld8(const void *x, enum spw_dtype t, size_t i)
+{
+	if (t == SPW_DTYPE_BF16) {
+		__m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)x + i));
+		return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+	}
+	if (t == SPW_DTYPE_F16)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)x + i)));
+	return _mm256_loadu_ps((const float *)x + i);
+}
+
+/* bf16 bits in the low half of each 32-bit lane: round to nearest even, nan quiet. */
+static inline __attribute__((always_inline)) __m256i bf16_of(__m256 x)
+{
+	__m256i u = _mm256_castps_si256(x);
+	__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+	__m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+	__m256i q = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+	__m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+
+	return _mm256_srli_epi32(_mm256_blendv_epi8(r, q, _mm256_castps_si256(nan)), 16);
+}
+
+/* Stores 16 values converted to t at x + i. */
+static inline __attribute__((always_inline)) void st16(void *x, enum spw_dtype t, size_t i, __m256 a, __m256 b)
+{
+	if (t == SPW_DTYPE_BF16) {
+		__m256i w = _mm256_packus_epi32(bf16_of(a), bf16_of(b));
+		/* packus interleaves 128-bit lanes: a0-3 b0-3 | a4-7 b4-7 */
+		w = _mm256_permute4x64_epi64(w, 0xd8);
+		_mm256_storeu_si256((__m256i *)((uint16_t *)x + i), w);
+	} else if (t == SPW_DTYPE_F16) {
+		const int rm = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+		_mm_storeu_si128((__m128i *)((uint16_t *)x + i), _mm256_cvtps_ph(a, rm));
+		_mm_storeu_si128((__m128i *)((uint16_t *)x + i + 8), _mm256_cvtps_ph(b, rm));
+	} else if (t == SPW_DTYPE_F32) {
+		_mm256_storeu_ps((float *)x + i, a);
+		_mm256_storeu_ps((float *)x + i + 8, b);
+	}
+}
+
+static inline __attribute__((always_inline)) __m256 upd8(const struct kv *K, float *p, float *m, float *v, __m256 g, bool scale)
+{
+	__m256 pi = _mm256_loadu_ps(p), mi = _mm256_loadu_ps(m), vi = _mm256_loadu_ps(v), d;
+
+	if (scale) /* g * 1.0f == g exactly, so skipping it changes no bit */
+		g = _mm256_mul_ps(g, K->gs);
+	pi = _mm256_mul_ps(pi, K->decay);
+	mi = _mm256_add_ps(mi, _mm256_mul_ps(K->omb1, _mm256_sub_ps(g, mi)));
+	vi = _mm256_add_ps(_mm256_mul_ps(vi, K->b2), _mm256_mul_ps(_mm256_mul_ps(K->omb2, g), g));
+	d = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(vi), K->ibc2s), K->eps);
+	pi = _mm256_add_ps(pi, _mm256_mul_ps(K->nss, _mm256_div_ps(mi, d)));
+	_mm256_storeu_ps(p, pi);
+	_mm256_storeu_ps(m, mi);
+	_mm256_storeu_ps(v, vi);
+	return pi;
+}
+
+static inline __attribute__((always_inline)) void adamw16(const struct kv *K, float *p, float *m, float *v, const void *g,
+			   void *c, size_t i, enum spw_dtype gt, enum spw_dtype ct, bool scale)
+{
+	__m256 a = upd8(K, p + i, m + i, v + i, ld8(g, gt, i), scale);
+	__m256 b = upd8(K, p + i + 8, m + i + 8, v + i + 8, ld8(g, gt, i + 8), scale);
+
+	st16(c, ct, i, a, b);
+}
+
+static inline __attribute__((always_inline)) void adamw_span(const struct spw_adamw_consts *k, float *p, float *m, float *v,
+			      const void *g, void *c, size_t n, enum spw_dtype gt, enum spw_dtype ct)
+{
+	const struct kv K = kv_of(k);
+	size_t i = 0, gs = spw_dtype_size(gt), cs = spw_dtype_size(ct), r;
+
+	/* The multiply port is the busiest: drop the one that does nothing. */
+	if (k->grad_scale == 1.0f)
+		for (; i + 16 <= n; i += 16)
+			adamw16(&K, p, m, v, g, c, i, gt, ct, false);
+	else
+		for (; i + 16 <= n; i += 16)
+			adamw16(&K, p, m, v, g, c, i, gt, ct, true);
+	r = n - i;
+	if (r) {
+		float pb[16] = { 0 }, mb[16] = { 0 }, vb[16] = { 0 };
+		_Alignas(32) unsigned char gb[64] = { 0 }, cb[64];
+
+		memcpy(pb, p + i, r * 4);
+		memcpy(mb, m + i, r * 4);
+		memcpy(vb, v + i, r * 4);
+		memcpy(gb, (const unsigned char *)g + i * gs, r * gs);
+		adamw16(&K, pb, mb, vb, gb, cb, 0, gt, ct, true);
+		memcpy(p + i, pb, r * 4);
+		memcpy(m + i, mb, r * 4);
+		memcpy(v + i, vb, r * 4);
+		if (cs)
+			memcpy((unsigned char *)c + i * cs, cb, r * cs);
+	}
+}
+
+#define ADAMW_FN(gn, gt, cn, ct)                                                          \
+	static void adamw_##gn##_##cn(const struct spw_adamw_consts *k, float *p, float *m, \
+				      float *v, const void *g, void *c, size_t n)            \
+	{                                                                                 \
+		adamw_span(k, p, m, v, g, c, n, gt, ct);                                  \
+	}
+#define ADAMW_ROW(gn, gt)                                   \
+	ADAMW_FN(gn, gt, f32, SPW_DTYPE_F32)                \
+	ADAMW_FN(gn, gt, bf16, SPW_DTYPE_BF16)              \
+	ADAMW_FN(gn, gt, f16, SPW_DTYPE_F16)                \
+	ADAMW_FN(gn, gt, none, SPW_DTYPE_NONE)
+ADAMW_ROW(f32, SPW_DTYPE_F32)
+ADAMW_ROW(bf16, SPW_DTYPE_BF16)
+ADAMW_ROW(f16, SPW_DTYPE_F16)
+
+/* 32 double lanes in a[0..7]: lane j of a block is a[j / 4][j % 4]. */
+static inline __attribute__((always_inline)) void sq32(__m256d a[8], const void *x, enum spw_dtype t, size_t i)
+{
+	for (int q = 0; q < 4; q++) {
+		__m256 f = ld8(x, t, i + 8 * (size_t)q);
+		__m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(f));
+		__m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
+
+		/* The square is exact in double, so fma == mul then add. */
+		a[2 * q] = _mm256_fmadd_pd(lo, lo, a[2 * q]);
+		a[2 * q + 1] = _mm256_fmadd_pd(hi, hi, a[2 * q + 1]);
+	}
+}
+
+static inline __attribute__((always_inline)) double sumsq_span(const void *x, size_t n, enum spw_dtype t)
+{
+	__m256d a[8];
+	__m128d s;
+	size_t i = 0, es = spw_dtype_size(t);
+
+	for (int q = 0; q < 8; q++)
+		a[q] = _mm256_setzero_pd();
+	for (; i + 32 <= n; i += 32)
+		sq32(a, x, t, i);
+	if (i < n) {
+		_Alignas(32) unsigned char b[128] = { 0 };
+
+		memcpy(b, (const unsigned char *)x + i * es, (n - i) * es);
+		sq32(a, b, t, 0);
+	}
+	/* Fold lanes pairwise: l[j] += l[j + w] for w = 16, 8, 4, 2, 1. */
+	for (int q = 0; q < 4; q++)
+		a[q] = _mm256_add_pd(a[q], a[q + 4]);
+	a[0] = _mm256_add_pd(a[0], a[2]);
+	a[1] = _mm256_add_pd(a[1], a[3]);
+	a[0] = _mm256_add_pd(a[0], a[1]);
+	s = _mm_add_pd(_mm256_castpd256_pd128(a[0]), _mm256_extractf128_pd(a[0], 1));
+	return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+static double sumsq_f32(const void *x, size_t n) { return sumsq_span(x, n, SPW_DTYPE_F32); }
+static double sumsq_bf16(const void *x, size_t n) { return sumsq_span(x, n, SPW_DTYPE_BF16); }
+static double sumsq_f16(const void *x, size_t n) { return sumsq_span(x, n, SPW_DTYPE_F16); }
+
+static bool nonfinite_f32(const void *x, size_t n)
+{
+	const __m256i e = _mm256_set1_epi32(0x7f800000);
+	const uint32_t *u = x;
+	size_t i = 0;
+
+	while (i + 8 <= n) {
+		__m256i any = _mm256_setzero_si256();
+
+		for (size_t end = n - i >= 512 ? i + 512 : n - (n - i) % 8; i < end; i += 8) {
+			__m256i w = _mm256_loadu_si256((const __m256i *)(u + i));
+			any = _mm256_or_si256(any, _mm256_cmpeq_epi32(_mm256_and_si256(w, e), e));
+		}
+		if (!_mm256_testz_si256(any, any))
+			return true;
+	}
+	for (; i < n; i++)
+		if ((u[i] & 0x7f800000u) == 0x7f800000u)
+			return true;
+	return false;
+}
+
+static inline __attribute__((always_inline)) bool nonfinite_16(const uint16_t *u, size_t n, uint16_t expo)
+{
+	const __m256i e = _mm256_set1_epi16((short)expo);
+	size_t i = 0;
+
+	while (i + 16 <= n) {
+		__m256i any = _mm256_setzero_si256();
+
+		for (size_t end = n - i >= 1024 ? i + 1024 : n - (n - i) % 16; i < end; i += 16) {
+			__m256i w = _mm256_loadu_si256((const __m256i *)(u + i));
+			any = _mm256_or_si256(any, _mm256_cmpeq_epi16(_mm256_and_si256(w, e), e));
+		}
+		if (!_mm256_testz_si256(any, any))
+			return true;
+	}
+	for (; i < n; i++)
+		if ((u[i] & expo) == expo)
+			return true;
+	return false;
+}
+
+static bool nonfinite_bf16(const void *x, size_t n) { return nonfinite_16(x, n, 0x7f80); }
+static bool nonfinite_f16(const void *x, size_t n) { return nonfinite_16(x, n, 0x7c00); }
+
+/* dst[i] = src[i] converted, 16 at a time, tail through a padded buffer. */
+static inline __attribute__((always_inline)) void cast_span(void *d, enum spw_dtype dt, const void *s, enum spw_dtype st, size_t n)
+{
+	size_t i = 0, ds = spw_dtype_size(dt), ss = spw_dtype_size(st);
+
+	for (; i + 16 <= n; i += 16)
+		st16(d, dt, i, ld8(s, st, i), ld8(s, st, i + 8));
+	if (i < n) {
+		_Alignas(32) unsigned char sb[64] = { 0 }, db[64];
+
+		memcpy(sb, (const unsigned char *)s + i * ss, (n - i) * ss);
+		st16(db, dt, 0, ld8(sb, st, 0), ld8(sb, st, 8));
+		memcpy((unsigned char *)d + i * ds, db, (n - i) * ds);
+	}
+}
+
+static void copy_f32(void *d, const void *s, size_t n) { memcpy(d, s, n * 4); }
+static void copy_16(void *d, const void *s, size_t n) { memcpy(d, s, n * 2); }
+#define CAST_FN(dn, dt, sn, st) \
+	static void cast_##dn##_##sn(void *d, const void *s, size_t n) { cast_span(d, dt, s, st, n); }
+CAST_FN(bf16, SPW_DTYPE_BF16, f32, SPW_DTYPE_F32)
+CAST_FN(f16, SPW_DTYPE_F16, f32, SPW_DTYPE_F32)
+CAST_FN(f32, SPW_DTYPE_F32, bf16, SPW_DTYPE_BF16)
+CAST_FN(f32, SPW_DTYPE_F32, f16, SPW_DTYPE_F16)
+CAST_FN(f16, SPW_DTYPE_F16, bf16, SPW_DTYPE_BF16)
+CAST_FN(bf16, SPW_DTYPE_BF16, f16, SPW_DTYPE_F16)
+
+static inline __attribute__((always_inline)) void acc_span(float *a, const void *g, size_t n, enum spw_dtype t)
+{
+	size_t i = 0, gs = spw_dtype_size(t);
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(a + i, _mm256_add_ps(_mm256_loadu_ps(a + i), ld8(g, t, i)));
+	if (i < n) {
+		_Alignas(32) unsigned char gb[32] = { 0 };
+		float ab[8] = { 0 };
+
+		memcpy(gb, (const unsigned char *)g + i * gs, (n - i) * gs);
+		memcpy(ab, a + i, (n - i) * 4);
+		_mm256_storeu_ps(ab, _mm256_add_ps(_mm256_loadu_ps(ab), ld8(gb, t, 0)));
+		memcpy(a + i, ab, (n - i) * 4);
+	}
+}
+
+static void acc_f32(float *a, const void *g, size_t n) { acc_span(a, g, n, SPW_DTYPE_F32); }
+static void acc_bf16(float *a, const void *g, size_t n) { acc_span(a, g, n, SPW_DTYPE_BF16); }
+static void acc_f16(float *a, const void *g, size_t n) { acc_span(a, g, n, SPW_DTYPE_F16); }
+
+static void scale_f32(float *x, float s, size_t n)
+{
+	const __m256 k = _mm256_set1_ps(s);
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), k));
+	for (; i < n; i++)
+		x[i] *= s; /* a single IEEE multiply either way */
+}
+
+const struct spw_kernels spw__kernels_avx2 = {
+	.name = "avx2",
+	.adamw = {
+		[SPW_DTYPE_F32] = { adamw_f32_f32, adamw_f32_bf16, adamw_f32_f16, adamw_f32_none },
+		[SPW_DTYPE_BF16] = { adamw_bf16_f32, adamw_bf16_bf16, adamw_bf16_f16, adamw_bf16_none },
+		[SPW_DTYPE_F16] = { adamw_f16_f32, adamw_f16_bf16, adamw_f16_f16, adamw_f16_none },
+	},
+	.sumsq = { sumsq_f32, sumsq_bf16, sumsq_f16 },
+	.nonfinite = { nonfinite_f32, nonfinite_bf16, nonfinite_f16 },
+	.cast = {
+		[SPW_DTYPE_F32] = { copy_f32, cast_f32_bf16, cast_f32_f16 },
+		[SPW_DTYPE_BF16] = { cast_bf16_f32, copy_16, cast_bf16_f16 },
+		[SPW_DTYPE_F16] = { cast_f16_f32, cast_f16_bf16, copy_16 },
+	},
+	.acc = { acc_f32, acc_bf16, acc_f16 },
+	.scale_f32 = scale_f32,
+};

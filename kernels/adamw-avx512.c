@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels/adamw-avx512.c: AVX-512F/BW/VL variant. Two tables: one rounds
+ * to bf16 with integer arithmetic, the other with AVX512_BF16's
+ * vcvtneps2bf16 (dispatch.c picks it where the CPU has AVX512_BF16).
+ *
+ * vcvtneps2bf16 rounds to nearest even and quiets nans exactly as
+ * spw_f32_to_bf16() does, but flushes fp32 subnormal inputs to zero; the
+ * rare vectors holding one take the integer path for those lanes, so both
+ * tables stay bit-identical to adamw-c.c. Tails use masked loads and stores
+ * with zero fill: the same instructions on the same lanes as a full vector.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels.h"
+
+struct kv {
+	__m512 gs, omb1, b2, omb2, decay, nss, ibc2s, eps;
+};
+
+static inline struct kv kv_of(const struct spw_adamw_consts *k)
+{
+	return (struct kv){
+		.gs = _mm512_set1_ps(k->grad_scale),
+		.omb1 = _mm512_set1_ps(k->one_minus_beta1),
+		.b2 = _mm512_set1_ps(k->beta2),
+		.omb2 = _mm512_set1_ps(k->one_minus_beta2),
+		.decay = _mm512_set1_ps(k->decay),
+		.nss = _mm512_set1_ps(k->neg_step_size),
+		.ibc2s = _mm512_set1_ps(k->inv_bc2_sqrt),
+		.eps = _mm512_set1_ps(k->eps),
+	};
+}
+
+static inline __attribute__((always_inline)) __mmask16 tail_mask(size_t r)
+{
+	return r >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << r) - 1);
+}
+
+static inline __attribute__((always_inline)) __m512 ld16(const void *x, enum spw_dtype t, size_t i, __mmask16 k)
+{
+	if (t == SPW_DTYPE_BF16) {
+		__m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t *)x + i);
+		return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+	}
+	if (t == SPW_DTYPE_F16)
+		return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const uint16_t *)x + i));
+	return _mm512_maskz_loadu_ps(k, (const float *)x + i);
+}
+
+static inline __attribute__((always_inline)) __m256i bf16_int(__m512 x)
+{
+	__m512i u = _mm512_castps_si512(x);
+	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+	__m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+	__mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+
+	r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+	return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+static inline __attribute__((always_inline)) __m256i bf16_native(__m512 x)
+{
+	__m256i h = (__m256i)_mm512_cvtneps_pbh(x);
+	__m512i a = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));
+	/* |x| bits in [1, 0x7fffff]: a subnormal, which the instruction flushes. */
+	__mmask16 sub = _mm512_cmp_epu32_mask(_mm512_sub_epi32(a, _mm512_set1_epi32(1)),
+					      _mm512_set1_epi32(0x7ffffe), _MM_CMPINT_LE);
+
+	if (__builtin_expect(sub != 0, 0))
+		h = _mm256_mask_mov_epi16(h, sub, bf16_int(x));
+	return h;
+}
+
+static inline __attribute__((always_inline)) void st16(void *x, enum spw_dtype t, size_t i, __m512 a, __mmask16 k, bool native)
+{
+	if (t == SPW_DTYPE_BF16)
+		_mm256_mask_storeu_epi16((uint16_t *)x + i, k, native ? bf16_native(a) : bf16_int(a));
+	else if (t == SPW_DTYPE_F16)
+		_mm256_mask_storeu_epi16((uint16_t *)x + i, k,
+					 _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+	else if (t == SPW_DTYPE_F32)
+		_mm512_mask_storeu_ps((float *)x + i, k, a);
+}
+
+static inline __attribute__((always_inline)) void adamw16(const struct kv *K, float *p, float *m, float *v, const void *g,
+			   void *c, size_t i, __mmask16 k, enum spw_dtype gt, enum spw_dtype ct,
+			   bool native, bool scale)
+{
+	__m512 gi = ld16(g, gt, i, k);
+	__m512 pi = _mm512_maskz_loadu_ps(k, p + i), mi = _mm512_maskz_loadu_ps(k, m + i);
+	__m512 vi = _mm512_maskz_loadu_ps(k, v + i), d;
+
+	if (scale) /* g * 1.0f == g exactly, so skipping it changes no bit */
+		gi = _mm512_mul_ps(gi, K->gs);
+	pi = _mm512_mul_ps(pi, K->decay);
+	mi = _mm512_add_ps(mi, _mm512_mul_ps(K->omb1, _mm512_sub_ps(gi, mi)));
+	vi = _mm512_add_ps(_mm512_mul_ps(vi, K->b2), _mm512_mul_ps(_mm512_mul_ps(K->omb2, gi), gi));
+	d = _mm512_add_ps(_mm512_mul_ps(_mm512_sqrt_ps(vi), K->ibc2s), K->eps);
+	pi = _mm512_add_ps(pi, _mm512_mul_ps(K->nss, _mm512_div_ps(mi, d)));
+	_mm512_mask_storeu_ps(p + i, k, pi);
+	_mm512_mask_storeu_ps(m + i, k, mi);
+	_mm512_mask_storeu_ps(v + i, k, vi);
+	st16(c, ct, i, pi, k, native);
+}
+
+static inline __attribute__((always_inline)) void adamw_span(const struct spw_adamw_consts *kc, float *p, float *m, float *v,
+			      const void *g, void *c, size_t n, enum spw_dtype gt,
+			      enum spw_dtype ct, bool native)
+{
+	const struct kv K = kv_of(kc);
+	size_t i = 0;
+
+	if (kc->grad_scale == 1.0f)
+		for (; i + 16 <= n; i += 16)
+			adamw16(&K, p, m, v, g, c, i, (__mmask16)0xffff, gt, ct, native, false);
+	else
+		for (; i + 16 <= n; i += 16)
+			adamw16(&K, p, m, v, g, c, i, (__mmask16)0xffff, gt, ct, native, true);
+	if (i < n)
+		adamw16(&K, p, m, v, g, c, i, tail_mask(n - i), gt, ct, native, true);
+}
+
+#define ADAMW_FN(gn, gt, cn, ct, sfx, nat)                                                      \
+	static void adamw_##gn##_##cn##sfx(const struct spw_adamw_consts *k, float *p, float *m, \
+					   float *v, const void *g, void *c, size_t n)            \
+	{                                                                                       \
+		adamw_span(k, p, m, v, g, c, n, gt, ct, nat);                                   \
+	}
+#define ADAMW_ROW(gn, gt, sfx, nat)                                   \
+	ADAMW_FN(gn, gt, f32, SPW_DTYPE_F32, sfx, nat)                \
+	ADAMW_FN(gn, gt, bf16, SPW_DTYPE_BF16, sfx, nat)              \
+	ADAMW_FN(gn, gt, f16, SPW_DTYPE_F16, sfx, nat)                \
+	ADAMW_FN(gn, gt, none, SPW_DTYPE_NONE, sfx, nat)
+ADAMW_ROW(f32, SPW_DTYPE_F32, , false)
+ADAMW_ROW(bf16, SPW_DTYPE_BF16, , false)
+ADAMW_ROW(f16, SPW_DTYPE_F16, , false)
+/* Only the bf16 copy-outs differ with native conversions. */
+ADAMW_FN(f32, SPW_DTYPE_F32, bf16, SPW_DTYPE_BF16, _nat, true)
+ADAMW_FN(bf16, SPW_DTYPE_BF16, bf16, SPW_DTYPE_BF16, _nat, true)
+ADAMW_FN(f16, SPW_DTYPE_F16, bf16, SPW_DTYPE_BF16, _nat, true)
+
+/* 32 double lanes in a[0..3]: lane j of a block is a[j / 8][j % 8]. */
+static inline __attribute__((always_inline)) void sq32(__m512d a[4], const void *x, enum spw_dtype t, size_t i, __mmask16 k0,
+			__mmask16 k1)
+{
+	for (int q = 0; q < 2; q++) {
+		__m512 f = ld16(x, t, i + 16 * (size_t)q, q ? k1 : k0);
+		__m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
+		__m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
+
+		/* The square is exact in double, so fma == mul then add. */
+		a[2 * q] = _mm512_fmadd_pd(lo, lo, a[2 * q]);
+		a[2 * q + 1] = _mm512_fmadd_pd(hi, hi, a[2 * q + 1]);
+	}
+}
+
+static inline __attribute__((always_inline)) double sumsq_span(const void *x, size_t n, enum spw_dtype t)
+{
+	__m512d a[4];
+	__m256d y;
+	__m128d s;
+	size_t i = 0;
+
+	for (int q = 0; q < 4; q++)
+		a[q] = _mm512_setzero_pd();
+	for (; i + 32 <= n; i += 32)
+		sq32(a, x, t, i, 0xffff, 0xffff);
+	if (i < n)
+		sq32(a, x, t, i, tail_mask(n - i), n - i > 16 ? tail_mask(n - i - 16) : 0);
+	a[0] = _mm512_add_pd(a[0], a[2]);
+	a[1] = _mm512_add_pd(a[1], a[3]);
+	a[0] = _mm512_add_pd(a[0], a[1]);
+	y = _mm256_add_pd(_mm512_castpd512_pd256(a[0]), _mm512_extractf64x4_pd(a[0], 1));
+	s = _mm_add_pd(_mm256_castpd256_pd128(y), _mm256_extractf128_pd(y, 1));
+	return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+static double sumsq_f32(const void *x, size_t n) { return sumsq_span(x, n, SPW_DTYPE_F32); }
+static double sumsq_bf16(const void *x, size_t n) { return sumsq_span(x, n, SPW_DTYPE_BF16); }
+static double sumsq_f16(const void *x, size_t n) { return sumsq_span(x, n, SPW_DTYPE_F16); }
+
+static bool nonfinite_f32(const void *x, size_t n)
+{
+	const __m512i e = _mm512_set1_epi32(0x7f800000);
+	const uint32_t *u = x;
+
+	for (size_t i = 0; i < n; i += 16) {
+		__m512i w = _mm512_maskz_loadu_epi32(tail_mask(n - i), u + i);
+
+		if (_mm512_cmpeq_epi32_mask(_mm512_and_si512(w, e), e))
+			return true;
+	}
+	return false;
+}
+
+static inline __attribute__((always_inline)) bool nonfinite_16(const uint16_t *u, size_t n, uint16_t expo)
+{
+	const __m512i e = _mm512_set1_epi16((short)expo);
+
+	for (size_t i = 0; i < n; i += 32) {
+		size_t r = n - i;
+		__mmask32 k = r >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << r) - 1);
+		__m512i w = _mm512_maskz_loadu_epi16(k, u + i);
+
+		if (_mm512_cmpeq_epi16_mask(_mm512_and_si512(w, e), e))
+			return true;
+	}
+	return false;
+}
+
+static bool nonfinite_bf16(const void *x, size_t n) { return nonfinite_16(x, n, 0x7f80); }
+static bool nonfinite_f16(const void *x, size_t n) { return nonfinite_16(x, n, 0x7c00); }
+
+static inline __attribute__((always_inline)) void cast_span(void *d, enum spw_dtype dt, const void *s, enum spw_dtype st,
+			     size_t n, bool native)
+{
+	for (size_t i = 0; i < n; i += 16) {
+		__mmask16 k = tail_mask(n - i);
+
+		st16(d, dt, i, ld16(s, st, i, k), k, native);
+	}
+}
+
+static void copy_f32(void *d, const void *s, size_t n) { memcpy(d, s, n * 4); }
+static void copy_16(void *d, const void *s, size_t n) { memcpy(d, s, n * 2); }
+#define CAST_FN(dn, dt, sn, st, sfx, nat)                                  \
+	static void cast_##dn##_##sn##sfx(void *d, const void *s, size_t n) \
+	{                                                                  \
+		cast_span(d, dt, s, st, n, nat);                           \
+	}
+CAST_FN(bf16, SPW_DTYPE_BF16, f32, SPW_DTYPE_F32, , false)
+CAST_FN(f16, SPW_DTYPE_F16, f32, SPW_DTYPE_F32, , false)
+CAST_FN(f32, SPW_DTYPE_F32, bf16, SPW_DTYPE_BF16, , false)
+CAST_FN(f32, SPW_DTYPE_F32, f16, SPW_DTYPE_F16, , false)
+CAST_FN(f16, SPW_DTYPE_F16, bf16, SPW_DTYPE_BF16, , false)
+CAST_FN(bf16, SPW_DTYPE_BF16, f16, SPW_DTYPE_F16, , false)
+CAST_FN(bf16, SPW_DTYPE_BF16, f32, SPW_DTYPE_F32, _nat, true)
+CAST_FN(bf16, SPW_DTYPE_BF16, f16, SPW_DTYPE_F16, _nat, true)
+
+static inline __attribute__((always_inline)) void acc_span(float *a, const void *g, size_t n, enum spw_dtype t)
+{
+	for (size_t i = 0; i < n; i += 16) {
+		__mmask16 k = tail_mask(n - i);
+
+		_mm512_mask_storeu_ps(a + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, a + i), ld16(g, t, i, k)));
+	}
+}
+
+static void acc_f32(float *a, const void *g, size_t n) { acc_span(a, g, n, SPW_DTYPE_F32); }
+static void acc_bf16(float *a, const void *g, size_t n) { acc_span(a, g, n, SPW_DTYPE_BF16); }
+static void acc_f16(float *a, const void *g, size_t n) { acc_span(a, g, n, SPW_DTYPE_F16); }
+
+static void scale_f32(float *x, float s, size_t n)
+{
+	const __m512 c = _mm512_set1_ps(s);
+
+	for (size_t i = 0; i < n; i += 16) {
+		__mmask16 k = tail_mask(n - i);
+
+		_mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), c));
+	}
+}
+
+#define COMMON_FIELDS                                                             \
+	.sumsq = { sumsq_f32, sumsq_bf16, sumsq_f16 },                            \
+	.nonfinite = { nonfinite_f32, nonfinite_bf16, nonfinite_f16 },            \
+	.acc = { acc_f32, acc_bf16, acc_f16 },                                    \
+	.scale_f32 = scale_f32
+
+const struct spw_kernels spw__kernels_avx512 = {
+	.name = "avx512",
+	.adamw = {
+		[SPW_DTYPE_F32] = { adamw_f32_f32, adamw_f32_bf16, adamw_f32_f16, adamw_f32_none },
+		[SPW_DTYPE_BF16] = { adamw_bf16_f32, adamw_bf16_bf16, adamw_bf16_f16, adamw_bf16_none },
+		[SPW_DTYPE_F16] = { adamw_f16_f32, adamw_f16_bf16, adamw_f16_f16, adamw_f16_none },
+	},
+	.cast = {
+		[SPW_DTYPE_F32] = { copy_f32, cast_f32_bf16, cast_f32_f16 },
+		[SPW_DTYPE_BF16] = { cast_bf16_f32, copy_16, cast_bf16_f16 },
+		[SPW_DTYPE_F16] = { cast_f16_f32, cast_f16_bf16, copy_16 },
+	},
+	COMMON_FIELDS,
+};
+
+/* Same name: to the user it is one variant that uses what the CPU has. */
+const struct spw_kernels spw__kernels_avx512bf16 = {
+	.name = "avx512",
+	.adamw = {
+		[SPW_DTYPE_F32] = { adamw_f32_f32, adamw_f32_bf16_nat, adamw_f32_f16, adamw_f32_none },
+		[SPW_DTYPE_BF16] = { adamw_bf16_f32, adamw_bf16_bf16_nat, adamw_bf16_f16, adamw_bf16_none },
+		[SPW_DTYPE_F16] = { adamw_f16_f32, adamw_f16_bf16_nat, adamw_f16_f16, adamw_f16_none },
+	},
+	.cast = {
+		[SPW_DTYPE_F32] = { copy_f32, cast_f32_bf16, cast_f32_f16 },
+		[SPW_DTYPE_BF16] = { cast_bf16_f32_nat, copy_16, cast_bf16_f16_nat },
+		[SPW_DTYPE_F16] = { cast_f16_f32, cast_f16_bf16, copy_16 },
+	},
+	COMMON_FIELDS,
+};

@@ -1,0 +1,334 @@
+/* SPDX-License-Identifier: MIT */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "harness.h"
+#include "raw.h"
+#include "test.h"
+
+int raw_send(int fd, const char *json)
+{
+	return spw_proto_send(fd, json, (uint32_t)strlen(json), NULL, 0);
+}
+
+cJSON *raw_recv(int fd, int *fds, unsigned *nfds, int *err)
+{
+	static char buf[SPW_PROTO_MAX_FRAME + 1];
+	struct timeval tv = { .tv_sec = 5 };
+	int r;
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	r = spw_proto_recv(fd, buf, sizeof(buf), fds, nfds);
+	if (err)
+		*err = r;
+	if (r <= 0)
+		return NULL;
+	return cJSON_Parse(buf);
+}
+
+cJSON *raw_request(int fd, const char *json)
+{
+	int fds[SPW_PROTO_MAX_FDS];
+	unsigned n = SPW_PROTO_MAX_FDS;
+	cJSON *r;
+
+	if (raw_send(fd, json) < 0)
+		return NULL;
+	r = raw_recv(fd, fds, &n, NULL);
+	for (unsigned i = 0; i < n; i++)
+		close(fds[i]);
+	return r;
+}
+
+int raw_reply_errno(const cJSON *reply)
+{
+	const cJSON *t = cJSON_GetObjectItem(reply, "type");
+	const cJSON *e = cJSON_GetObjectItem(reply, "errno");
+
+	if (!reply || !cJSON_IsString(t))
+		return -EPROTO;
+	if (!strcmp(t->valuestring, "error"))
+		return cJSON_IsNumber(e) ? -(int)e->valuedouble : -EPROTO;
+	return cJSON_IsTrue(cJSON_GetObjectItem(reply, "ok")) ? 0 : -EPROTO;
+}
+
+const char *raw_reply_message(const cJSON *reply)
+{
+	const cJSON *m = cJSON_GetObjectItem(reply, "message");
+
+	return cJSON_IsString(m) ? m->valuestring : "";
+}
+
+int raw_connect_hello(const char *control)
+{
+	char hello[128];
+	cJSON *r;
+	int fd = spw_test_connect(control);
+
+	ASSERT_OK(fd);
+	snprintf(hello, sizeof(hello), "{\"type\":\"hello\",\"magic\":%u,\"major\":%d,\"minor\":%d,\"features\":1}",
+		 SPW_PROTO_MAGIC, SPW_PROTO_MAJOR, SPW_PROTO_MINOR);
+	r = raw_request(fd, hello);
+	ASSERT_TRUE(r != NULL);
+	ASSERT_EQ(raw_reply_errno(r), 0);
+	ASSERT_STREQ(cJSON_GetObjectItem(r, "type")->valuestring, "hello");
+	ASSERT_EQ(raw_num(r, "major"), SPW_PROTO_MAJOR);
+	cJSON_Delete(r);
+	return fd;
+}
+
+bool raw_wait_eof(int fd, int timeout_ms)
+{
+	char buf[4096];
+
+	for (int waited = 0; waited < timeout_ms; waited += 10) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 10) == 1) {
+			ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+			if (n == 0 || (n < 0 && errno == ECONNRESET))
+				return true;
+		}
+	}
+	return false;
+}
+
+int raw_attach(const char *control, const char *name, uint64_t bytes, uint32_t page_size, struct raw_session *s)
+{
+	char req[512];
+	unsigned nfds = SPW_ATTACH_NFDS;
+	struct stat st;
+	cJSON *r;
+	int e;
+
+	memset(s, 0, sizeof(*s));
+	for (int i = 0; i < SPW_ATTACH_NFDS; i++)
+		s->fds[i] = -1;
+	s->ctl = raw_connect_hello(control);
+	if (page_size)
+		snprintf(req, sizeof(req), "{\"type\":\"attach\",\"session\":\"%s\",\"region_bytes\":%llu,\"page_size\":%u}",
+			 name, (unsigned long long)bytes, page_size);
+	else
+		snprintf(req, sizeof(req), "{\"type\":\"attach\",\"session\":\"%s\",\"region_bytes\":%llu}", name,
+			 (unsigned long long)bytes);
+	ASSERT_OK(raw_send(s->ctl, req));
+	r = raw_recv(s->ctl, s->fds, &nfds, NULL);
+	ASSERT_TRUE(r != NULL);
+	e = raw_reply_errno(r);
+	if (e < 0) {
+		snprintf(s->message, sizeof(s->message), "%s", raw_reply_message(r));
+		ASSERT_EQ(nfds, 0);
+		cJSON_Delete(r);
+		close(s->ctl);
+		s->ctl = -1;
+		return e;
+	}
+	ASSERT_EQ(nfds, SPW_ATTACH_NFDS);
+	ASSERT_STREQ(cJSON_GetObjectItem(r, "session")->valuestring, name);
+	s->region_bytes = (size_t)raw_num(r, "region_bytes");
+	s->page_size = (uint32_t)raw_num(r, "page_size");
+	s->slots = (uint32_t)raw_num(r, "slots");
+	ASSERT_UEQ((uint64_t)s->slots * s->page_size, s->region_bytes);
+	ASSERT_OK(spw_ring_layout((uint32_t)raw_num(r, "sq_entries"), (uint32_t)raw_num(r, "cq_entries"), &s->l));
+	ASSERT_UEQ(s->l.bytes, (uint64_t)raw_num(r, "rings_bytes"));
+	cJSON_Delete(r);
+
+	/* fstat before mmap: never trust a size from the wire. */
+	ASSERT_EQ(fstat(s->fds[SPW_ATTACH_FD_REGION], &st), 0);
+	ASSERT_UEQ((uint64_t)st.st_size, s->region_bytes);
+	ASSERT_EQ(fstat(s->fds[SPW_ATTACH_FD_RINGS], &st), 0);
+	ASSERT_UEQ((uint64_t)st.st_size, s->l.bytes);
+	s->region = mmap(NULL, s->region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fds[SPW_ATTACH_FD_REGION], 0);
+	ASSERT_TRUE(s->region != MAP_FAILED);
+	s->rings_bytes = s->l.bytes;
+	s->rings = mmap(NULL, s->rings_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fds[SPW_ATTACH_FD_RINGS], 0);
+	ASSERT_TRUE(s->rings != MAP_FAILED);
+	s->sqh = (struct spw_ring_hdr *)(s->rings + s->l.sq_hdr_off);
+	s->cqh = (struct spw_ring_hdr *)(s->rings + s->l.cq_hdr_off);
+	s->sqes = (struct spw_sqe *)(s->rings + s->l.sqes_off);
+	s->cqes = (struct spw_cqe *)(s->rings + s->l.cqes_off);
+	s->sq_tail = __atomic_load_n(&s->sqh->tail, __ATOMIC_ACQUIRE);
+	s->cq_head = __atomic_load_n(&s->cqh->head, __ATOMIC_ACQUIRE);
+	return 0;
+}
+
+void raw_session_close(struct raw_session *s)
+{
+	if (s->region && s->region != MAP_FAILED)
+		munmap(s->region, s->region_bytes);
+	if (s->rings && s->rings != MAP_FAILED)
+		munmap(s->rings, s->rings_bytes);
+	for (int i = 0; i < SPW_ATTACH_NFDS; i++)
+		if (s->fds[i] >= 0)
+			close(s->fds[i]);
+	if (s->ctl >= 0)
+		close(s->ctl);
+	memset(s, 0, sizeof(*s));
+	s->ctl = -1;
+	for (int i = 0; i < SPW_ATTACH_NFDS; i++)
+		s->fds[i] = -1;
+}
+
+int raw_register(struct raw_session *s, const char *name, uint64_t bytes, uint32_t *pages)
+{
+	char req[512];
+	cJSON *r;
+	int e;
+
+	snprintf(req, sizeof(req), "{\"type\":\"register\",\"name\":\"%s\",\"bytes\":%llu,\"kind\":\"resident\"}", name,
+		 (unsigned long long)bytes);
+	r = raw_request(s->ctl, req);
+	ASSERT_TRUE(r != NULL);
+	e = raw_reply_errno(r);
+	if (e == 0) {
+		e = (int)raw_num(r, "tensor");
+		if (pages)
+			*pages = (uint32_t)raw_num(r, "pages");
+	} else {
+		snprintf(s->message, sizeof(s->message), "%s", raw_reply_message(r));
+	}
+	cJSON_Delete(r);
+	return e;
+}
+
+void raw_publish(struct raw_session *s)
+{
+	/* Release: the entries are written before the tail that publishes them. */
+	__atomic_store_n(&s->sqh->tail, s->sq_tail, __ATOMIC_RELEASE);
+	/* Full fence: the tail store before the flag load; pairs with the
+	 * daemon's fence between setting NEED_WAKEUP and re-reading the tail. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (__atomic_load_n(&s->sqh->flags, __ATOMIC_RELAXED) & SPW_RING_NEED_WAKEUP) {
+		uint64_t one = 1;
+		ASSERT_EQ(write(s->fds[SPW_ATTACH_FD_SQ_EVT], &one, sizeof(one)), (ssize_t)sizeof(one));
+	}
+}
+
+void raw_submit(struct raw_session *s, const struct spw_sqe *sqe)
+{
+	s->sqes[s->sq_tail & (s->l.sq_entries - 1)] = *sqe;
+	s->sq_tail++;
+	raw_publish(s);
+}
+
+int raw_reap(struct raw_session *s, struct spw_cqe *cqe, int timeout_ms)
+{
+	uint64_t deadline = 0;
+
+	for (int spins = 0;; spins++) {
+		/* Acquire: the entry is complete before the tail that shows it. */
+		uint32_t tail = __atomic_load_n(&s->cqh->tail, __ATOMIC_ACQUIRE);
+		struct timespec ts;
+		uint64_t now;
+
+		if (tail != s->cq_head) {
+			*cqe = s->cqes[s->cq_head & (s->l.cq_entries - 1)];
+			s->cq_head++;
+			/* Release: done reading the entry before handing it back. */
+			__atomic_store_n(&s->cqh->head, s->cq_head, __ATOMIC_RELEASE);
+			__atomic_store_n(&s->cqh->flags, 0, __ATOMIC_RELAXED);
+			return 0;
+		}
+		if (spins < 2000)
+			continue;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+		if (!deadline)
+			deadline = now + (uint64_t)timeout_ms;
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		__atomic_store_n(&s->cqh->flags, SPW_RING_NEED_WAKEUP, __ATOMIC_RELAXED);
+		/* Full fence: the flag before the tail re-check (the daemon's
+		 * side is the fence between its tail store and flag load). */
+		atomic_thread_fence(memory_order_seq_cst);
+		if (__atomic_load_n(&s->cqh->tail, __ATOMIC_ACQUIRE) == s->cq_head) {
+			struct pollfd p = { .fd = s->fds[SPW_ATTACH_FD_CQ_EVT], .events = POLLIN };
+			uint64_t v;
+
+			if (poll(&p, 1, (int)(deadline - now)) == 1)
+				(void)!read(p.fd, &v, sizeof(v));
+		}
+	}
+}
+
+int32_t raw_op(struct raw_session *s, uint8_t op, uint8_t flags, uint32_t tensor, uint32_t page)
+{
+	static uint64_t ud = 1000;
+	struct spw_sqe sqe = { .opcode = op, .flags = flags, .tensor = tensor, .page = page, .user_data = ++ud };
+	struct spw_cqe cqe;
+
+	raw_submit(s, &sqe);
+	ASSERT_OK(raw_reap(s, &cqe, 5000));
+	ASSERT_UEQ(cqe.user_data, ud);
+	ASSERT_EQ(cqe.flags, 0);
+	return cqe.res;
+}
+
+cJSON *raw_status(const char *status_path)
+{
+	int fd = spw_test_connect(status_path);
+	cJSON *r;
+
+	ASSERT_OK(fd);
+	r = raw_recv(fd, NULL, NULL, NULL);
+	close(fd);
+	ASSERT_TRUE(r != NULL);
+	return r;
+}
+
+const cJSON *raw_status_session(const cJSON *st, const char *name)
+{
+	const cJSON *s;
+
+	cJSON_ArrayForEach(s, cJSON_GetObjectItem(st, "sessions")) {
+		const cJSON *n = cJSON_GetObjectItem(s, "name");
+		if (cJSON_IsString(n) && !strcmp(n->valuestring, name))
+			return s;
+	}
+	return NULL;
+}
+
+double raw_num(const cJSON *o, const char *path)
+{
+	char key[64];
+	const char *p = path;
+
+	while (o && *p) {
+		size_t n = strcspn(p, ".");
+		snprintf(key, sizeof(key), "%.*s", (int)n, p);
+		o = cJSON_GetObjectItem(o, key);
+		p += n;
+		if (*p == '.')
+			p++;
+	}
+	return cJSON_IsNumber(o) ? o->valuedouble : NAN;
+}
+
+int raw_count_fds(pid_t pid)
+{
+	char path[64];
+	struct dirent *e;
+	int n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return -errno;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}

@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Config validation: every refusal names the key, the value and why. The
+ * parser is linked in directly; the last cases run spillwayd --check-config
+ * to prove the binary refuses (exit 1) and accepts (exit 0) the same way.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "daemon-config.h"
+#include "harness.h"
+#include "log.h"
+#include "test.h"
+
+struct bad {
+	const char *json;
+	const char *needle1;
+	const char *needle2;
+};
+
+static const struct bad bad[] = {
+	{ "{", "not valid JSON", "line 1" },
+	{ "[]", "top level", "an array" },
+	{ "{\"foo\": 1}", "unknown key foo", "socket, pool" },
+	{ "{\"pool\": {\"max_byte\": 1}}", "unknown key pool.max_byte", "max_bytes" },
+	{ "{\"pool\": 3}", "pool", "expected an object" },
+	{ "{\"pool\": {}, \"pool\": {}}", "pool appears twice", "" },
+	{ "{\"pool\": {\"max_bytes\": \"1GiB\", \"max_bytes\": \"2GiB\"}}", "pool.max_bytes appears twice", "" },
+	/* socket */
+	{ "{\"socket\": {\"dir\": \"run/x\"}}", "socket.dir", "\"run/x\" is not an absolute path" },
+	{ "{\"socket\": {\"dir\": 5}}", "socket.dir", "wrong type" },
+	{ "{\"socket\": {\"dir\": \"/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}}",
+	  "socket.dir", "longer than" },
+	{ "{\"socket\": {\"mode\": \"999\"}}", "socket.mode", "\"999\" is not an octal file mode" },
+	{ "{\"socket\": {\"mode\": \"1777\"}}", "socket.mode", "\"1777\" is not an octal file mode" },
+	{ "{\"socket\": {\"mode\": \"0066\"}}", "socket.mode", "denies the owner" },
+	{ "{\"socket\": {\"mode\": 660}}", "socket.mode", "octal string" },
+	{ "{\"socket\": {\"group\": \"no-such-group-spw\"}}", "socket.group", "does not exist" },
+	{ "{\"socket\": {\"group\": 7}}", "socket.group", "wrong type" },
+	/* pool */
+	{ "{\"pool\": {\"max_bytes\": \"12XB\"}}", "pool.max_bytes", "\"12XB\" is not a size" },
+	{ "{\"pool\": {\"max_bytes\": -1}}", "pool.max_bytes", "-1 is not a whole" },
+	{ "{\"pool\": {\"max_bytes\": 1e300}}", "pool.max_bytes", "e+300 is not a whole" },
+	{ "{\"pool\": {\"max_bytes\": 1048576.5}}", "pool.max_bytes", "not a whole" },
+	{ "{\"pool\": {\"max_bytes\": \"99999999999999999999\"}}", "pool.max_bytes", "does not fit in 64 bits" },
+	{ "{\"pool\": {\"max_bytes\": \"1024\"}}", "pool.max_bytes", "too small" },
+	{ "{\"pool\": {\"max_bytes\": \"1000TiB\"}}", "pool.max_bytes", "more than this host's memory" },
+	{ "{\"pool\": {\"max_bytes\": true}}", "pool.max_bytes", "wrong type" },
+	{ "{\"pool\": {\"max_bytes\": \"1GiB\", \"session_max_bytes\": \"2GiB\"}}", "pool.session_max_bytes (2.0 GiB)",
+	  "exceeds pool.max_bytes (1.0 GiB)" },
+	{ "{\"pool\": {\"session_max_bytes\": \"4KiB\"}}", "pool.session_max_bytes", "too small" },
+	{ "{\"pool\": {\"require_locked\": \"yes\"}}", "pool.require_locked", "\"yes\" has the wrong type" },
+	{ "{\"pool\": {\"hugepages\": \"sometimes\"}}", "pool.hugepages", "\"sometimes\" is not one of" },
+	{ "{\"pool\": {\"numa_node\": \"near\"}}", "pool.numa_node", "\"near\" has the wrong type" },
+	{ "{\"pool\": {\"numa_node\": -1}}", "pool.numa_node", "out of range" },
+	{ "{\"pool\": {\"numa_node\": 999}}", "pool.numa_node", "does not exist" },
+	{ "{\"pool\": {\"gpu\": \"gpu0\"}}", "pool.gpu", "\"gpu0\" is not a PCI address" },
+	{ "{\"pool\": {\"gpu\": \"0000:3b:00.9\"}}", "pool.gpu", "not a PCI address" },
+	{ "{\"pool\": {\"gpu\": 5}}", "pool.gpu", "wrong type" },
+	/* session */
+	{ "{\"session\": {\"page_size\": \"3MiB\"}}", "session.page_size", "\"3MiB\" is not a power of two" },
+	{ "{\"session\": {\"page_size\": \"32KiB\"}}", "session.page_size", "not a power of two from 64 KiB" },
+	{ "{\"session\": {\"page_size\": \"128MiB\"}}", "session.page_size", "to 64 MiB" },
+	{ "{\"session\": {\"ring_entries\": 100}}", "session.ring_entries", "100 is not a power of two" },
+	{ "{\"session\": {\"ring_entries\": 4}}", "session.ring_entries", "out of range" },
+	{ "{\"session\": {\"ring_entries\": 8192}}", "session.ring_entries", "out of range" },
+	{ "{\"session\": {\"ring_entries\": \"256\"}}", "session.ring_entries", "wrong type" },
+	{ "{\"session\": {\"max_tensors\": 0}}", "session.max_tensors", "0 is out of range" },
+	{ "{\"session\": {\"max_garbage\": 0}}", "session.max_garbage", "0 is out of range" },
+	{ "{\"pool\": {\"max_bytes\": \"1GiB\", \"session_max_bytes\": \"1MiB\"}, \"session\": {\"page_size\": \"4MiB\"}}",
+	  "session.page_size (4.0 MiB)", "no session could hold one page" },
+	/* ring, log */
+	{ "{\"ring\": {\"poll_us\": 2000000}}", "ring.poll_us", "2000000 is out of range" },
+	{ "{\"ring\": {\"poll_us\": -5}}", "ring.poll_us", "out of range" },
+	{ "{\"ring\": {\"poll_us\": \"50\"}}", "ring.poll_us", "wrong type" },
+	{ "{\"ring\": {\"spin\": 1}}", "unknown key ring.spin", "poll_us" },
+	{ "{\"log\": {\"level\": \"verbose\"}}", "log.level", "\"verbose\" is not one of" },
+	{ "{\"log\": {\"level\": 3}}", "log.level", "wrong type" },
+	/* swap (NVMe tier, validated only) */
+	{ "{\"swap\": {\"dirs\": \"/mnt\"}}", "swap.dirs", "expected an array" },
+	{ "{\"swap\": {\"dirs\": [3]}}", "swap.dirs[0]", "wrong type" },
+	{ "{\"swap\": {\"dirs\": [{\"path\": \"nvme\", \"max_bytes\": \"1GiB\"}]}}", "swap.dirs[0].path",
+	  "not an absolute path" },
+	{ "{\"swap\": {\"dirs\": [{\"path\": \"/mnt/a\"}]}}", "swap.dirs[0]", "missing \"max_bytes\"" },
+	{ "{\"swap\": {\"dirs\": [{\"path\": \"/mnt/a\", \"max_bytes\": \"1GiB\", \"fast\": true}]}}",
+	  "unknown key swap.dirs[0].fast", "path, max_bytes" },
+	{ "{\"swap\": {\"dirs\": [{\"path\": \"/mnt/a\", \"max_bytes\": \"1GiB\"}, {\"path\": \"/mnt/a\", \"max_bytes\": \"1GiB\"}]}}",
+	  "swap.dirs[1].path", "listed twice" },
+	{ "{\"swap\": {\"dirs\": [{\"path\": \"/mnt/a\", \"max_bytes\": \"12 parsecs\"}]}}", "swap.dirs[0].max_bytes",
+	  "not a size" },
+	{ "{\"swap\": {\"queue_depth\": 0}}", "swap.queue_depth", "0 is out of range" },
+	{ "{\"swap\": {\"queue_depth\": 5000}}", "swap.queue_depth", "out of range" },
+	{ "{\"swap\": {\"sqpoll\": \"yes\"}}", "swap.sqpoll", "wrong type" },
+	{ "{\"swap\": {\"prefetch_window\": -1}}", "swap.prefetch_window", "out of range" },
+	{ "{\"swap\": {\"depth\": 1}}", "unknown key swap.depth", "queue_depth" },
+};
+
+static void test_refusals(void)
+{
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct config *c = NULL;
+		char err[1024] = "";
+		int r = config_parse(bad[i].json, strlen(bad[i].json), "test.json", &c, err, sizeof(err));
+
+		if (r != -EINVAL || c)
+			TEST_FAIL("config %s was accepted (r=%d)", bad[i].json, r);
+		ASSERT_CONTAINS(err, "test.json: ");
+		ASSERT_CONTAINS(err, bad[i].needle1);
+		ASSERT_CONTAINS(err, bad[i].needle2);
+	}
+}
+
+static void test_swap_dir_count(void)
+{
+	char json[4096];
+	size_t o = 0;
+	struct config *c = NULL;
+	char err[1024];
+
+	o += (size_t)snprintf(json + o, sizeof(json) - o, "{\"swap\": {\"dirs\": [");
+	for (int i = 0; i < CONFIG_MAX_SWAP_DIRS + 1; i++)
+		o += (size_t)snprintf(json + o, sizeof(json) - o, "%s{\"path\": \"/mnt/d%d\", \"max_bytes\": \"1GiB\"}",
+				      i ? "," : "", i);
+	snprintf(json + o, sizeof(json) - o, "]}}");
+	ASSERT_EQ(config_parse(json, strlen(json), "test.json", &c, err, sizeof(err)), -EINVAL);
+	ASSERT_CONTAINS(err, "swap.dirs: 17 directories");
+}
+
+static void test_defaults_and_good(void)
+{
+	static const char good[] =
+		"{\"socket\": {\"dir\": \"/tmp/x\", \"mode\": \"0660\", \"group\": null},"
+		" \"pool\": {\"max_bytes\": \"1GiB\", \"session_max_bytes\": 268435456, \"require_locked\": false,"
+		"          \"hugepages\": \"never\", \"numa_node\": 0, \"gpu\": \"3B:00.0\"},"
+		" \"session\": {\"page_size\": \"1MiB\", \"ring_entries\": 64, \"max_tensors\": 10, \"max_garbage\": 5},"
+		" \"ring\": {\"poll_us\": 0}, \"log\": {\"level\": \"debug\"},"
+		" \"swap\": {\"dirs\": [{\"path\": \"/var/lib/spillway\", \"max_bytes\": \"64GiB\"}], \"queue_depth\": 64,"
+		"          \"sqpoll\": true, \"prefetch_window\": 4}}";
+	struct config *c = NULL;
+	char err[1024] = "";
+
+	ASSERT_OK(config_parse("{}", 2, "empty", &c, err, sizeof(err)));
+	ASSERT_EQ(c->session_page_size, 4u << 20);
+	ASSERT_EQ(c->session_ring_entries, 256);
+	ASSERT_EQ(c->ring_poll_us, CONFIG_DEFAULT_POLL_US);
+	ASSERT_EQ(c->session_max_garbage, 1000);
+	ASSERT_TRUE(c->pool_require_locked);
+	ASSERT_EQ(c->pool_hugepages, CONFIG_HUGEPAGES_AUTO);
+	ASSERT_EQ(c->pool_numa_node, CONFIG_NUMA_AUTO);
+	ASSERT_UEQ(c->pool_session_max_bytes, c->pool_max_bytes);
+	ASSERT_EQ(c->socket_mode, 0660);
+	ASSERT_EQ(c->swap_queue_depth, 32);
+	c = config_free(c);
+
+	ASSERT_OK(config_parse(good, strlen(good), "good", &c, err, sizeof(err)));
+	ASSERT_STREQ(c->socket_dir, "/tmp/x");
+	ASSERT_UEQ(c->pool_max_bytes, 1ull << 30);
+	ASSERT_UEQ(c->pool_session_max_bytes, 256ull << 20);
+	ASSERT_TRUE(!c->pool_require_locked);
+	ASSERT_EQ(c->pool_hugepages, CONFIG_HUGEPAGES_NEVER);
+	ASSERT_EQ(c->pool_numa_node, 0);
+	ASSERT_STREQ(c->pool_gpu, "0000:3b:00.0");
+	ASSERT_EQ(c->session_page_size, 1u << 20);
+	ASSERT_EQ(c->session_ring_entries, 64);
+	ASSERT_EQ(c->session_max_tensors, 10);
+	ASSERT_EQ(c->session_max_garbage, 5);
+	ASSERT_EQ(c->ring_poll_us, 0);
+	ASSERT_EQ(c->log_level, LOG_LVL_DEBUG);
+	ASSERT_EQ(c->n_swap_dirs, 1);
+	ASSERT_STREQ(c->swap_dirs[0].path, "/var/lib/spillway");
+	ASSERT_TRUE(c->swap_sqpoll);
+	config_free(c);
+	config_free(NULL);
+}
+
+static void test_sizes(void)
+{
+	uint64_t v = 0;
+
+	ASSERT_OK(config_parse_size("4MiB", &v));
+	ASSERT_UEQ(v, 4u << 20);
+	ASSERT_OK(config_parse_size("64GiB", &v));
+	ASSERT_UEQ(v, 64ull << 30);
+	ASSERT_OK(config_parse_size("1 G", &v));
+	ASSERT_UEQ(v, 1ull << 30);
+	ASSERT_OK(config_parse_size("12345", &v));
+	ASSERT_UEQ(v, 12345);
+	ASSERT_OK(config_parse_size("2TiB", &v));
+	ASSERT_UEQ(v, 2ull << 40);
+	ASSERT_EQ(config_parse_size("4mib", &v), -EINVAL);
+	ASSERT_EQ(config_parse_size("", &v), -EINVAL);
+	ASSERT_EQ(config_parse_size("MiB", &v), -EINVAL);
+	ASSERT_EQ(config_parse_size("-4MiB", &v), -EINVAL);
+	ASSERT_EQ(config_parse_size("17179869184TiB", &v), -ERANGE);
+	ASSERT_EQ(config_parse_size("18446744073709551616", &v), -ERANGE);
+}
+
+static void test_binary(void)
+{
+	struct spw_test_daemon d;
+	const char *check[] = { "--check-config", NULL };
+	const char *junk[] = { "--no-such-option", NULL };
+
+	ASSERT_EQ(spw_test_daemon_run_to_exit(&d, NULL, check), 0);
+	ASSERT_EQ(spw_test_daemon_run_to_exit(&d, "{\"pool\": {\"max_byte\": 1}}", check), 1);
+	ASSERT_EQ(spw_test_daemon_run_to_exit(&d, "{\"log\": {\"level\": \"loud\"}}", check), 1);
+	/* Without --check-config a bad file must stop the daemon before it listens. */
+	ASSERT_EQ(spw_test_daemon_run_to_exit(&d, "{\"socket\": {\"dir\": \"@DIR@\"}, \"ring\": {\"poll_us\": -1}}", NULL), 1);
+	ASSERT_EQ(spw_test_daemon_run_to_exit(&d, NULL, junk), 2);
+}
+
+int main(void)
+{
+	test_refusals();
+	test_swap_dir_count();
+	test_defaults_and_good();
+	test_sizes();
+	test_binary();
+	return 0;
+}

@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Every fault SPILLWAY_FAULTS can inject, seen through the pager: the error
+ * reaches the operation on the page it hit, with the specific errno and a
+ * message naming tensor, page and file; wrong data is never handed out;
+ * the pager goes on serving every other page.
+ */
+#include "tier-fixture.h"
+
+#define PAGE (128u * 1024u)
+#define SLOTS 8u
+#define DEPTH 8u
+
+static void fill_tensor(struct fx *f, uint32_t t, uint32_t n, unsigned tag)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		int s = fx_pin(f, t, i);
+
+		if (s < 0)
+			TEST_FAIL("pin of page %u: %s (%s)", i, strerror(-s), pager_last_error(f->p));
+		fx_fill(fx_slot(f, s), PAGE, SEED(tag, i, 0));
+		ASSERT_OK(pager_unpin(f->p, t, i, true));
+		/* One write at a time, in page order, so "write @k" is page k-1. */
+		fx_drain(f);
+	}
+}
+
+static void setup(struct fx *f, const char *faults, const char *session, uint32_t npages, uint32_t *t)
+{
+	uint32_t n;
+	char err[256];
+
+	fx_setup(f, faults, 2, PAGE, SLOTS, DEPTH);
+	f->p = fx_pager(f, session, (uint64_t)64 * PAGE, 0, DEPTH);
+	ASSERT_OK(pager_tensor_add(f->p, "params", (uint64_t)npages * PAGE, true, t, &n, err, sizeof(err)));
+}
+
+static void expect_names(struct fx *f, uint32_t page, const char *what)
+{
+	char needle[32];
+	const char *msg = pager_last_error(f->p), *at;
+
+	snprintf(needle, sizeof(needle), "'params' page %u", page);
+	at = strstr(msg, needle);
+	if (!at || (at[strlen(needle)] >= '0' && at[strlen(needle)] <= '9'))
+		TEST_FAIL("\"%s\" does not name %s", msg, needle);
+	ASSERT_CONTAINS(msg, "/var/tmp/spw-tier-");
+	ASSERT_CONTAINS(msg, ".swap");
+	ASSERT_CONTAINS(msg, what);
+}
+
+/* EIO or ENOSPC on the third write: page 2 is FAILED, every later PIN,
+ * PREFETCH and FLUSH says so; the others are intact. */
+static void test_write_error(const char *faults, int err)
+{
+	struct fx f;
+	struct pager_stats st;
+	uint32_t t;
+
+	setup(&f, faults, "job/w", SLOTS, &t);
+	fill_tensor(&f, t, SLOTS, 1);
+	ASSERT_EQ(pager_page_state(f.p, t, 2), PAGER_FAILED);
+	ASSERT_EQ(pager_pin(f.p, t, 2, fx_ud(&f)), err);
+	expect_names(&f, 2, strerror(-err));
+	ASSERT_EQ(pager_prefetch(f.p, t, 2), err);
+	ASSERT_EQ(fx_flush(&f, f.p), err);
+	ASSERT_CONTAINS(pager_last_error(f.p), "'params' page 2");
+	for (uint32_t i = 0; i < SLOTS; i++) {
+		int s;
+
+		if (i == 2)
+			continue;
+		s = fx_pin(&f, t, i);
+		ASSERT_GE(s, 0);
+		ASSERT_TRUE(fx_check(fx_slot(&f, s), PAGE, SEED(1, i, 0)));
+		ASSERT_OK(pager_unpin(f.p, t, i, false));
+	}
+	pager_stats(f.p, &st);
+	ASSERT_UEQ(st.errors, 1);
+	ASSERT_UEQ(st.pages_by_state[PAGER_FAILED], 1);
+	/* Removing the tensor clears the failure; the pager goes on. */
+	ASSERT_OK(pager_tensor_remove(f.p, t));
+	fx_teardown(&f);
+}
+
+/* A write that fails while the page is pinned again: the slot stays until
+ * the UNPIN, which reports the error. */
+static void test_write_error_pinned(void)
+{
+	struct fx f;
+	uint32_t t;
+	int s;
+
+	setup(&f, "write:eio@1", "job/wp", 4, &t);
+	s = fx_pin(&f, t, 0);
+	ASSERT_GE(s, 0);
+	ASSERT_OK(pager_unpin(f.p, t, 0, true)); /* write-behind starts now */
+	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_WRITING);
+	ASSERT_EQ(pager_pin(f.p, t, 0, fx_ud(&f)), s); /* pinnable while writing */
+	fx_drain(&f);
+	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_FAILED);
+	ASSERT_EQ(pager_unpin(f.p, t, 0, true), -EIO);
+	expect_names(&f, 0, "Input/output error");
+	ASSERT_EQ(pager_unpin(f.p, t, 0, true), -EINVAL);
+	fx_teardown(&f);
+}
+
+/* Writes 16 pages through 8 slots, flushes, and leaves page 0 only on
+ * disk, so that the next PIN of page 0 is read number 1. */
+static void to_disk(struct fx *f, uint32_t t)
+{
+	fill_tensor(f, t, 2 * SLOTS, 2);
+	ASSERT_EQ(fx_flush(f, f->p), 0);
+	ASSERT_EQ(pager_page_state(f->p, t, 0), PAGER_DISK);
+}
+
+static void test_read_error(void)
+{
+	struct fx f;
+	struct pager_stats st;
+	uint32_t t;
+	bool pending;
+	int s;
+
+	setup(&f, "read:eio@1", "job/r", 2 * SLOTS, &t);
+	to_disk(&f, t);
+	ASSERT_EQ(fx_pin_p(&f, f.p, t, 0, &pending), -EIO);
+	ASSERT_TRUE(pending);
+	expect_names(&f, 0, "Input/output error");
+	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_DISK); /* not in a slot */
+	/* Not sticky: the page is still good on disk, the next read works. */
+	s = fx_pin(&f, t, 0);
+	ASSERT_GE(s, 0);
+	ASSERT_TRUE(fx_check(fx_slot(&f, s), PAGE, SEED(2, 0, 0)));
+	ASSERT_OK(pager_unpin(f.p, t, 0, false));
+	pager_stats(f.p, &st);
+	ASSERT_UEQ(st.errors, 1);
+	ASSERT_UEQ(st.checksum_errors, 0);
+	fx_teardown(&f);
+}
+
+/* Every read comes back with a flipped byte: every PIN of a page on disk
+ * fails with -EBADMSG, none hands out a slot, and pages still in their
+ * slots are unaffected. */
+static void test_flip(void)
+{
+	struct fx f;
+	struct pager_stats st;
+	uint32_t t;
+	bool pending;
+
+	setup(&f, "read:flip@1+", "job/flip", 2 * SLOTS, &t);
+	to_disk(&f, t);
+	for (uint32_t i = 0; i < 2 * SLOTS; i++) {
+		bool was_disk = pager_page_state(f.p, t, i) == PAGER_DISK;
+		int s = fx_pin_p(&f, f.p, t, i, &pending);
+
+		if (was_disk) {
+			ASSERT_EQ(s, -EBADMSG);
+			ASSERT_TRUE(pending);
+			expect_names(&f, i, "checksum mismatch");
+			ASSERT_EQ(pager_page_state(f.p, t, i), PAGER_DISK);
+			continue;
+		}
+		ASSERT_GE(s, 0);
+		ASSERT_TRUE(fx_check(fx_slot(&f, s), PAGE, SEED(2, i, 0)));
+		ASSERT_OK(pager_unpin(f.p, t, i, false));
+	}
+	pager_stats(f.p, &st);
+	ASSERT_GE(st.checksum_errors, SLOTS);
+	ASSERT_UEQ(st.checksum_errors, st.errors);
+	ASSERT_UEQ(st.slots_claimed, 0);
+	fx_teardown(&f);
+}
+
+/* Short transfers everywhere: all succeed, bit-exact, and the ring counts
+ * the continuations. */
+static void test_short(void)
+{
+	struct fx f;
+	struct uring_stats us;
+	struct pager_stats st;
+	uint32_t t;
+
+	setup(&f, "read:short@1+,write:short@1+", "job/short", 2 * SLOTS, &t);
+	to_disk(&f, t);
+	for (uint32_t i = 0; i < 2 * SLOTS; i++) {
+		int s = fx_pin(&f, t, i);
+
+		ASSERT_GE(s, 0);
+		ASSERT_TRUE(fx_check(fx_slot(&f, s), PAGE, SEED(2, i, 0)));
+		ASSERT_OK(pager_unpin(f.p, t, i, false));
+	}
+	uring_get_stats(f.u, &us);
+	pager_stats(f.p, &st);
+	ASSERT_UEQ(st.errors, 0);
+	ASSERT_GE(st.reads, SLOTS);
+	ASSERT_UEQ(us.resubmits, us.reads + us.writes);
+	fx_teardown(&f);
+}
+
+int main(void)
+{
+	test_write_error("write:eio@3", -EIO);
+	test_write_error("write:enospc@3", -ENOSPC);
+	test_write_error_pinned();
+	test_read_error();
+	test_flip();
+	test_short();
+	return 0;
+}

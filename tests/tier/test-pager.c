@@ -1,0 +1,388 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The pager on its own, over real swap files on the disk: data through a
+ * tensor eight times the region comes back bit-exact; a learned order
+ * turns every PIN of the next step into a hit; the policy survives orders
+ * that change; PINs beyond the region fail instead of hanging; FLUSH makes
+ * everything clean; resident tensors stay put; sessions never mix pages.
+ */
+#include "tier-fixture.h"
+
+#define PAGE (256u * 1024u)
+#define SLOTS 16u
+#define NPAGES (8u * SLOTS) /* the tensor is 8x the region */
+#define DEPTH 8u
+#define WINDOW 4u
+
+/* One step the way the daemon and client will run it: PIN (waiting for the
+ * completion when pending), check what the last step wrote, write this
+ * step's data, UNPIN dirty. */
+static void step(struct fx *f, uint32_t t, const uint32_t *order, uint32_t n, unsigned tag, unsigned version)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t pg = order[i];
+		struct pager_stats s0, s1;
+		int slot;
+		uint8_t *d;
+
+		pager_stats(f->p, &s0);
+		slot = fx_pin(f, t, pg);
+		pager_stats(f->p, &s1);
+		if (getenv("TIER_DEBUG") && s1.misses != s0.misses)
+		{
+			fprintf(stderr, "miss: step %u i %u page %u free %u wb %u rd %u ring %u:", version, i, pg,
+				s0.slots_free, s0.writes_inflight, s0.reads_inflight, s0.queue_depth);
+			for (int k = 0; k < PAGER__STATES; k++)
+				fprintf(stderr, " %s=%llu", pager_state_name(k), (unsigned long long)s0.pages_by_state[k]);
+			fprintf(stderr, "\n");
+		}
+
+		if (slot < 0)
+			TEST_FAIL("pin of page %u: %s (%s)", pg, strerror(-slot), pager_last_error(f->p));
+		d = fx_slot(f, slot);
+		if (version == 0)
+			ASSERT_TRUE(fx_zero(d, PAGE)); /* a page never written reads as zeros */
+		else if (!fx_check(d, PAGE, SEED(tag, pg, version - 1)))
+			TEST_FAIL("page %u (step %u): data differs from what was written", pg, version);
+		fx_fill(d, PAGE, SEED(tag, pg, version));
+		ASSERT_OK(pager_unpin(f->p, t, pg, true));
+	}
+}
+
+static void verify(struct fx *f, uint32_t t, const uint32_t *order, uint32_t n, unsigned tag, unsigned version)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		int slot = fx_pin(f, t, order[i]);
+
+		if (slot < 0)
+			TEST_FAIL("pin of page %u: %s (%s)", order[i], strerror(-slot), pager_last_error(f->p));
+		if (!fx_check(fx_slot(f, slot), PAGE, SEED(tag, order[i], version)))
+			TEST_FAIL("page %u: data differs from what was written", order[i]);
+		ASSERT_OK(pager_unpin(f->p, t, order[i], false));
+	}
+}
+
+static void shuffle(uint32_t *a, uint32_t n, unsigned seed)
+{
+	srand(seed);
+	for (uint32_t i = n - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)rand() % (i + 1), x = a[i];
+		a[i] = a[j];
+		a[j] = x;
+	}
+}
+
+/* Random data through a tensor 8x the region, across two swap dirs, read
+ * back bit-exact after every page was evicted at least once. */
+static void test_round_trip(void)
+{
+	struct fx f;
+	struct pager_stats st;
+	uint32_t order[NPAGES], t, n;
+	char err[256];
+
+	fx_setup(&f, NULL, 2, PAGE, SLOTS, DEPTH);
+	f.p = fx_pager(&f, "job/0", (uint64_t)NPAGES * PAGE, WINDOW, DEPTH);
+	ASSERT_UEQ(fx_files_in(f.dir[0]), 1);
+	ASSERT_UEQ(fx_files_in(f.dir[1]), 1);
+	ASSERT_OK(pager_tensor_add(f.p, "exp_avg", (uint64_t)NPAGES * PAGE - 100, true, &t, &n, err, sizeof(err)));
+	ASSERT_UEQ(n, NPAGES);
+	for (uint32_t i = 0; i < NPAGES; i++)
+		order[i] = i;
+	step(&f, t, order, NPAGES, 1, 0);
+	shuffle(order, NPAGES, 7);
+	verify(&f, t, order, NPAGES, 1, 0);
+	pager_stats(f.p, &st);
+	ASSERT_GE(st.evictions, NPAGES - SLOTS);
+	ASSERT_GE(st.writes, NPAGES - SLOTS);
+	ASSERT_GE(st.reads, NPAGES - SLOTS);
+	ASSERT_UEQ(st.errors, 0);
+	ASSERT_UEQ(st.zero_fills, NPAGES);
+	ASSERT_UEQ(st.slots_claimed, 0);
+	ASSERT_UEQ(st.pages, NPAGES);
+	ASSERT_UEQ(st.swap_assigned_bytes, (uint64_t)NPAGES * PAGE);
+	fx_teardown(&f);
+}
+
+/* After one recorded step, the next steps in the same order never make a
+ * PIN start its own read: each page is already in its slot or on its way. */
+static void test_order_learning(void)
+{
+	struct fx f;
+	struct pager_stats a, b, c;
+	uint32_t order[NPAGES], t, n;
+	char err[256];
+
+	fx_setup(&f, NULL, 2, PAGE, SLOTS, DEPTH);
+	f.p = fx_pager(&f, "job/learn", (uint64_t)NPAGES * PAGE, WINDOW, DEPTH);
+	ASSERT_OK(pager_tensor_add(f.p, "p32", (uint64_t)NPAGES * PAGE, true, &t, &n, err, sizeof(err)));
+	/* Not 0..n: the pager must learn the order, not assume it. */
+	for (uint32_t i = 0; i < NPAGES; i++)
+		order[i] = (i * 37) % NPAGES;
+
+	step(&f, t, order, NPAGES, 2, 0); /* recorded */
+	pager_step(f.p);
+	/* The first step made every page dirty faster than any disk writes
+	 * them; the forward pass between two optimizer steps gives the
+	 * write-back that time. Let it have it. */
+	fx_drain(&f);
+	pager_stats(f.p, &a);
+	ASSERT_TRUE(a.plan_active);
+	ASSERT_UEQ(a.plan_length, NPAGES);
+
+	step(&f, t, order, NPAGES, 2, 1);
+	pager_step(f.p);
+	fx_drain(&f);
+	pager_stats(f.p, &b);
+	ASSERT_UEQ(b.misses - a.misses, 0);
+	ASSERT_UEQ(b.pins - a.pins, NPAGES);
+	ASSERT_GE(b.prefetch_hits - a.prefetch_hits, NPAGES - SLOTS);
+	ASSERT_UEQ(b.prefetch_hits - a.prefetch_hits + b.pin_hits - a.pin_hits, NPAGES);
+	ASSERT_GE(b.write_behinds, NPAGES - SLOTS);
+	ASSERT_UEQ(b.divergences, 0);
+
+	step(&f, t, order, NPAGES, 2, 2);
+	pager_step(f.p);
+	pager_stats(f.p, &c);
+	ASSERT_UEQ(c.misses - b.misses, 0);
+	ASSERT_UEQ(c.errors, 0);
+	fprintf(stderr, "order learning: step 2: %llu prefetch hits, %llu hits, 0 misses; %llu evictions, %llu write-behinds\n",
+		(unsigned long long)(b.prefetch_hits - a.prefetch_hits), (unsigned long long)(b.pin_hits - a.pin_hits),
+		(unsigned long long)c.evictions, (unsigned long long)c.write_behinds);
+	fx_teardown(&f);
+}
+
+/* The order changes: a few skipped pages resynchronise; a new order drops
+ * the plan (clock, data still right) and the next STEP adopts it. */
+static void test_divergence(void)
+{
+	struct fx f;
+	struct pager_stats a, b, c;
+	uint32_t order[NPAGES], skip[NPAGES], other[NPAGES], t, n, ns = 0;
+	char err[256];
+
+	fx_setup(&f, NULL, 2, PAGE, SLOTS, DEPTH);
+	f.p = fx_pager(&f, "job/div", (uint64_t)NPAGES * PAGE, WINDOW, DEPTH);
+	ASSERT_OK(pager_tensor_add(f.p, "m", (uint64_t)NPAGES * PAGE, true, &t, &n, err, sizeof(err)));
+	for (uint32_t i = 0; i < NPAGES; i++)
+		order[i] = other[i] = i;
+	step(&f, t, order, NPAGES, 3, 0);
+	pager_step(f.p);
+
+	/* Skip every tenth page: each skip is a resync, not a divergence. */
+	for (uint32_t i = 0; i < NPAGES; i++)
+		if (i % 10 != 5)
+			skip[ns++] = i;
+	verify(&f, t, skip, ns, 3, 0);
+	pager_stats(f.p, &a);
+	ASSERT_GE(a.resyncs, 10);
+	ASSERT_UEQ(a.divergences, 0);
+	ASSERT_TRUE(a.plan_active);
+	pager_step(f.p); /* re-recorded: the skipping order is the plan now */
+	pager_stats(f.p, &a);
+	ASSERT_UEQ(a.plan_length, ns);
+
+	/* A different order altogether (same pages, shuffled): the pager
+	 * keeps following by resyncs or drops the plan; data stays exact. */
+	shuffle(other, NPAGES, 11);
+	verify(&f, t, other, NPAGES, 3, 0);
+	pager_step(f.p);
+	pager_stats(f.p, &b);
+	ASSERT_UEQ(b.plan_length, NPAGES);
+	verify(&f, t, other, NPAGES, 3, 0);
+	pager_stats(f.p, &c);
+	ASSERT_UEQ(c.misses - b.misses, 0); /* the new order was learned */
+	ASSERT_UEQ(c.errors, 0);
+	fx_teardown(&f);
+}
+
+/* PINs beyond the region: refused with -ENOMEM and a message, never a
+ * hang; a PIN that must wait for a write-back to free a slot completes. */
+static void test_enomem(void)
+{
+	struct fx f;
+	struct pager_stats st;
+	uint32_t t, n;
+	char err[256];
+	int slots[SLOTS];
+	bool pending;
+
+	fx_setup(&f, NULL, 1, PAGE, SLOTS, DEPTH);
+	f.p = fx_pager(&f, "job/nomem", (uint64_t)NPAGES * PAGE, WINDOW, DEPTH);
+	ASSERT_OK(pager_tensor_add(f.p, "v", (uint64_t)NPAGES * PAGE, true, &t, &n, err, sizeof(err)));
+	/* Fill every slot with a dirty page, then pin all but one of them
+	 * again: the one left is dirty, so the next PIN must wait for its
+	 * write-back. */
+	for (uint32_t i = 0; i < SLOTS; i++) {
+		slots[i] = fx_pin(&f, t, i);
+		ASSERT_GE(slots[i], 0);
+		fx_fill(fx_slot(&f, slots[i]), PAGE, SEED(4, i, 0));
+	}
+	for (uint32_t i = 0; i < SLOTS; i++)
+		ASSERT_OK(pager_unpin(f.p, t, i, true));
+	fx_drain(&f);
+	for (uint32_t i = 0; i < SLOTS - 1; i++)
+		ASSERT_EQ(fx_pin(&f, t, i), slots[i]);
+	/* The last page is clean after write-behind; dirty it again. */
+	ASSERT_GE(fx_pin(&f, t, SLOTS - 1), 0);
+	ASSERT_OK(pager_unpin(f.p, t, SLOTS - 1, true));
+	ASSERT_GE(fx_pin_p(&f, f.p, t, SLOTS, &pending), 0);
+	ASSERT_TRUE(pending || uring_busy(f.u) == 0);
+	/* Now all 16 are pinned: one more is refused, at once. */
+	ASSERT_EQ(pager_pin(f.p, t, SLOTS + 1, fx_ud(&f)), -ENOMEM);
+	ASSERT_CONTAINS(pager_last_error(f.p), "all 16 slots");
+	ASSERT_CONTAINS(pager_last_error(f.p), "job/nomem");
+	/* A second pin of a page already pinned needs no new slot. */
+	ASSERT_EQ(pager_pin(f.p, t, 0, fx_ud(&f)), slots[0]);
+	ASSERT_OK(pager_unpin(f.p, t, 0, false));
+	ASSERT_EQ(pager_unpin(f.p, t, SLOTS + 1, false), -EINVAL);
+	for (uint32_t i = 0; i < SLOTS - 1; i++)
+		ASSERT_OK(pager_unpin(f.p, t, i, false));
+	ASSERT_OK(pager_unpin(f.p, t, SLOTS, false));
+	ASSERT_EQ(pager_tensor_remove(f.p, t), 0);
+	pager_stats(f.p, &st);
+	ASSERT_UEQ(st.enomem, 1);
+	ASSERT_UEQ(st.slots_free, SLOTS);
+	ASSERT_UEQ(st.swap_assigned_bytes, 0);
+	fx_teardown(&f);
+}
+
+/* FLUSH: every dirty page written and the files fsynced, then complete;
+ * then every page is clean or only on disk. */
+static void test_flush(void)
+{
+	struct fx f;
+	struct pager_stats st;
+	uint32_t order[NPAGES / 4], t, n;
+	char err[256];
+
+	fx_setup(&f, NULL, 2, PAGE, SLOTS, DEPTH);
+	f.p = fx_pager(&f, "job/flush", (uint64_t)NPAGES * PAGE, WINDOW, DEPTH);
+	ASSERT_OK(pager_tensor_add(f.p, "w", (uint64_t)NPAGES / 4 * PAGE, true, &t, &n, err, sizeof(err)));
+	for (uint32_t i = 0; i < n; i++)
+		order[i] = i;
+	step(&f, t, order, n, 5, 0);
+	ASSERT_EQ(fx_flush(&f, f.p), 0);
+	pager_stats(f.p, &st);
+	ASSERT_UEQ(st.fsyncs, 2);
+	ASSERT_UEQ(st.flushes, 1);
+	ASSERT_UEQ(st.pages_by_state[PAGER_DIRTY] + st.pages_by_state[PAGER_WRITING], 0);
+	ASSERT_UEQ(st.bytes_on_disk, (uint64_t)n * PAGE);
+	/* Two FLUSHes at once: both complete, in order. */
+	{
+		uint64_t u1 = fx_ud(&f), u2 = fx_ud(&f);
+
+		ASSERT_EQ(pager_flush(f.p, u1), PAGER_PENDING);
+		ASSERT_EQ(pager_flush(f.p, u2), PAGER_PENDING);
+		ASSERT_EQ(fx_wait(&f, u2), 0);
+		ASSERT_TRUE(f.done[u1]);
+		ASSERT_EQ(f.res[u1], 0);
+	}
+	verify(&f, t, order, n, 5, 0);
+	fx_teardown(&f);
+}
+
+/* Resident tensors keep their slots while a swappable one churns through
+ * the rest of the region. */
+static void test_resident(void)
+{
+	struct fx f;
+	struct pager_stats st;
+	uint32_t r, t, nr, n, order[NPAGES];
+	int rslot[4];
+	char err[256];
+	bool pending;
+
+	fx_setup(&f, NULL, 1, PAGE, SLOTS, DEPTH);
+	f.p = fx_pager(&f, "job/res", (uint64_t)NPAGES * PAGE, WINDOW, DEPTH);
+	ASSERT_OK(pager_tensor_add(f.p, "bias", 4 * PAGE, false, &r, &nr, err, sizeof(err)));
+	ASSERT_UEQ(nr, 4);
+	for (uint32_t i = 0; i < 4; i++) {
+		rslot[i] = fx_pin_p(&f, f.p, r, i, &pending);
+		ASSERT_GE(rslot[i], 0);
+		ASSERT_TRUE(!pending);
+		ASSERT_TRUE(fx_zero(fx_slot(&f, rslot[i]), PAGE));
+		fx_fill(fx_slot(&f, rslot[i]), PAGE, SEED(6, i, 0));
+		ASSERT_OK(pager_unpin(f.p, r, i, true));
+		ASSERT_EQ(pager_page_state(f.p, r, i), PAGER_RESIDENT);
+	}
+	/* A resident tensor larger than what is left is refused. */
+	ASSERT_EQ(pager_tensor_add(f.p, "huge", (uint64_t)SLOTS * PAGE, false, &t, &n, err, sizeof(err)), -ENOMEM);
+	ASSERT_CONTAINS(err, "huge");
+	ASSERT_OK(pager_tensor_add(f.p, "g", (uint64_t)NPAGES * PAGE, true, &t, &n, err, sizeof(err)));
+	for (uint32_t i = 0; i < n; i++)
+		order[i] = i;
+	step(&f, t, order, n, 7, 0);
+	verify(&f, t, order, n, 7, 0);
+	for (uint32_t i = 0; i < 4; i++) {
+		ASSERT_EQ(fx_pin(&f, r, i), rslot[i]);
+		ASSERT_TRUE(fx_check(fx_slot(&f, rslot[i]), PAGE, SEED(6, i, 0)));
+		ASSERT_OK(pager_unpin(f.p, r, i, false));
+	}
+	pager_stats(f.p, &st);
+	ASSERT_UEQ(st.pages_by_state[PAGER_RESIDENT], 4);
+	ASSERT_UEQ(st.slots_claimed, 4);
+	/* At most SLOTS - 4 swappable pages can be pinned now. */
+	for (uint32_t i = 0; i < SLOTS - 4; i++)
+		ASSERT_GE(fx_pin(&f, t, i), 0);
+	ASSERT_EQ(pager_pin(f.p, t, SLOTS, fx_ud(&f)), -ENOMEM);
+	ASSERT_EQ(pager_tensor_remove(f.p, t), -EBUSY);
+	for (uint32_t i = 0; i < SLOTS - 4; i++)
+		ASSERT_OK(pager_unpin(f.p, t, i, false));
+	ASSERT_OK(pager_tensor_remove(f.p, t));
+	ASSERT_OK(pager_tensor_remove(f.p, r));
+	pager_stats(f.p, &st);
+	ASSERT_UEQ(st.slots_free, SLOTS);
+	ASSERT_UEQ(st.slots_claimed, 0);
+	fx_teardown(&f);
+}
+
+/* Two sessions (even with the same name) on the same swap dirs and ring:
+ * separate files, and each reads back only its own data. Files go when
+ * each pager goes. */
+static void test_two_sessions(void)
+{
+	struct fx f;
+	struct fx g; /* the second session's region and completions */
+	uint32_t t1, t2, n, order[NPAGES];
+	char err[256];
+
+	fx_setup(&f, NULL, 2, PAGE, SLOTS, DEPTH);
+	g = f; /* same dirs and ring */
+	fx_region(&g, PAGE, SLOTS);
+	f.p = fx_pager(&f, "job/0", (uint64_t)NPAGES * PAGE, WINDOW, DEPTH);
+	g.p = fx_pager(&g, "job/0", (uint64_t)NPAGES * PAGE, WINDOW, DEPTH);
+	ASSERT_UEQ(fx_files_in(f.dir[0]), 2);
+	ASSERT_UEQ(fx_files_in(f.dir[1]), 2);
+	ASSERT_OK(pager_tensor_add(f.p, "p", (uint64_t)NPAGES * PAGE, true, &t1, &n, err, sizeof(err)));
+	ASSERT_OK(pager_tensor_add(g.p, "p", (uint64_t)NPAGES * PAGE, true, &t2, &n, err, sizeof(err)));
+	for (uint32_t i = 0; i < n; i++)
+		order[i] = i;
+	/* Interleave the two sessions page by page. */
+	for (uint32_t i = 0; i < n; i++) {
+		step(&f, t1, &order[i], 1, 8, 0);
+		step(&g, t2, &order[i], 1, 9, 0);
+	}
+	shuffle(order, n, 3);
+	for (uint32_t i = 0; i < n; i++) {
+		verify(&f, t1, &order[i], 1, 8, 0);
+		verify(&g, t2, &order[i], 1, 9, 0);
+	}
+	g.p = pager_free(g.p);
+	ASSERT_UEQ(fx_files_in(f.dir[0]), 1);
+	verify(&f, t1, order, n, 8, 0);
+	munmap(g.region, g.region_bytes);
+	fx_teardown(&f);
+}
+
+int main(void)
+{
+	test_round_trip();
+	test_order_learning();
+	test_divergence();
+	test_enomem();
+	test_flush();
+	test_resident();
+	test_two_sessions();
+	return 0;
+}
