@@ -13,6 +13,7 @@
 
 #define NONE UINT32_MAX
 #define NO_LIMIT UINT64_MAX
+#define MAX_PINS (1u << 24)
 
 /* ppage.flags */
 #define F_ONDISK     (1u << 0) /* the disk holds a copy whose CRC is in .crc */
@@ -790,6 +791,12 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 		set_msg(p, "session '%s': pin of tensor '%s' page %u: the page was lost when its write to %s failed: %s",
 			p->session, tname(p, pg), page, swap_page_path(p->swap, pg->disk), strerror(-pg->err));
 		return pg->err;
+	}
+	if (pg->pins >= MAX_PINS) {
+		/* A client pinning in a loop must not wrap the count. */
+		set_msg(p, "session '%s': tensor '%s' page %u is pinned %u times already", p->session, tname(p, pg),
+			page, pg->pins);
+		return -EBUSY;
 	}
 	if (pg->state == PAGER_RESIDENT) {
 		pg->pins++;
