@@ -102,4 +102,16 @@ int spw__ring_init(struct spw__ring *r, void *rings, const struct spw_ring_layou
 		   int sq_evt, int cq_evt, int wake_fd, uint32_t spin_us);
 void spw__ring_fini(struct spw__ring *r);
 
+/* Queues any ring op (PREFETCH, STEP, FLUSH have no public call yet);
+ * fails like spw_submit_nop(). */
+int spw__submit_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page,
+		   uint64_t user_data);
+
+/* Sleeps until a completion is ready, extra_fd (>= 0) is readable, or
+ * timeout_ms passes (< 0: no limit), watching for the daemon's hangup as
+ * spw_reap() does. Does not spin when extra_fd >= 0. Returns 0 (woken:
+ * reap with timeout 0 to see what came), -ETIMEDOUT, -EINTR, or the error
+ * that made the client dead. */
+int spw__wait_ring(spw_client *c, int timeout_ms, int extra_fd);
+
 #endif

@@ -262,7 +262,7 @@ static bool cq_ready(struct spw__ring *r)
 
 /* Waits until the CQ holds an entry. timeout_ms < 0: no limit. Returns 0,
  * -ETIMEDOUT, -EINTR, or the error that made the client dead. */
-static int wait_cq(spw_client *c, int timeout_ms)
+static int wait_cq(spw_client *c, int timeout_ms, int extra_fd)
 {
 	struct spw__ring *r = &c->ring;
 	uint64_t start = now_ns(), deadline = 0;
@@ -272,7 +272,9 @@ static int wait_cq(spw_client *c, int timeout_ms)
 		return 0;
 	if (timeout_ms > 0)
 		deadline = start + (uint64_t)timeout_ms * 1000000ull;
-	if (r->spin_us != SPW_SPIN_NEVER) {
+	/* A caller with a second fd to watch cannot spin on it cheaply, so it
+	 * sleeps at once. */
+	if (r->spin_us != SPW_SPIN_NEVER && extra_fd < 0) {
 		uint64_t spin_end = start + (uint64_t)r->spin_us * 1000ull;
 
 		if (deadline && spin_end > deadline)
@@ -287,9 +289,10 @@ static int wait_cq(spw_client *c, int timeout_ms)
 	}
 
 	for (;;) {
-		struct pollfd pfd[2] = {
+		struct pollfd pfd[3] = {
 			{ .fd = r->cq_evt, .events = POLLIN },
 			{ .fd = r->wake_fd, .events = POLLIN },
+			{ .fd = extra_fd, .events = POLLIN },
 		};
 		int ms = -1, pr;
 
@@ -310,7 +313,8 @@ static int wait_cq(spw_client *c, int timeout_ms)
 			}
 			ms = (int)((deadline - now + 999999) / 1000000);
 		}
-		pr = poll(pfd, r->wake_fd >= 0 ? 2 : 1, ms);
+		/* A negative fd in the set is ignored by poll(). */
+		pr = poll(pfd, 3, ms);
 		if (pr < 0) {
 			err = -errno;
 			if (err == -EINTR)
@@ -340,6 +344,8 @@ static int wait_cq(spw_client *c, int timeout_ms)
 			if (err < 0)
 				break;
 		}
+		if (extra_fd >= 0 && pfd[2].revents)
+			break;
 	}
 	/* Awake: the daemon need not ring any more. Relaxed, because a stale
 	 * flag only costs the daemon a spurious eventfd write, which the next
@@ -389,7 +395,7 @@ SPW_EXPORT int spw_reap(spw_client *c, struct spw_completion *out, unsigned max,
 		}
 		if (n > 0 || timeout_ms == 0)
 			return (int)n;
-		err = wait_cq(c, timeout_ms);
+		err = wait_cq(c, timeout_ms, -1);
 		if (err < 0)
 			return err;
 	}
@@ -435,7 +441,7 @@ static int sync_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor
 			 * leave this operation in flight with nobody to
 			 * receive its completion. */
 			do
-				err = wait_cq(c, -1);
+				err = wait_cq(c, -1, -1);
 			while (err == -EINTR);
 			if (err < 0)
 				return err;
@@ -507,4 +513,24 @@ SPW_EXPORT void *spw_slot_ptr(const spw_client *c, uint32_t slot)
 	if (!c || !c->attached || slot >= c->slots)
 		return NULL;
 	return (char *)c->region + (size_t)slot * c->page_size;
+}
+
+int spw__submit_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page,
+		   uint64_t user_data)
+{
+	if (!c)
+		return -EINVAL;
+	return submit(c, opcode, flags, tensor, page, user_data, false);
+}
+
+int spw__wait_ring(spw_client *c, int timeout_ms, int extra_fd)
+{
+	int err = check_ready(c);
+
+	if (err < 0)
+		return err;
+	/* Completions parked by a sync call are ready already. */
+	if (c->ring.bl_count)
+		return 0;
+	return wait_cq(c, timeout_ms, extra_fd);
 }

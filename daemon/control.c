@@ -32,7 +32,11 @@ static void client_watch(struct client *c)
 {
 	int ev = c->tx ? UV_WRITABLE : UV_READABLE | UV_DISCONNECT;
 
-	if (!c->closing)
+	if (c->closing)
+		return;
+	if (c->attaching && !c->tx)
+		uv_poll_stop(&c->poll);
+	else
 		uv_poll_start(&c->poll, ev, client_event);
 }
 
@@ -51,9 +55,16 @@ void control_client_close(struct client *c, const char *why)
 	if (!c || c->closing)
 		return;
 	c->closing = true;
-	if (c->session) {
+	if (c->session && c->session->attaching) {
+		/* The threadpool still builds its region: it is freed when that
+		 * work comes back (control_attach_done with no owner). */
+		log_info("attach %s: client %u (uid %u, pid %d) %s while its region was being prepared",
+			 c->session->name, c->id, (unsigned)c->uid, (int)c->pid, why);
+		c->session->owner = NULL;
+		c->session = NULL;
+	} else if (c->session) {
 		log_info("detach %s: client %u (uid %u, pid %d) %s; released %s", c->session->name, c->id,
-			 (unsigned)c->uid, (int)c->pid, why, format_bytes(c->session->region->bytes, a, sizeof(a)));
+			 (unsigned)c->uid, (int)c->pid, why, format_bytes(c->session->bytes, a, sizeof(a)));
 		c->session = session_free(c->session);
 		daemon_update_status(c->d);
 	} else {
@@ -307,8 +318,7 @@ static void do_attach(struct client *c, const cJSON *msg)
 	bool persistent = false;
 	char err[768], a[32], b[32], m[32], u[32];
 	struct session *s, *other;
-	int fds[SPW_ATTACH_NFDS], r;
-	cJSON *o;
+	int r;
 
 	if (c->session) {
 		reply_error(c, EISCONN, "attach: this connection is already attached to session %s; detach first",
@@ -372,22 +382,47 @@ static void do_attach(struct client *c, const cJSON *msg)
 			    format_bytes(d->used_bytes, u, sizeof(u)), cfg->origin);
 		return;
 	}
-	r = session_create(d, c, name, bytes, (uint32_t)page_size, &s, err, sizeof(err));
+	r = session_attach(d, c, name, bytes, (uint32_t)page_size, err, sizeof(err));
 	if (r < 0) {
 		reply_error(c, -r, "%s", err);
 		return;
 	}
+	s = c->session;
 	s->uid = c->uid;
 	s->pid = c->pid;
-	c->session = s;
-	log_info("attach %s: client %u (uid %u, pid %d): %s in %u slots of %s, %s, %s, NUMA node %d", name, c->id,
-		 (unsigned)c->uid, (int)c->pid, format_bytes(bytes, a, sizeof(a)), s->nslots,
+	c->attaching = true;
+	client_watch(c);
+}
+
+void control_attach_done(struct session *s, int r)
+{
+	struct client *c = s->owner;
+	char a[32], b[32];
+	int fds[SPW_ATTACH_NFDS];
+	cJSON *o;
+
+	if (!c) {
+		log_info("attach %s: released, its client is gone", s->name);
+		session_free(s);
+		return;
+	}
+	c->attaching = false;
+	if (r < 0) {
+		char err[sizeof(s->work_err)];
+
+		memcpy(err, s->work_err, sizeof(err));
+		c->session = session_free(s);
+		reply_error(c, -r, "%s", err);
+		return;
+	}
+	log_info("attach %s: client %u (uid %u, pid %d): %s in %u slots of %s, %s, %s, NUMA node %d", s->name, c->id,
+		 (unsigned)c->uid, (int)c->pid, format_bytes(s->bytes, a, sizeof(a)), s->nslots,
 		 format_bytes(s->page_size, b, sizeof(b)), s->region->locked ? "locked" : "NOT locked",
 		 s->region->hugepages ? "hugetlb pages" : "ordinary pages", s->region->numa_node);
-	daemon_update_status(d);
+	daemon_update_status(c->d);
 
 	o = reply(SPW_MSG_ATTACH);
-	cJSON_AddStringToObject(o, "session", name);
+	cJSON_AddStringToObject(o, "session", s->name);
 	cJSON_AddNumberToObject(o, "region_bytes", (double)s->region->bytes);
 	cJSON_AddNumberToObject(o, "page_size", s->page_size);
 	cJSON_AddNumberToObject(o, "slots", s->nslots);
@@ -500,7 +535,7 @@ static void do_detach(struct client *c)
 		return;
 	}
 	log_info("detach %s: client %u (uid %u, pid %d) asked; released %s", c->session->name, c->id,
-		 (unsigned)c->uid, (int)c->pid, format_bytes(c->session->region->bytes, a, sizeof(a)));
+		 (unsigned)c->uid, (int)c->pid, format_bytes(c->session->bytes, a, sizeof(a)));
 	c->session = session_free(c->session);
 	daemon_update_status(c->d);
 	send_json(c, reply(SPW_MSG_DETACH), NULL, 0);
@@ -577,7 +612,9 @@ static ssize_t recv_some(struct client *c, void *buf, size_t len)
 
 static void read_frames(struct client *c)
 {
-	for (int frames = 0; frames < FRAMES_PER_WAKEUP && !c->closing && !c->tx;) {
+	/* One request at a time: nothing more is read while a reply is queued
+	 * or an attach is being prepared (replies stay in order). */
+	for (int frames = 0; frames < FRAMES_PER_WAKEUP && !c->closing && !c->tx && !c->attaching;) {
 		struct spw_proto_frame_hdr h;
 		bool in_hdr = c->hdr_len < sizeof(c->hdr);
 		void *dst = in_hdr ? (void *)(c->hdr + c->hdr_len) : (void *)(c->payload + c->payload_got);
@@ -645,7 +682,7 @@ static void client_event(uv_poll_t *h, int status, int events)
 			return;
 		}
 	}
-	if (!c->closing && !c->tx && (events & (UV_READABLE | UV_DISCONNECT)))
+	if (!c->closing && !c->tx && !c->attaching && (events & (UV_READABLE | UV_DISCONNECT)))
 		read_frames(c);
 }
 
@@ -684,13 +721,13 @@ static void on_accept(uv_poll_t *h, int status, int events)
 	struct daemon *d = h->data;
 
 	for (int i = 0; i < 16; i++) {
-		int fd = accept4(d->control_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = daemon_accept(d, d->control_fd);
 
 		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
+			if (fd == -EINTR || fd == -ECONNABORTED)
 				continue;
-			if (errno != EAGAIN)
-				log_warn("control: accept failed: %s", strerror(errno));
+			if (fd != -EAGAIN)
+				log_warn("control: accept failed: %s", strerror(-fd));
 			return;
 		}
 		client_new(d, fd);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,6 +102,22 @@ fail:
 	close(fd);
 	unlink(path);
 	return r;
+}
+
+int daemon_accept(struct daemon *d, int lfd)
+{
+	int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+	if (fd >= 0 || (errno != EMFILE && errno != ENFILE) || d->spare_fd < 0)
+		return fd < 0 ? -errno : fd;
+	close(d->spare_fd);
+	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd >= 0) {
+		log_warn("out of file descriptors (LimitNOFILE); refused a connection");
+		close(fd);
+	}
+	d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	return -EAGAIN;
 }
 
 static int resolve_numa(const struct config *c)
@@ -245,6 +262,7 @@ int daemon_run(struct config *cfg, const char *config_path)
 	d->cfg = cfg;
 	d->config_path = config_path;
 	d->control_fd = d->status_fd = -1;
+	d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	d->start_ns = uv_hrtime();
 	list_init(&d->polling);
 	list_init(&d->clients);
@@ -301,6 +319,8 @@ out:
 		close(d->control_fd);
 	if (d->status_fd >= 0)
 		close(d->status_fd);
+	if (d->spare_fd >= 0)
+		close(d->spare_fd);
 	r = uv_loop_close(&d->loop);
 	if (r < 0) {
 		log_error("shutdown: handles still open (%s)", uv_strerror(r));

@@ -24,6 +24,7 @@
 #include <uv.h>
 
 #include "daemon-config.h"
+#include "region.h"
 #include "spw-proto.h"
 #include "spw-ring.h"
 
@@ -128,7 +129,15 @@ struct session {
 	uid_t uid;
 	pid_t pid;
 
-	struct region *region;
+	uint64_t bytes;          /* counted in the pool from the moment of attach */
+	bool attaching;          /* the region is being built on the threadpool */
+	bool locked_counted;     /* counted in daemon.locked_bytes */
+	uv_work_t work;
+	struct region_opts ropts;
+	int work_result;
+	char work_err[768];
+
+	struct region *region;   /* NULL while attaching */
 	uint32_t page_size;
 	uint32_t nslots;
 	struct slots slots;
@@ -153,6 +162,7 @@ struct session {
 
 	int sq_evt, cq_evt;
 	uv_poll_t *sq_poll;     /* its own allocation: freed in the close callback */
+	bool poll;              /* SPW_FEAT_RING_POLL granted: poll after a doorbell */
 	bool polling;
 	bool backlog;           /* asleep with entries left because the CQ was full */
 	uint64_t last_active_ns;
@@ -161,11 +171,15 @@ struct session {
 	struct ring_stats stats;
 };
 
-/* Creates the session (region, rings, eventfds), counts it in the pool.
- * Returns 0 or a negative errno with a sentence in err. */
-int session_create(struct daemon *d, struct client *owner, const char *name, uint64_t region_bytes,
-		   uint32_t page_size, struct session **ret, char *err, size_t errlen);
-/* Releases everything now; the poll handle's memory goes in its close cb. */
+/* Starts attaching: the session is listed and its bytes counted in the pool
+ * at once (so concurrent attaches see them); the region is built on the
+ * libuv threadpool, since locking and prefaulting gigabytes takes seconds
+ * the loop must not stall for. control_attach_done() gets the result.
+ * Returns 0, or a negative errno with a sentence in err. */
+int session_attach(struct daemon *d, struct client *owner, const char *name, uint64_t region_bytes,
+		   uint32_t page_size, char *err, size_t errlen);
+/* Releases everything now; the poll handle's memory goes in its close cb.
+ * Never called on a session that is still attaching. */
 struct session *session_free(struct session *s);
 struct session *session_find(struct daemon *d, const char *name);
 
@@ -197,6 +211,7 @@ struct client {
 	bool hello;
 	bool closing;
 	bool close_after_tx;
+	bool attaching;        /* waiting for the region: read nothing meanwhile */
 	uint32_t features;
 	struct session *session;
 
@@ -213,6 +228,9 @@ struct client {
 };
 
 int control_listen(struct daemon *d);
+/* The end of session_attach(): r is 0 or a negative errno with the message
+ * in s->work_err. Replies to the owner, or frees s when the owner left. */
+void control_attach_done(struct session *s, int r);
 void control_client_close(struct client *c, const char *why);
 void control_close_all(struct daemon *d);
 
@@ -234,6 +252,7 @@ struct daemon {
 	uint64_t watchdog_usec;
 
 	int control_fd, status_fd;
+	int spare_fd;           /* /dev/null, given up to refuse at EMFILE */
 	uv_poll_t control_poll, status_poll;
 	char control_path[128], status_path[128];
 
@@ -254,6 +273,10 @@ int daemon_run(struct config *cfg, const char *config_path);
 void daemon_update_status(struct daemon *d);
 /* socket.dir/name into buf; -ENAMETOOLONG when it does not fit. */
 int daemon_socket_path(struct daemon *d, const char *name, char *buf, size_t len);
+/* accept4() for a listener; at the descriptor limit it refuses the pending
+ * connection (through a spare descriptor kept for that, as libuv does) so
+ * a level-triggered listener does not spin. Returns the fd or -errno. */
+int daemon_accept(struct daemon *d, int lfd);
 /* Creates a listening unix socket at path with mode and group. */
 int daemon_listen_unix(struct daemon *d, const char *path, unsigned mode, bool set_group);
 

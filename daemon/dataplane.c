@@ -244,7 +244,7 @@ void dataplane_idle_cb(uv_idle_t *h)
 		}
 		if (n > 0)
 			s->last_active_ns = now;
-		else if (now - s->last_active_ns >= window && !try_sleep(s))
+		else if (now - s->last_active_ns >= (s->poll ? window : 0) && !try_sleep(s))
 			s->last_active_ns = now;
 	}
 	if (list_empty(&d->polling))
@@ -261,7 +261,7 @@ static void wake(struct session *s)
 		end_session(s);
 		return;
 	}
-	if (s->d->cfg->ring_poll_us == 0)
+	if (!s->poll || s->d->cfg->ring_poll_us == 0)
 		try_sleep(s);
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 
 #include "config.h"
 #include "daemon-config.h"
@@ -58,6 +59,19 @@ int region_pci_numa_node(const char *bdf)
 		node = -1;
 	fclose(f);
 	return node < 0 ? -1 : node;
+}
+
+/* mlock through the system call itself: sanitizer runtimes intercept the
+ * libc wrappers and turn them into no-ops that report success, which would
+ * make status claim memory is locked when it is not. */
+static int lock_range(void *p, size_t bytes)
+{
+	return syscall(SYS_mlock, p, bytes) < 0 ? -errno : 0;
+}
+
+static void unlock_range(void *p, size_t bytes)
+{
+	syscall(SYS_munlock, p, bytes);
 }
 
 static void prefault(uint8_t *p, size_t bytes)
@@ -220,10 +234,11 @@ int region_create(const struct region_opts *o, struct region **ret, char *err, s
 	e = bind_node(r, o->numa_node, err, errlen);
 	if (e < 0)
 		goto fail;
-	if (mlock(r->base, r->bytes) == 0) {
+	e = lock_range(r->base, r->bytes);
+	if (e == 0) {
 		r->locked = true;
 	} else {
-		int er = errno;
+		int er = -e;
 
 		if (o->require_locked) {
 			e = lock_hint(o->name, o->bytes, er, err, errlen);
@@ -248,7 +263,7 @@ struct region *region_free(struct region *r)
 		return NULL;
 	if (r->base) {
 		if (r->locked)
-			munlock(r->base, r->bytes);
+			unlock_range(r->base, r->bytes);
 		munmap(r->base, r->bytes);
 	}
 	if (r->fd >= 0)

@@ -96,73 +96,103 @@ fail:
 	return r;
 }
 
-int session_create(struct daemon *d, struct client *owner, const char *name, uint64_t region_bytes,
-		   uint32_t page_size, struct session **ret, char *err, size_t errlen)
+static int session_finish(struct session *s)
 {
-	struct region_opts ro = {
-		.name = name,
+	struct daemon *d = s->d;
+	char *err = s->work_err;
+	size_t errlen = sizeof(s->work_err);
+	int r;
+
+	r = slots_init(&s->slots, s->nslots);
+	if (r < 0) {
+		snprintf(err, errlen, "attach %s: out of memory", s->name);
+		return r;
+	}
+	r = rings_create(s, d->cfg->session_ring_entries, err, errlen);
+	if (r < 0)
+		return r;
+	s->sq_evt = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	s->cq_evt = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s->sq_evt < 0 || s->cq_evt < 0) {
+		r = -errno;
+		snprintf(err, errlen, "attach %s: cannot create eventfds: %s", s->name, strerror(errno));
+		return r;
+	}
+	r = dataplane_start(s);
+	if (r < 0) {
+		snprintf(err, errlen, "attach %s: cannot watch the ring doorbell: %s", s->name, uv_strerror(r));
+		return r;
+	}
+	if (s->region->locked) {
+		d->locked_bytes += s->bytes;
+		s->locked_counted = true;
+	}
+	return 0;
+}
+
+/* On a threadpool thread: touches only s->ropts, s->region and s->work_*. */
+static void attach_work(uv_work_t *w)
+{
+	struct session *s = w->data;
+
+	s->work_result = region_create(&s->ropts, &s->region, s->work_err, sizeof(s->work_err));
+}
+
+static void attach_after(uv_work_t *w, int status)
+{
+	struct session *s = w->data;
+	int r = status < 0 ? status : s->work_result;
+
+	s->attaching = false;
+	if (r == 0 && s->owner)
+		r = session_finish(s);
+	control_attach_done(s, r);
+}
+
+int session_attach(struct daemon *d, struct client *owner, const char *name, uint64_t region_bytes,
+		   uint32_t page_size, char *err, size_t errlen)
+{
+	struct session *s;
+	int r;
+
+	s = calloc(1, sizeof(*s));
+	if (!s || !(s->name = strdup(name))) {
+		free(s);
+		snprintf(err, errlen, "attach %s: out of memory", name);
+		return -ENOMEM;
+	}
+	s->d = d;
+	s->owner = owner;
+	s->rings_fd = s->sq_evt = s->cq_evt = -1;
+	list_init(&s->poll_link);
+	s->bytes = region_bytes;
+	s->page_size = page_size;
+	s->nslots = (uint32_t)(region_bytes / page_size);
+	s->max_tensors = d->cfg->session_max_tensors;
+	s->max_garbage = d->cfg->session_max_garbage;
+	s->poll = (owner->features & SPW_FEAT_RING_POLL) != 0;
+	s->ropts = (struct region_opts){
+		.name = s->name,
 		.bytes = region_bytes,
 		.page_size = page_size,
 		.hugepages = d->cfg->pool_hugepages,
 		.numa_node = d->numa_node,
 		.require_locked = d->cfg->pool_require_locked,
 	};
-	struct session *s;
-	int r;
-
-	s = calloc(1, sizeof(*s));
-	if (!s) {
-		snprintf(err, errlen, "attach %s: out of memory", name);
+	s->work.data = s;
+	s->attaching = true;
+	list_add_tail(&d->sessions, &s->link);
+	d->used_bytes += region_bytes;
+	owner->session = s;
+	r = uv_queue_work(&d->loop, &s->work, attach_work, attach_after);
+	if (r < 0) {
+		s->attaching = false;
+		owner->session = NULL;
+		session_free(s);
+		snprintf(err, errlen, "attach %s: cannot queue the region work: %s", name, uv_strerror(r));
 		return -ENOMEM;
 	}
-	s->d = d;
-	s->rings_fd = s->sq_evt = s->cq_evt = -1;
-	list_init(&s->link);
-	list_init(&s->poll_link);
-	s->name = strdup(name);
-	if (!s->name) {
-		r = -ENOMEM;
-		snprintf(err, errlen, "attach %s: out of memory", name);
-		goto fail;
-	}
-	s->page_size = page_size;
-	s->nslots = (uint32_t)(region_bytes / page_size);
-	s->max_tensors = d->cfg->session_max_tensors;
-	s->max_garbage = d->cfg->session_max_garbage;
-
-	r = region_create(&ro, &s->region, err, errlen);
-	if (r < 0)
-		goto fail;
-	r = slots_init(&s->slots, s->nslots);
-	if (r < 0) {
-		snprintf(err, errlen, "attach %s: out of memory", name);
-		goto fail;
-	}
-	r = rings_create(s, d->cfg->session_ring_entries, err, errlen);
-	if (r < 0)
-		goto fail;
-	s->sq_evt = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	s->cq_evt = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (s->sq_evt < 0 || s->cq_evt < 0) {
-		r = -errno;
-		snprintf(err, errlen, "attach %s: cannot create eventfds: %s", name, strerror(errno));
-		goto fail;
-	}
-	r = dataplane_start(s);
-	if (r < 0) {
-		snprintf(err, errlen, "attach %s: cannot watch the ring doorbell: %s", name, uv_strerror(r));
-		goto fail;
-	}
-	s->owner = owner;
-	d->used_bytes += s->region->bytes;
-	if (s->region->locked)
-		d->locked_bytes += s->region->bytes;
-	list_add_tail(&d->sessions, &s->link);
-	*ret = s;
 	return 0;
-fail:
-	session_free(s);
-	return r;
 }
 
 static void tensor_clear(struct session *s, struct tensor *t)
@@ -184,12 +214,10 @@ struct session *session_free(struct session *s)
 	if (!s)
 		return NULL;
 	dataplane_stop(s);
-	if (!list_empty(&s->link)) {
-		s->d->used_bytes -= s->region->bytes;
-		if (s->region->locked)
-			s->d->locked_bytes -= s->region->bytes;
-		list_del(&s->link);
-	}
+	s->d->used_bytes -= s->bytes;
+	if (s->locked_counted)
+		s->d->locked_bytes -= s->bytes;
+	list_del(&s->link);
 	for (uint32_t i = 0; s->tensors && i < s->ntensors_cap; i++)
 		if (s->tensors[i].name)
 			tensor_clear(s, &s->tensors[i]);

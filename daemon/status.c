@@ -28,16 +28,16 @@ static cJSON *session_json(const struct session *s)
 	cJSON_AddStringToObject(o, "name", s->name);
 	cJSON_AddNumberToObject(o, "uid", s->uid);
 	cJSON_AddNumberToObject(o, "pid", s->pid);
-	cJSON_AddStringToObject(o, "state", "attached");
-	cJSON_AddNumberToObject(o, "region_bytes", (double)s->region->bytes);
+	cJSON_AddStringToObject(o, "state", s->attaching ? "attaching" : "attached");
+	cJSON_AddNumberToObject(o, "region_bytes", (double)s->bytes);
 	cJSON_AddNumberToObject(o, "page_size", s->page_size);
 	cJSON_AddNumberToObject(o, "slots", s->nslots);
 	cJSON_AddNumberToObject(o, "slots_used", s->slots.n - s->slots.nfree);
 	cJSON_AddNumberToObject(o, "tensors", s->ntensors);
 	cJSON_AddNumberToObject(o, "pages_pinned", (double)s->pages_pinned);
-	cJSON_AddBoolToObject(o, "locked", s->region->locked);
-	cJSON_AddBoolToObject(o, "hugepages", s->region->hugepages);
-	cJSON_AddNumberToObject(o, "numa_node", s->region->numa_node);
+	cJSON_AddBoolToObject(o, "locked", s->region && s->region->locked);
+	cJSON_AddBoolToObject(o, "hugepages", s->region && s->region->hugepages);
+	cJSON_AddNumberToObject(o, "numa_node", s->region ? s->region->numa_node : -1);
 	ring = cJSON_AddObjectToObject(o, "ring");
 	cJSON_AddNumberToObject(ring, "ops", (double)s->stats.ops);
 	cJSON_AddNumberToObject(ring, "errors", (double)s->stats.errors);
@@ -94,7 +94,7 @@ static cJSON *build(struct daemon *d, uid_t uid, unsigned max_listed, unsigned *
 			(*listed)++;
 		} else {
 			others++;
-			others_bytes += s->region->bytes;
+			others_bytes += s->bytes;
 		}
 	}
 	x = cJSON_AddObjectToObject(o, "others");
@@ -160,13 +160,13 @@ static void on_accept(uv_poll_t *h, int status, int events)
 	struct daemon *d = h->data;
 
 	for (int i = 0; i < 16; i++) {
-		int fd = accept4(d->status_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = daemon_accept(d, d->status_fd);
 
 		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
+			if (fd == -EINTR || fd == -ECONNABORTED)
 				continue;
-			if (errno != EAGAIN)
-				log_warn("status: accept failed: %s", strerror(errno));
+			if (fd != -EAGAIN)
+				log_warn("status: accept failed: %s", strerror(-fd));
 			return;
 		}
 		serve(d, fd);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,8 @@ const char *raw_reply_message(const cJSON *reply)
 	return cJSON_IsString(m) ? m->valuestring : "";
 }
 
+uint32_t raw_hello_features = SPW_FEAT_RING_POLL;
+
 int raw_connect_hello(const char *control)
 {
 	char hello[128];
@@ -78,13 +81,15 @@ int raw_connect_hello(const char *control)
 	int fd = spw_test_connect(control);
 
 	ASSERT_OK(fd);
-	snprintf(hello, sizeof(hello), "{\"type\":\"hello\",\"magic\":%u,\"major\":%d,\"minor\":%d,\"features\":1}",
-		 SPW_PROTO_MAGIC, SPW_PROTO_MAJOR, SPW_PROTO_MINOR);
+	snprintf(hello, sizeof(hello), "{\"type\":\"hello\",\"magic\":%u,\"major\":%d,\"minor\":%d,\"features\":%u}",
+		 SPW_PROTO_MAGIC, SPW_PROTO_MAJOR, SPW_PROTO_MINOR, raw_hello_features);
 	r = raw_request(fd, hello);
 	ASSERT_TRUE(r != NULL);
 	ASSERT_EQ(raw_reply_errno(r), 0);
 	ASSERT_STREQ(cJSON_GetObjectItem(r, "type")->valuestring, "hello");
 	ASSERT_EQ(raw_num(r, "major"), SPW_PROTO_MAJOR);
+	/* Granted: what was asked for, within what this daemon offers. */
+	ASSERT_EQ(raw_num(r, "features"), raw_hello_features & SPW_FEAT_RING_POLL);
 	cJSON_Delete(r);
 	return fd;
 }
@@ -313,6 +318,22 @@ double raw_num(const cJSON *o, const char *path)
 			p++;
 	}
 	return cJSON_IsNumber(o) ? o->valuedouble : NAN;
+}
+
+static struct spw_test_daemon *guarded;
+
+static void on_abort(int sig)
+{
+	if (guarded && guarded->pid > 0)
+		kill(guarded->pid, SIGKILL);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+void raw_guard(struct spw_test_daemon *d)
+{
+	guarded = d;
+	signal(SIGABRT, on_abort);
 }
 
 int raw_count_fds(pid_t pid)

@@ -30,6 +30,9 @@ cJSON *raw_request(int fd, const char *json);
 int raw_reply_errno(const cJSON *reply);
 const char *raw_reply_message(const cJSON *reply);
 
+/* Features asked for in hello (default SPW_FEAT_RING_POLL). */
+extern uint32_t raw_hello_features;
+
 /* Connects and says hello; returns the fd (asserts on failure). */
 int raw_connect_hello(const char *control);
 
@@ -75,6 +78,11 @@ cJSON *raw_status(const char *status_path);
 const cJSON *raw_status_session(const cJSON *st, const char *name);
 /* A number at a dotted path ("pool.used_bytes"); NaN when absent. */
 double raw_num(const cJSON *o, const char *path);
+
+/* On abort (a failed assertion), SIGKILL the daemon too, so a failing
+ * test never leaves a spillwayd behind holding meson's output pipe. */
+struct spw_test_daemon;
+void raw_guard(struct spw_test_daemon *d);
 
 /* Open descriptors of a process (from /proc/pid/fd). */
 int raw_count_fds(pid_t pid);

@@ -8,10 +8,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <stdio.h>
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include "harness.h"
 #include "raw.h"
@@ -243,15 +246,38 @@ static void test_refusals(struct spw_test_daemon *d)
 int main(void)
 {
 	struct spw_test_daemon d;
+	gid_t gid;
 
+	raw_guard(&d);
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
 	test_attach_and_pages(&d);
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 
-	ASSERT_OK(spw_test_daemon_start(&d,
-		"{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0666\"},"
-		" \"pool\": {\"max_bytes\": \"64MiB\", \"session_max_bytes\": \"16MiB\", \"require_locked\": false},"
-		" \"session\": {\"page_size\": \"1MiB\"}, \"log\": {\"level\": \"info\"}}"));
+	raw_guard(&d);
+	/* A second daemon with small caps, socket.mode 0664 and socket.group set
+	 * to gid 65534's group where the host has one. */
+	{
+		struct group *g = getgrgid(65534);
+		char cfg[512];
+
+		snprintf(cfg, sizeof(cfg),
+			 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0664\", \"group\": %s%s%s},"
+			 " \"pool\": {\"max_bytes\": \"64MiB\", \"session_max_bytes\": \"16MiB\", \"require_locked\": false},"
+			 " \"session\": {\"page_size\": \"1MiB\"}, \"log\": {\"level\": \"info\"}}",
+			 g ? "\"" : "", g ? g->gr_name : "null", g ? "\"" : "");
+		ASSERT_OK(spw_test_daemon_start(&d, cfg));
+		gid = g ? 65534 : getgid();
+	}
+	{
+		/* socket.mode and socket.group are applied to the control socket;
+		 * the status socket is open to all. */
+		struct stat st;
+		ASSERT_EQ(stat(d.control, &st), 0);
+		ASSERT_EQ(st.st_mode & 07777, 0664);
+		ASSERT_EQ(st.st_gid, gid);
+		ASSERT_EQ(stat(d.status, &st), 0);
+		ASSERT_EQ(st.st_mode & 07777, 0666);
+	}
 	test_refusals(&d);
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	return 0;

@@ -195,6 +195,23 @@ static void test_sizes(void)
 	ASSERT_EQ(config_parse_size("18446744073709551616", &v), -ERANGE);
 }
 
+/* The config meson installs is valid here, but for its group, which only
+ * sysusers.d creates. */
+static void test_shipped(void)
+{
+	struct config *c = NULL;
+	char err[1024] = "";
+	int r = config_load(SPW_SHIPPED_CONFIG, &c, err, sizeof(err));
+
+	if (r < 0) {
+		ASSERT_CONTAINS(err, "socket.group: group \"spillway\" does not exist");
+		return;
+	}
+	ASSERT_STREQ(c->socket_dir, "/run/spillway");
+	ASSERT_STREQ(c->socket_group, "spillway");
+	config_free(c);
+}
+
 static void test_binary(void)
 {
 	struct spw_test_daemon d;
@@ -215,6 +232,7 @@ int main(void)
 	test_swap_dir_count();
 	test_defaults_and_good();
 	test_sizes();
+	test_shipped();
 	test_binary();
 	return 0;
 }

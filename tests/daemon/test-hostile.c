@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <sys/time.h>
 
 #include "harness.h"
@@ -63,12 +65,12 @@ static void test_messages(void)
 	expect_err(fd, "{\"type\":5}", EBADMSG, "\"type\"");
 	expect_err(fd, "{\"type\":\"attach\",\"session\":\"a/0\",\"region_bytes\":1048576}", EPROTO, "send hello first");
 	expect_err(fd, "{\"type\":\"register\"}", EPROTO, "before hello");
-	expect_err(fd, "{\"type\":\"hello\",\"magic\":1497845843,\"major\":\"1\",\"minor\":0}", EINVAL, "\"major\" must be an integer");
-	expect_err(fd, "{\"type\":\"hello\",\"magic\":1497845843,\"minor\":0}", EINVAL, "\"major\" is missing");
+	expect_err(fd, "{\"type\":\"hello\",\"magic\":1498894419,\"major\":\"1\",\"minor\":0}", EINVAL, "\"major\" must be an integer");
+	expect_err(fd, "{\"type\":\"hello\",\"magic\":1498894419,\"minor\":0}", EINVAL, "\"major\" is missing");
 	expect_err(fd, "{\"type\":\"hello\",\"magic\":1,\"major\":1,\"minor\":0}", EPROTO, "magic");
-	expect_err(fd, "{\"type\":\"hello\",\"magic\":1497845843,\"major\":1,\"minor\":0,\"features\":-1}", EINVAL, "features");
-	expect_err(fd, "{\"type\":\"hello\",\"magic\":1497845843,\"major\":2,\"minor\":7}", EPROTONOSUPPORT, "client speaks 2.7");
-	expect_err(fd, "{\"type\":\"hello\",\"magic\":1497845843,\"major\":2,\"minor\":7}", EPROTONOSUPPORT, "speaks 1.0");
+	expect_err(fd, "{\"type\":\"hello\",\"magic\":1498894419,\"major\":1,\"minor\":0,\"features\":-1}", EINVAL, "features");
+	expect_err(fd, "{\"type\":\"hello\",\"magic\":1498894419,\"major\":2,\"minor\":7}", EPROTONOSUPPORT, "client speaks 2.7");
+	expect_err(fd, "{\"type\":\"hello\",\"magic\":1498894419,\"major\":2,\"minor\":7}", EPROTONOSUPPORT, "speaks 1.0");
 	/* Deep nesting is refused by the parser's limit, not the stack. */
 	{
 		static char deep[60001];
@@ -108,6 +110,46 @@ static void test_messages(void)
 	expect_err(fd, "{\"type\":\"unregister\",\"tensor\":12}", ENOENT, "no tensor");
 	close(fd);
 	alive();
+}
+
+/* Requests sent back to back without waiting: answered one by one, in
+ * order, the register after the attach it depends on. */
+static void test_pipelined(void)
+{
+	char buf[1024];
+	const char *msgs[] = {
+		"{\"type\":\"hello\",\"magic\":1498894419,\"major\":1,\"minor\":0}",
+		"{\"type\":\"attach\",\"session\":\"pipe/0\",\"region_bytes\":8388608}",
+		"{\"type\":\"register\",\"name\":\"t\",\"bytes\":4194304}",
+		"{\"type\":\"register\",\"name\":\"u\",\"bytes\":4194304}",
+		"{\"type\":\"detach\"}",
+	};
+	const char *types[] = { "hello", "attach", "register", "register", "detach" };
+	size_t o = 0;
+	int fd = spw_test_connect(d.control);
+
+	for (size_t i = 0; i < 5; i++) {
+		struct spw_proto_frame_hdr h = { .len = (uint32_t)strlen(msgs[i]) };
+		memcpy(buf + o, &h, sizeof(h));
+		memcpy(buf + o + sizeof(h), msgs[i], h.len);
+		o += sizeof(h) + h.len;
+	}
+	ASSERT_EQ(write(fd, buf, o), (ssize_t)o);
+	for (size_t i = 0; i < 5; i++) {
+		int fds[4];
+		unsigned n = 4;
+		cJSON *r = raw_recv(fd, fds, &n, NULL);
+
+		ASSERT_TRUE(r != NULL);
+		if (raw_reply_errno(r) != 0)
+			TEST_FAIL("reply %zu: %s", i, raw_reply_message(r));
+		ASSERT_STREQ(cJSON_GetObjectItem(r, "type")->valuestring, types[i]);
+		ASSERT_EQ(n, i == 1 ? 4 : 0);
+		for (unsigned k = 0; k < n; k++)
+			close(fds[k]);
+		cJSON_Delete(r);
+	}
+	close(fd);
 }
 
 static void test_framing(void)
@@ -159,7 +201,7 @@ static void test_framing(void)
 
 static void test_half_frame(void)
 {
-	const char *hello = "{\"type\":\"hello\",\"magic\":1497845843,\"major\":1,\"minor\":0}";
+	const char *hello = "{\"type\":\"hello\",\"magic\":1498894419,\"major\":1,\"minor\":0}";
 	size_t len = strlen(hello);
 	int slow = spw_test_connect(d.control);
 	cJSON *r;
@@ -234,14 +276,92 @@ static void test_never_reads(void)
 	alive();
 }
 
+static double cpu_seconds(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	ASSERT_TRUE(f != NULL);
+	ASSERT_TRUE(fgets(buf, sizeof(buf), f) != NULL);
+	fclose(f);
+	p = strrchr(buf, ')');
+	ASSERT_TRUE(p != NULL);
+	/* fields 14 and 15 (utime, stime), counted after the ")" of field 2 */
+	ASSERT_EQ(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st), 2);
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* More connections than the daemon has descriptors: it refuses the excess
+ * without spinning on its listener, and recovers once they are gone. */
+static void test_fd_exhaustion(void)
+{
+	struct spw_test_daemon e;
+	int fds[120], n = 0, up[2], down[2], st = -1;
+	double a, b;
+	pid_t starter;
+	char c = 0;
+
+	/* The daemon inherits a hard limit of 48 descriptors from a starter
+	 * process; this process keeps its own limit for the clients. */
+	ASSERT_EQ(pipe(up), 0);
+	ASSERT_EQ(pipe(down), 0);
+	starter = fork();
+	ASSERT_GE(starter, 0);
+	if (starter == 0) {
+		struct rlimit low = { .rlim_cur = 48, .rlim_max = 48 };
+		close(up[0]);
+		close(down[1]);
+		ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+		raw_guard(&e);
+		ASSERT_OK(spw_test_daemon_start(&e, "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0666\"},"
+						     " \"pool\": {\"max_bytes\": \"64MiB\", \"require_locked\": false}}"));
+		ASSERT_EQ(write(up[1], &e, sizeof(e)), (ssize_t)sizeof(e));
+		ASSERT_EQ(read(down[0], &c, 1), 1);
+		_exit(spw_test_daemon_stop(&e) == 0 ? 0 : 1);
+	}
+	close(up[1]);
+	close(down[0]);
+	ASSERT_EQ(read(up[0], &e, sizeof(e)), (ssize_t)sizeof(e));
+	for (; n < 120; n++) {
+		fds[n] = spw_test_connect(e.control);
+		if (fds[n] < 0)
+			break;
+	}
+	ASSERT_GT(n, 60);
+	usleep(200000);
+	a = cpu_seconds(e.pid);
+	usleep(500000);
+	b = cpu_seconds(e.pid);
+	ASSERT_TRUE(b - a < 0.1);
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+	usleep(100000);
+	{
+		int fd = raw_connect_hello(e.control);
+		close(fd);
+	}
+	ASSERT_EQ(write(down[1], "k", 1), 1);
+	ASSERT_EQ(waitpid(starter, &st, 0), starter);
+	ASSERT_TRUE(WIFEXITED(st));
+	ASSERT_EQ(WEXITSTATUS(st), 0);
+	close(up[0]);
+	close(down[1]);
+}
+
 int main(void)
 {
+	raw_guard(&d);
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
 	test_messages();
+	test_pipelined();
 	test_framing();
 	test_half_frame();
 	test_fds_closed();
 	test_never_reads();
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	test_fd_exhaustion();
 	return 0;
 }

@@ -134,6 +134,7 @@ int main(void)
 
 	if (geteuid() != 0)
 		SKIP("needs root to act as uid %d", NOBODY);
+	raw_guard(&d);
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
 	test_two_sessions(&d, &a, &b);
 	test_other_uid(&d);

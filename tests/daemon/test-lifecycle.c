@@ -30,33 +30,62 @@
 
 #define MiB (1024u * 1024u)
 
-static int notify_listen(char *path, size_t len)
+/* The service manager's side: a child drains $NOTIFY_SOCKET into a pipe as
+ * systemd would (promptly: the datagram queue is short and sd_notify
+ * blocks when it is full), and the test reads the pipe. */
+static int notify_listen(char *path, size_t len, pid_t *reader)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0), p[2];
 
 	ASSERT_OK(fd);
 	snprintf(path, len, "/tmp/spw-notify-%d.sock", (int)getpid());
 	unlink(path);
 	strcpy(sa.sun_path, path);
 	ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	return fd;
+	ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+	*reader = fork();
+	ASSERT_GE(*reader, 0);
+	if (*reader == 0) {
+		char buf[512];
+		close(p[0]);
+		for (;;) {
+			ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+			if (n > 0) {
+				buf[n++] = '\n';
+				if (write(p[1], buf, (size_t)n) < 0)
+					_exit(0);
+			}
+		}
+	}
+	close(p[1]);
+	close(fd);
+	return p[0];
 }
 
-/* Waits up to timeout_ms for a datagram containing needle. */
+/* Waits up to timeout_ms for a notification containing needle. */
 static bool notify_wait(int fd, const char *needle, int timeout_ms)
 {
-	char buf[512];
+	static char seen[65536];
+	static size_t len;
 
 	for (int waited = 0; waited < timeout_ms; waited += 10) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
 		if (poll(&p, 1, 10) == 1) {
-			ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
-			if (n > 0) {
-				buf[n] = '\0';
-				if (strstr(buf, needle))
-					return true;
+			ssize_t n = read(fd, seen + len, sizeof(seen) - 1 - len);
+			if (n > 0)
+				len += (size_t)n;
+			seen[len] = '\0';
+			if (len > sizeof(seen) / 2) { /* keep the tail */
+				memmove(seen, seen + len - 1024, 1024);
+				len = 1024;
 			}
+		}
+		if (strstr(seen, needle)) {
+			/* consume it: later waits look for newer messages */
+			len = 0;
+			seen[0] = '\0';
+			return true;
 		}
 	}
 	return false;
@@ -121,6 +150,29 @@ static void test_killed_client(struct spw_test_daemon *d)
 		ASSERT_OK(raw_attach(d->control, "victim/0", 1 * MiB, 0, &again));
 		raw_session_close(&again);
 	}
+}
+
+/* A client that asks for a region and leaves before it is ready: the
+ * region work finishes on the threadpool and is released, not leaked. */
+static void test_leave_while_attaching(struct spw_test_daemon *d)
+{
+	bool released = false;
+
+	for (int i = 0; i < 4; i++) {
+		int fd = raw_connect_hello(d->control);
+		ASSERT_OK(raw_send(fd, "{\"type\":\"attach\",\"session\":\"leaver/0\",\"region_bytes\":67108864}"));
+		if (i % 2)
+			usleep(1000);
+		close(fd);
+	}
+	for (int waited = 0; waited < 5000 && !released; waited += 10) {
+		cJSON *s = raw_status(d->status);
+		released = cJSON_GetArraySize(cJSON_GetObjectItem(s, "sessions")) == 0 && raw_num(s, "pool.used_bytes") == 0;
+		cJSON_Delete(s);
+		if (!released)
+			usleep(10000);
+	}
+	ASSERT_TRUE(released);
 }
 
 static void test_idle_cpu(struct spw_test_daemon *d, struct raw_session *s)
@@ -192,11 +244,13 @@ static void test_main_daemon(void)
 	struct spw_test_daemon d;
 	struct raw_session idle;
 	char path[128];
+	pid_t reader;
 	int nfd;
 
-	nfd = notify_listen(path, sizeof(path));
+	nfd = notify_listen(path, sizeof(path), &reader);
 	setenv("NOTIFY_SOCKET", path, 1);
 	setenv("WATCHDOG_USEC", "200000", 1);
+	raw_guard(&d);
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
 	unsetenv("NOTIFY_SOCKET");
 	unsetenv("WATCHDOG_USEC");
@@ -204,6 +258,7 @@ static void test_main_daemon(void)
 	ASSERT_TRUE(notify_wait(nfd, "WATCHDOG=1", 5000));
 
 	test_killed_client(&d);
+	test_leave_while_attaching(&d);
 	test_idle_cpu(&d, &idle);
 	test_reload(&d);
 
@@ -216,6 +271,8 @@ static void test_main_daemon(void)
 	ASSERT_TRUE(raw_wait_eof(idle.ctl, 1000));
 	raw_session_close(&idle);
 	ASSERT_TRUE(notify_wait(nfd, "STOPPING=1", 2000));
+	kill(reader, SIGKILL);
+	waitpid(reader, NULL, 0);
 	close(nfd);
 	unlink(path);
 }
@@ -226,6 +283,7 @@ static void test_sigint(void)
 	struct raw_session s;
 	int st = -1;
 
+	raw_guard(&d);
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
 	ASSERT_OK(raw_attach(d.control, "int/0", 1 * MiB, 0, &s));
 	ASSERT_EQ(kill(d.pid, SIGINT), 0);
@@ -240,24 +298,14 @@ static void test_sigint(void)
 	raw_session_close(&s);
 }
 
-static void test_user_mode(void)
+static pid_t spawn_as_nobody(const char *dir, const char *config, const char *control)
 {
-	char dir[] = "/tmp/spw-xdg-XXXXXX", control[160], status[160];
+	static struct spw_test_daemon um;
 	const char *bin = getenv("SPILLWAYD");
-	struct raw_session s;
-	int st = -1, up = 0;
 	pid_t pid;
+	int up = 0;
 
-	if (access(SPW_DEFAULT_CONFIG, F_OK) == 0) {
-		printf("user mode: skipped, %s exists\n", SPW_DEFAULT_CONFIG);
-		return;
-	}
 	ASSERT_TRUE(bin != NULL);
-	ASSERT_TRUE(mkdtemp(dir) != NULL);
-	ASSERT_EQ(chown(dir, 65534, 65534), 0);
-	ASSERT_EQ(chmod(dir, 0755), 0);
-	snprintf(control, sizeof(control), "%s/spillway/control.sock", dir);
-	snprintf(status, sizeof(status), "%s/spillway/status.sock", dir);
 	pid = fork();
 	ASSERT_GE(pid, 0);
 	if (pid == 0) {
@@ -266,9 +314,14 @@ static void test_user_mode(void)
 		if (setgid(65534) < 0 || setuid(65534) < 0)
 			_exit(99);
 		setenv("XDG_RUNTIME_DIR", dir, 1);
-		execl(bin, bin, (char *)NULL);
+		if (config)
+			execl(bin, bin, "--config", config, (char *)NULL);
+		else
+			execl(bin, bin, (char *)NULL);
 		_exit(127);
 	}
+	um.pid = pid;
+	raw_guard(&um);
 	for (int waited = 0; waited < 10000 && !up; waited += 10) {
 		int fd = spw_test_connect(control);
 		if (fd >= 0) {
@@ -279,22 +332,67 @@ static void test_user_mode(void)
 		}
 	}
 	ASSERT_TRUE(up);
-	/* As a user, with pool.require_locked true by default and a 1 MiB
-	 * RLIMIT_MEMLOCK, an 8 MiB region cannot be locked: the refusal says
-	 * how to fix it. */
-	ASSERT_EQ(raw_attach(control, "user/0", 8 * MiB, 0, &s) < 0, 1);
-	ASSERT_CONTAINS(s.message, "LimitMEMLOCK");
-	ASSERT_CONTAINS(s.message, "pool.require_locked");
-	{
-		cJSON *j = raw_status(status);
-		ASSERT_EQ(raw_num(j, "pool.used_bytes"), 0);
-		ASSERT_CONTAINS(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "config"), "socket_dir")->valuestring, dir);
-		cJSON_Delete(j);
-	}
+	return pid;
+}
+
+static void stop(pid_t pid)
+{
+	int st = -1;
+
 	ASSERT_EQ(kill(pid, SIGTERM), 0);
 	ASSERT_EQ(waitpid(pid, &st, 0), pid);
 	ASSERT_TRUE(WIFEXITED(st));
 	ASSERT_EQ(WEXITSTATUS(st), 0);
+}
+
+static void test_user_mode(void)
+{
+	char dir[] = "/tmp/spw-xdg-XXXXXX", control[160], status[160], config[160];
+	struct raw_session s;
+	pid_t pid;
+	cJSON *j;
+	FILE *f;
+
+	if (access(SPW_DEFAULT_CONFIG, F_OK) == 0) {
+		printf("user mode: skipped, %s exists\n", SPW_DEFAULT_CONFIG);
+		return;
+	}
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	ASSERT_EQ(chown(dir, 65534, 65534), 0);
+	ASSERT_EQ(chmod(dir, 0755), 0);
+	snprintf(control, sizeof(control), "%s/spillway/control.sock", dir);
+	snprintf(status, sizeof(status), "%s/spillway/status.sock", dir);
+
+	/* No root, no config: sockets under $XDG_RUNTIME_DIR/spillway. With
+	 * pool.require_locked true (the default) and a 1 MiB RLIMIT_MEMLOCK,
+	 * an 8 MiB region cannot be locked: the refusal says how to fix it. */
+	pid = spawn_as_nobody(dir, NULL, control);
+	ASSERT_EQ(raw_attach(control, "user/0", 8 * MiB, 0, &s) < 0, 1);
+	ASSERT_CONTAINS(s.message, "LimitMEMLOCK");
+	ASSERT_CONTAINS(s.message, "pool.require_locked");
+	j = raw_status(status);
+	ASSERT_EQ(raw_num(j, "pool.used_bytes"), 0);
+	ASSERT_CONTAINS(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "config"), "socket_dir")->valuestring, dir);
+	cJSON_Delete(j);
+	stop(pid);
+
+	/* pool.require_locked false: the attach goes through and status says
+	 * the region is not locked. */
+	snprintf(config, sizeof(config), "%s/spillwayd.json", dir);
+	f = fopen(config, "we");
+	ASSERT_TRUE(f != NULL);
+	fprintf(f, "{\"socket\": {\"mode\": \"0666\"}, \"pool\": {\"max_bytes\": \"64MiB\", \"require_locked\": false}}");
+	ASSERT_EQ(fclose(f), 0);
+	pid = spawn_as_nobody(dir, config, control);
+	ASSERT_OK(raw_attach(control, "user/1", 8 * MiB, 0, &s));
+	j = raw_status(status);
+	ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(raw_status_session(j, "user/1"), "locked")));
+	ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "pool"), "locked")));
+	ASSERT_EQ(raw_num(j, "pool.used_bytes"), 8.0 * MiB);
+	ASSERT_EQ(raw_num(j, "pool.locked_bytes"), 0);
+	cJSON_Delete(j);
+	raw_session_close(&s);
+	stop(pid);
 	{
 		char cmd[200];
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);

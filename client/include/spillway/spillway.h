@@ -327,6 +327,269 @@ SPW_EXPORT int spw_unpin(spw_client *c, uint32_t tensor, uint32_t page, unsigned
 SPW_EXPORT void *spw_slot_ptr(const spw_client *c, uint32_t slot);
 
 /* ------------------------------------------------------------------ */
+/* The optimizer: the offload pipeline (docs/pipeline.md) */
+
+/*
+ * An AdamW optimizer whose fp32 master weights and moments live in
+ * spillway (resident or on the NVMe tier) while the low-precision
+ * parameters live on the device. Per step the trainer hands each gradient
+ * over as soon as backward produces it; the library copies it into the
+ * session's pinned region, runs the fused AdamW kernels on a CPU thread
+ * pool, and copies the updated parameters back, overlapped with the
+ * device's compute.
+ *
+ *   spw_optimizer *o;
+ *   struct spw_param_group g = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,
+ *                                .eps = 1e-8f, .weight_decay = 0.01f };
+ *   struct spw_optimizer_opts oo = { .size = sizeof(oo), .groups = &g, .ngroups = 1 };
+ *   spw_optimizer_new(client, &oo, &o);
+ *   spw_optimizer_add(o, "fc1.weight", 0, n, init_fp32, dev_params, SPW_TYPE_BF16, &id);
+ *   for (step = 1; ...; step++) {
+ *           spw_optimizer_begin(o, step, NULL, 0.0f);
+ *           forward: spw_optimizer_wait_params(o, id, stream) before using a tensor
+ *           backward: spw_optimizer_grad_ready(o, id, SPW_ALL_CHUNKS, grad, bytes,
+ *                                              SPW_TYPE_BF16, stream) as each is final
+ *           spw_optimizer_end(o, &result);
+ *   }
+ *
+ * The optimizer takes over its client: from spw_optimizer_new() until
+ * spw_optimizer_free() the caller must make no call on that client except
+ * spw_client_last_error() and spw_client_info(), because the optimizer's
+ * own thread owns the client's data-plane ring.
+ *
+ * Threads: spw_optimizer_grad_ready() may be called from the trainer's
+ * backward thread while another thread calls spw_optimizer_wait_params();
+ * all the other calls on one optimizer must not overlap each other. Inside,
+ * one engine thread talks to the daemon (it alone touches the ring), the
+ * thread pool runs the kernels, and the device backend's copy streams move
+ * the bytes.
+ *
+ * Errors: as for the client (negative errno), with a sentence in
+ * spw_optimizer_last_error(). Once the daemon goes away or a transfer
+ * fails, the optimizer is broken: every call returns that error (within
+ * about a second for calls that wait) and it must be freed.
+ */
+typedef struct spw_optimizer spw_optimizer;
+
+/* Element types of gradients and device parameters. */
+enum spw_type {
+	SPW_TYPE_F32 = 0,
+	SPW_TYPE_BF16 = 1,
+	SPW_TYPE_F16 = 2,
+};
+
+enum spw_optimizer_mode {
+	/* Adam on a chunk starts as soon as its gradient is on the host; the
+	 * gradients are scaled by a clip coefficient fixed in advance
+	 * (opts.clip_coef). Never skips a step. */
+	SPW_OPT_OVERLAPPED = 0,
+	/* Gradients stream out during backward and their norms are summed on
+	 * arrival; Adam starts once the global norm is known (clipping to
+	 * max_norm, skipping steps whose gradients hold inf or nan), chunk by
+	 * chunk in the order the next forward needs them. */
+	SPW_OPT_EXACT = 1,
+};
+
+/* torch.optim.AdamW's per-group hyperparameters. */
+struct spw_param_group {
+	float lr, beta1, beta2, eps, weight_decay;
+};
+
+struct spw_optimizer_opts {
+	size_t size;                        /* sizeof(struct spw_optimizer_opts) */
+	enum spw_optimizer_mode mode;
+	enum spw_tensor_kind tier;          /* where master weights and moments live */
+	const struct spw_param_group *groups; /* copied; at least one */
+	uint32_t ngroups;
+	/* Micro-batches per step: with N > 1 each chunk's gradient is handed
+	 * over N times per step, accumulated into fp32 pages in spillway, and
+	 * Adam runs after the last. 0 means 1. */
+	uint32_t accumulation;
+	/* SPW_OPT_OVERLAPPED: every gradient is multiplied by this before
+	 * Adam (a clip coefficient fixed before the step); 0 means 1. */
+	float clip_coef;
+	/* SPW_OPT_EXACT: global-norm clipping to max_norm as
+	 * torch.nn.utils.clip_grad_norm_ (coef = max_norm / (norm + 1e-6),
+	 * at most 1); 0 disables clipping. */
+	float max_norm;
+	/* SPW_OPT_EXACT: keep a dynamic loss scale as torch's GradScaler
+	 * (halve on inf/nan and skip the step; double after growth_interval
+	 * clean steps), used when spw_optimizer_begin() gets loss_scale 0.
+	 * init_loss_scale 0 means 65536, growth_interval 0 means 2000. */
+	int dynamic_loss_scale;
+	float init_loss_scale;
+	uint32_t growth_interval;
+	/* Chunks in flight at once (each pins 3 or 4 pages and uses 2
+	 * staging pages); 0 means 4. Bounds the pinned memory. */
+	uint32_t window;
+	/* CPU threads for Adam; 0 means one per core of the NUMA node. */
+	uint32_t threads;
+	/* Device backend: "host", "cuda", "cuda:N", or NULL for
+	 * $SPILLWAY_DEVICE, else cuda when a GPU is present, else host. */
+	const char *device;
+};
+
+/*
+ * Creates an optimizer over the attached session of c (see above for what
+ * that means for c): starts its threads, opens the device backend, and
+ * registers a resident staging tensor of 2 * window pages.
+ *
+ * Returns 0 and sets *ret. Returns -EINVAL for bad options (no groups, a
+ * hyperparameter out of range, an unknown mode or tier); -ENOTCONN when c
+ * has no session attached; -ENODEV when the device backend asked for
+ * cannot be used; -ENOSPC when the region lacks slots for the staging
+ * pages; -ENOMEM; or a registration error as spw_tensor_register().
+ */
+SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts *opts,
+				 spw_optimizer **ret);
+
+/*
+ * Waits for work in flight, unregisters the optimizer's tensors (when the
+ * daemon is still there), stops the threads and frees. The client is the
+ * caller's again afterwards. Accepts NULL; returns NULL.
+ */
+SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o);
+
+/* The sentence describing the last failure on o; "" when none; a static
+ * message when o is NULL. Valid until the next call on o. */
+SPW_EXPORT const char *spw_optimizer_last_error(const spw_optimizer *o);
+
+/*
+ * Adds a parameter tensor of count elements to param group group:
+ * registers its fp32 master weights, exp_avg and exp_avg_sq (and an fp32
+ * gradient buffer in exact mode or with accumulation) in the session's
+ * tier, cut into chunks of page_size / 4 elements (chunk k of each lives
+ * in page k), and writes init (count fp32 values) as the master weights.
+ * dev_params is the device buffer of count elements of param_type that
+ * every step's updated parameters are copied into. Call before the first
+ * step; for the best first step, in the order backward produces the
+ * gradients. Stores the tensor's index (0, 1, ...) in *ret_tensor.
+ *
+ * Returns 0. Returns -EINVAL for a bad name (printable ASCII, 1..200
+ * bytes), group, count (0), type or NULL pointer; -EBUSY once a step has
+ * begun; -EEXIST for a name in use; -ENOSPC when a resident tensor does
+ * not fit the region; -EOPNOTSUPP when the daemon refuses swappable
+ * tensors (no NVMe tier); -ENOMEM; or the broken optimizer's error.
+ */
+SPW_EXPORT int spw_optimizer_add(spw_optimizer *o, const char *name, uint32_t group,
+				 uint64_t count, const float *init, void *dev_params,
+				 enum spw_type param_type, uint32_t *ret_tensor);
+
+/* Chunks of a tensor (0 for an unknown index). */
+SPW_EXPORT uint32_t spw_optimizer_chunks(const spw_optimizer *o, uint32_t tensor);
+
+/*
+ * Begins step number step (1 for the first update; torch's state['step']).
+ * lrs, when not NULL, holds one learning rate per group for this step
+ * (NULL: the groups' own). loss_scale divides every gradient (the fp16 loss
+ * scale); 0 means 1, or the dynamic scale when that is on. May be called
+ * while the previous step's updates are still being applied.
+ *
+ * Returns 0. Returns -EINVAL for step 0, a bad lr or loss scale; -EBUSY
+ * when a step is open (end it first); or the broken optimizer's error.
+ */
+SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float *lrs,
+				   float loss_scale);
+
+#define SPW_ALL_CHUNKS UINT32_MAX
+
+/*
+ * Hands over the gradient of one chunk of a tensor (chunk < chunks) or of
+ * all of it (SPW_ALL_CHUNKS): grad points to that span's elements on the
+ * device (bytes = elements * size of type). stream is the device stream
+ * that produced it (a cudaStream_t on the cuda backend; on the host
+ * backend the gradient must be complete at the call and stream is
+ * ignored). The library reads the gradient asynchronously: leave it
+ * unchanged until spw_optimizer_sync_grads() or spw_optimizer_end()
+ * returns. Waits while every staging page is busy, which throttles a
+ * backward that outruns the CPUs. With accumulation N, each chunk is
+ * handed over N times per step, once per micro-batch.
+ *
+ * Returns 0. Returns -EINVAL for an unknown tensor or chunk, a NULL grad
+ * or a type other than the three; -EMSGSIZE when bytes does not match the
+ * span; -EALREADY when the chunk was handed over as often as this step
+ * takes; -EPROTO when no step is open (call spw_optimizer_begin()); or the
+ * broken optimizer's error.
+ */
+SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint32_t chunk,
+					const void *grad, size_t bytes, enum spw_type type,
+					void *stream);
+
+/* Waits until every gradient handed over so far has been copied to the
+ * host, so the trainer may reuse its buffers (between micro-batches).
+ * Returns 0 or the broken optimizer's error. */
+SPW_EXPORT int spw_optimizer_sync_grads(spw_optimizer *o);
+
+struct spw_step_result {
+	size_t size;            /* set by the caller: sizeof(struct spw_step_result) */
+	double grad_norm;       /* global L2 norm of the unscaled gradients */
+	float clip_coef;        /* the coefficient applied (1: none) */
+	float loss_scale;       /* the scale this step used */
+	float next_loss_scale;  /* the dynamic scale for the next step (else loss_scale) */
+	int skipped;            /* exact mode: inf/nan found, nothing updated */
+	int nonfinite;          /* some gradient held inf or nan */
+	uint32_t reserved;
+};
+
+/*
+ * Ends the step: waits until every gradient has arrived and been reduced
+ * (overlapped mode: and run through Adam), fills *res (may be NULL), and
+ * in exact mode starts the updates, which go on in the background;
+ * spw_optimizer_wait_params() tells when a tensor's are on the device.
+ *
+ * Returns 0. Returns -EPROTO when no step is open; -ENODATA when a chunk
+ * got fewer gradients than the step takes (the last-error message names
+ * it; the step stays open); -EINVAL when res->size is too small; or the
+ * broken optimizer's error.
+ */
+SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res);
+
+/*
+ * Makes stream wait until tensor's updated parameters from every step
+ * ended so far have reached its device buffer. The host backend (and
+ * stream NULL) waits in the calling thread. Returns 0, -EINVAL for an
+ * unknown tensor, or the broken optimizer's error.
+ */
+SPW_EXPORT int spw_optimizer_wait_params(spw_optimizer *o, uint32_t tensor, void *stream);
+
+/* Waits until all work of every ended step is done. Returns 0 or the
+ * broken optimizer's error. */
+SPW_EXPORT int spw_optimizer_sync(spw_optimizer *o);
+
+enum spw_optimizer_state {
+	SPW_STATE_PARAM = 0,    /* fp32 master weights */
+	SPW_STATE_EXP_AVG = 1,
+	SPW_STATE_EXP_AVG_SQ = 2,
+};
+
+/*
+ * Copies a tensor's fp32 state (count elements) into out, after
+ * spw_optimizer_sync(); for checkpoints and tests. Returns 0, -EINVAL for
+ * an unknown tensor or state, -EBUSY while a step is open, or the pin's
+ * error.
+ */
+SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor,
+				  enum spw_optimizer_state which, float *out);
+
+struct spw_optimizer_stats {
+	size_t size;            /* set by the caller */
+	uint64_t steps;         /* steps ended */
+	uint64_t bytes_d2h;     /* gradient bytes copied to the host */
+	uint64_t bytes_h2d;     /* parameter bytes copied to the device */
+	uint64_t chunks;        /* Adam updates run (one per chunk per step) */
+	double adam_s;          /* thread-pool seconds spent in kernels, summed over chunks */
+	double pin_wait_s;      /* seconds from pin requests to the last pin of a chunk, summed */
+	uint64_t pins;          /* pages pinned */
+	uint64_t fast_pins;     /* pinned within 200 us (the page was in memory) */
+	uint64_t prefetches;    /* PREFETCH hints the daemon accepted */
+	int hints;              /* 1 when the daemon takes PREFETCH/STEP hints */
+	uint32_t reserved;
+};
+
+/* Fills *st with counters since creation. Returns 0 or -EINVAL. */
+SPW_EXPORT int spw_optimizer_stats(spw_optimizer *o, struct spw_optimizer_stats *st);
+
+/* ------------------------------------------------------------------ */
 /* Status */
 
 /*

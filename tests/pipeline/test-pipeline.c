@@ -1,0 +1,557 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test-pipeline: the offload pipeline, read as a set of API examples.
+ *
+ * Each case trains the example MLP (examples/mlp.h) for a few steps, once
+ * with a plain in-memory AdamW that calls kernels/ directly and once with
+ * spillway's optimizer, and checks that the final master weights, exp_avg
+ * and exp_avg_sq are the same bits. A small page size (64 KiB) cuts the
+ * tensors into many chunks, so the windowing and ordering are exercised.
+ *
+ *   test-pipeline three-way|swappable|exact|misuse|death
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <spillway/spillway.h>
+
+#include "harness.h"
+#include "kernels.h"
+#include "mlp.h"
+#include "test.h"
+
+#define PAGE (64u << 10)
+#define CHUNK (PAGE / 4)
+#define TILE 16384u     /* the pool's tile: the norm is summed per tile */
+#define BATCH 16
+#define MAXT (2 * (MLP_MAX_HIDDEN_LAYERS + 1))
+
+static const char swap_config[] =
+	"{\n"
+	"  \"socket\": { \"dir\": \"@DIR@\", \"mode\": \"0600\" },\n"
+	"  \"pool\": { \"max_bytes\": \"1GiB\", \"session_max_bytes\": \"256MiB\", \"require_locked\": false },\n"
+	"  \"swap\": { \"dirs\": [ { \"path\": \"@DIR@\", \"max_bytes\": \"256MiB\" } ] },\n"
+	"  \"log\": { \"level\": \"warn\" }\n"
+	"}\n";
+
+struct run_cfg {
+	enum spw_optimizer_mode mode;
+	enum spw_tensor_kind tier;
+	uint32_t accum;         /* micro-batches per step */
+	int steps;
+	float max_norm;         /* exact mode */
+	float clip_coef;        /* overlapped mode */
+	bool fp16;              /* gradients handed over as fp16, scaled by a dynamic loss scale */
+	float init_scale;
+	uint64_t region;
+};
+
+/* What a run leaves: every tensor's state, and how many steps it skipped. */
+struct run_out {
+	int n;
+	float *p[MAXT], *m[MAXT], *v[MAXT];
+	int skipped;
+	double last_norm;
+};
+
+static const struct spw_param_group group = {
+	.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+};
+
+static struct mlp *model(void)
+{
+	struct mlp_config cfg = { .n_in = 64, .n_hidden = 512, .n_hidden_layers = 2, .n_out = 10,
+				  .max_batch = BATCH };
+	struct mlp *m;
+
+	ASSERT_OK(mlp_create(&cfg, 7, &m));
+	return m;
+}
+
+static void out_alloc(struct run_out *o, const struct mlp_tensor *t, int n)
+{
+	memset(o, 0, sizeof(*o));
+	o->n = n;
+	for (int i = 0; i < n; i++) {
+		o->p[i] = calloc(t[i].count, 4);
+		o->m[i] = calloc(t[i].count, 4);
+		o->v[i] = calloc(t[i].count, 4);
+		ASSERT_TRUE(o->p[i] && o->m[i] && o->v[i]);
+	}
+}
+
+static void out_free(struct run_out *o)
+{
+	for (int i = 0; i < o->n; i++) {
+		free(o->p[i]);
+		free(o->m[i]);
+		free(o->v[i]);
+	}
+}
+
+/* The gradient the trainer hands over: fp32 as backward made it, or fp16
+ * of gradient * loss scale (overflowing to inf, as a real fp16 run would). */
+static void to_f16(uint16_t *dst, const float *g, size_t n, float scale)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = spw_f32_to_f16(g[i] * scale);
+}
+
+/* ---- (a) the plain run: torch's AdamW through kernels/ directly ---- */
+
+/* The norm as the pipeline defines it: square sums per tile of each chunk,
+ * chunks in (tensor, chunk) order. */
+static double sumsq_f32(const struct spw_kernels *k, const float *g, size_t count)
+{
+	double total = 0.0;
+
+	for (size_t c = 0; c < count; c += CHUNK) {
+		size_t n = count - c < CHUNK ? count - c : CHUNK;
+		double s = 0.0;
+
+		for (size_t b = 0; b < n; b += TILE)
+			s += k->sumsq[SPW_DTYPE_F32](g + c + b, n - b < TILE ? n - b : TILE);
+		total += s;
+	}
+	return total;
+}
+
+static void run_plain(const struct run_cfg *rc, struct run_out *out)
+{
+	const struct spw_kernels *k = spw_kernels();
+	struct mlp *m = model();
+	struct mlp_task *task;
+	const struct mlp_tensor *t;
+	float *acc[MAXT], x[BATCH * 64], loss, scale = rc->init_scale;
+	int32_t y[BATCH];
+	int n, good = 0;
+
+	ASSERT_OK(mlp_task_create(64, 10, 3, &task));
+	t = mlp_tensors(m, &n);
+	out_alloc(out, t, n);
+	for (int i = 0; i < n; i++)
+		ASSERT_TRUE((acc[i] = calloc(t[i].count, 4)) != NULL);
+	for (int step = 1; step <= rc->steps; step++) {
+		double total = 0.0, norm;
+		float coef = 1.0f, ls = rc->fp16 ? scale : 1.0f;
+		bool skip = false;
+
+		for (uint32_t mb = 0; mb < rc->accum; mb++) {
+			mlp_task_batch(task, (uint64_t)(step - 1) * rc->accum + mb, BATCH, x, y);
+			ASSERT_OK(mlp_forward(m, x, y, BATCH, &loss, NULL));
+			ASSERT_OK(mlp_backward(m, NULL, NULL));
+			for (int i = 0; i < n; i++) {
+				if (rc->fp16) {
+					/* What the device would hand over, back in fp32 (exact). */
+					uint16_t *h = malloc(t[i].count * 2);
+
+					to_f16(h, t[i].grad, t[i].count, ls);
+					if (mb == 0)
+						k->cast[SPW_DTYPE_F32][SPW_DTYPE_F16](acc[i], h, t[i].count);
+					else
+						k->acc[SPW_DTYPE_F16](acc[i], h, t[i].count);
+					free(h);
+				} else if (mb == 0) {
+					memcpy(acc[i], t[i].grad, t[i].count * 4);
+				} else {
+					k->acc[SPW_DTYPE_F32](acc[i], t[i].grad, t[i].count);
+				}
+			}
+		}
+		for (int i = 0; i < n; i++)
+			total += sumsq_f32(k, acc[i], t[i].count);
+		norm = sqrt(total) / (double)ls;
+		if (rc->mode == SPW_OPT_OVERLAPPED) {
+			coef = rc->clip_coef > 0.0f ? rc->clip_coef : 1.0f;
+		} else if (!isfinite(total)) {
+			skip = true;
+		} else if (rc->max_norm > 0.0f) {
+			double c = (double)rc->max_norm / (norm + 1e-6);
+
+			coef = c < 1.0 ? (float)c : 1.0f;
+		}
+		out->last_norm = norm;
+		if (skip) {
+			out->skipped++;
+			scale *= 0.5f;
+			good = 0;
+			continue;
+		}
+		if (rc->fp16 && ++good >= 2000) {
+			scale *= 2.0f;
+			good = 0;
+		}
+		for (int i = 0; i < n; i++) {
+			struct spw_adamw_hparams hp = { .lr = group.lr, .beta1 = group.beta1, .beta2 = group.beta2,
+							.eps = group.eps, .weight_decay = group.weight_decay,
+							.grad_scale = coef / ls, .step = (uint64_t)step };
+			struct spw_adamw_consts kc;
+
+			ASSERT_OK(spw_adamw_prepare(&hp, &kc));
+			k->adamw[SPW_DTYPE_F32][SPW_DTYPE_NONE](&kc, t[i].param, out->m[i], out->v[i], acc[i],
+								NULL, t[i].count);
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		memcpy(out->p[i], t[i].param, t[i].count * 4);
+		free(acc[i]);
+	}
+	mlp_task_free(task);
+	mlp_free(m);
+}
+
+/* ---- (b), (c) the same run through spillway ---- */
+
+struct trainer {
+	spw_optimizer *opt;
+	const struct run_cfg *rc;
+	uint32_t id[MAXT];
+	uint16_t *h[MAXT];      /* fp16 gradients, alive until sync_grads */
+	float scale;
+};
+
+/* Called by backward the moment a tensor's gradient is final. */
+static int on_grad(const struct mlp_tensor *t, int index, void *arg)
+{
+	struct trainer *tr = arg;
+
+	if (tr->rc->fp16) {
+		to_f16(tr->h[index], t->grad, t->count, tr->scale);
+		return spw_optimizer_grad_ready(tr->opt, tr->id[index], SPW_ALL_CHUNKS, tr->h[index],
+						t->count * 2, SPW_TYPE_F16, NULL);
+	}
+	return spw_optimizer_grad_ready(tr->opt, tr->id[index], SPW_ALL_CHUNKS, t->grad, t->count * 4,
+					SPW_TYPE_F32, NULL);
+}
+
+static spw_client *connect_client(const struct spw_test_daemon *d, uint64_t region)
+{
+	struct spw_attach_opts a = { .size = sizeof(a), .session = "pipeline/0", .region_bytes = region,
+				     .page_size = PAGE };
+	spw_client *c;
+
+	ASSERT_OK(spw_client_new(NULL, &c));
+	ASSERT_OK(spw_client_connect(c, d->control));
+	ASSERT_OK(spw_client_attach(c, &a));
+	return c;
+}
+
+static spw_optimizer *make_opt(spw_client *c, const struct run_cfg *rc, int *err)
+{
+	struct spw_optimizer_opts oo = {
+		.size = sizeof(oo), .mode = rc->mode, .tier = rc->tier, .groups = &group, .ngroups = 1,
+		.accumulation = rc->accum, .clip_coef = rc->clip_coef, .max_norm = rc->max_norm,
+		.dynamic_loss_scale = rc->fp16, .init_loss_scale = rc->init_scale, .threads = 2,
+		.device = "host",
+	};
+	spw_optimizer *o = NULL;
+
+	*err = spw_optimizer_new(c, &oo, &o);
+	if (*err < 0)
+		fprintf(stderr, "spw_optimizer_new: %s\n", spw_client_last_error(c));
+	return o;
+}
+
+/* Returns 0, or -EOPNOTSUPP when the daemon refuses the tier. */
+static int run_spillway(const struct spw_test_daemon *d, const struct run_cfg *rc, struct run_out *out)
+{
+	struct trainer tr = { .rc = rc, .scale = rc->init_scale };
+	struct mlp *m = model();
+	struct mlp_task *task;
+	const struct mlp_tensor *t;
+	spw_client *c = connect_client(d, rc->region);
+	float x[BATCH * 64], loss;
+	int32_t y[BATCH];
+	int n, r;
+
+	tr.opt = make_opt(c, rc, &r);
+	ASSERT_OK(r);
+	ASSERT_OK(mlp_task_create(64, 10, 3, &task));
+	t = mlp_tensors(m, &n);
+	out_alloc(out, t, n);
+	/* The model's own arrays serve as the "device" buffers on the host
+	 * backend: the optimizer copies every update back into them. */
+	for (int i = 0; i < n; i++) {
+		r = spw_optimizer_add(tr.opt, t[i].name, 0, t[i].count, t[i].param, t[i].param, SPW_TYPE_F32,
+				      &tr.id[i]);
+		if (r == -EOPNOTSUPP) {
+			fprintf(stderr, "add: %s\n", spw_optimizer_last_error(tr.opt));
+			goto refused;
+		}
+		ASSERT_OK(r);
+		ASSERT_TRUE((tr.h[i] = malloc(t[i].count * 2)) != NULL);
+	}
+	for (int step = 1; step <= rc->steps; step++) {
+		struct spw_step_result res = { .size = sizeof(res) };
+
+		ASSERT_OK(spw_optimizer_begin(tr.opt, (uint64_t)step, NULL, 0.0f));
+		for (uint32_t mb = 0; mb < rc->accum; mb++) {
+			/* Forward needs every layer's updated parameters. */
+			for (int i = 0; i < n; i++)
+				ASSERT_OK(spw_optimizer_wait_params(tr.opt, tr.id[i], NULL));
+			mlp_task_batch(task, (uint64_t)(step - 1) * rc->accum + mb, BATCH, x, y);
+			ASSERT_OK(mlp_forward(m, x, y, BATCH, &loss, NULL));
+			ASSERT_OK(mlp_backward(m, on_grad, &tr));
+			/* Backward of the next micro-batch rewrites the gradients. */
+			ASSERT_OK(spw_optimizer_sync_grads(tr.opt));
+		}
+		ASSERT_OK(spw_optimizer_end(tr.opt, &res));
+		out->skipped += res.skipped;
+		out->last_norm = res.grad_norm;
+		tr.scale = res.next_loss_scale;
+	}
+	ASSERT_OK(spw_optimizer_sync(tr.opt));
+	for (int i = 0; i < n; i++) {
+		ASSERT_OK(spw_optimizer_read(tr.opt, tr.id[i], SPW_STATE_PARAM, out->p[i]));
+		ASSERT_OK(spw_optimizer_read(tr.opt, tr.id[i], SPW_STATE_EXP_AVG, out->m[i]));
+		ASSERT_OK(spw_optimizer_read(tr.opt, tr.id[i], SPW_STATE_EXP_AVG_SQ, out->v[i]));
+		/* The device copy is the master, bit for bit (fp32 copy-out). */
+		ASSERT_EQ(memcmp(out->p[i], t[i].param, t[i].count * 4), 0);
+	}
+	r = 0;
+	goto done;
+refused:
+	r = -EOPNOTSUPP;
+done:
+	for (int i = 0; i < n; i++)
+		free(tr.h[i]);
+	spw_optimizer_free(tr.opt);
+	ASSERT_OK(spw_client_detach(c));
+	spw_client_free(c);
+	mlp_task_free(task);
+	mlp_free(m);
+	return r;
+}
+
+static void assert_same(const struct run_out *a, const struct run_out *b, const char *what)
+{
+	struct mlp *m = model();
+	const struct mlp_tensor *t;
+	int n;
+
+	t = mlp_tensors(m, &n);
+	ASSERT_EQ(a->n, b->n);
+	ASSERT_EQ(a->skipped, b->skipped);
+	for (int i = 0; i < n; i++) {
+		size_t bytes = t[i].count * 4;
+
+		if (memcmp(a->p[i], b->p[i], bytes) || memcmp(a->m[i], b->m[i], bytes) ||
+		    memcmp(a->v[i], b->v[i], bytes))
+			TEST_FAIL("%s: tensor %s differs from the plain run", what, t[i].name);
+	}
+	mlp_free(m);
+}
+
+static int compare(const struct spw_test_daemon *d, struct run_cfg rc, const char *what)
+{
+	struct run_out plain, spw;
+	int r;
+
+	run_plain(&rc, &plain);
+	r = run_spillway(d, &rc, &spw);
+	if (r == 0) {
+		assert_same(&plain, &spw, what);
+		/* Same norm, computed the same way. */
+		ASSERT_TRUE(plain.last_norm == spw.last_norm || (isnan(plain.last_norm) && isnan(spw.last_norm)));
+		fprintf(stderr, "%s: bit-identical (%d steps, %d skipped, last norm %.6g)\n", what, rc.steps,
+			plain.skipped, plain.last_norm);
+	}
+	out_free(&plain);
+	out_free(&spw);
+	return r;
+}
+
+/* ---- the cases ---- */
+
+static void case_three_way(void)
+{
+	struct spw_test_daemon d;
+	struct run_cfg rc = { .tier = SPW_TENSOR_RESIDENT, .steps = 4, .region = 16u << 20 };
+
+	ASSERT_OK(spw_test_daemon_start(&d, NULL));
+	rc.mode = SPW_OPT_OVERLAPPED, rc.accum = 1, rc.clip_coef = 0.5f;
+	ASSERT_OK(compare(&d, rc, "overlapped"));
+	rc.accum = 4;
+	ASSERT_OK(compare(&d, rc, "overlapped, accumulation 4"));
+	rc.mode = SPW_OPT_EXACT, rc.accum = 1, rc.clip_coef = 0.0f;
+	ASSERT_OK(compare(&d, rc, "exact"));
+	rc.accum = 4;
+	ASSERT_OK(compare(&d, rc, "exact, accumulation 4"));
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+}
+
+static void case_swappable(void)
+{
+	struct spw_test_daemon d;
+	/* The state of the 64-512-512-10 MLP is about 3.6 MB; 12 pages of
+	 * 64 KiB are under a quarter of it. */
+	struct run_cfg rc = { .tier = SPW_TENSOR_SWAPPABLE, .steps = 3, .region = 12 * PAGE };
+	int r;
+
+	ASSERT_OK(spw_test_daemon_start(&d, swap_config));
+	rc.mode = SPW_OPT_OVERLAPPED, rc.accum = 1;
+	r = compare(&d, rc, "swappable, overlapped");
+	if (r == -EOPNOTSUPP) {
+		ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+		SKIP("the daemon refuses swappable tensors (EOPNOTSUPP: no NVMe tier in this build)");
+	}
+	ASSERT_OK(r);
+	rc.accum = 4;
+	ASSERT_OK(compare(&d, rc, "swappable, overlapped, accumulation 4"));
+	rc.mode = SPW_OPT_EXACT, rc.accum = 1, rc.max_norm = 1.0f;
+	ASSERT_OK(compare(&d, rc, "swappable, exact"));
+	rc.accum = 4;
+	ASSERT_OK(compare(&d, rc, "swappable, exact, accumulation 4"));
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+}
+
+static void case_exact(void)
+{
+	struct spw_test_daemon d;
+	struct run_cfg rc = { .mode = SPW_OPT_EXACT, .tier = SPW_TENSOR_RESIDENT, .steps = 6,
+			      .region = 16u << 20, .accum = 1 };
+	struct run_out plain;
+
+	ASSERT_OK(spw_test_daemon_start(&d, NULL));
+	/* A max_norm far below the gradients' norm: every step clips. */
+	rc.max_norm = 0.05f;
+	ASSERT_OK(compare(&d, rc, "exact, clip to 0.05"));
+	/* fp16 with a loss scale so large that the first steps overflow:
+	 * they are skipped and the scale halves until the gradients fit. */
+	rc.max_norm = 1.0f, rc.fp16 = true, rc.init_scale = 1u << 30, rc.steps = 8;
+	run_plain(&rc, &plain);
+	ASSERT_GT(plain.skipped, 0);
+	ASSERT_LT(plain.skipped, rc.steps);
+	out_free(&plain);
+	ASSERT_OK(compare(&d, rc, "exact, fp16, dynamic loss scale"));
+	rc.accum = 4;
+	ASSERT_OK(compare(&d, rc, "exact, fp16, dynamic loss scale, accumulation 4"));
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+}
+
+static void case_misuse(void)
+{
+	struct spw_test_daemon d;
+	struct run_cfg rc = { .mode = SPW_OPT_OVERLAPPED, .tier = SPW_TENSOR_RESIDENT, .accum = 1 };
+	struct spw_step_result res = { .size = sizeof(res) };
+	spw_client *c;
+	spw_optimizer *o;
+	float init[100] = { 0 }, dev[100], g[100] = { 0 };
+	uint32_t id, id2;
+	int r;
+
+	ASSERT_OK(spw_test_daemon_start(&d, NULL));
+	c = connect_client(&d, 4u << 20);
+	o = make_opt(c, &rc, &r);
+	ASSERT_OK(r);
+	ASSERT_OK(spw_optimizer_add(o, "w", 0, 100, init, dev, SPW_TYPE_F32, &id));
+	ASSERT_EQ(spw_optimizer_add(o, "w", 0, 100, init, dev, SPW_TYPE_F32, &id2), -EEXIST);
+	ASSERT_EQ(spw_optimizer_add(o, "x", 3, 100, init, dev, SPW_TYPE_F32, &id2), -EINVAL);
+	ASSERT_EQ(spw_optimizer_add(o, "has space", 0, 100, init, dev, SPW_TYPE_F32, &id2), -EINVAL);
+
+	/* Outside a step. */
+	ASSERT_EQ(spw_optimizer_end(o, &res), -EPROTO);
+	ASSERT_CONTAINS(spw_optimizer_last_error(o), "no step is open");
+	ASSERT_EQ(spw_optimizer_grad_ready(o, id, SPW_ALL_CHUNKS, g, sizeof(g), SPW_TYPE_F32, NULL), -EPROTO);
+	ASSERT_EQ(spw_optimizer_begin(o, 0, NULL, 0.0f), -EINVAL);
+
+	ASSERT_OK(spw_optimizer_begin(o, 1, NULL, 0.0f));
+	ASSERT_EQ(spw_optimizer_begin(o, 2, NULL, 0.0f), -EBUSY);
+	ASSERT_EQ(spw_optimizer_add(o, "late", 0, 100, init, dev, SPW_TYPE_F32, &id2), -EBUSY);
+	/* Unknown tensor, unknown chunk, wrong type, wrong size. */
+	ASSERT_EQ(spw_optimizer_grad_ready(o, 9, SPW_ALL_CHUNKS, g, sizeof(g), SPW_TYPE_F32, NULL), -EINVAL);
+	ASSERT_EQ(spw_optimizer_grad_ready(o, id, 1, g, sizeof(g), SPW_TYPE_F32, NULL), -EINVAL);
+	ASSERT_CONTAINS(spw_optimizer_last_error(o), "no chunk 1");
+	ASSERT_EQ(spw_optimizer_grad_ready(o, id, 0, g, sizeof(g), (enum spw_type)7, NULL), -EINVAL);
+	ASSERT_EQ(spw_optimizer_grad_ready(o, id, 0, g, sizeof(g) - 4, SPW_TYPE_F32, NULL), -EMSGSIZE);
+	ASSERT_EQ(spw_optimizer_grad_ready(o, id, 0, g, sizeof(g), SPW_TYPE_BF16, NULL), -EMSGSIZE);
+	/* end before every gradient came: the step stays open. */
+	ASSERT_EQ(spw_optimizer_end(o, &res), -ENODATA);
+	ASSERT_CONTAINS(spw_optimizer_last_error(o), "tensor w chunk 0 got 0 of its 1 gradient");
+	ASSERT_OK(spw_optimizer_grad_ready(o, id, 0, g, sizeof(g), SPW_TYPE_F32, NULL));
+	/* Twice in a step. */
+	ASSERT_EQ(spw_optimizer_grad_ready(o, id, 0, g, sizeof(g), SPW_TYPE_F32, NULL), -EALREADY);
+	ASSERT_OK(spw_optimizer_end(o, &res));
+	ASSERT_EQ(res.skipped, 0);
+	ASSERT_EQ(spw_optimizer_wait_params(o, 5, NULL), -EINVAL);
+	ASSERT_OK(spw_optimizer_wait_params(o, id, NULL));
+
+	spw_optimizer_free(o);
+	ASSERT_OK(spw_client_detach(c));
+	spw_client_free(c);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void case_death(void)
+{
+	struct spw_test_daemon d;
+	struct run_cfg rc = { .mode = SPW_OPT_EXACT, .tier = SPW_TENSOR_RESIDENT, .accum = 1 };
+	struct spw_step_result res = { .size = sizeof(res) };
+	static float init[200000], dev[200000], g[200000];
+	spw_client *c;
+	spw_optimizer *o;
+	uint32_t a, b;
+	double t0;
+	int r;
+
+	ASSERT_OK(spw_test_daemon_start(&d, NULL));
+	c = connect_client(&d, 16u << 20);
+	o = make_opt(c, &rc, &r);
+	ASSERT_OK(r);
+	ASSERT_OK(spw_optimizer_add(o, "a", 0, 200000, init, dev, SPW_TYPE_F32, &a));
+	ASSERT_OK(spw_optimizer_add(o, "b", 0, 200000, init, dev, SPW_TYPE_F32, &b));
+	ASSERT_OK(spw_optimizer_begin(o, 1, NULL, 0.0f));
+	ASSERT_OK(spw_optimizer_grad_ready(o, b, SPW_ALL_CHUNKS, g, sizeof(g), SPW_TYPE_F32, NULL));
+
+	/* Mid-step: half the gradients are in. */
+	spw_test_daemon_kill(&d);
+	t0 = now_s();
+	r = spw_optimizer_grad_ready(o, a, SPW_ALL_CHUNKS, g, sizeof(g), SPW_TYPE_F32, NULL);
+	if (r == 0)
+		r = spw_optimizer_end(o, &res);
+	ASSERT_EQ(r, -ECONNRESET);
+	ASSERT_LT(now_s() - t0, 1.5);
+	ASSERT_CONTAINS(spw_optimizer_last_error(o), "spillwayd closed the connection");
+	/* Broken for good, and says so at once. */
+	ASSERT_EQ(spw_optimizer_begin(o, 2, NULL, 0.0f), -ECONNRESET);
+	ASSERT_EQ(spw_optimizer_sync(o), -ECONNRESET);
+	spw_optimizer_free(o);
+	spw_client_free(c);
+	spw_test_daemon_cleanup(&d);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct {
+		const char *name;
+		void (*fn)(void);
+	} cases[] = {
+		{ "three-way", case_three_way }, { "swappable", case_swappable }, { "exact", case_exact },
+		{ "misuse", case_misuse },       { "death", case_death },
+	};
+
+	if (!getenv("SPILLWAYD"))
+		SKIP("spillwayd was not built ($SPILLWAYD unset)");
+	for (size_t i = 0; argc > 1 && i < sizeof(cases) / sizeof(cases[0]); i++)
+		if (!strcmp(argv[1], cases[i].name)) {
+			cases[i].fn();
+			return 0;
+		}
+	fprintf(stderr, "usage: test-pipeline three-way|swappable|exact|misuse|death\n");
+	return 2;
+}
