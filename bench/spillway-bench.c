@@ -17,6 +17,8 @@ struct bench {
 static const struct bench benches[] = {
 	{ "ring", bench_ring, "data-plane round trip vs a unix socket" },
 	{ "adam", bench_adam, "fused CPU AdamW vs roofline, unfused and scalar" },
+	{ "pipeline", bench_pipeline, "offload pipeline step vs serial, after-backward and the bound" },
+	{ "swap", bench_swap, "NVMe tier streaming through spillwayd vs fio on the same directory" },
 };
 
 uint64_t bench_now_ns(void)

@@ -627,12 +627,23 @@ static void *engine_main(void *arg)
 				    spw__submit_op(o->c, SPW_OP_STEP, 0, 0, 0, UD_STEP) == 0)
 					o->hints_inflight++;
 			}
-			for (; done; done = done->next, progress = true)
-				kernels_done(o, done);
-			for (; h2d; h2d = h2d->next, progress = true) {
-				h2d->h2d_pending = false;
-				if (h2d->unpins_left == 0)
-					finish_job(o, h2d);
+			/* Take next first: once its copy is queued, a job's
+			 * link belongs to the h2d list. */
+			while (done) {
+				struct job *j = done;
+
+				done = j->next;
+				kernels_done(o, j);
+				progress = true;
+			}
+			while (h2d) {
+				struct job *j = h2d;
+
+				h2d = j->next;
+				j->h2d_pending = false;
+				if (j->unpins_left == 0)
+					finish_job(o, j);
+				progress = true;
 			}
 			progress |= admit(o);
 			for (;;) {
@@ -1054,6 +1065,10 @@ SPW_EXPORT int spw_optimizer_add(spw_optimizer *o, const char *name, uint32_t gr
 	}
 	o->nchunks += nch;
 	o->npred = o->nchunks;
+	/* realloc may have moved the tensors: point every chunk home again. */
+	for (i = 0; i <= o->ntensors; i++)
+		for (uint32_t k = 0; k < o->tensors[i].nchunks; k++)
+			o->tensors[i].chunks[k].t = &o->tensors[i];
 	*ret_tensor = o->ntensors++;
 	return 0;
 oom:

@@ -123,7 +123,7 @@ static int json_uint(const cJSON *v, uint64_t *ret)
 static int get_size(struct perr *e, const cJSON *v, const char *key, uint64_t min, uint64_t *ret)
 {
 	char d[96], m[32];
-	uint64_t x;
+	uint64_t x = 0;
 	int r;
 
 	if (cJSON_IsString(v)) {
@@ -151,7 +151,7 @@ static int get_size(struct perr *e, const cJSON *v, const char *key, uint64_t mi
 static int get_uint(struct perr *e, const cJSON *v, const char *key, uint64_t min, uint64_t max, uint64_t *ret)
 {
 	char d[96];
-	uint64_t x;
+	uint64_t x = 0;
 
 	if (!cJSON_IsNumber(v))
 		return fail(e, "%s: %s has the wrong type; expected an integer", key, describe(v, d, sizeof(d)));
@@ -196,7 +196,7 @@ static int set_str(char **dst, const char *s)
 static int path_ok(struct perr *e, const cJSON *v, const char *key, size_t maxlen, const char **ret)
 {
 	char d[96];
-	const char *s;
+	const char *s = NULL;
 	int r = get_string(e, v, key, &s);
 
 	if (r < 0)
@@ -215,7 +215,7 @@ typedef int (*key_fn)(struct perr *e, struct config *c, const cJSON *v, const ch
 
 static int k_socket_dir(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	const char *s;
+	const char *s = NULL;
 	size_t max = sizeof(((struct sockaddr_un *)0)->sun_path) - sizeof(SOCKET_SUFFIX);
 	int r = path_ok(e, v, key, max, &s);
 
@@ -225,7 +225,7 @@ static int k_socket_dir(struct perr *e, struct config *c, const cJSON *v, const 
 static int k_socket_mode(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
 	char d[96];
-	const char *s;
+	const char *s = NULL;
 	unsigned long m;
 	char *end;
 
@@ -269,7 +269,7 @@ static int k_pool_max_bytes(struct perr *e, struct config *c, const cJSON *v, co
 {
 	char d[96], m[32];
 	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-	uint64_t x, phys = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+	uint64_t x = 0, phys = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
 	int r = get_size(e, v, key, SPW_PAGE_SIZE_MIN, &x);
 
 	if (r < 0)
@@ -294,7 +294,7 @@ static int k_pool_require_locked(struct perr *e, struct config *c, const cJSON *
 static int k_pool_hugepages(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
 	char d[96];
-	const char *s;
+	const char *s = NULL;
 	int r = get_string(e, v, key, &s);
 
 	if (r < 0)
@@ -311,7 +311,7 @@ static int k_pool_hugepages(struct perr *e, struct config *c, const cJSON *v, co
 static int k_pool_numa_node(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
 	char d[96], path[64];
-	uint64_t n;
+	uint64_t n = 0;
 	int r;
 
 	if (cJSON_IsString(v) && !strcmp(v->valuestring, "auto")) {
@@ -374,7 +374,7 @@ static int k_pool_gpu(struct perr *e, struct config *c, const cJSON *v, const ch
 static int k_session_page_size(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
 	char d[96];
-	uint64_t x;
+	uint64_t x = 0;
 	int r = get_size(e, v, key, 0, &x);
 
 	if (r < 0)
@@ -388,7 +388,7 @@ static int k_session_page_size(struct perr *e, struct config *c, const cJSON *v,
 static int k_session_ring_entries(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
 	char d[96];
-	uint64_t x;
+	uint64_t x = 0;
 	int r = get_uint(e, v, key, SPW_RING_ENTRIES_MIN, SPW_RING_ENTRIES_MAX, &x);
 
 	if (r < 0)
@@ -402,7 +402,7 @@ static int k_session_ring_entries(struct perr *e, struct config *c, const cJSON 
 
 static int k_session_max_tensors(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	uint64_t x;
+	uint64_t x = 0;
 	int r = get_uint(e, v, key, 1, 1u << 20, &x);
 
 	if (r == 0)
@@ -412,7 +412,7 @@ static int k_session_max_tensors(struct perr *e, struct config *c, const cJSON *
 
 static int k_session_max_garbage(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	uint64_t x;
+	uint64_t x = 0;
 	int r = get_uint(e, v, key, 1, 1000000000, &x);
 
 	if (r == 0)
@@ -422,7 +422,7 @@ static int k_session_max_garbage(struct perr *e, struct config *c, const cJSON *
 
 static int k_ring_poll_us(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	uint64_t x;
+	uint64_t x = 0;
 	int r = get_uint(e, v, key, 0, 1000000, &x);
 
 	if (r == 0)
@@ -433,7 +433,7 @@ static int k_ring_poll_us(struct perr *e, struct config *c, const cJSON *v, cons
 static int k_log_level(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
 	char d[96];
-	const char *s;
+	const char *s = NULL;
 	int r = get_string(e, v, key, &s);
 
 	if (r < 0)
@@ -473,7 +473,7 @@ static int k_swap_dirs(struct perr *e, struct config *c, const cJSON *v, const c
 				    describe(item, d, sizeof(d)));
 		c->n_swap_dirs = i + 1;
 		cJSON_ArrayForEach(f, item) {
-			const char *s;
+			const char *s = NULL;
 
 			snprintf(k, sizeof(k), "%s[%zu].%s", key, i, f->string);
 			if (!strcmp(f->string, "path")) {
@@ -509,7 +509,7 @@ static int k_swap_dirs(struct perr *e, struct config *c, const cJSON *v, const c
 
 static int k_swap_queue_depth(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	uint64_t x;
+	uint64_t x = 0;
 	int r = get_uint(e, v, key, 1, 4096, &x);
 
 	if (r == 0)
@@ -524,12 +524,29 @@ static int k_swap_sqpoll(struct perr *e, struct config *c, const cJSON *v, const
 
 static int k_swap_prefetch_window(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	uint64_t x;
+	uint64_t x = 0;
 	int r = get_uint(e, v, key, 0, 65536, &x);
 
 	if (r == 0)
 		c->swap_prefetch_window = (uint32_t)x;
 	return r;
+}
+
+static int k_swap_session_bytes(struct perr *e, struct config *c, const cJSON *v, const char *key)
+{
+	/* 2^50: far beyond any drive, and page counts stay well inside 32 bits
+	 * at the smallest page size once divided across the directories. */
+	char d[96];
+	uint64_t x = 0;
+	int r = get_size(e, v, key, 0, &x);
+
+	if (r < 0)
+		return r;
+	if (x > (1ull << 50))
+		return fail(e, "%s: %s is more than 1 PiB; no session can use that much swap", key,
+			    describe(v, d, sizeof(d)));
+	c->swap_session_bytes = x;
+	return 0;
 }
 
 struct key {
@@ -555,7 +572,7 @@ static const struct section sections[] = {
 	{ "ring", KEYS({ "poll_us", k_ring_poll_us }) },
 	{ "log", KEYS({ "level", k_log_level }) },
 	{ "swap", KEYS({ "dirs", k_swap_dirs }, { "queue_depth", k_swap_queue_depth }, { "sqpoll", k_swap_sqpoll },
-		       { "prefetch_window", k_swap_prefetch_window }) },
+		       { "prefetch_window", k_swap_prefetch_window }, { "session_bytes", k_swap_session_bytes }) },
 };
 
 static void list_keys(const struct section *s, char *buf, size_t len)
@@ -631,6 +648,7 @@ static int set_defaults(struct perr *e, struct config *c)
 	c->swap_queue_depth = 32;
 	c->swap_sqpoll = false;
 	c->swap_prefetch_window = 8;
+	c->swap_session_bytes = CONFIG_DEFAULT_SWAP_SESSION_BYTES;
 	(void)e;
 	return 0;
 }

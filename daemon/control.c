@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 
 #include <cjson/cJSON.h>
 
@@ -22,6 +23,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "region.h"
+#include "swap.h"
 
 #define FRAMES_PER_WAKEUP 16
 #define MAX_RX_FDS 16
@@ -297,7 +299,9 @@ static void do_hello(struct client *c, const cJSON *msg)
 		return;
 	}
 	c->hello = true;
-	c->features = (uint32_t)features & SPW_FEAT_RING_POLL;
+	/* SWAP only with swap.dirs, and only when asked (older clients refuse
+	 * bits they did not ask for); swappable tensors do not require it. */
+	c->features = (uint32_t)features & (SPW_FEAT_RING_POLL | (c->d->nswap_dirs ? SPW_FEAT_SWAP : 0u));
 	log_debug("client %u (uid %u, pid %d): hello %llu.%llu, features 0x%llx granted 0x%x", c->id, (unsigned)c->uid,
 		  (int)c->pid, (unsigned long long)major, (unsigned long long)minor, (unsigned long long)features,
 		  c->features);
@@ -309,13 +313,57 @@ static void do_hello(struct client *c, const cJSON *msg)
 	send_json(c, o, NULL, 0);
 }
 
+/* The swap a session gets when its attach names none: swap.session_bytes,
+ * or less when the directories have less room, split evenly (a drive
+ * short of space would otherwise refuse an attach that never asked for
+ * swap). 0 when not even one page per directory fits. */
+static uint64_t swap_default(struct daemon *d, const char *name, uint32_t page_size)
+{
+	uint64_t want = d->cfg->swap_session_bytes, per = UINT64_MAX, unit = (uint64_t)page_size * d->nswap_dirs;
+	char a[32], b[32], m[32];
+	const char *short_dir = NULL;
+
+	for (unsigned i = 0; i < d->nswap_dirs; i++) {
+		const struct swap_dir *sd = &d->swap_dirs[i];
+		struct statvfs v;
+		uint64_t room = 0;
+
+		if (statvfs(sd->path, &v) == 0)
+			room = (uint64_t)v.f_bavail * v.f_frsize;
+		if (sd->max_bytes) {
+			int64_t used = swap_dir_used(sd->path);
+			uint64_t left = used >= 0 && (uint64_t)used < sd->max_bytes ? sd->max_bytes - (uint64_t)used : 0;
+
+			if (left < room)
+				room = left;
+		}
+		if (room < per) {
+			per = room;
+			short_dir = sd->path;
+		}
+	}
+	/* Keep 1% of the smallest directory's room: fallocate needs some
+	 * metadata blocks of its own. */
+	per -= per / 100;
+	if (per / page_size * unit < want) {
+		uint64_t fits = per / page_size * unit;
+
+		log_info("attach %s: swap dir %s has room for %s; the session gets %s of swap instead of "
+			 "swap.session_bytes (%s)", name, short_dir, format_bytes(per, a, sizeof(a)),
+			 format_bytes(fits, b, sizeof(b)), format_bytes(want, m, sizeof(m)));
+		want = fits;
+	}
+	return want;
+}
+
 static void do_attach(struct client *c, const cJSON *msg)
 {
 	struct daemon *d = c->d;
 	const struct config *cfg = d->cfg;
 	const char *name;
-	uint64_t bytes = 0, page_size = cfg->session_page_size;
+	uint64_t bytes = 0, page_size = cfg->session_page_size, swap = 0;
 	bool persistent = false;
+	int have_swap;
 	char err[768], a[32], b[32], m[32], u[32];
 	struct session *s, *other;
 	int r;
@@ -328,7 +376,8 @@ static void do_attach(struct client *c, const cJSON *msg)
 	if (field_string(msg, "attach", "session", &name, err, sizeof(err)) < 0 ||
 	    field_uint(msg, "attach", "region_bytes", true, UINT64_MAX, &bytes, err, sizeof(err)) < 0 ||
 	    field_uint(msg, "attach", "page_size", false, UINT32_MAX, &page_size, err, sizeof(err)) < 0 ||
-	    field_bool(msg, "attach", "persistent", &persistent, err, sizeof(err)) < 0) {
+	    field_bool(msg, "attach", "persistent", &persistent, err, sizeof(err)) < 0 ||
+	    (have_swap = field_uint(msg, "attach", "swap_bytes", false, 1ull << 50, &swap, err, sizeof(err))) < 0) {
 		reply_error(c, EINVAL, "%s", err);
 		return;
 	}
@@ -338,8 +387,8 @@ static void do_attach(struct client *c, const cJSON *msg)
 		return;
 	}
 	if (persistent) {
-		reply_error(c, EOPNOTSUPP, "attach %s: persistent sessions need the NVMe tier, which is not enabled "
-			    "in this spillwayd; attach without \"persistent\"", name);
+		reply_error(c, EOPNOTSUPP, "attach %s: persistent sessions (that outlive their client) are not "
+			    "supported by this spillwayd yet; attach without \"persistent\"", name);
 		return;
 	}
 	if (!spw_proto_page_size_valid(page_size)) {
@@ -382,7 +431,15 @@ static void do_attach(struct client *c, const cJSON *msg)
 			    format_bytes(d->used_bytes, u, sizeof(u)), cfg->origin);
 		return;
 	}
-	r = session_attach(d, c, name, bytes, (uint32_t)page_size, err, sizeof(err));
+	if (have_swap && swap && !d->nswap_dirs) {
+		reply_error(c, EOPNOTSUPP, "attach %s: swap_bytes asks for %s of swap, but no swap directories are "
+			    "configured; set swap.dirs in %s and restart spillwayd, or attach without swap_bytes", name,
+			    format_bytes(swap, a, sizeof(a)), cfg->origin);
+		return;
+	}
+	if (!have_swap)
+		swap = d->nswap_dirs ? swap_default(d, name, (uint32_t)page_size) : 0;
+	r = session_attach(d, c, name, bytes, (uint32_t)page_size, swap, err, sizeof(err));
 	if (r < 0) {
 		reply_error(c, -r, "%s", err);
 		return;
@@ -397,7 +454,7 @@ static void do_attach(struct client *c, const cJSON *msg)
 void control_attach_done(struct session *s, int r)
 {
 	struct client *c = s->owner;
-	char a[32], b[32];
+	char a[32], b[32], sw[32];
 	int fds[SPW_ATTACH_NFDS];
 	cJSON *o;
 
@@ -415,10 +472,11 @@ void control_attach_done(struct session *s, int r)
 		reply_error(c, -r, "%s", err);
 		return;
 	}
-	log_info("attach %s: client %u (uid %u, pid %d): %s in %u slots of %s, %s, %s, NUMA node %d", s->name, c->id,
-		 (unsigned)c->uid, (int)c->pid, format_bytes(s->bytes, a, sizeof(a)), s->nslots,
+	log_info("attach %s: client %u (uid %u, pid %d): %s in %u slots of %s, %s, %s, NUMA node %d, swap %s", s->name,
+		 c->id, (unsigned)c->uid, (int)c->pid, format_bytes(s->bytes, a, sizeof(a)), s->nslots,
 		 format_bytes(s->page_size, b, sizeof(b)), s->region->locked ? "locked" : "NOT locked",
-		 s->region->hugepages ? "hugetlb pages" : "ordinary pages", s->region->numa_node);
+		 s->region->hugepages ? "hugetlb pages" : "ordinary pages", s->region->numa_node,
+		 format_bytes(s->swap_bytes, sw, sizeof(sw)));
 	daemon_update_status(c->d);
 
 	o = reply(SPW_MSG_ATTACH);
@@ -432,6 +490,7 @@ void control_attach_done(struct session *s, int r)
 	cJSON_AddBoolToObject(o, "locked", s->region->locked);
 	cJSON_AddBoolToObject(o, "hugepages", s->region->hugepages);
 	cJSON_AddNumberToObject(o, "numa_node", s->region->numa_node);
+	cJSON_AddNumberToObject(o, "swap_bytes", (double)s->swap_bytes);
 	fds[SPW_ATTACH_FD_REGION] = s->region->fd;
 	fds[SPW_ATTACH_FD_RINGS] = s->rings_fd;
 	fds[SPW_ATTACH_FD_SQ_EVT] = s->sq_evt;
@@ -443,8 +502,8 @@ static void do_register(struct client *c, const cJSON *msg)
 {
 	const char *name, *kind = "resident";
 	uint64_t bytes = 0;
-	bool persistent = false;
-	uint32_t id;
+	bool persistent = false, swappable;
+	uint32_t id, npages;
 	char err[768], a[32];
 	const cJSON *k;
 	cJSON *o;
@@ -472,34 +531,36 @@ static void do_register(struct client *c, const cJSON *msg)
 			    SPW_PROTO_MAX_TENSOR_NAME);
 		return;
 	}
-	if (!strcmp(kind, "swappable")) {
-		reply_error(c, EOPNOTSUPP, "register %s: swappable tensors need the NVMe tier, which is not enabled in "
-			    "this spillwayd; register it as \"resident\"", name);
+	swappable = !strcmp(kind, "swappable");
+	if (swappable && !c->d->nswap_dirs) {
+		reply_error(c, EOPNOTSUPP, "register %s: swappable tensors need swap directories on NVMe, and none are "
+			    "configured; set swap.dirs in %s and restart spillwayd, or register it as \"resident\"",
+			    name, c->d->cfg->origin);
 		return;
 	}
-	if (strcmp(kind, "resident")) {
+	if (!swappable && strcmp(kind, "resident")) {
 		reply_error(c, EINVAL, "register %s: kind must be \"resident\" or \"swappable\"", name);
 		return;
 	}
 	if (persistent) {
-		reply_error(c, EOPNOTSUPP, "register %s: persistent tensors need the NVMe tier, which is not enabled in "
-			    "this spillwayd", name);
+		reply_error(c, EOPNOTSUPP, "register %s: persistent tensors are not supported by this spillwayd yet; "
+			    "register it without \"persistent\"", name);
 		return;
 	}
 	if (bytes == 0) {
 		reply_error(c, EINVAL, "register %s: bytes is 0; a tensor holds at least one byte", name);
 		return;
 	}
-	r = session_register(c->session, name, bytes, &id, err, sizeof(err));
+	r = session_register(c->session, name, bytes, swappable, &id, &npages, err, sizeof(err));
 	if (r < 0) {
 		reply_error(c, -r, "%s", err);
 		return;
 	}
-	log_debug("register %s in %s: tensor %u, %s in %u pages", name, c->session->name, id,
-		  format_bytes(bytes, a, sizeof(a)), session_tensor(c->session, id)->npages);
+	log_debug("register %s in %s: tensor %u, %s %s in %u pages", name, c->session->name, id, kind,
+		  format_bytes(bytes, a, sizeof(a)), npages);
 	o = reply(SPW_MSG_REGISTER);
 	cJSON_AddNumberToObject(o, "tensor", id);
-	cJSON_AddNumberToObject(o, "pages", session_tensor(c->session, id)->npages);
+	cJSON_AddNumberToObject(o, "pages", npages);
 	send_json(c, o, NULL, 0);
 }
 

@@ -25,6 +25,7 @@ enum config_hugepages {
 #define CONFIG_DEFAULT_POLL_US 50u
 #define CONFIG_DEFAULT_MAX_TENSORS 65536u
 #define CONFIG_DEFAULT_MAX_GARBAGE 1000u
+#define CONFIG_DEFAULT_SWAP_SESSION_BYTES (4ull << 30)
 
 struct config_swap_dir {
 	char *path;
@@ -54,12 +55,14 @@ struct config {
 	uint32_t ring_poll_us;
 	int log_level;
 
-	/* NVMe tier (upcoming): validated, not used yet. */
+	/* NVMe tier. dirs, queue_depth and sqpoll are read at start (a reload
+	 * keeps them); prefetch_window and session_bytes apply to new sessions. */
 	struct config_swap_dir swap_dirs[CONFIG_MAX_SWAP_DIRS];
 	size_t n_swap_dirs;
 	uint32_t swap_queue_depth;
 	bool swap_sqpoll;
 	uint32_t swap_prefetch_window;
+	uint64_t swap_session_bytes; /* a session's swap when its attach names none */
 };
 
 /*

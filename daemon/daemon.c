@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <dirent.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -16,6 +17,8 @@
 #include "log.h"
 #include "notify.h"
 #include "region.h"
+#include "swap.h"
+#include "uring.h"
 
 int daemon_socket_path(struct daemon *d, const char *name, char *buf, size_t len)
 {
@@ -148,9 +151,124 @@ void daemon_update_status(struct daemon *d)
 	notify_send(line);
 }
 
+/* No session survives a restart (yet), so every swap file of this naming
+ * in the configured directories is left over from a daemon that was
+ * killed: remove it, or its space stays reserved against max_bytes. The
+ * directories are this daemon's alone (docs/nvme-tier.md). */
+static void swap_remove_stale(struct daemon *d)
+{
+	for (unsigned i = 0; i < d->nswap_dirs; i++) {
+		const char *dir = d->swap_dirs[i].path;
+		DIR *dp = opendir(dir);
+		struct dirent *de;
+
+		if (!dp) {
+			log_warn("swap dir %s: cannot read it: %s; attaches with swap will fail until it exists", dir,
+				 strerror(errno));
+			continue;
+		}
+		while ((de = readdir(dp))) {
+			size_t n = strlen(de->d_name);
+			struct stat st;
+
+			if (strncmp(de->d_name, "spillway-", 9) || n < 14 || strcmp(de->d_name + n - 5, ".swap"))
+				continue;
+			if (fstatat(dirfd(dp), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+				continue;
+			if (unlinkat(dirfd(dp), de->d_name, 0) < 0)
+				log_warn("swap dir %s: cannot remove stale swap file %s: %s", dir, de->d_name,
+					 strerror(errno));
+			else
+				log_info("swap dir %s: removed stale swap file %s (%lld bytes), left by a spillwayd that "
+					 "did not shut down", dir, de->d_name, (long long)st.st_blocks * 512);
+		}
+		closedir(dp);
+	}
+}
+
+static void on_uring(uv_poll_t *h, int status, int events)
+{
+	struct daemon *d = h->data;
+
+	/* Completions post CQEs and ring client doorbells from in here. */
+	if (uring_reap(d->uring))
+		dataplane_log_tier_errors(d);
+	(void)status;
+	(void)events;
+}
+
+/* Copies swap.dirs: the pagers keep pointing at them across reloads. */
+static int swap_dirs_copy(struct daemon *d, const struct config *cfg)
+{
+	if (!cfg->n_swap_dirs)
+		return 0;
+	d->swap_dirs = calloc(cfg->n_swap_dirs, sizeof(*d->swap_dirs));
+	if (!d->swap_dirs)
+		return -ENOMEM;
+	for (size_t i = 0; i < cfg->n_swap_dirs; i++) {
+		d->swap_dirs[i].path = strdup(cfg->swap_dirs[i].path);
+		d->swap_dirs[i].max_bytes = cfg->swap_dirs[i].max_bytes;
+		d->nswap_dirs++;
+		if (!d->swap_dirs[i].path)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static void swap_dirs_free(struct daemon *d)
+{
+	for (unsigned i = 0; i < d->nswap_dirs; i++)
+		free((char *)d->swap_dirs[i].path);
+	free(d->swap_dirs);
+	d->swap_dirs = NULL;
+	d->nswap_dirs = 0;
+}
+
+/* One ring for every session's swap I/O. Every session gets a pager (it is
+ * the page table for resident tensors too), so the ring is needed even
+ * without swap.dirs. Registered-file and fixed-buffer tables are sized for
+ * many sessions; running out only costs speed (buffers) or refuses one
+ * attach with a message (files). */
+static int uring_start(struct daemon *d)
+{
+	const struct config *cfg = d->cfg;
+	struct rlimit rl = { 0 };
+	uint64_t bufs = cfg->pool_max_bytes / (1ull << 30) + 1024;
+	unsigned files = 1024 * (d->nswap_dirs ? d->nswap_dirs : 1);
+	int r;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 2 < files)
+		files = rl.rlim_cur / 2 > 16 ? (unsigned)(rl.rlim_cur / 2) : 16;
+	if (bufs > 16384)
+		bufs = 16384; /* the kernel's cap on registered buffers */
+	d->uring_depth = cfg->swap_queue_depth;
+	d->uring_files = files;
+	d->uring_buffers = (unsigned)bufs;
+	if (getenv("SPILLWAY_FAULTS") && *getenv("SPILLWAY_FAULTS"))
+		log_warn("SPILLWAY_FAULTS=\"%s\" is set: disk faults will be injected (test-only)%s",
+			 getenv("SPILLWAY_FAULTS"), SPW_FAULT_INJECTION ? "" : "; this build has no fault injection, ignored");
+	r = uring_new(d->uring_depth, cfg->swap_sqpoll, files, d->uring_buffers, &d->uring);
+	if (r < 0) {
+		log_error("cannot set up io_uring (depth %u): %s%s", d->uring_depth, strerror(-r),
+			  r == -EINVAL ? " (bad SPILLWAY_FAULTS?)"
+			  : r == -ENOSYS || r == -EPERM ? " (io_uring is disabled: kernel.io_uring_disabled, or a seccomp "
+							  "filter without io_uring_setup)" : "");
+		return r;
+	}
+	r = uv_poll_init(&d->loop, &d->uring_poll, uring_eventfd(d->uring));
+	if (r < 0)
+		return r;
+	d->uring_poll.data = d;
+	return uv_poll_start(&d->uring_poll, UV_READABLE, on_uring);
+}
+
 static void teardown(struct daemon *d)
 {
+	/* Frees every pager (bounded waits for their I/O) before the ring's
+	 * poll handle goes; the ring itself is freed after the loop. */
 	control_close_all(d);
+	if (d->uring_poll.loop)
+		uv_close((uv_handle_t *)&d->uring_poll, NULL);
 	if (d->control_poll.loop)
 		uv_close((uv_handle_t *)&d->control_poll, NULL);
 	if (d->status_poll.loop)
@@ -213,8 +331,20 @@ static void on_reload(uv_signal_t *h, int signum)
 	n->socket_group = o->socket_group;
 	o->socket_group = tmp;
 	n->socket_gid = o->socket_gid;
-	if (n->n_swap_dirs)
-		log_info("SIGHUP: swap.* is validated, but the NVMe tier is not enabled in this spillwayd yet");
+	/* Swap files of live sessions stay where they are, and the ring keeps
+	 * its size: these take a restart. The rest of swap.* applies to new
+	 * sessions. */
+	{
+		bool same = n->n_swap_dirs == d->nswap_dirs;
+
+		for (size_t i = 0; same && i < n->n_swap_dirs; i++)
+			same = !strcmp(n->swap_dirs[i].path, d->swap_dirs[i].path) &&
+			       n->swap_dirs[i].max_bytes == d->swap_dirs[i].max_bytes;
+		if (!same)
+			log_warn("SIGHUP: swap.dirs changed; restart spillwayd to apply (sessions keep the old dirs)");
+		if (n->swap_queue_depth != o->swap_queue_depth || n->swap_sqpoll != o->swap_sqpoll)
+			log_warn("SIGHUP: swap.queue_depth/swap.sqpoll changed; restart spillwayd to apply");
+	}
 	if (n->pool_max_bytes < d->used_bytes)
 		log_warn("SIGHUP: pool.max_bytes is now %s with %s in use; attached sessions keep their regions, new "
 			 "attaches are refused until enough detach", format_bytes(n->pool_max_bytes, a, sizeof(a)),
@@ -286,10 +416,22 @@ int daemon_run(struct config *cfg, const char *config_path)
 		log_error("cannot create socket.dir %s: %s", cfg->socket_dir, strerror(-r));
 		goto out;
 	}
+	r = swap_dirs_copy(d, cfg);
+	if (r < 0) {
+		log_error("out of memory");
+		goto out;
+	}
 	r = control_listen(d);
 	if (r < 0)
 		goto out;
 	r = status_listen(d);
+	if (r < 0)
+		goto out;
+	/* Only now: the listeners proved no other spillwayd runs on this
+	 * socket.dir, whose swap files these could be. Nothing is accepted
+	 * before the loop runs, so the ring is there for the first attach. */
+	swap_remove_stale(d);
+	r = uring_start(d);
 	if (r < 0)
 		goto out;
 	uv_signal_start(&d->sig_term, on_stop, SIGTERM);
@@ -305,6 +447,18 @@ int daemon_run(struct config *cfg, const char *config_path)
 		 "poll %u us, NUMA node %d", SPW_VERSION, cfg->origin, d->control_path, d->status_path,
 		 format_bytes(cfg->pool_max_bytes, a, sizeof(a)), format_bytes(cfg->pool_session_max_bytes, b, sizeof(b)),
 		 cfg->session_page_size / 1024, cfg->session_ring_entries, cfg->ring_poll_us, d->numa_node);
+	{
+		struct uring_stats us;
+
+		uring_get_stats(d->uring, &us);
+		for (unsigned i = 0; i < d->nswap_dirs; i++)
+			log_info("swap dir %s, max_bytes %s", d->swap_dirs[i].path,
+				 format_bytes(d->swap_dirs[i].max_bytes, a, sizeof(a)));
+		log_info("io_uring: depth %u, sqpoll %s, fixed files %s, fixed buffers %s; %s", d->uring_depth,
+			 us.sqpoll ? "on" : "off", us.fixed_files ? "on" : "off", us.fixed_buffers ? "on" : "off",
+			 d->nswap_dirs ? "swappable tensors enabled"
+				       : "no swap.dirs: resident tensors only (set swap.dirs for swappable ones)");
+	}
 	snprintf(line, sizeof(line), "READY=1\nSTATUS=0 sessions, 0 B of %s pinned",
 		 format_bytes(cfg->pool_max_bytes, a, sizeof(a)));
 	notify_send(line);
@@ -321,6 +475,10 @@ out:
 		close(d->status_fd);
 	if (d->spare_fd >= 0)
 		close(d->spare_fd);
+	/* Every pager is gone by now (sessions end in teardown, attaches
+	 * still on the threadpool end before uv_run returns). */
+	d->uring = uring_free(d->uring);
+	swap_dirs_free(d);
 	r = uv_loop_close(&d->loop);
 	if (r < 0) {
 		log_error("shutdown: handles still open (%s)", uv_strerror(r));

@@ -65,50 +65,12 @@ struct region;
 
 /* --- page table --------------------------------------------------------- */
 
-/* Where a page lives. RESIDENT is the only state of this release; the NVMe
- * tier adds the ones in the comment without changing the record. */
-enum page_state {
-	PAGE_NONE = 0,   /* no slot, no disk copy yet */
-	PAGE_RESIDENT,   /* in pages[].slot */
-	/* PAGE_SWAPPED (on disk only), PAGE_READING, PAGE_WRITING: NVMe tier */
-};
-
-#define PAGE_DIRTY (1u << 0) /* written since it last matched its disk copy */
-
-#define SLOT_NONE UINT32_MAX
-
-struct page {
-	uint32_t slot;   /* SLOT_NONE when not in memory */
-	uint8_t state;   /* enum page_state */
-	uint8_t flags;   /* PAGE_* */
-	uint16_t reserved;
-	uint32_t pins;   /* outstanding PINs; a pinned page is never evicted */
-};
-
-enum tensor_kind {
-	TENSOR_RESIDENT = 0,
-	TENSOR_SWAPPABLE, /* NVMe tier */
-};
-
-struct tensor {
-	char *name;       /* NULL: this id is free */
-	uint64_t bytes;
-	uint32_t npages;
-	int kind;
-	struct page *pages;
-};
-
-/* The slot allocator: a stack of free slot indices. */
-struct slots {
-	uint32_t n;
-	uint32_t nfree;
-	uint32_t *free;
-};
-
-int slots_init(struct slots *s, uint32_t n);
-void slots_fini(struct slots *s);
-uint32_t slots_alloc(struct slots *s); /* SLOT_NONE when none is free */
-void slots_free(struct slots *s, uint32_t slot);
+/* Every tensor's pages, resident and swappable, live in the session's pager
+ * (pager.h): one page table and one slot allocator per session. The
+ * session keeps only the tensor names, for the duplicate-name check. */
+struct pager;
+struct uring;
+struct swap_dir;
 
 /* --- sessions ----------------------------------------------------------- */
 
@@ -140,13 +102,16 @@ struct session {
 	struct region *region;   /* NULL while attaching */
 	uint32_t page_size;
 	uint32_t nslots;
-	struct slots slots;
+	uint64_t swap_bytes;     /* swap reserved at attach (0: resident tensors only) */
+	struct pager *pager;     /* the page table; NULL until the region is mapped */
+	uint32_t pending;        /* PIN/FLUSH accepted by the pager, CQE not yet posted */
+	uint64_t attached_ns;    /* for the tier's average MB/s */
+	uint64_t errors_logged;  /* the pager's error count last logged */
 
-	struct tensor *tensors;
-	uint32_t ntensors_cap;  /* allocated records */
+	char **tnames;          /* by tensor id (the pager's); NULL: free id */
+	uint32_t ntnames_cap;
 	uint32_t ntensors;      /* registered */
 	uint32_t max_tensors;
-	uint64_t pages_pinned;
 
 	/* Rings: the memfd is shared; everything below it is the daemon's own
 	 * and the only copy it trusts. */
@@ -177,15 +142,19 @@ struct session {
  * the loop must not stall for. control_attach_done() gets the result.
  * Returns 0, or a negative errno with a sentence in err. */
 int session_attach(struct daemon *d, struct client *owner, const char *name, uint64_t region_bytes,
-		   uint32_t page_size, char *err, size_t errlen);
-/* Releases everything now; the poll handle's memory goes in its close cb.
- * Never called on a session that is still attaching. */
+		   uint32_t page_size, uint64_t swap_bytes, char *err, size_t errlen);
+/* Releases everything now (the pager first: it waits, bounded, for its I/O
+ * and removes the swap files, before the region is unmapped); the poll
+ * handle's memory goes in its close cb. Never called on a session that is
+ * still attaching. */
 struct session *session_free(struct session *s);
 struct session *session_find(struct daemon *d, const char *name);
 
-int session_register(struct session *s, const char *name, uint64_t bytes, uint32_t *id, char *err, size_t errlen);
+int session_register(struct session *s, const char *name, uint64_t bytes, bool swappable, uint32_t *id,
+		     uint32_t *npages, char *err, size_t errlen);
 int session_unregister(struct session *s, uint32_t id, char *err, size_t errlen);
-struct tensor *session_tensor(struct session *s, uint32_t id);
+/* The tensor's name, or NULL for an unknown id. */
+const char *session_tensor_name(const struct session *s, uint32_t id);
 
 /* --- data plane (dataplane.c) ------------------------------------------ */
 
@@ -196,6 +165,11 @@ void dataplane_stop(struct session *s);
 int dataplane_drain(struct session *s);
 void dataplane_idle_cb(uv_idle_t *h);
 void dataplane_backlog_cb(uv_timer_t *t);
+/* The pager's completion callback (ctx is the session): posts the CQE and
+ * rings the client's doorbell. Never calls the pager. */
+void dataplane_complete(void *ctx, uint64_t user_data, int32_t res);
+/* Logs the pager errors no completion reported (failed write-backs). */
+void dataplane_log_tier_errors(struct daemon *d);
 
 /* --- control plane (control.c) ----------------------------------------- */
 
@@ -264,6 +238,16 @@ struct daemon {
 	unsigned next_client_id;
 
 	int numa_node;          /* resolved from pool.numa_node / pool.gpu, -1 local */
+
+	/* The NVMe tier: one io_uring for every session's swap I/O, created at
+	 * start and freed after the last pager. swap_dirs is the daemon's own
+	 * copy of swap.dirs (a reload does not move swap files under live
+	 * sessions; it takes a restart). */
+	struct uring *uring;
+	uv_poll_t uring_poll;
+	struct swap_dir *swap_dirs;
+	unsigned nswap_dirs;
+	unsigned uring_depth, uring_files, uring_buffers;
 	uint64_t used_bytes, locked_bytes;
 	uint64_t start_ns;
 	bool stopping;

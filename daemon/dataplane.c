@@ -21,6 +21,7 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "pager.h"
 
 #define BACKLOG_RETRY_MS 10
 
@@ -50,10 +51,27 @@ static int32_t invalid(struct session *s)
 	return -EINVAL;
 }
 
+/* Client mistakes (a bad id, a page not pinned, a full region) are the
+ * client's to read in its CQE: logged at debug. Anything else is the disk
+ * or the tier failing, which an operator must see. */
+static void log_failure(struct session *s, const char *op, uint32_t tensor, uint32_t page, int32_t res)
+{
+	const char *why = pager_last_error(s->pager);
+
+	if (res == -EINVAL || res == -ENOMEM || res == -EBUSY)
+		log_debug("session %s: %s of tensor %u page %u: %s (%s)", s->name, op, tensor, page, strerror(-res),
+			  why);
+	else if (*why)
+		log_warn("%s", why); /* names session, tensor, page and file */
+	else
+		log_warn("session %s: %s of tensor %u page %u failed: %s", s->name, op, tensor, page, strerror(-res));
+}
+
+/* Runs one copied entry. Returns the result to post now, or PAGER_PENDING
+ * when the pager posts it later through dataplane_complete(). */
 static int32_t execute(struct session *s, const struct spw_sqe *sqe)
 {
-	struct tensor *t;
-	struct page *p;
+	int32_t r;
 
 	s->stats.ops++;
 	if (spw_sqe_check(sqe) < 0)
@@ -61,42 +79,114 @@ static int32_t execute(struct session *s, const struct spw_sqe *sqe)
 	s->stats.by_op[sqe->opcode]++;
 	switch (sqe->opcode) {
 	case SPW_OP_NOP:
+		r = 0;
 		break;
 	case SPW_OP_PIN:
-		t = session_tensor(s, sqe->tensor);
-		if (!t || sqe->page >= t->npages)
-			return invalid(s);
-		p = &t->pages[sqe->page];
-		if (p->state != PAGE_RESIDENT) {
-			s->stats.errors++;
-			return -EAGAIN; /* NVMe tier: not yet read back */
-		}
-		if (p->pins == UINT32_MAX) {
-			s->stats.errors++;
+		r = pager_pin(s->pager, sqe->tensor, sqe->page, sqe->user_data);
+		if (r == PAGER_PENDING) {
+			s->pending++;
 			s->garbage = 0;
-			return -EOVERFLOW;
+			return r;
 		}
-		if (p->pins++ == 0)
-			s->pages_pinned++;
-		s->garbage = 0;
-		return (int32_t)p->slot;
-	case SPW_OP_UNPIN:
-		t = session_tensor(s, sqe->tensor);
-		if (!t || sqe->page >= t->npages || t->pages[sqe->page].pins == 0)
-			return invalid(s);
-		p = &t->pages[sqe->page];
-		if (--p->pins == 0)
-			s->pages_pinned--;
-		if (sqe->flags & SPW_UNPIN_DIRTY)
-			p->flags |= PAGE_DIRTY;
 		break;
-	default: /* PREFETCH, STEP, FLUSH: the NVMe tier's */
-		s->stats.errors++;
-		s->garbage = 0;
-		return -EOPNOTSUPP;
+	case SPW_OP_UNPIN:
+		r = pager_unpin(s->pager, sqe->tensor, sqe->page, (sqe->flags & SPW_UNPIN_DIRTY) != 0);
+		break;
+	case SPW_OP_PREFETCH:
+		r = pager_prefetch(s->pager, sqe->tensor, sqe->page);
+		break;
+	case SPW_OP_STEP:
+		pager_step(s->pager);
+		r = 0;
+		break;
+	case SPW_OP_FLUSH:
+		r = pager_flush(s->pager, sqe->user_data);
+		if (r == PAGER_PENDING) {
+			s->pending++;
+			s->garbage = 0;
+			return r;
+		}
+		break;
+	default:
+		return invalid(s);
+	}
+	if (r == -EINVAL) {
+		/* A bad tensor or page, or an UNPIN of a page not pinned: what
+		 * a flood of garbage looks like, so it counts towards it. */
+		log_failure(s, spw_op_name(sqe->opcode), sqe->tensor, sqe->page, r);
+		return invalid(s);
 	}
 	s->garbage = 0;
-	return 0;
+	if (r < 0) {
+		s->stats.errors++;
+		log_failure(s, spw_op_name(sqe->opcode), sqe->tensor, sqe->page, r);
+	}
+	return r;
+}
+
+/* Publishes the CQ tail and rings the client's doorbell if it sleeps. */
+static void cq_publish(struct session *s)
+{
+	/* Release: the CQEs written before become visible no later than the
+	 * tail that publishes them. */
+	__atomic_store_n(&s->cqh->tail, s->cq_tail, __ATOMIC_RELEASE);
+	/* Full fence: the tail store must be globally visible before we read
+	 * the client's NEED_WAKEUP; pairs with the client's fence between
+	 * setting the flag and re-reading the tail, so one of us sees the other. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (__atomic_load_n(&s->cqh->flags, __ATOMIC_RELAXED) & SPW_RING_NEED_WAKEUP) {
+		uint64_t one = 1;
+		if (write(s->cq_evt, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			log_debug("session %s: cq doorbell: %s", s->name, strerror(errno));
+	}
+}
+
+static void cq_post(struct session *s, uint64_t user_data, int32_t res)
+{
+	struct spw_cqe cqe = { .user_data = user_data, .res = res, .flags = 0 };
+
+	memcpy(&s->cqes[s->cq_tail & (s->layout.cq_entries - 1)], &cqe, sizeof(cqe));
+	s->cq_tail++;
+}
+
+void dataplane_log_tier_errors(struct daemon *d)
+{
+	struct list *p, *t;
+
+	list_for_each_safe(p, t, &d->sessions) {
+		struct session *s = list_entry(p, struct session, link);
+		uint64_t n;
+
+		if (!s->pager)
+			continue;
+		n = pager_error_count(s->pager);
+		if (n != s->errors_logged) {
+			/* A failed write-back has no operation waiting for it:
+			 * say so now, not only at the page's next PIN. */
+			log_warn("%s", pager_last_error(s->pager));
+			s->errors_logged = n;
+		}
+	}
+}
+
+void dataplane_complete(void *ctx, uint64_t user_data, int32_t res)
+{
+	struct session *s = ctx;
+
+	/* Room is guaranteed: an entry is popped only while the free CQ
+	 * entries exceed the pending operations (dataplane_drain). */
+	s->pending--;
+	if (res < 0) {
+		s->stats.errors++;
+		/* The pager's sentence names the session, tensor, page and file. */
+		if (*pager_last_error(s->pager))
+			log_warn("%s", pager_last_error(s->pager));
+		else
+			log_warn("session %s: completion %s", s->name, strerror(-res));
+		s->errors_logged = pager_error_count(s->pager);
+	}
+	cq_post(s, user_data, res);
+	cq_publish(s);
 }
 
 /* Reads the client's CQ head and checks it moved only forward and never
@@ -114,9 +204,16 @@ static int cq_space(struct session *s)
 	return (int)(s->layout.cq_entries - (s->cq_tail - head));
 }
 
+/* Free CQ entries as of the client's head last read (a stale head only
+ * understates them). */
+static uint32_t cq_free(const struct session *s)
+{
+	return s->layout.cq_entries - (s->cq_tail - s->cq_head_seen);
+}
+
 int dataplane_drain(struct session *s)
 {
-	const uint32_t sq_mask = s->layout.sq_entries - 1, cq_mask = s->layout.cq_entries - 1;
+	const uint32_t sq_mask = s->layout.sq_entries - 1;
 	uint32_t tail, n = 0;
 	int space;
 
@@ -129,11 +226,16 @@ int dataplane_drain(struct session *s)
 	space = cq_space(s);
 	if (space < 0)
 		return space;
-	while (s->sq_head != tail && space > 0) {
+	/* Every pending PIN/FLUSH will post one CQE whenever the disk answers,
+	 * and an entry may post one now: pop only while the CQ has room for
+	 * all of them, so a completion never finds the CQ full. Completions
+	 * that run meanwhile (inside the pager calls) take one free entry and
+	 * one pending each, which keeps the difference. */
+	while (s->sq_head != tail && cq_free(s) > s->pending) {
 		const uint64_t *src = (const uint64_t *)&s->sqes[s->sq_head & sq_mask];
 		uint64_t w[sizeof(struct spw_sqe) / sizeof(uint64_t)];
 		struct spw_sqe sqe;
-		struct spw_cqe cqe;
+		int32_t res;
 
 		/* One read of each word: the client may rewrite the entry while
 		 * we look at it, so only this private copy is ever used. */
@@ -142,12 +244,9 @@ int dataplane_drain(struct session *s)
 		memcpy(&sqe, w, sizeof(sqe));
 		s->sq_head++;
 
-		cqe.user_data = sqe.user_data;
-		cqe.res = execute(s, &sqe);
-		cqe.flags = 0;
-		memcpy(&s->cqes[s->cq_tail & cq_mask], &cqe, sizeof(cqe));
-		s->cq_tail++;
-		space--;
+		res = execute(s, &sqe);
+		if (res != PAGER_PENDING)
+			cq_post(s, sqe.user_data, res);
 		n++;
 		if (s->garbage > s->max_garbage)
 			return protocol_violation(s, "%u invalid ring entries without a valid one (session.max_garbage is %u)",
@@ -158,18 +257,7 @@ int dataplane_drain(struct session *s)
 	/* Release: the client may reuse SQ entries before head once it sees it;
 	 * our reads of them are done. */
 	__atomic_store_n(&s->sqh->head, s->sq_head, __ATOMIC_RELEASE);
-	/* Release: the CQEs written above become visible no later than the tail
-	 * that publishes them. */
-	__atomic_store_n(&s->cqh->tail, s->cq_tail, __ATOMIC_RELEASE);
-	/* Full fence: the tail store must be globally visible before we read
-	 * the client's NEED_WAKEUP; pairs with the client's fence between
-	 * setting the flag and re-reading the tail, so one of us sees the other. */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (__atomic_load_n(&s->cqh->flags, __ATOMIC_RELAXED) & SPW_RING_NEED_WAKEUP) {
-		uint64_t one = 1;
-		if (write(s->cq_evt, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			log_debug("session %s: cq doorbell: %s", s->name, strerror(errno));
-	}
+	cq_publish(s);
 	return (int)n;
 }
 
@@ -212,7 +300,7 @@ static bool try_sleep(struct session *s)
 	if (tail != s->sq_head) {
 		int space = cq_space(s);
 
-		if (space != 0) {
+		if (space < 0 || (uint32_t)space > s->pending) {
 			/* Work arrived (or the client broke the CQ: drain reports it). */
 			__atomic_store_n(&s->sqh->flags, 0, __ATOMIC_RELAXED);
 			return false;

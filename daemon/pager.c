@@ -1360,3 +1360,8 @@ void pager_stats(const struct pager *p, struct pager_stats *st)
 	st->swap_bytes = p->ndisk * p->c.page_size;
 	st->swap_assigned_bytes = (p->ndisk - p->ndisk_free) * p->c.page_size;
 }
+
+uint64_t pager_error_count(const struct pager *p)
+{
+	return p->st.errors;
+}

@@ -221,4 +221,9 @@ struct pager_stats {
 
 void pager_stats(const struct pager *p, struct pager_stats *st);
 
+/* stats.errors without the walk over every page pager_stats() does: cheap
+ * enough to check after every reap, to log a failed write-back (which no
+ * pending operation reports) when it happens. */
+uint64_t pager_error_count(const struct pager *p);
+
 #endif

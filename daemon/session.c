@@ -10,40 +10,9 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "pager.h"
 #include "region.h"
-
-int slots_init(struct slots *s, uint32_t n)
-{
-	s->free = malloc((size_t)n * sizeof(*s->free));
-	if (!s->free)
-		return -ENOMEM;
-	s->n = n;
-	s->nfree = n;
-	/* Lowest slot on top of the stack: a fresh session fills from 0 up. */
-	for (uint32_t i = 0; i < n; i++)
-		s->free[i] = n - 1 - i;
-	return 0;
-}
-
-void slots_fini(struct slots *s)
-{
-	free(s->free);
-	s->free = NULL;
-	s->n = s->nfree = 0;
-}
-
-uint32_t slots_alloc(struct slots *s)
-{
-	if (s->nfree == 0)
-		return SLOT_NONE;
-	return s->free[--s->nfree];
-}
-
-void slots_free(struct slots *s, uint32_t slot)
-{
-	if (slot < s->n && s->nfree < s->n)
-		s->free[s->nfree++] = slot;
-}
+#include "swap.h"
 
 struct session *session_find(struct daemon *d, const char *name)
 {
@@ -96,6 +65,38 @@ fail:
 	return r;
 }
 
+/* The page table over the mapped region, and the swap files when the
+ * session has swap. At most one completion per CQ entry can be pending, so
+ * the pager never owes more completions than the CQ can take. */
+static int pager_create(struct session *s, char *err, size_t errlen)
+{
+	struct daemon *d = s->d;
+	struct pager_config c = {
+		.session = s->name,
+		.region = s->region->base,
+		.page_size = s->page_size,
+		.nslots = s->nslots,
+		.uring = d->uring,
+		.dirs = d->swap_dirs,
+		.ndirs = d->nswap_dirs,
+		.swap_bytes = s->swap_bytes,
+		.prefetch_window = d->cfg->swap_prefetch_window,
+		.queue_depth = d->uring_depth,
+		.max_pending = s->layout.cq_entries,
+		.complete = dataplane_complete,
+		.ctx = s,
+	};
+	char perr[640];
+	int r;
+
+	r = pager_new(&c, perr, sizeof(perr), &s->pager);
+	if (r < 0) {
+		snprintf(err, errlen, "attach %s: %s", s->name, perr);
+		return r;
+	}
+	return 0;
+}
+
 static int session_finish(struct session *s)
 {
 	struct daemon *d = s->d;
@@ -103,14 +104,13 @@ static int session_finish(struct session *s)
 	size_t errlen = sizeof(s->work_err);
 	int r;
 
-	r = slots_init(&s->slots, s->nslots);
-	if (r < 0) {
-		snprintf(err, errlen, "attach %s: out of memory", s->name);
-		return r;
-	}
 	r = rings_create(s, d->cfg->session_ring_entries, err, errlen);
 	if (r < 0)
 		return r;
+	r = pager_create(s, err, errlen);
+	if (r < 0)
+		return r;
+	s->attached_ns = uv_hrtime();
 	s->sq_evt = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	s->cq_evt = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (s->sq_evt < 0 || s->cq_evt < 0) {
@@ -150,7 +150,7 @@ static void attach_after(uv_work_t *w, int status)
 }
 
 int session_attach(struct daemon *d, struct client *owner, const char *name, uint64_t region_bytes,
-		   uint32_t page_size, char *err, size_t errlen)
+		   uint32_t page_size, uint64_t swap_bytes, char *err, size_t errlen)
 {
 	struct session *s;
 	int r;
@@ -168,6 +168,7 @@ int session_attach(struct daemon *d, struct client *owner, const char *name, uin
 	s->bytes = region_bytes;
 	s->page_size = page_size;
 	s->nslots = (uint32_t)(region_bytes / page_size);
+	s->swap_bytes = swap_bytes;
 	s->max_tensors = d->cfg->session_max_tensors;
 	s->max_garbage = d->cfg->session_max_garbage;
 	s->poll = (owner->features & SPW_FEAT_RING_POLL) != 0;
@@ -195,34 +196,22 @@ int session_attach(struct daemon *d, struct client *owner, const char *name, uin
 	return 0;
 }
 
-static void tensor_clear(struct session *s, struct tensor *t)
-{
-	for (uint32_t i = 0; t->pages && i < t->npages; i++) {
-		struct page *p = &t->pages[i];
-
-		if (p->slot != SLOT_NONE)
-			slots_free(&s->slots, p->slot);
-		s->pages_pinned -= p->pins ? 1 : 0;
-	}
-	free(t->pages);
-	free(t->name);
-	memset(t, 0, sizeof(*t));
-}
-
 struct session *session_free(struct session *s)
 {
 	if (!s)
 		return NULL;
 	dataplane_stop(s);
+	/* Before the region goes: the kernel may still be reading into it or
+	 * writing from it, and the swap files must go with the session. No
+	 * completion is delivered from here. */
+	s->pager = pager_free(s->pager);
 	s->d->used_bytes -= s->bytes;
 	if (s->locked_counted)
 		s->d->locked_bytes -= s->bytes;
 	list_del(&s->link);
-	for (uint32_t i = 0; s->tensors && i < s->ntensors_cap; i++)
-		if (s->tensors[i].name)
-			tensor_clear(s, &s->tensors[i]);
-	free(s->tensors);
-	slots_fini(&s->slots);
+	for (uint32_t i = 0; s->tnames && i < s->ntnames_cap; i++)
+		free(s->tnames[i]);
+	free(s->tnames);
 	if (s->rings)
 		munmap(s->rings, s->layout.bytes);
 	if (s->rings_fd >= 0)
@@ -237,112 +226,115 @@ struct session *session_free(struct session *s)
 	return NULL;
 }
 
-struct tensor *session_tensor(struct session *s, uint32_t id)
+const char *session_tensor_name(const struct session *s, uint32_t id)
 {
-	if (id >= s->ntensors_cap || !s->tensors[id].name)
-		return NULL;
-	return &s->tensors[id];
+	return id < s->ntnames_cap ? s->tnames[id] : NULL;
 }
 
-static int tensor_slot(struct session *s, uint32_t *ret)
+/* Makes room for the name of tensor id (the pager hands out ids from 0). */
+static int names_reserve(struct session *s, uint32_t id)
 {
-	uint32_t cap;
-	struct tensor *t;
+	uint32_t cap = s->ntnames_cap ? s->ntnames_cap : 16;
+	char **n;
 
-	for (uint32_t i = 0; i < s->ntensors_cap; i++) {
-		if (!s->tensors[i].name) {
-			*ret = i;
-			return 0;
-		}
-	}
-	if (s->ntensors_cap >= s->max_tensors)
-		return -EMFILE;
-	cap = s->ntensors_cap ? s->ntensors_cap * 2 : 16;
-	if (cap > s->max_tensors)
-		cap = s->max_tensors;
-	t = realloc(s->tensors, (size_t)cap * sizeof(*t));
-	if (!t)
+	if (id < s->ntnames_cap)
+		return 0;
+	while (cap <= id)
+		cap *= 2;
+	n = realloc(s->tnames, (size_t)cap * sizeof(*n));
+	if (!n)
 		return -ENOMEM;
-	memset(t + s->ntensors_cap, 0, (size_t)(cap - s->ntensors_cap) * sizeof(*t));
-	s->tensors = t;
-	*ret = s->ntensors_cap;
-	s->ntensors_cap = cap;
+	memset(n + s->ntnames_cap, 0, (size_t)(cap - s->ntnames_cap) * sizeof(*n));
+	s->tnames = n;
+	s->ntnames_cap = cap;
 	return 0;
 }
 
-int session_register(struct session *s, const char *name, uint64_t bytes, uint32_t *id, char *err, size_t errlen)
+int session_register(struct session *s, const char *name, uint64_t bytes, bool swappable, uint32_t *id,
+		     uint32_t *npages, char *err, size_t errlen)
 {
-	char a[32], b[32], c[32];
-	uint64_t npages = (bytes + s->page_size - 1) / s->page_size;
-	struct tensor *t;
-	uint32_t tid;
+	char perr[512], *copy;
+	uint32_t tid, n;
 	int r;
 
-	for (uint32_t i = 0; i < s->ntensors_cap; i++) {
-		if (s->tensors[i].name && !strcmp(s->tensors[i].name, name)) {
+	for (uint32_t i = 0; i < s->ntnames_cap; i++) {
+		if (s->tnames[i] && !strcmp(s->tnames[i], name)) {
 			snprintf(err, errlen, "register %s in %s: a tensor of that name is already registered (id %u); "
 				 "unregister it first or pick another name", name, s->name, i);
 			return -EEXIST;
 		}
 	}
-	if (npages > s->slots.nfree) {
-		snprintf(err, errlen, "register %s in %s: %s needs %llu slots of %s, %u of %u are free; attach with a "
-			 "larger region_bytes (now %s) or unregister something",
-			 name, s->name, format_bytes(bytes, a, sizeof(a)), (unsigned long long)npages,
-			 format_bytes(s->page_size, b, sizeof(b)), s->slots.nfree, s->nslots,
-			 format_bytes(s->region->bytes, c, sizeof(c)));
-		return -ENOSPC;
-	}
-	r = tensor_slot(s, &tid);
-	if (r == -EMFILE) {
+	if (s->ntensors >= s->max_tensors) {
 		snprintf(err, errlen, "register %s in %s: the session already has %u tensors (session.max_tensors); "
 			 "unregister some or raise session.max_tensors", name, s->name, s->ntensors);
+		return -EMFILE;
+	}
+	if (!swappable) {
+		uint64_t need = (bytes + s->page_size - 1) / s->page_size;
+		struct pager_stats st;
+		char a[32], b[32], c[32];
+
+		pager_stats(s->pager, &st);
+		if (need > st.nslots - st.slots_claimed) {
+			snprintf(err, errlen, "register %s in %s: %s needs %llu slots of %s, %u of %u are free (not "
+				 "held by resident or pinned pages); attach with a larger region_bytes (now %s), unregister "
+				 "something or register it \"swappable\"",
+				 name, s->name, format_bytes(bytes, a, sizeof(a)), (unsigned long long)need,
+				 format_bytes(s->page_size, b, sizeof(b)), st.nslots - st.slots_claimed, st.nslots,
+				 format_bytes(s->region->bytes, c, sizeof(c)));
+			return -ENOSPC;
+		}
+	}
+	copy = strdup(name);
+	if (!copy)
+		goto oom;
+	r = pager_tensor_add(s->pager, name, bytes, swappable, &tid, &n, perr, sizeof(perr));
+	if (r < 0) {
+		free(copy);
+		if (r == -ENOMEM && !swappable) {
+			/* The client's remedy for a resident tensor that does not
+			 * fit is the same as before the NVMe tier: ENOSPC. */
+			r = -ENOSPC;
+		}
+		snprintf(err, errlen, "register %s in %s: %s", name, s->name, perr);
 		return r;
 	}
-	if (r < 0)
-		goto oom;
-	t = &s->tensors[tid];
-	t->pages = calloc(npages, sizeof(*t->pages));
-	t->name = strdup(name);
-	if (!t->pages || !t->name) {
-		free(t->pages);
-		free(t->name);
-		memset(t, 0, sizeof(*t));
-		r = -ENOMEM;
+	if (names_reserve(s, tid) < 0) {
+		pager_tensor_remove(s->pager, tid);
+		free(copy);
 		goto oom;
 	}
-	t->bytes = bytes;
-	t->npages = (uint32_t)npages;
-	t->kind = TENSOR_RESIDENT;
-	for (uint32_t i = 0; i < t->npages; i++) {
-		t->pages[i].slot = slots_alloc(&s->slots);
-		t->pages[i].state = PAGE_RESIDENT;
-	}
+	s->tnames[tid] = copy;
 	s->ntensors++;
 	*id = tid;
+	*npages = n;
 	return 0;
 oom:
 	snprintf(err, errlen, "register %s in %s: out of memory", name, s->name);
-	return r;
+	return -ENOMEM;
 }
 
 int session_unregister(struct session *s, uint32_t id, char *err, size_t errlen)
 {
-	struct tensor *t = session_tensor(s, id);
-	uint32_t pinned = 0;
+	const char *name = session_tensor_name(s, id);
+	int r;
 
-	if (!t) {
+	if (!name) {
 		snprintf(err, errlen, "unregister in %s: no tensor with id %u", s->name, id);
 		return -ENOENT;
 	}
-	for (uint32_t i = 0; i < t->npages; i++)
-		pinned += t->pages[i].pins ? 1 : 0;
-	if (pinned) {
-		snprintf(err, errlen, "unregister %s in %s: %u of its pages are pinned; unpin them first", t->name,
-			 s->name, pinned);
-		return -EBUSY;
+	r = pager_tensor_remove(s->pager, id);
+	if (r == -EBUSY) {
+		snprintf(err, errlen, "unregister %s in %s: some of its pages are pinned or being pinned; unpin them "
+			 "first", name, s->name);
+		return r;
 	}
-	tensor_clear(s, t);
+	if (r < 0) {
+		snprintf(err, errlen, "unregister %s in %s: %s", name, s->name, strerror(-r));
+		return r;
+	}
+	free(s->tnames[id]);
+	s->tnames[id] = NULL;
 	s->ntensors--;
 	return 0;
 }

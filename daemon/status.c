@@ -13,17 +13,120 @@
 #include <unistd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 
 #include <cjson/cJSON.h>
 
 #include "config.h"
 #include "daemon.h"
 #include "log.h"
+#include "pager.h"
 #include "region.h"
+#include "swap.h"
+#include "uring.h"
+
+static double mb_per_s(uint64_t bytes, uint64_t ns)
+{
+	return ns ? (double)bytes / 1e6 / ((double)ns / 1e9) : 0.0;
+}
+
+/* The session's page table and disk traffic (docs/nvme-tier.md). The MB/s
+ * figures are averages since attach: bytes over wall time. */
+static void tier_json(cJSON *o, const struct session *s)
+{
+	struct pager_stats st;
+	cJSON *t = cJSON_AddObjectToObject(o, "tier"), *x;
+	uint64_t age = uv_hrtime() - s->attached_ns;
+
+	pager_stats(s->pager, &st);
+	cJSON_AddNumberToObject(t, "swap_bytes", (double)st.swap_bytes);
+	cJSON_AddNumberToObject(t, "swap_assigned_bytes", (double)st.swap_assigned_bytes);
+	cJSON_AddNumberToObject(t, "bytes_on_disk", (double)st.bytes_on_disk);
+	x = cJSON_AddObjectToObject(t, "pages");
+	for (unsigned i = 0; i < PAGER__STATES; i++)
+		cJSON_AddNumberToObject(x, pager_state_name(i), (double)st.pages_by_state[i]);
+	cJSON_AddNumberToObject(t, "slots_free", st.slots_free);
+	cJSON_AddNumberToObject(t, "slots_claimed", st.slots_claimed);
+	cJSON_AddNumberToObject(t, "pending", st.pending);
+	cJSON_AddNumberToObject(t, "reads_inflight", st.reads_inflight);
+	cJSON_AddNumberToObject(t, "writes_inflight", st.writes_inflight);
+	cJSON_AddNumberToObject(t, "queue_depth", st.queue_depth);
+	cJSON_AddNumberToObject(t, "reads", (double)st.reads);
+	cJSON_AddNumberToObject(t, "read_bytes", (double)st.read_bytes);
+	cJSON_AddNumberToObject(t, "read_mb_per_s", mb_per_s(st.read_bytes, age));
+	cJSON_AddNumberToObject(t, "read_latency_us", st.reads ? (double)st.read_ns / 1e3 / (double)st.reads : 0.0);
+	cJSON_AddNumberToObject(t, "writes", (double)st.writes);
+	cJSON_AddNumberToObject(t, "write_bytes", (double)st.write_bytes);
+	cJSON_AddNumberToObject(t, "write_mb_per_s", mb_per_s(st.write_bytes, age));
+	cJSON_AddNumberToObject(t, "write_latency_us", st.writes ? (double)st.write_ns / 1e3 / (double)st.writes : 0.0);
+	cJSON_AddNumberToObject(t, "fsyncs", (double)st.fsyncs);
+	cJSON_AddNumberToObject(t, "pins", (double)st.pins);
+	cJSON_AddNumberToObject(t, "pin_hits", (double)st.pin_hits);
+	cJSON_AddNumberToObject(t, "prefetch_hits", (double)st.prefetch_hits);
+	cJSON_AddNumberToObject(t, "misses", (double)st.misses);
+	cJSON_AddNumberToObject(t, "zero_fills", (double)st.zero_fills);
+	cJSON_AddNumberToObject(t, "enomem", (double)st.enomem);
+	cJSON_AddNumberToObject(t, "prefetches", (double)st.prefetches);
+	cJSON_AddNumberToObject(t, "prefetch_dropped", (double)st.prefetch_dropped);
+	cJSON_AddNumberToObject(t, "evictions", (double)st.evictions);
+	cJSON_AddNumberToObject(t, "writebacks", (double)st.writebacks);
+	cJSON_AddNumberToObject(t, "write_behinds", (double)st.write_behinds);
+	cJSON_AddNumberToObject(t, "flushes", (double)st.flushes);
+	cJSON_AddNumberToObject(t, "steps", (double)st.steps);
+	cJSON_AddNumberToObject(t, "plan_length", st.plan_length);
+	cJSON_AddBoolToObject(t, "plan_active", st.plan_active);
+	cJSON_AddNumberToObject(t, "resyncs", (double)st.resyncs);
+	cJSON_AddNumberToObject(t, "divergences", (double)st.divergences);
+	cJSON_AddNumberToObject(t, "errors", (double)st.errors);
+	cJSON_AddNumberToObject(t, "checksum_errors", (double)st.checksum_errors);
+}
+
+/* The daemon's swap directories and its one ring. */
+static void swap_json(cJSON *o, struct daemon *d)
+{
+	cJSON *x = cJSON_AddObjectToObject(o, "swap"), *arr, *u;
+	struct uring_stats us;
+
+	cJSON_AddNumberToObject(x, "session_bytes", (double)d->cfg->swap_session_bytes);
+	cJSON_AddNumberToObject(x, "prefetch_window", d->cfg->swap_prefetch_window);
+	arr = cJSON_AddArrayToObject(x, "dirs");
+	for (unsigned i = 0; i < d->nswap_dirs; i++) {
+		cJSON *e = cJSON_CreateObject();
+		struct statvfs v;
+		int64_t used = swap_dir_used(d->swap_dirs[i].path);
+
+		cJSON_AddStringToObject(e, "path", d->swap_dirs[i].path);
+		cJSON_AddNumberToObject(e, "max_bytes", (double)d->swap_dirs[i].max_bytes);
+		cJSON_AddNumberToObject(e, "used_bytes", used < 0 ? -1.0 : (double)used);
+		cJSON_AddNumberToObject(e, "free_bytes",
+					statvfs(d->swap_dirs[i].path, &v) == 0 ? (double)v.f_bavail * (double)v.f_frsize : -1.0);
+		cJSON_AddItemToArray(arr, e);
+	}
+	u = cJSON_AddObjectToObject(x, "uring");
+	if (!d->uring)
+		return;
+	uring_get_stats(d->uring, &us);
+	cJSON_AddNumberToObject(u, "queue_depth", d->uring_depth);
+	cJSON_AddNumberToObject(u, "inflight", us.inflight);
+	cJSON_AddNumberToObject(u, "queued", us.queued);
+	cJSON_AddBoolToObject(u, "sqpoll", us.sqpoll);
+	cJSON_AddBoolToObject(u, "fixed_buffers", us.fixed_buffers);
+	cJSON_AddBoolToObject(u, "fixed_files", us.fixed_files);
+	cJSON_AddNumberToObject(u, "max_fixed_files", d->uring_files);
+	cJSON_AddNumberToObject(u, "max_fixed_buffers", d->uring_buffers);
+	cJSON_AddNumberToObject(u, "reads", (double)us.reads);
+	cJSON_AddNumberToObject(u, "writes", (double)us.writes);
+	cJSON_AddNumberToObject(u, "fsyncs", (double)us.fsyncs);
+	cJSON_AddNumberToObject(u, "read_bytes", (double)us.read_bytes);
+	cJSON_AddNumberToObject(u, "write_bytes", (double)us.write_bytes);
+	cJSON_AddNumberToObject(u, "errors", (double)us.errors);
+	cJSON_AddNumberToObject(u, "resubmits", (double)us.resubmits);
+}
 
 static cJSON *session_json(const struct session *s)
 {
 	cJSON *o = cJSON_CreateObject(), *ring;
+	struct pager_stats st = { 0 };
 
 	cJSON_AddStringToObject(o, "name", s->name);
 	cJSON_AddNumberToObject(o, "uid", s->uid);
@@ -32,9 +135,12 @@ static cJSON *session_json(const struct session *s)
 	cJSON_AddNumberToObject(o, "region_bytes", (double)s->bytes);
 	cJSON_AddNumberToObject(o, "page_size", s->page_size);
 	cJSON_AddNumberToObject(o, "slots", s->nslots);
-	cJSON_AddNumberToObject(o, "slots_used", s->slots.n - s->slots.nfree);
+	if (s->pager)
+		pager_stats(s->pager, &st);
+	/* Slots owned by some page: resident, pinned, or cached for the tier. */
+	cJSON_AddNumberToObject(o, "slots_used", s->pager ? st.nslots - st.slots_free : 0);
 	cJSON_AddNumberToObject(o, "tensors", s->ntensors);
-	cJSON_AddNumberToObject(o, "pages_pinned", (double)s->pages_pinned);
+	cJSON_AddNumberToObject(o, "pages_pinned", (double)st.pages_pinned);
 	cJSON_AddBoolToObject(o, "locked", s->region && s->region->locked);
 	cJSON_AddBoolToObject(o, "hugepages", s->region && s->region->hugepages);
 	cJSON_AddNumberToObject(o, "numa_node", s->region ? s->region->numa_node : -1);
@@ -44,6 +150,12 @@ static cJSON *session_json(const struct session *s)
 	cJSON_AddNumberToObject(ring, "nop", (double)s->stats.by_op[SPW_OP_NOP]);
 	cJSON_AddNumberToObject(ring, "pin", (double)s->stats.by_op[SPW_OP_PIN]);
 	cJSON_AddNumberToObject(ring, "unpin", (double)s->stats.by_op[SPW_OP_UNPIN]);
+	cJSON_AddNumberToObject(ring, "prefetch", (double)s->stats.by_op[SPW_OP_PREFETCH]);
+	cJSON_AddNumberToObject(ring, "step", (double)s->stats.by_op[SPW_OP_STEP]);
+	cJSON_AddNumberToObject(ring, "flush", (double)s->stats.by_op[SPW_OP_FLUSH]);
+	cJSON_AddNumberToObject(ring, "pending", s->pending);
+	if (s->pager)
+		tier_json(o, s);
 	return o;
 }
 
@@ -83,6 +195,8 @@ static cJSON *build(struct daemon *d, uid_t uid, unsigned max_listed, unsigned *
 	cJSON_AddBoolToObject(x, "hugepages", cfg->pool_hugepages != CONFIG_HUGEPAGES_NEVER && hfree > 0);
 	cJSON_AddNumberToObject(x, "numa_node", d->numa_node);
 	cJSON_AddBoolToObject(x, "locked", d->locked_bytes == d->used_bytes);
+
+	swap_json(o, d);
 
 	arr = cJSON_AddArrayToObject(o, "sessions");
 	*listed = 0;

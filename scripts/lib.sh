@@ -8,10 +8,13 @@ say() { printf '\n==> %s\n' "$*"; }
 
 # Debian packages the build and the test suite need. The CUDA toolkit is not
 # among them: it comes from /usr/local/cuda when present and is optional.
+# python3-torch is Debian's PyTorch 1.13 (CPU), for the Python binding's tests
+# and the PyTorch example; it runs under /usr/bin/python3.
 spw_packages=(
 	gcc pkg-config meson ninja-build
 	liburing-dev libnuma-dev libuv1-dev libcjson-dev libsystemd-dev
 	systemd util-linux fio
+	python3 python3-cffi python3-torch python3-numpy
 )
 
 # Installs whatever of "$@" is missing, once; prints what it does.

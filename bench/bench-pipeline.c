@@ -1,0 +1,397 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * spillway-bench pipeline: one training step's offload work overlapped
+ * with the device's compute, against the same work run serially and in
+ * DeepSpeed's order, and against the ideal bound, all in one run.
+ *
+ *   spillway-bench pipeline [--json] [--mode overlapped|exact]
+ *                           [--tier resident|nvme] [--socket PATH]
+ *                           [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]
+ *                           [--steps S] [--threads T]
+ *
+ * The device is the host backend; its compute is a stand-in: the trainer
+ * thread sleeps fwd-ms per layer for forward and bwd-ms for backward, using
+ * no CPU, as a GPU would. Each layer is one tensor of N parameters, bf16
+ * on the device, bf16 gradients.
+ *
+ *   step_s             a step with spillway, steady state (mean of S steps)
+ *   serial_s           backward, then the copies out, then Adam on one
+ *                      thread, then the copies back: nothing overlapped
+ *   after_backward_s   DeepSpeed's schedule: all gradients out after
+ *                      backward, then Adam on the pool, then all params back
+ *   bound_s            max(compute, transfers, Adam, disk) from each
+ *                      part's own time measured alone
+ *
+ * The disk part (nvme tier) is the steady step time of the same pipeline
+ * with the compute set to zero: everything but the disk overlaps, so it is
+ * what the tier itself allows (an upper estimate of the disk's own time). Without --socket it
+ * starts its own spillwayd on a temporary directory, with the NVMe tier's
+ * swap files there.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <spillway/spillway.h>
+
+#include "bench.h"
+#include "harness.h"
+#include "kernels.h"
+#include "pool.h"
+
+static const char bench_config[] =
+	"{\n"
+	"  \"socket\": { \"dir\": \"@DIR@\", \"mode\": \"0600\" },\n"
+	"  \"pool\": { \"max_bytes\": \"2GiB\", \"session_max_bytes\": \"1GiB\", \"require_locked\": false },\n"
+	"  \"swap\": { \"dirs\": [ { \"path\": \"@DIR@\", \"max_bytes\": \"4GiB\" } ] },\n"
+	"  \"log\": { \"level\": \"warn\" }\n"
+	"}\n";
+
+struct cfg {
+	enum spw_optimizer_mode mode;
+	bool nvme;
+	int layers, steps;
+	uint64_t params;
+	double fwd_ms, bwd_ms;
+	unsigned threads;
+};
+
+static void sleep_ms(double ms)
+{
+	struct timespec ts = { .tv_sec = (time_t)(ms / 1e3), .tv_nsec = (long)(ms * 1e6) % 1000000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static double secs(uint64_t t0)
+{
+	return (double)(bench_now_ns() - t0) * 1e-9;
+}
+
+static void find_daemon(void)
+{
+	char exe[PATH_MAX], path[PATH_MAX + 32];
+	ssize_t n;
+	char *slash;
+
+	if (getenv("SPILLWAYD"))
+		return;
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return;
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return;
+	*slash = '\0';
+	snprintf(path, sizeof(path), "%s/../daemon/spillwayd", exe);
+	if (access(path, X_OK) == 0)
+		setenv("SPILLWAYD", path, 1);
+}
+
+/* The parts on their own: transfers, Adam on the pool and on one thread. */
+struct parts {
+	double compute, d2h, h2d, adam_pool, adam_one, disk;
+};
+
+static int measure_parts(const struct cfg *c, struct parts *p)
+{
+	size_t n = c->params * (size_t)c->layers;
+	float *w = calloc(n, 4), *m = calloc(n, 4), *v = calloc(n, 4);
+	uint16_t *g = calloc(n, 2), *gh = calloc(n, 2), *out = calloc(n, 2), *dev = calloc(n, 2);
+	struct spw_adamw_hparams hp = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+					.weight_decay = 0.01f, .grad_scale = 1.0f, .step = 1 };
+	struct spw__pool_opts po = { .threads = c->threads, .numa_node = -1 };
+	struct spw__pool_kcall kc = { .op = SPW_POOL_ADAMW };
+	struct spw__pool *pool = NULL;
+	uint64_t t0;
+	int r = -ENOMEM;
+
+	if (!w || !m || !v || !g || !gh || !out || !dev)
+		goto out;
+	if ((r = spw__pool_new(&po, &pool)) < 0)
+		goto out;
+	spw_adamw_prepare(&hp, &kc.consts);
+	kc.n = n;
+	kc.src = gh;
+	kc.src_dtype = SPW_DTYPE_BF16;
+	kc.param = w;
+	kc.exp_avg = m;
+	kc.exp_avg_sq = v;
+	kc.copy = out;
+	kc.copy_dtype = SPW_DTYPE_BF16;
+	/* Twice each, keeping the second: the first touches fresh memory. */
+	for (int i = 0; i < 2; i++) {
+		t0 = bench_now_ns();
+		memcpy(gh, g, n * 2);
+		p->d2h = secs(t0);
+		t0 = bench_now_ns();
+		spw__pool_kernel_submit(pool, &kc);
+		spw__pool_wait(pool, &kc.call);
+		p->adam_pool = secs(t0);
+		t0 = bench_now_ns();
+		spw_kernels()->adamw[SPW_DTYPE_BF16][SPW_DTYPE_BF16](&kc.consts, w, m, v, gh, out, n);
+		p->adam_one = secs(t0);
+		t0 = bench_now_ns();
+		memcpy(dev, out, n * 2);
+		p->h2d = secs(t0);
+	}
+	/* The compute stand-in as it really runs: nanosleep overshoots a
+	 * little per call, and that belongs to the compute part. */
+	t0 = bench_now_ns();
+	for (int s = 0; s < 3; s++)
+		for (int l = 0; l < 2 * c->layers; l++)
+			sleep_ms(l < c->layers ? c->fwd_ms : c->bwd_ms);
+	p->compute = secs(t0) / 3;
+	r = 0;
+out:
+	spw__pool_free(pool);
+	free(w);
+	free(m);
+	free(v);
+	free(g);
+	free(gh);
+	free(out);
+	free(dev);
+	return r;
+}
+
+struct run {
+	spw_client *c;
+	spw_optimizer *o;
+	uint32_t *id;
+	uint16_t **grad, **dev;
+};
+
+static int run_steps(const struct cfg *c, struct run *rn, uint64_t first, int steps, double *per_step)
+{
+	uint64_t t0 = bench_now_ns();
+	int r;
+
+	for (uint64_t s = first; s < first + (uint64_t)steps; s++) {
+		struct spw_step_result res = { .size = sizeof(res) };
+
+		if ((r = spw_optimizer_begin(rn->o, s, NULL, 0.0f)) < 0)
+			return r;
+		/* Forward: each layer waits for its updated parameters. */
+		for (int l = 0; l < c->layers; l++) {
+			if ((r = spw_optimizer_wait_params(rn->o, rn->id[l], NULL)) < 0)
+				return r;
+			sleep_ms(c->fwd_ms);
+		}
+		/* Backward, last layer first; a layer's gradient is handed over
+		 * once the device is done with that layer. */
+		for (int l = c->layers - 1; l >= 0; l--) {
+			sleep_ms(c->bwd_ms);
+			if ((r = spw_optimizer_grad_ready(rn->o, rn->id[l], SPW_ALL_CHUNKS, rn->grad[l],
+							  c->params * 2, SPW_TYPE_BF16, NULL)) < 0)
+				return r;
+		}
+		if ((r = spw_optimizer_end(rn->o, &res)) < 0)
+			return r;
+	}
+	*per_step = secs(t0) / steps;
+	return 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: spillway-bench pipeline [--json] [--mode overlapped|exact] [--tier resident|nvme]\n"
+		   "         [--socket PATH] [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]\n"
+		   "         [--steps S] [--threads T]\n");
+}
+
+int bench_pipeline(int argc, char **argv)
+{
+	struct cfg c = { .layers = 8, .params = 1u << 20, .steps = 10, .threads = 0, .fwd_ms = -1,
+			 .bwd_ms = -1 };
+	struct spw_test_daemon d = { .pid = -1 };
+	struct spw_param_group g = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+				     .weight_decay = 0.01f };
+	struct spw_optimizer_opts oo = { .size = sizeof(oo), .groups = &g, .ngroups = 1, .device = "host" };
+	struct spw_attach_opts a = { .size = sizeof(a), .session = "bench/pipeline" };
+	struct run rn = { 0 };
+	struct parts p = { 0 };
+	const char *socket_path = NULL;
+	double step_s = 0, serial_s, after_s, bound_s, transfers, state_bytes;
+	float *init = NULL;
+	bool json = false, own = false;
+	int r, ret = 1;
+
+	for (int i = 1; i < argc; i++) {
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(argv[i], "--json")) {
+			json = true;
+			continue;
+		}
+		if (!strcmp(argv[i], "--help")) {
+			usage(stdout);
+			return 0;
+		}
+		if (!v) {
+			usage(stderr);
+			return 2;
+		}
+		if (!strcmp(argv[i], "--mode") && (!strcmp(v, "overlapped") || !strcmp(v, "exact")))
+			c.mode = !strcmp(v, "exact") ? SPW_OPT_EXACT : SPW_OPT_OVERLAPPED;
+		else if (!strcmp(argv[i], "--tier") && (!strcmp(v, "resident") || !strcmp(v, "nvme")))
+			c.nvme = !strcmp(v, "nvme");
+		else if (!strcmp(argv[i], "--socket"))
+			socket_path = v;
+		else if (!strcmp(argv[i], "--layers"))
+			c.layers = atoi(v);
+		else if (!strcmp(argv[i], "--params"))
+			c.params = strtoull(v, NULL, 0);
+		else if (!strcmp(argv[i], "--fwd-ms"))
+			c.fwd_ms = atof(v);
+		else if (!strcmp(argv[i], "--bwd-ms"))
+			c.bwd_ms = atof(v);
+		else if (!strcmp(argv[i], "--steps"))
+			c.steps = atoi(v);
+		else if (!strcmp(argv[i], "--threads"))
+			c.threads = (unsigned)atoi(v);
+		else {
+			usage(stderr);
+			return 2;
+		}
+		i++;
+	}
+	if (c.layers < 1 || c.layers > 1024 || c.params < 1024 || c.steps < 1) {
+		usage(stderr);
+		return 2;
+	}
+	/* Compute the largest part: the NVMe tier moves every state page
+	 * through the disk each step, so it gets more. */
+	if (c.fwd_ms < 0)
+		c.fwd_ms = c.nvme ? 16.0 : 2.0;
+	if (c.bwd_ms < 0)
+		c.bwd_ms = 2.0 * c.fwd_ms;
+
+	if ((r = measure_parts(&c, &p)) < 0) {
+		fprintf(stderr, "spillway-bench pipeline: %s\n", spw_strerror(r));
+		return 1;
+	}
+
+	if (!socket_path) {
+		find_daemon();
+		if ((r = spw_test_daemon_start(&d, bench_config)) < 0) {
+			fprintf(stderr, "spillway-bench pipeline: cannot start spillwayd: %s\n", spw_strerror(r));
+			return 1;
+		}
+		own = true;
+		socket_path = d.control;
+	}
+	state_bytes = 12.0 * (double)c.params * c.layers;
+	/* Smaller pages on the NVMe tier, so a region of a quarter of the
+	 * state still holds a window of several chunks. */
+	a.page_size = c.nvme ? 1u << 20 : 4u << 20;
+	/* Resident: all the state, the gradient store and staging. NVMe: a
+	 * region well under a third of the state. */
+	a.region_bytes = c.nvme ? (uint64_t)(state_bytes / 4) : (uint64_t)(state_bytes * 1.5) + (64u << 20);
+	oo.mode = c.mode;
+	oo.tier = c.nvme ? SPW_TENSOR_SWAPPABLE : SPW_TENSOR_RESIDENT;
+	oo.threads = c.threads;
+	oo.window = 4;
+	rn.id = calloc((size_t)c.layers, sizeof(*rn.id));
+	rn.grad = calloc((size_t)c.layers, sizeof(*rn.grad));
+	rn.dev = calloc((size_t)c.layers, sizeof(*rn.dev));
+	init = calloc(c.params, sizeof(float));
+	if (!rn.id || !rn.grad || !rn.dev || !init)
+		goto out;
+	if ((r = spw_client_new(NULL, &rn.c)) < 0 || (r = spw_client_connect(rn.c, socket_path)) < 0 ||
+	    (r = spw_client_attach(rn.c, &a)) < 0 || (r = spw_optimizer_new(rn.c, &oo, &rn.o)) < 0) {
+		fprintf(stderr, "spillway-bench pipeline: %s\n", rn.c ? spw_client_last_error(rn.c) : spw_strerror(r));
+		goto out;
+	}
+	for (int l = 0; l < c.layers; l++) {
+		rn.grad[l] = malloc(c.params * 2);
+		rn.dev[l] = malloc(c.params * 2);
+		if (!rn.grad[l] || !rn.dev[l])
+			goto out;
+		/* Small, varied gradients, so Adam's arithmetic is ordinary. */
+		for (uint64_t i = 0; i < c.params; i++)
+			rn.grad[l][i] = spw_f32_to_bf16((float)((int)(i % 97) - 48) * 1e-4f);
+		memset(rn.dev[l], 0, c.params * 2);
+	}
+	/* Added last layer first: the order backward produces them. */
+	for (int l = c.layers - 1; l >= 0; l--) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "layer%d", l);
+		if ((r = spw_optimizer_add(rn.o, name, 0, c.params, init, rn.dev[l], SPW_TYPE_BF16, &rn.id[l])) < 0) {
+			fprintf(stderr, "spillway-bench pipeline: %s\n", spw_optimizer_last_error(rn.o));
+			goto out;
+		}
+	}
+	/* Warm-up steps learn the order and touch every page; then measure. */
+	if ((r = run_steps(&c, &rn, 1, 2, &step_s)) < 0 ||
+	    (r = run_steps(&c, &rn, 3, c.steps, &step_s)) < 0) {
+		fprintf(stderr, "spillway-bench pipeline: %s\n", spw_optimizer_last_error(rn.o));
+		goto out;
+	}
+	/* The NVMe tier's own time: the same steps with no compute at all,
+	 * so the disk (the slowest part left) sets the pace. */
+	if (c.nvme) {
+		struct cfg z = c;
+
+		z.fwd_ms = z.bwd_ms = 0.0;
+		r = run_steps(&z, &rn, 3 + (uint64_t)c.steps, 3, &p.disk);
+	}
+	if (r < 0) {
+		fprintf(stderr, "spillway-bench pipeline: %s\n", spw_optimizer_last_error(rn.o));
+		goto out;
+	}
+
+	transfers = p.d2h + p.h2d;
+	serial_s = p.compute + p.d2h + p.adam_one + p.h2d + p.disk;
+	after_s = p.compute + p.d2h + p.adam_pool + p.h2d + p.disk;
+	bound_s = p.compute;
+	if (transfers > bound_s)
+		bound_s = transfers;
+	if (p.adam_pool > bound_s)
+		bound_s = p.adam_pool;
+	if (p.disk > bound_s)
+		bound_s = p.disk;
+	if (json)
+		printf("{\"bench\":\"pipeline\",\"mode\":\"%s\",\"tier\":\"%s\",\"layers\":%d,\"params\":%ju,"
+		       "\"state_bytes\":%.0f,\"region_bytes\":%ju,\"compute_s\":%.6f,\"transfers_s\":%.6f,"
+		       "\"adam_s\":%.6f,\"disk_s\":%.6f,\"step_s\":%.6f,\"serial_s\":%.6f,"
+		       "\"after_backward_s\":%.6f,\"bound_s\":%.6f,\"overlap_efficiency\":%.3f,"
+		       "\"speedup_vs_after_backward\":%.3f,\"speedup_vs_serial\":%.3f}\n",
+		       c.mode == SPW_OPT_EXACT ? "exact" : "overlapped", c.nvme ? "nvme" : "resident", c.layers,
+		       (uintmax_t)c.params, state_bytes, (uintmax_t)a.region_bytes, p.compute, transfers,
+		       p.adam_pool, p.disk, step_s, serial_s, after_s, bound_s, bound_s / step_s,
+		       after_s / step_s, serial_s / step_s);
+	else
+		printf("pipeline (%s, %s): %d layers x %ju params; compute %.1f ms, transfers %.1f ms, "
+		       "Adam %.1f ms, disk %.1f ms\n  step %.1f ms, serial %.1f ms, after-backward %.1f ms, "
+		       "bound %.1f ms: overlap efficiency %.2f, %.2fx faster than after-backward\n",
+		       c.mode == SPW_OPT_EXACT ? "exact" : "overlapped", c.nvme ? "nvme" : "resident", c.layers,
+		       (uintmax_t)c.params, p.compute * 1e3, transfers * 1e3, p.adam_pool * 1e3, p.disk * 1e3,
+		       step_s * 1e3, serial_s * 1e3, after_s * 1e3, bound_s * 1e3, bound_s / step_s,
+		       after_s / step_s);
+	ret = 0;
+out:
+	spw_optimizer_free(rn.o);
+	if (rn.c)
+		spw_client_detach(rn.c);
+	spw_client_free(rn.c);
+	for (int l = 0; rn.grad && l < c.layers; l++) {
+		free(rn.grad[l]);
+		free(rn.dev[l]);
+	}
+	free(rn.id);
+	free(rn.grad);
+	free(rn.dev);
+	free(init);
+	if (own)
+		spw_test_daemon_stop(&d);
+	return ret;
+}

@@ -1,0 +1,442 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * spillway-bench swap: the NVMe tier's streaming speed against fio on the
+ * same directory, in the same run.
+ *
+ *   spillway-bench swap [--json] [--quick] [--dir PATH] [--gib N] [--pairs N]
+ *                       [--window N]
+ *
+ * It starts its own spillwayd (as bench ring does) with one swap directory
+ * under --dir (default /var/tmp, the real disk), and for each page size
+ * (1 MiB, 4 MiB) runs pairs of:
+ *
+ *   spillway  a swappable tensor 4x larger than the session's region:
+ *             write pass (PIN, fill, UNPIN dirty; timed until the last
+ *             dirty page is on disk), then read pass (PIN, check, UNPIN),
+ *             with --window PINs in flight ahead of the client;
+ *   fio       ioengine io_uring, direct=1, the same directory, block size =
+ *             page size, iodepth = the daemon's queue depth, the same bytes:
+ *             a sequential write, then a sequential read.
+ *
+ * The disk is shared and drifts, so the two alternate (spillway first in
+ * odd pairs, fio first in even ones) and each ratio is the median of the
+ * pairs' ratios. Speeds are bytes that reached or left the disk (the
+ * daemon's own counters) per second of wall time; both sides use O_DIRECT,
+ * so the page cache flatters neither.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cjson/cJSON.h>
+#include <spillway/spillway.h>
+
+#include "bench.h"
+#include "harness.h"
+
+#define DEPTH 32u
+#define UD_UNPIN (1ull << 63)
+
+struct opts {
+	bool json, quick;
+	const char *dir;
+	double gib;      /* tensor size per pass */
+	int pairs;
+	unsigned window; /* PINs in flight */
+};
+
+struct pass {
+	double write_gbs, read_gbs;
+	double bytes, cpu_s; /* for the daemon's CPU per GB */
+};
+
+/* ---- the daemon's status ---- */
+
+static int status_doc(const char *path, cJSON **ret)
+{
+	char *json = NULL;
+	int r = spw_status_fetch(path, &json);
+
+	if (r < 0)
+		return r;
+	*ret = cJSON_Parse(json);
+	free(json);
+	return *ret ? 0 : -EPROTO;
+}
+
+static double jnum(const cJSON *o, const char *path)
+{
+	char key[64];
+	const char *p = path;
+
+	while (o && *p) {
+		size_t n = strcspn(p, ".");
+
+		snprintf(key, sizeof(key), "%.*s", (int)n, p);
+		o = cJSON_GetObjectItemCaseSensitive(o, key);
+		p += n + (p[n] == '.');
+	}
+	return cJSON_IsNumber(o) ? o->valuedouble : -1.0;
+}
+
+/* The session's tier counters: key under sessions[name].tier. */
+static int tier_figures(const char *status, const char *session, double *cpu_s, double *read_bytes,
+			double *write_bytes, double *unwritten)
+{
+	cJSON *doc = NULL, *s;
+	int r = status_doc(status, &doc);
+
+	if (r < 0)
+		return r;
+	*cpu_s = jnum(doc, "cpu_s");
+	r = -ENOENT;
+	cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(doc, "sessions")) {
+		const cJSON *n = cJSON_GetObjectItemCaseSensitive(s, "name");
+
+		if (!cJSON_IsString(n) || strcmp(n->valuestring, session))
+			continue;
+		*read_bytes = jnum(s, "tier.read_bytes");
+		*write_bytes = jnum(s, "tier.write_bytes");
+		*unwritten = jnum(s, "tier.pages.dirty") + jnum(s, "tier.pages.writing");
+		r = 0;
+	}
+	cJSON_Delete(doc);
+	return r;
+}
+
+/* ---- spillway ---- */
+
+/* A stamp per 4 KiB block: cheap to write and to check, and enough to
+ * catch a page read back from the wrong place. */
+static void stamp(uint8_t *p, uint32_t bytes, uint64_t page)
+{
+	for (uint32_t o = 0; o < bytes; o += 4096) {
+		uint64_t v = page << 20 | o >> 12;
+		memcpy(p + o, &v, sizeof(v));
+	}
+}
+
+static bool stamped(const uint8_t *p, uint32_t bytes, uint64_t page)
+{
+	for (uint32_t o = 0; o < bytes; o += 4096) {
+		uint64_t v = page << 20 | o >> 12;
+		if (memcmp(p + o, &v, sizeof(v)))
+			return false;
+	}
+	return true;
+}
+
+/* One streaming pass: window PINs ahead, each page filled (or checked) as
+ * its PIN completes and unpinned at once. */
+static int stream(spw_client *c, uint32_t t, uint32_t npages, uint32_t page_size, unsigned window, bool writing)
+{
+	struct spw_completion cq[64];
+	uint32_t next = 0, done = 0, pins = 0, unpins = 0;
+	int r;
+
+	while (done < npages || unpins) {
+		while (pins < window && next < npages) {
+			r = spw_submit_pin(c, t, next, next);
+			if (r == -EBUSY)
+				break;
+			if (r < 0)
+				return r;
+			next++;
+			pins++;
+		}
+		r = spw_reap(c, cq, 64, -1);
+		if (r < 0)
+			return r;
+		for (int i = 0; i < r; i++) {
+			uint64_t ud = cq[i].user_data;
+			uint8_t *p;
+
+			if (cq[i].res < 0) {
+				fprintf(stderr, "bench swap: %s of page %llu: %s\n", ud & UD_UNPIN ? "unpin" : "pin",
+					(unsigned long long)(ud & ~UD_UNPIN), spw_strerror(cq[i].res));
+				return cq[i].res;
+			}
+			if (ud & UD_UNPIN) {
+				unpins--;
+				continue;
+			}
+			pins--;
+			p = spw_slot_ptr(c, (uint32_t)cq[i].res);
+			if (writing) {
+				stamp(p, page_size, ud);
+			} else if (!stamped(p, page_size, ud)) {
+				fprintf(stderr, "bench swap: page %llu read back wrong\n", (unsigned long long)ud);
+				return -EBADMSG;
+			}
+			r = spw_submit_unpin(c, t, (uint32_t)ud, writing ? SPW_DIRTY : SPW_CLEAN, ud | UD_UNPIN);
+			if (r < 0)
+				return r;
+			unpins++;
+			done++;
+		}
+	}
+	return 0;
+}
+
+static int spillway_pass(const struct spw_test_daemon *d, const struct opts *o, uint32_t page_size, int round,
+			 struct pass *out)
+{
+	uint64_t total = (uint64_t)(o->gib * (1ull << 30)) / page_size * page_size;
+	struct spw_attach_opts ao = { .size = sizeof(ao), .page_size = page_size, .region_bytes = total / 4 };
+	double cpu0, cpu1, rd0, rd1, wr0, wr1, left;
+	spw_client *c = NULL;
+	char name[64];
+	uint32_t t, npages;
+	uint64_t t0, t1, t2;
+	int r;
+
+	snprintf(name, sizeof(name), "bench/swap-%u-%d", page_size >> 20, round);
+	ao.session = name;
+	if ((r = spw_client_new(NULL, &c)) < 0 || (r = spw_client_connect(c, d->control)) < 0 ||
+	    (r = spw_client_attach(c, &ao)) < 0 ||
+	    (r = spw_tensor_register(c, "stream", total, SPW_TENSOR_SWAPPABLE, &t, &npages)) < 0) {
+		fprintf(stderr, "bench swap: %s\n", c ? spw_client_last_error(c) : spw_strerror(r));
+		goto out;
+	}
+	if ((r = tier_figures(d->status, name, &cpu0, &rd0, &wr0, &left)) < 0)
+		goto out;
+	t0 = bench_now_ns();
+	r = stream(c, t, npages, page_size, o->window, true);
+	if (r < 0)
+		goto out;
+	/* The write pass ends when the last dirty page is on the disk, not
+	 * when the client let go of it: a quarter of the data is still in
+	 * the region at that point. */
+	do {
+		if ((r = tier_figures(d->status, name, &cpu1, &rd1, &wr1, &left)) < 0)
+			goto out;
+		if (left > 0)
+			usleep(500);
+	} while (left > 0);
+	t1 = bench_now_ns();
+	r = stream(c, t, npages, page_size, o->window, false);
+	if (r < 0)
+		goto out;
+	t2 = bench_now_ns();
+	if ((r = tier_figures(d->status, name, &cpu1, &rd1, &wr1, &left)) < 0)
+		goto out;
+	out->write_gbs = (wr1 - wr0) / ((double)(t1 - t0));
+	out->read_gbs = (rd1 - rd0) / ((double)(t2 - t1));
+	out->bytes = (wr1 - wr0) + (rd1 - rd0);
+	out->cpu_s = cpu1 - cpu0;
+	if (!o->json)
+		printf("  spillway %u MiB pages: write %.2f GB/s (%.0f MiB), read %.2f GB/s (%.0f MiB)\n",
+		       page_size >> 20, out->write_gbs, (wr1 - wr0) / (1 << 20), out->read_gbs, (rd1 - rd0) / (1 << 20));
+	r = spw_client_detach(c);
+out:
+	spw_client_free(c);
+	return r;
+}
+
+/* ---- fio ---- */
+
+static int fio_run(const char *dir, const char *rw, uint32_t bs, uint64_t bytes, double *gbs)
+{
+	char cmd[PATH_MAX + 512], file[PATH_MAX], buf[65536];
+	size_t got = 0;
+	FILE *p;
+	cJSON *doc, *job;
+	int st;
+
+	snprintf(file, sizeof(file), "%s/fio-bench.dat", dir);
+	snprintf(cmd, sizeof(cmd),
+		 "fio --name=spw --ioengine=io_uring --direct=1 --rw=%s --bs=%u --iodepth=%u --size=%llu "
+		 "--filename=%s --output-format=json 2>/dev/null",
+		 rw, bs, DEPTH, (unsigned long long)bytes, file);
+	p = popen(cmd, "r");
+	if (!p)
+		return -errno;
+	while (got < sizeof(buf) - 1) {
+		size_t n = fread(buf + got, 1, sizeof(buf) - 1 - got, p);
+		if (n == 0)
+			break;
+		got += n;
+	}
+	buf[got] = '\0';
+	st = pclose(p);
+	if (st != 0) {
+		fprintf(stderr, "bench swap: fio failed (%s); is fio installed?\n", cmd);
+		return -EIO;
+	}
+	/* fio may print notes before the JSON. */
+	doc = cJSON_Parse(strchr(buf, '{') ? strchr(buf, '{') : buf);
+	job = doc ? cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "jobs"), 0) : NULL;
+	if (!job) {
+		cJSON_Delete(doc);
+		return -EPROTO;
+	}
+	*gbs = jnum(job, !strcmp(rw, "write") ? "write.bw_bytes" : "read.bw_bytes") / 1e9;
+	cJSON_Delete(doc);
+	return 0;
+}
+
+static int fio_pass(const char *dir, const struct opts *o, uint32_t page_size, struct pass *out)
+{
+	uint64_t total = (uint64_t)(o->gib * (1ull << 30)) / page_size * page_size;
+	char file[PATH_MAX];
+	int r;
+
+	snprintf(file, sizeof(file), "%s/fio-bench.dat", dir);
+	r = fio_run(dir, "write", page_size, total, &out->write_gbs);
+	if (r == 0)
+		r = fio_run(dir, "read", page_size, total, &out->read_gbs);
+	unlink(file);
+	if (r == 0 && !o->json)
+		printf("  fio      %u MiB blocks: write %.2f GB/s, read %.2f GB/s\n", page_size >> 20, out->write_gbs,
+		       out->read_gbs);
+	return r;
+}
+
+/* ---- driver ---- */
+
+static void find_daemon(void)
+{
+	char exe[PATH_MAX], path[PATH_MAX + 32];
+	ssize_t n;
+	char *slash;
+
+	if (getenv("SPILLWAYD"))
+		return;
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return;
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return;
+	*slash = '\0';
+	snprintf(path, sizeof(path), "%s/../daemon/spillwayd", exe);
+	if (access(path, X_OK) == 0)
+		setenv("SPILLWAYD", path, 1);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: spillway-bench swap [--json] [--quick] [--dir PATH] [--gib N] [--pairs N] [--window N]\n"
+		   "  --dir PATH   where the swap files and fio's file go (default /var/tmp)\n"
+		   "  --gib N      tensor size per pass in GiB, region a quarter of it (default 2; --quick 0.5)\n"
+		   "  --pairs N    spillway/fio pairs per page size (default 3; --quick 1)\n"
+		   "  --window N   PINs the client keeps in flight (default 32)\n");
+}
+
+int bench_swap(int argc, char **argv)
+{
+	static const uint32_t page_sizes[] = { 1u << 20, 4u << 20 };
+	struct opts o = { .dir = "/var/tmp", .gib = 0, .pairs = 0, .window = 32 };
+	struct spw_test_daemon d = { .pid = -1 };
+	char dir[PATH_MAX], cfg[PATH_MAX + 1024];
+	int rc = 1, r;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			o.json = true;
+		else if (!strcmp(argv[i], "--quick"))
+			o.quick = true;
+		else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
+			o.dir = argv[++i];
+		else if (!strcmp(argv[i], "--gib") && i + 1 < argc)
+			o.gib = atof(argv[++i]);
+		else if (!strcmp(argv[i], "--pairs") && i + 1 < argc)
+			o.pairs = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--window") && i + 1 < argc)
+			o.window = (unsigned)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--help")) {
+			usage(stdout);
+			return 0;
+		} else {
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (o.gib <= 0)
+		o.gib = o.quick ? 0.5 : 2.0;
+	if (o.pairs <= 0)
+		o.pairs = o.quick ? 1 : 3;
+	if (o.window == 0 || o.window > 256 || o.pairs > 64 || o.gib < 0.0625 || o.gib > 64) {
+		fprintf(stderr, "bench swap: --window 1..256, --pairs 1..64, --gib 0.0625..64\n");
+		return 2;
+	}
+	snprintf(dir, sizeof(dir), "%s/spw-bench-swap-XXXXXX", o.dir);
+	if (!mkdtemp(dir)) {
+		fprintf(stderr, "bench swap: cannot create a directory in %s: %s\n", o.dir, strerror(errno));
+		return 1;
+	}
+	/* The region is a quarter of the tensor; the pool must hold it. */
+	snprintf(cfg, sizeof(cfg),
+		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
+		 " \"pool\": {\"max_bytes\": \"%lluMiB\", \"session_max_bytes\": \"%lluMiB\", \"require_locked\": false},"
+		 " \"swap\": {\"dirs\": [{\"path\": \"%s\", \"max_bytes\": \"1TiB\"}], \"queue_depth\": %u,"
+		 "   \"session_bytes\": \"%lluMiB\"},"
+		 " \"log\": {\"level\": \"warn\"}}",
+		 (unsigned long long)(o.gib * 256 + 64), (unsigned long long)(o.gib * 256 + 64), dir, DEPTH,
+		 (unsigned long long)(o.gib * 1024 + 64));
+	find_daemon();
+	r = spw_test_daemon_start(&d, cfg);
+	if (r < 0) {
+		fprintf(stderr, "bench swap: could not start spillwayd (%s): %s; set SPILLWAYD\n",
+			getenv("SPILLWAYD") ? getenv("SPILLWAYD") : "spillwayd from PATH", spw_strerror(r));
+		rmdir(dir);
+		return 1;
+	}
+	if (!o.json)
+		printf("swap: %.2f GiB per pass, region %.2f GiB, %d pairs, window %u, queue depth %u, dir %s\n", o.gib,
+		       o.gib / 4, o.pairs, o.window, DEPTH, dir);
+	for (size_t k = 0; k < sizeof(page_sizes) / sizeof(page_sizes[0]); k++) {
+		double sw[64], sr[64], fw[64], fr[64], wr[64], rr[64], cpu = 0, gb = 0;
+
+		for (int i = 0; i < o.pairs; i++) {
+			struct pass s = { 0 }, f = { 0 };
+
+			/* Alternate who goes first, so a drifting disk weighs on both. */
+			if (i % 2 == 0)
+				r = spillway_pass(&d, &o, page_sizes[k], i, &s) < 0 ? -1 : fio_pass(dir, &o, page_sizes[k], &f);
+			else
+				r = fio_pass(dir, &o, page_sizes[k], &f) < 0 ? -1 : spillway_pass(&d, &o, page_sizes[k], i, &s);
+			if (r < 0)
+				goto out;
+			sw[i] = s.write_gbs;
+			sr[i] = s.read_gbs;
+			fw[i] = f.write_gbs;
+			fr[i] = f.read_gbs;
+			wr[i] = f.write_gbs > 0 ? s.write_gbs / f.write_gbs : 0;
+			rr[i] = f.read_gbs > 0 ? s.read_gbs / f.read_gbs : 0;
+			cpu += s.cpu_s;
+			gb += s.bytes / 1e9;
+		}
+		if (o.json)
+			printf("{\"bench\":\"swap\",\"page_bytes\":%u,\"gbytes_per_pass\":%.3f,\"pairs\":%d,\"window\":%u,"
+			       "\"queue_depth\":%u,\"write_gbytes_per_s\":%.3f,\"read_gbytes_per_s\":%.3f,"
+			       "\"fio_write_gbytes_per_s\":%.3f,\"fio_read_gbytes_per_s\":%.3f,\"write_ratio\":%.3f,"
+			       "\"read_ratio\":%.3f,\"daemon_cpu_s_per_gbyte\":%.4f}\n",
+			       page_sizes[k], o.gib * 1.073741824, o.pairs, o.window, DEPTH, bench_median(sw, (size_t)o.pairs),
+			       bench_median(sr, (size_t)o.pairs), bench_median(fw, (size_t)o.pairs),
+			       bench_median(fr, (size_t)o.pairs), bench_median(wr, (size_t)o.pairs),
+			       bench_median(rr, (size_t)o.pairs), gb > 0 ? cpu / gb : 0);
+		else
+			printf("%u MiB pages: spillway/fio write %.2f, read %.2f (medians of %d pairs); daemon %.3f CPU s "
+			       "per GB\n",
+			       page_sizes[k] >> 20, bench_median(wr, (size_t)o.pairs), bench_median(rr, (size_t)o.pairs),
+			       o.pairs, gb > 0 ? cpu / gb : 0);
+		fflush(stdout);
+	}
+	rc = 0;
+out:
+	if (spw_test_daemon_stop(&d) != 0) {
+		fprintf(stderr, "bench swap: spillwayd did not stop cleanly\n");
+		rc = 1;
+	}
+	if (rmdir(dir) < 0)
+		fprintf(stderr, "bench swap: %s not empty after the run: %s\n", dir, strerror(errno));
+	return rc;
+}

@@ -1,0 +1,208 @@
+# SPDX-License-Identifier: MIT
+"""ctypes bindings over libspillway (spillway/spillway.h).
+
+Only what the Python layer uses is declared. Struct layouts follow the
+public header field for field; each begins with `size`, which is set to the
+ctypes struct's size so that a newer library reads only what we wrote.
+
+Where the library comes from, in order:
+  1. $SPILLWAY_LIB (a path to libspillway.so*),
+  2. the path meson wrote into spillway/_paths.py (build tree or install),
+  3. ctypes.util.find_library('spillway').
+"""
+import ctypes
+import ctypes.util
+import errno as _errno
+import os
+
+__all__ = ["SpillwayError", "lib", "load", "library_path"]
+
+
+class SpillwayError(OSError):
+    """An error from libspillway: .errno is the positive errno, str() the
+    library's own sentence (its last-error message) when it gave one."""
+
+    def __init__(self, err, message, what=None):
+        err = abs(int(err))
+        if not message:
+            message = os.strerror(err)
+        if what:
+            message = "%s: %s" % (what, message)
+        super().__init__(err, message)
+
+    def __str__(self):
+        return self.strerror
+
+
+# ---------------------------------------------------------------- structs
+
+c_size_t = ctypes.c_size_t
+u8, u32, i32, u64 = ctypes.c_uint8, ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64
+
+
+class ClientOpts(ctypes.Structure):
+    _fields_ = [("size", c_size_t), ("spin_us", u32), ("reply_timeout_ms", u32)]
+
+
+class AttachOpts(ctypes.Structure):
+    _fields_ = [("size", c_size_t), ("session", ctypes.c_char_p),
+                ("region_bytes", u64), ("page_size", u32)]
+
+
+class SessionInfo(ctypes.Structure):
+    _fields_ = [("size", c_size_t), ("region_bytes", u64), ("page_size", u32),
+                ("slots", u32), ("sq_entries", u32), ("cq_entries", u32),
+                ("features", u32), ("numa_node", i32), ("locked", u8),
+                ("hugepages", u8), ("reserved", u8 * 6)]
+
+
+class ParamGroup(ctypes.Structure):
+    _fields_ = [("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
+                ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float)]
+
+
+class OptimizerOpts(ctypes.Structure):
+    _fields_ = [("size", c_size_t), ("mode", ctypes.c_int), ("tier", ctypes.c_int),
+                ("groups", ctypes.POINTER(ParamGroup)), ("ngroups", u32),
+                ("accumulation", u32), ("clip_coef", ctypes.c_float),
+                ("max_norm", ctypes.c_float), ("dynamic_loss_scale", ctypes.c_int),
+                ("init_loss_scale", ctypes.c_float), ("growth_interval", u32),
+                ("window", u32), ("threads", u32), ("device", ctypes.c_char_p)]
+
+
+class StepResult(ctypes.Structure):
+    _fields_ = [("size", c_size_t), ("grad_norm", ctypes.c_double),
+                ("clip_coef", ctypes.c_float), ("loss_scale", ctypes.c_float),
+                ("next_loss_scale", ctypes.c_float), ("skipped", ctypes.c_int),
+                ("nonfinite", ctypes.c_int), ("reserved", u32)]
+
+
+class OptimizerStats(ctypes.Structure):
+    _fields_ = [("size", c_size_t), ("steps", u64), ("bytes_d2h", u64), ("bytes_h2d", u64),
+                ("chunks", u64), ("adam_s", ctypes.c_double), ("pin_wait_s", ctypes.c_double),
+                ("pins", u64), ("fast_pins", u64), ("prefetches", u64), ("hints", ctypes.c_int),
+                ("reserved", u32)]
+
+
+# enums, as in the header
+SOCKET_CONTROL, SOCKET_STATUS = 0, 1
+TENSOR_RESIDENT, TENSOR_SWAPPABLE = 0, 1
+TYPE_F32, TYPE_BF16, TYPE_F16 = 0, 1, 2
+OPT_OVERLAPPED, OPT_EXACT = 0, 1
+STATE_PARAM, STATE_EXP_AVG, STATE_EXP_AVG_SQ = 0, 1, 2
+ALL_CHUNKS = 0xFFFFFFFF
+
+# ---------------------------------------------------------------- loading
+
+_vp = ctypes.c_void_p
+_PROTOS = {
+    "spw_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+    "spw_client_last_error": (ctypes.c_char_p, [_vp]),
+    "spw_client_new": (ctypes.c_int, [ctypes.POINTER(ClientOpts), ctypes.POINTER(_vp)]),
+    "spw_client_free": (_vp, [_vp]),
+    "spw_socket_path": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, c_size_t]),
+    "spw_client_connect": (ctypes.c_int, [_vp, ctypes.c_char_p]),
+    "spw_client_attach": (ctypes.c_int, [_vp, ctypes.POINTER(AttachOpts)]),
+    "spw_client_detach": (ctypes.c_int, [_vp]),
+    "spw_client_info": (ctypes.c_int, [_vp, ctypes.POINTER(SessionInfo)]),
+    "spw_status_fetch": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_vp)]),
+    "spw_optimizer_new": (ctypes.c_int, [_vp, ctypes.POINTER(OptimizerOpts), ctypes.POINTER(_vp)]),
+    "spw_optimizer_free": (_vp, [_vp]),
+    "spw_optimizer_last_error": (ctypes.c_char_p, [_vp]),
+    "spw_optimizer_add": (ctypes.c_int, [_vp, ctypes.c_char_p, u32, u64, _vp, _vp, ctypes.c_int,
+                                         ctypes.POINTER(u32)]),
+    "spw_optimizer_chunks": (u32, [_vp, u32]),
+    "spw_optimizer_begin": (ctypes.c_int, [_vp, u64, ctypes.POINTER(ctypes.c_float), ctypes.c_float]),
+    "spw_optimizer_grad_ready": (ctypes.c_int, [_vp, u32, u32, _vp, c_size_t, ctypes.c_int, _vp]),
+    "spw_optimizer_sync_grads": (ctypes.c_int, [_vp]),
+    "spw_optimizer_end": (ctypes.c_int, [_vp, ctypes.POINTER(StepResult)]),
+    "spw_optimizer_wait_params": (ctypes.c_int, [_vp, u32, _vp]),
+    "spw_optimizer_sync": (ctypes.c_int, [_vp]),
+    "spw_optimizer_read": (ctypes.c_int, [_vp, u32, ctypes.c_int, _vp]),
+    "spw_optimizer_stats": (ctypes.c_int, [_vp, ctypes.POINTER(OptimizerStats)]),
+}
+# Not in every library: looked up, declared when present.
+_OPTIONAL = {
+    # int spw_optimizer_write(spw_optimizer *o, uint32_t tensor,
+    #                         enum spw_optimizer_state which, const float *in);
+    "spw_optimizer_write": (ctypes.c_int, [_vp, u32, ctypes.c_int, _vp]),
+}
+
+_lib = None
+_lib_path = None
+
+
+def _candidates():
+    env = os.environ.get("SPILLWAY_LIB")
+    if env:
+        yield env, "$SPILLWAY_LIB"
+        return
+    try:
+        from . import _paths
+        p = getattr(_paths, "LIBRARY", None)
+        if p and os.path.exists(p):
+            yield p, "spillway/_paths.py"
+    except ImportError:
+        pass
+    found = ctypes.util.find_library("spillway")
+    if found:
+        yield found, "ctypes.util.find_library"
+
+
+def load():
+    """Loads libspillway once and returns the ctypes CDLL."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    tried = []
+    for path, origin in _candidates():
+        try:
+            cdll = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append("%s (from %s): %s" % (path, origin, e))
+            continue
+        missing = [n for n in _PROTOS if not hasattr(cdll, n)]
+        if missing:
+            tried.append("%s (from %s): lacks %s" % (path, origin, ", ".join(missing)))
+            continue
+        for name, (res, args) in list(_PROTOS.items()) + list(_OPTIONAL.items()):
+            if not hasattr(cdll, name):
+                continue
+            fn = getattr(cdll, name)
+            fn.restype, fn.argtypes = res, args
+        _lib, _lib_path = cdll, path
+        return _lib
+    raise ImportError(
+        "spillway: cannot load libspillway: "
+        + ("; ".join(tried) if tried else "not found")
+        + ". Set SPILLWAY_LIB to the library (e.g. build/client/libspillway.so), "
+          "or install spillway (meson install) so the loader finds it.")
+
+
+def library_path():
+    load()
+    return _lib_path
+
+
+def has(name):
+    return hasattr(load(), name)
+
+
+class _Lazy:
+    def __getattr__(self, name):
+        return getattr(load(), name)
+
+
+lib = _Lazy()
+
+
+def strerror(err):
+    return load().spw_strerror(int(err)).decode("utf-8", "replace")
+
+
+def decode(b):
+    return b.decode("utf-8", "replace") if b else ""
+
+
+def errno_name(err):
+    return _errno.errorcode.get(abs(err), str(abs(err)))

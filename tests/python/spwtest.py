@@ -1,0 +1,115 @@
+# SPDX-License-Identifier: MIT
+"""Shared by the Python tests: a real spillwayd on a temporary directory
+(as tests/harness.c does for the C tests), and the import path.
+
+$SPILLWAYD names the daemon (meson sets it); without it, the daemon built
+next to the library is used. The package is imported from $PYTHONPATH (the
+build tree's python/, set by meson) or else from the source tree.
+"""
+import json
+import os
+import shutil
+import signal
+import socket as _socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.normpath(os.path.join(HERE, "..", ".."))
+
+try:
+    import spillway  # noqa: F401
+except ImportError:
+    sys.path.insert(0, os.path.join(SRC, "python"))
+    import spillway  # noqa: F401
+
+
+def daemon_binary():
+    b = os.environ.get("SPILLWAYD")
+    if b:
+        return b
+    lib = spillway.library_path()
+    cand = os.path.join(os.path.dirname(lib), "..", "daemon", "spillwayd")
+    return os.path.normpath(cand)
+
+
+class Daemon:
+    """spillwayd with sockets in a temp dir and swap under /var/tmp."""
+
+    def __init__(self, swap=True, pool="1GiB", session_max="256MiB"):
+        self.dir = tempfile.mkdtemp(prefix="spw-py-", dir=os.environ.get("TMPDIR") or "/tmp")
+        self.swapdir = tempfile.mkdtemp(prefix="spw-py-swap-", dir="/var/tmp") if swap else None
+        self.control = os.path.join(self.dir, "control.sock")
+        self.status_path = os.path.join(self.dir, "status.sock")
+        cfg = {
+            "socket": {"dir": self.dir, "mode": "0666"},
+            "pool": {"max_bytes": pool, "session_max_bytes": session_max, "require_locked": False},
+            "log": {"level": os.environ.get("SPW_TEST_LOG", "warn")},
+        }
+        if swap:
+            cfg["swap"] = {"dirs": [{"path": self.swapdir, "max_bytes": "1GiB"}]}
+        self.config = os.path.join(self.dir, "spillwayd.json")
+        with open(self.config, "w") as f:
+            json.dump(cfg, f)
+        self.proc = subprocess.Popen([daemon_binary(), "--config", self.config])
+        deadline = time.monotonic() + 10
+        while True:
+            if self.proc.poll() is not None:
+                self.cleanup()
+                raise RuntimeError("spillwayd exited with %s at start" % self.proc.returncode)
+            s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            try:
+                s.connect(self.control)
+                s.close()
+                break
+            except OSError:
+                s.close()
+                if time.monotonic() > deadline:
+                    self.proc.kill()
+                    self.cleanup()
+                    raise RuntimeError("spillwayd did not come up in 10 s")
+                time.sleep(0.02)
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def stop(self):
+        """SIGTERM; returns the exit status (0 for a clean shutdown)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        rc = self.proc.returncode
+        self.cleanup()
+        return rc
+
+    def cleanup(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.swapdir:
+            shutil.rmtree(self.swapdir, ignore_errors=True)
+
+
+def swappable_supported(d):
+    """Whether the daemon takes swappable tensors (the NVMe tier is on)."""
+    s = spillway.Session("probe/swap", region_bytes=1 << 20, page_size=64 << 10, socket=d.control)
+    try:
+        opt = spillway.Optimizer(s, [dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
+                                          weight_decay=0.0)], tier="nvme", device="host")
+        import ctypes
+        buf = (ctypes.c_float * 16)()
+        try:
+            opt.add("probe", 0, 16, ctypes.addressof(buf), ctypes.addressof(buf), 0)
+            return True, ""
+        except spillway.SpillwayError as e:
+            if e.errno == 95:  # EOPNOTSUPP
+                return False, str(e)
+            raise
+        finally:
+            opt.close()
+    finally:
+        s.close()
