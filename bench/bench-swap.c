@@ -138,7 +138,7 @@ static int stream(spw_client *c, uint32_t t, uint32_t npages, uint32_t page_size
 {
 	struct spw_completion cq[64];
 	uint32_t next = 0, done = 0, pins = 0, unpins = 0;
-	int r;
+	int r, got;
 
 	while (done < npages || unpins) {
 		while (pins < window && next < npages) {
@@ -150,10 +150,10 @@ static int stream(spw_client *c, uint32_t t, uint32_t npages, uint32_t page_size
 			next++;
 			pins++;
 		}
-		r = spw_reap(c, cq, 64, -1);
-		if (r < 0)
-			return r;
-		for (int i = 0; i < r; i++) {
+		got = spw_reap(c, cq, 64, -1);
+		if (got < 0)
+			return got;
+		for (int i = 0; i < got; i++) {
 			uint64_t ud = cq[i].user_data;
 			uint8_t *p;
 

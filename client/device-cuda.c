@@ -42,6 +42,7 @@ struct cuda_device {
 	int ordinal;
 	pthread_mutex_t lock;           /* the lists */
 	struct cuda_stream *streams;
+	struct cuda_stream *borrowed;   /* trainers' streams: wrappers only, never destroyed */
 	struct cuda_event *events;
 };
 
@@ -215,6 +216,31 @@ static int cuda_stream_create(struct spw__device *dev, struct spw__stream **ret)
 		d->streams->prev = s;
 	d->streams = s;
 	pthread_mutex_unlock(&d->lock);
+	*ret = (struct spw__stream *)s;
+	return 0;
+}
+
+static int cuda_stream_borrow(struct spw__device *dev, void *native, struct spw__stream **ret)
+{
+	struct cuda_device *d = cdev(dev);
+	struct cuda_stream *s;
+
+	if (!native || !ret)
+		return spw__device_fail(dev, -EINVAL, "cuda device %d: stream_borrow: no %s", d->ordinal,
+					native ? "out-pointer" : "stream");
+	/* One wrapper per native stream for the device's life: a trainer
+	 * uses a handful of streams, and the hot path then allocates nothing. */
+	pthread_mutex_lock(&d->lock);
+	for (s = d->borrowed; s && (void *)s->s != native; s = s->next)
+		;
+	if (!s && (s = calloc(1, sizeof(*s)))) {
+		s->s = (cudaStream_t)native;
+		s->next = d->borrowed;
+		d->borrowed = s;
+	}
+	pthread_mutex_unlock(&d->lock);
+	if (!s)
+		return spw__device_fail(dev, -ENOMEM, "cuda device %d: out of memory", d->ordinal);
 	*ret = (struct spw__stream *)s;
 	return 0;
 }
@@ -468,6 +494,11 @@ static void cuda_close(struct spw__device *dev)
 		d->streams = s->next;
 		stream_free(s);
 	}
+	/* The trainer's own streams stay: only our wrappers go. */
+	while ((s = d->borrowed)) {
+		d->borrowed = s->next;
+		free(s);
+	}
 	while ((ev = d->events)) {
 		d->events = ev->next;
 		event_free(ev);
@@ -486,6 +517,7 @@ static const struct spw__device_ops cuda_ops = {
 	.dev_free = cuda_dev_free,
 	.stream_create = cuda_stream_create,
 	.stream_destroy = cuda_stream_destroy,
+	.stream_borrow = cuda_stream_borrow,
 	.stream_sync = cuda_stream_sync,
 	.stream_wait_event = cuda_stream_wait_event,
 	.memcpy_h2d_async = cuda_h2d,

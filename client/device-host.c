@@ -409,6 +409,27 @@ static void host_stream_destroy(struct spw__device *dev, struct spw__stream *str
 	stream_free(s);
 }
 
+static int host_stream_borrow(struct spw__device *dev, void *native, struct spw__stream **ret)
+{
+	struct host_device *d = hdev(dev);
+	struct host_stream *s;
+
+	if (!native || !ret)
+		return spw__device_fail(dev, -EINVAL, "host device: stream_borrow: no %s",
+					native ? "out-pointer" : "stream");
+	/* Compared by address only: a pointer that is no stream of ours is
+	 * refused without being read. */
+	pthread_mutex_lock(&d->lock);
+	for (s = d->streams; s && (void *)s != native; s = s->next)
+		;
+	pthread_mutex_unlock(&d->lock);
+	if (!s)
+		return spw__device_fail(dev, -ENOENT, "host device: stream_borrow: %p is not a stream "
+					"of this device", native);
+	*ret = (struct spw__stream *)s;
+	return 0;
+}
+
 static int host_event_create(struct spw__device *dev, struct spw__event **ret)
 {
 	struct host_device *d = hdev(dev);
@@ -710,6 +731,7 @@ static const struct spw__device_ops host_ops = {
 	.dev_free = host_dev_free,
 	.stream_create = host_stream_create,
 	.stream_destroy = host_stream_destroy,
+	.stream_borrow = host_stream_borrow,
 	.stream_sync = host_stream_sync,
 	.stream_wait_event = host_stream_wait_event,
 	.memcpy_h2d_async = host_h2d,

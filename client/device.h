@@ -78,6 +78,14 @@ struct spw__device_ops {
 	int (*stream_create)(struct spw__device *dev, struct spw__stream **ret);
 	/* Waits for the stream's work, then frees it. Takes NULL. */
 	void (*stream_destroy)(struct spw__device *dev, struct spw__stream *s);
+	/* A caller's own stream as a handle of this device, borrowed: valid
+	 * while the native stream lives, never passed to stream_destroy (the
+	 * device keeps what it needs until close). native is a cudaStream_t
+	 * on cuda; on host, a stream this device created (anything else is
+	 * -ENOENT, found by address, never dereferenced). Lets the pipeline
+	 * order its copies after the trainer's work and the trainer's work
+	 * after its copies with event_record / stream_wait_event. */
+	int (*stream_borrow)(struct spw__device *dev, void *native, struct spw__stream **ret);
 	/* Waits for everything enqueued on s before the call. */
 	int (*stream_sync)(struct spw__device *dev, struct spw__stream *s);
 	/* Work enqueued on s after this call waits until ev's most recent
@@ -195,6 +203,12 @@ static inline int spw__stream_create(struct spw__device *dev, struct spw__stream
 static inline void spw__stream_destroy(struct spw__device *dev, struct spw__stream *s)
 {
 	dev->ops->stream_destroy(dev, s);
+}
+
+static inline int spw__stream_borrow(struct spw__device *dev, void *native,
+				      struct spw__stream **ret)
+{
+	return dev->ops->stream_borrow(dev, native, ret);
 }
 
 static inline int spw__stream_sync(struct spw__device *dev, struct spw__stream *s)

@@ -33,6 +33,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -65,11 +66,15 @@ enum job_kind {
 	JOB_GRAD,       /* gradient in staging -> fp32 store (cast or add), maybe its norm */
 	JOB_GRAD_ADAM,  /* the above, then Adam from the store (overlapped, last micro-batch) */
 	JOB_ADAM_STORE, /* Adam from the store (exact mode, after the norm) */
+	JOB_FETCH,      /* master weights -> cast into a copy page -> the trainer's buffer */
 };
 
 /* User data of ring ops that belong to no job; job pointers are far above. */
 #define UD_STEP 1u
 #define UD_PREFETCH 2u
+#define UD_FETCH_HINT 3u
+/* PREFETCH hints a fetch carries for the tensors predicted to follow it. */
+#define FETCH_HINTS 16u
 
 struct chunk;
 
@@ -87,6 +92,11 @@ struct job {
 	const void *sgrad;              /* the staging page holding the gradient */
 	void *scopy;                    /* the staging page for the copy-out */
 	bool h2d_pending;
+	enum spw_dtype cdt;             /* type of the copy-out */
+	void *dst;                      /* where the copy-out goes on the device */
+	bool wait_free;                 /* fetch: the copy waits for the tensor's free_ev */
+	uint32_t nhints;                /* fetch: PREFETCHes to send when admitted */
+	uint32_t hint_id[FETCH_HINTS], hint_page[FETCH_HINTS];
 	uint64_t t_pin;
 	struct spw__pool_call call;
 	atomic_size_t tiles_left;
@@ -113,13 +123,23 @@ struct tensor {
 	char *name;
 	uint32_t group;
 	uint64_t count;
-	void *dev;
+	void *dev;              /* NULL: offloaded, no copy-out after Adam */
 	enum spw_dtype ptype;
 	uint32_t id[R__N];
 	bool has_g;
+	bool frozen;            /* master weights only, never updated */
 	uint32_t nchunks;
 	struct chunk *chunks;
 	uint32_t pending;       /* jobs not done (lock) */
+	uint32_t unqueued;      /* jobs whose device copy is not yet on the h2d stream (lock) */
+	uint32_t fetch_open;    /* fetch jobs not done (lock) */
+	bool fetched;           /* fetched and not released (trainer) */
+	/* Recorded on h2d after each copy of this tensor: the stream a
+	 * trainer passes to wait_params waits on it. */
+	struct spw__event *ev;
+	/* Recorded on the trainer's stream by a fetch: the copy into its
+	 * buffer waits until the trainer's earlier work there is done. */
+	struct spw__event *free_ev;
 };
 
 struct spw_optimizer {
@@ -161,6 +181,10 @@ struct spw_optimizer {
 	struct spw_adamw_consts *gconsts;
 	uint32_t *order, norder;        /* this step's arrival order (lock) */
 	uint32_t *pred, npred, *pos;    /* last step's, and each chunk's place in it (engine) */
+	/* Fetch order (trainer): tensors in the order this step fetched them,
+	 * and the previous step's, which predicts what comes next. */
+	uint32_t *forder, nforder, *fpred, nfpred, fcap;
+	struct spw__event *prod_ev;     /* grad_ready: the producer stream's work */
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -181,7 +205,7 @@ struct spw_optimizer {
 	uint64_t hint_step;
 
 	_Atomic uint64_t st_steps, st_d2h, st_h2d, st_chunks, st_adam_ns, st_pin_ns, st_pins,
-		st_fast_pins, st_prefetches;
+		st_fast_pins, st_prefetches, st_fetches, st_fetch_bytes, st_fetch_hints;
 	atomic_int st_hints;
 
 	char errmsg[SPW__ERRMSG_MAX];
@@ -282,9 +306,9 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 	size_t n = e - b;
 	const unsigned char *sg = j->sgrad ? (const unsigned char *)j->sgrad + b * spw_dtype_size(j->gdt) : NULL;
 	float *p = j->ptr[R_P], *m = j->ptr[R_M], *v = j->ptr[R_V], *g = j->ptr[R_G];
-	enum spw_dtype cdt = j->copy ? ch->t->ptype : SPW_DTYPE_NONE;
+	enum spw_dtype cdt = j->copy ? j->cdt : SPW_DTYPE_NONE;
 	void *copy = j->copy ? (unsigned char *)j->scopy + b * spw_dtype_size(cdt) : NULL;
-	bool adam = j->kind != JOB_GRAD;
+	bool adam = j->kind != JOB_GRAD && j->kind != JOB_FETCH;
 	uint64_t t0 = now_ns();
 
 	/* Fresh pages of a tensor may hold anything (a slot's earlier
@@ -315,6 +339,11 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 		break;
 	case JOB_ADAM_STORE:
 		k->adamw[SPW_DTYPE_F32][cdt](&j->consts, p + b, m + b, v + b, g + b, copy, n);
+		break;
+	case JOB_FETCH:
+		/* Through a copy page, not from the slot: the page is unpinned
+		 * (and may be evicted) before the device has read it. */
+		k->cast[cdt][SPW_DTYPE_F32](copy, p + b, n);
 		break;
 	}
 	atomic_fetch_add_explicit(&o->st_adam_ns, now_ns() - t0, memory_order_relaxed);
@@ -374,6 +403,14 @@ static unsigned popcount(unsigned x)
 	return (unsigned)__builtin_popcount(x);
 }
 
+/* Whether t has a spillway tensor for role r. */
+static bool role_used(const struct tensor *t, unsigned r)
+{
+	if (t->frozen)
+		return r == R_P;
+	return r != R_G || t->has_g;
+}
+
 static uint32_t tensor_id(const struct job *j, enum role r)
 {
 	return j->ch->t->id[r];
@@ -409,6 +446,24 @@ static void hint_ahead(spw_optimizer *o, const struct chunk *ch)
 	}
 }
 
+/* Sends the PREFETCHes a fetch carries: the master pages of the tensors
+ * the previous step fetched next. */
+static void hint_fetch(spw_optimizer *o, struct job *j)
+{
+	uint32_t i;
+
+	if (o->hints_off || o->tier != SPW_TENSOR_SWAPPABLE)
+		return;
+	for (i = 0; i < j->nhints; i++) {
+		if (o->hints_inflight + o->ring_reserved + 1 > o->ring_cap)
+			break;
+		if (spw__submit_op(o->c, SPW_OP_PREFETCH, 0, j->hint_id[i], j->hint_page[i], UD_FETCH_HINT) < 0)
+			break;
+		o->hints_inflight++;
+	}
+	j->nhints = 0;
+}
+
 /* Pins the pages of the queued jobs while the window has room. */
 static bool admit(spw_optimizer *o)
 {
@@ -439,7 +494,10 @@ static bool admit(spw_optimizer *o)
 				return true;
 			}
 		}
-		hint_ahead(o, j->ch);
+		if (j->kind == JOB_FETCH)
+			hint_fetch(o, j);
+		else
+			hint_ahead(o, j->ch);
 		progress = true;
 	}
 	return progress;
@@ -475,6 +533,8 @@ static void finish_job(spw_optimizer *o, struct job *j)
 	pthread_mutex_lock(&o->lock);
 	ch->busy = false;
 	ch->t->pending--;
+	if (j->kind == JOB_FETCH)
+		ch->t->fetch_open--;
 	o->jobs_open--;
 	pthread_cond_broadcast(&o->cond);
 	pthread_mutex_unlock(&o->lock);
@@ -494,26 +554,33 @@ static void kernels_done(spw_optimizer *o, struct job *j)
 		s += ch->partial[i];
 	if (j->want_norm)
 		ch->sumsq = s;
-	if (j->kind != JOB_GRAD)
+	if (j->kind != JOB_GRAD && j->kind != JOB_FETCH) {
 		ch->zeroed = true;
-	if (j->kind != JOB_GRAD)
 		atomic_fetch_add_explicit(&o->st_chunks, 1, memory_order_relaxed);
+	}
 
 	pthread_mutex_lock(&o->lock);
 	if (j->gbuf >= 0)
 		o->gfree[o->ngfree++] = j->gbuf;
 	j->gbuf = -1;
 	j->sgrad = NULL;
-	if (j->kind != JOB_ADAM_STORE)
+	if (j->kind != JOB_ADAM_STORE && j->kind != JOB_FETCH)
 		o->grad_jobs_open--;
 	pthread_cond_broadcast(&o->cond);
 	pthread_mutex_unlock(&o->lock);
 
 	if (j->copy) {
-		size_t es = spw_dtype_size(ch->t->ptype), bytes = ch->n * es;
+		size_t bytes = ch->n * spw_dtype_size(j->cdt);
 
-		r = spw__memcpy_h2d_async(o->dev, (unsigned char *)ch->t->dev + ch->off * es, j->scopy,
-					  bytes, o->h2d);
+		r = 0;
+		if (j->wait_free)
+			r = spw__stream_wait_event(o->dev, o->h2d, ch->t->free_ev);
+		if (r >= 0)
+			r = spw__memcpy_h2d_async(o->dev, j->dst, j->scopy, bytes, o->h2d);
+		/* Recorded before unqueued drops, so a stream that waits on ev
+		 * once unqueued is 0 waits for this copy too. */
+		if (r >= 0)
+			r = spw__event_record(o->dev, ch->t->ev, o->h2d);
 		if (r >= 0)
 			r = spw__launch_host_fn(o->dev, o->h2d, params_arrived, j);
 		if (r < 0) {
@@ -526,7 +593,12 @@ static void kernels_done(spw_optimizer *o, struct job *j)
 			return;
 		}
 		j->h2d_pending = true;
-		atomic_fetch_add_explicit(&o->st_h2d, bytes, memory_order_relaxed);
+		pthread_mutex_lock(&o->lock);
+		ch->t->unqueued--;
+		pthread_cond_broadcast(&o->cond);
+		pthread_mutex_unlock(&o->lock);
+		atomic_fetch_add_explicit(j->kind == JOB_FETCH ? &o->st_fetch_bytes : &o->st_h2d, bytes,
+					  memory_order_relaxed);
 	}
 	j->unpins_left = j->npins;
 	for (unsigned ro = 0; ro < R__N; ro++) {
@@ -534,8 +606,9 @@ static void kernels_done(spw_optimizer *o, struct job *j)
 
 		if (!(j->roles & (1u << ro)))
 			continue;
-		/* The store is read for the last time by Adam: no write-back. */
-		if (ro == R_G && j->kind != JOB_GRAD)
+		/* The store is read for the last time by Adam: no write-back;
+		 * a fetch only reads. */
+		if ((ro == R_G && j->kind != JOB_GRAD) || j->kind == JOB_FETCH)
 			fl = SPW_CLEAN;
 		if (spw__submit_op(o->c, SPW_OP_UNPIN, (uint8_t)fl, tensor_id(j, ro), ch->index,
 				   (uint64_t)(uintptr_t)j | (R__N + ro)) < 0) {
@@ -550,14 +623,16 @@ static void completion(spw_optimizer *o, const struct spw_completion *cp)
 	struct job *j;
 	unsigned role;
 
-	if (cp->user_data == UD_STEP || cp->user_data == UD_PREFETCH) {
+	if (cp->user_data == UD_STEP || cp->user_data == UD_PREFETCH || cp->user_data == UD_FETCH_HINT) {
 		o->hints_inflight--;
 		if (cp->res == -EOPNOTSUPP) {
 			/* A daemon without the NVMe tier's hints: stop asking. */
 			o->hints_off = true;
 			atomic_store(&o->st_hints, 0);
-		} else if (cp->user_data == UD_PREFETCH && cp->res >= 0) {
+		} else if (cp->user_data != UD_STEP && cp->res >= 0) {
 			atomic_fetch_add_explicit(&o->st_prefetches, 1, memory_order_relaxed);
+			if (cp->user_data == UD_FETCH_HINT)
+				atomic_fetch_add_explicit(&o->st_fetch_hints, 1, memory_order_relaxed);
 		}
 		return;
 	}
@@ -815,7 +890,8 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 		goto fail;
 	}
 	o->region_registered = true;
-	if ((r = spw__stream_create(o->dev, &o->d2h)) < 0 || (r = spw__stream_create(o->dev, &o->h2d)) < 0) {
+	if ((r = spw__stream_create(o->dev, &o->d2h)) < 0 || (r = spw__stream_create(o->dev, &o->h2d)) < 0 ||
+	    (r = spw__event_create(o->dev, &o->prod_ev)) < 0) {
 		spw__error(c, r, "spw_optimizer_new: creating copy streams: %s",
 			   spw__device_errmsg(o->dev, err, sizeof(err)));
 		goto fail;
@@ -893,8 +969,16 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 			spw_tensor_unregister(o->c, o->staging_id);
 		for (i = 0; i < o->ntensors; i++)
 			for (unsigned r = 0; r < R__N; r++)
-				if (r != R_G || o->tensors[i].has_g)
+				if (role_used(&o->tensors[i], r))
 					spw_tensor_unregister(o->c, o->tensors[i].id[r]);
+	}
+	if (o->dev) {
+		/* After the streams: no queued record or wait refers to them. */
+		for (i = 0; i < o->ntensors; i++) {
+			spw__event_destroy(o->dev, o->tensors[i].ev);
+			spw__event_destroy(o->dev, o->tensors[i].free_ev);
+		}
+		spw__event_destroy(o->dev, o->prod_ev);
 	}
 	if (o->region_registered)
 		spw__host_unregister(o->dev, o->c->region);
@@ -910,6 +994,8 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 	free(o->order);
 	free(o->pred);
 	free(o->pos);
+	free(o->forder);
+	free(o->fpred);
 	free(o->groups);
 	free(o->lrs);
 	free(o->gconsts);
@@ -939,9 +1025,12 @@ static bool name_ok(const char *name)
 	return true;
 }
 
-/* Writes the initial master weights page by page. The ring is ours. */
-static int write_init(spw_optimizer *o, const struct tensor *t, const float *init)
+/* Writes the initial master weights page by page, cast to fp32 (exact
+ * from bf16 and fp16). The ring is ours. */
+static int write_init(spw_optimizer *o, const struct tensor *t, const void *init, enum spw_dtype dt)
 {
+	size_t es = spw_dtype_size(dt);
+
 	for (uint32_t k = 0; k < t->nchunks; k++) {
 		const struct chunk *ch = &t->chunks[k];
 		void *p;
@@ -949,7 +1038,7 @@ static int write_init(spw_optimizer *o, const struct tensor *t, const float *ini
 
 		if (r < 0)
 			return r;
-		memcpy(p, init + ch->off, ch->n * sizeof(float));
+		o->k->cast[SPW_DTYPE_F32][dt](p, (const unsigned char *)init + ch->off * es, ch->n);
 		r = spw_unpin(o->c, t->id[R_P], k, SPW_DIRTY);
 		if (r < 0)
 			return r;
@@ -959,9 +1048,31 @@ static int write_init(spw_optimizer *o, const struct tensor *t, const float *ini
 
 static const char *const role_suffix[R__N] = { "param", "exp_avg", "exp_avg_sq", "grad" };
 
-SPW_EXPORT int spw_optimizer_add(spw_optimizer *o, const char *name, uint32_t group,
-				 uint64_t count, const float *init, void *dev_params,
-				 enum spw_type param_type, uint32_t *ret_tensor)
+/* Checks shared by every add; 0 or the error (with its message). */
+static int add_check(spw_optimizer *o, const char *name, uint64_t count, uint32_t *ret_tensor)
+{
+	int r;
+
+	if ((r = broken(o)) < 0)
+		return r;
+	if (!name_ok(name))
+		return opt_error(o, -EINVAL, "add: a tensor name is printable ASCII without spaces, 1..%d bytes", MAX_NAME);
+	if (count == 0 || !ret_tensor)
+		return opt_error(o, -EINVAL, "add %s: count is 0 or ret_tensor is NULL", name);
+	if (o->started)
+		return opt_error(o, -EBUSY, "add %s: tensors are added before the first step", name);
+	for (uint32_t i = 0; i < o->ntensors; i++)
+		if (!strcmp(o->tensors[i].name, name))
+			return opt_error(o, -EEXIST, "add %s: the optimizer has a tensor of that name", name);
+	return 0;
+}
+
+/* Registers a tensor's spillway tensors and writes its initial weights.
+ * dev NULL: no copy-out after Adam. Frozen tensors have master weights
+ * only and take no part in steps (their chunks are not in o->chunks). */
+static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64_t count,
+		      const void *init, enum spw_dtype init_type, void *dev_params,
+		      enum spw_dtype param_type, bool frozen, uint32_t *ret_tensor)
 {
 	struct tensor *tv, *t;
 	struct chunk **cv;
@@ -969,27 +1080,17 @@ SPW_EXPORT int spw_optimizer_add(spw_optimizer *o, const char *name, uint32_t gr
 	uint32_t nch, i, registered = 0;
 	int r;
 
-	if (!o)
-		return -EINVAL;
-	if ((r = broken(o)) < 0)
-		return r;
-	if (!name_ok(name))
-		return opt_error(o, -EINVAL, "add: a tensor name is printable ASCII without spaces, 1..%d bytes", MAX_NAME);
-	if (group >= o->ngroups || count == 0 || !init || !dev_params || !ret_tensor ||
-	    (unsigned)param_type > SPW_TYPE_F16)
-		return opt_error(o, -EINVAL, "add %s: bad group (%u of %u), count, type or NULL pointer", name,
-				 group, o->ngroups);
-	if (o->started)
-		return opt_error(o, -EBUSY, "add %s: tensors are added before the first step", name);
-	for (i = 0; i < o->ntensors; i++)
-		if (!strcmp(o->tensors[i].name, name))
-			return opt_error(o, -EEXIST, "add %s: the optimizer has a tensor of that name", name);
 	nch = (uint32_t)((count + o->chunk_elems - 1) / o->chunk_elems);
 
 	tv = realloc(o->tensors, (o->ntensors + 1) * sizeof(*tv));
 	if (!tv)
-		return -ENOMEM;
+		return opt_error(o, -ENOMEM, "add %s: out of memory", name);
 	o->tensors = tv;
+	/* realloc may have moved the tensors: point every chunk home again,
+	 * whether or not this add succeeds. */
+	for (i = 0; i < o->ntensors; i++)
+		for (uint32_t k = 0; k < o->tensors[i].nchunks; k++)
+			o->tensors[i].chunks[k].t = &o->tensors[i];
 	cv = realloc(o->chunks, (o->nchunks + nch) * sizeof(*cv));
 	if (!cv)
 		return -ENOMEM;
@@ -1004,7 +1105,7 @@ SPW_EXPORT int spw_optimizer_add(spw_optimizer *o, const char *name, uint32_t gr
 	if (posv)
 		o->pos = posv;
 	if (!ov || !pv || !posv)
-		return -ENOMEM;
+		return opt_error(o, -ENOMEM, "add %s: out of memory", name);
 
 	t = &o->tensors[o->ntensors];
 	memset(t, 0, sizeof(*t));
@@ -1015,14 +1116,22 @@ SPW_EXPORT int spw_optimizer_add(spw_optimizer *o, const char *name, uint32_t gr
 	t->group = group;
 	t->count = count;
 	t->dev = dev_params;
-	t->ptype = (enum spw_dtype)param_type;
+	t->ptype = param_type;
 	t->nchunks = nch;
-	t->has_g = o->mode == SPW_OPT_EXACT || o->accum > 1;
+	t->frozen = frozen;
+	t->has_g = !frozen && (o->mode == SPW_OPT_EXACT || o->accum > 1);
+	if (spw__event_create(o->dev, &t->ev) < 0 || spw__event_create(o->dev, &t->free_ev) < 0) {
+		char buf[256];
+
+		r = opt_error(o, -ENOMEM, "add %s: creating device events: %s", name,
+			      spw__device_errmsg(o->dev, buf, sizeof(buf)));
+		goto undo;
+	}
 	for (i = 0; i < nch; i++) {
 		struct chunk *ch = &t->chunks[i];
 
 		ch->index = i;
-		ch->global = o->nchunks + i;
+		ch->global = frozen ? UINT32_MAX : o->nchunks + i;
 		ch->off = (uint64_t)i * o->chunk_elems;
 		ch->n = count - ch->off < o->chunk_elems ? count - ch->off : o->chunk_elems;
 		ch->partial = calloc((ch->n + TILE - 1) / TILE, sizeof(double));
@@ -1037,7 +1146,7 @@ SPW_EXPORT int spw_optimizer_add(spw_optimizer *o, const char *name, uint32_t gr
 	for (registered = 0; registered < R__N; registered++) {
 		char full[MAX_NAME + 32];
 
-		if (registered == R_G && !t->has_g)
+		if (!role_used(t, registered))
 			continue;
 		snprintf(full, sizeof(full), "spw.opt.%s.%s", name, role_suffix[registered]);
 		r = spw_tensor_register(o->c, full, count * sizeof(float), o->tier, &t->id[registered], NULL);
@@ -1045,30 +1154,30 @@ SPW_EXPORT int spw_optimizer_add(spw_optimizer *o, const char *name, uint32_t gr
 			break;
 	}
 	if (r >= 0)
-		r = write_init(o, t, init);
+		r = write_init(o, t, init, init_type);
 	if (r < 0) {
 		opt_error(o, r, "add %s: %s", name, spw_client_last_error(o->c));
 		for (i = 0; i < registered && i < R__N; i++)
-			if (i != R_G || t->has_g)
+			if (role_used(t, i))
 				spw_tensor_unregister(o->c, t->id[i]);
 		ring_release(o);
 		goto undo;
 	}
 	ring_release(o);
 
-	for (i = 0; i < nch; i++) {
+	for (i = 0; i < nch && !frozen; i++) {
 		o->chunks[o->nchunks + i] = &t->chunks[i];
 		/* Until a step has shown the real order, registration order
 		 * is the guess for hints. */
 		o->pred[o->nchunks + i] = o->nchunks + i;
 		o->pos[o->nchunks + i] = o->nchunks + i;
 	}
-	o->nchunks += nch;
-	o->npred = o->nchunks;
-	/* realloc may have moved the tensors: point every chunk home again. */
-	for (i = 0; i <= o->ntensors; i++)
-		for (uint32_t k = 0; k < o->tensors[i].nchunks; k++)
-			o->tensors[i].chunks[k].t = &o->tensors[i];
+	if (!frozen) {
+		o->nchunks += nch;
+		o->npred = o->nchunks;
+	}
+	for (i = 0; i < nch; i++)
+		t->chunks[i].t = t;
 	*ret_tensor = o->ntensors++;
 	return 0;
 oom:
@@ -1077,9 +1186,58 @@ undo:
 	if (t->chunks)
 		for (i = 0; i < nch; i++)
 			free(t->chunks[i].partial);
+	spw__event_destroy(o->dev, t->ev);
+	spw__event_destroy(o->dev, t->free_ev);
 	free(t->chunks);
 	free(t->name);
 	return r;
+}
+
+SPW_EXPORT int spw_optimizer_add(spw_optimizer *o, const char *name, uint32_t group,
+				 uint64_t count, const float *init, void *dev_params,
+				 enum spw_type param_type, uint32_t *ret_tensor)
+{
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	if ((r = add_check(o, name, count, ret_tensor)) < 0)
+		return r;
+	if (group >= o->ngroups || !init || !dev_params || (unsigned)param_type > SPW_TYPE_F16)
+		return opt_error(o, -EINVAL, "add %s: bad group (%u of %u), count, type or NULL pointer", name,
+				 group, o->ngroups);
+	return add_tensor(o, name, group, count, init, SPW_DTYPE_F32, dev_params,
+			  (enum spw_dtype)param_type, false, ret_tensor);
+}
+
+SPW_EXPORT int spw_optimizer_add_offloaded(spw_optimizer *o, const char *name, uint32_t group,
+					   uint64_t count, const float *init, uint32_t *ret_tensor)
+{
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	if ((r = add_check(o, name, count, ret_tensor)) < 0)
+		return r;
+	if (group >= o->ngroups || !init)
+		return opt_error(o, -EINVAL, "add %s: bad group (%u of %u) or NULL init", name, group, o->ngroups);
+	return add_tensor(o, name, group, count, init, SPW_DTYPE_F32, NULL, SPW_DTYPE_NONE, false, ret_tensor);
+}
+
+SPW_EXPORT int spw_optimizer_add_frozen(spw_optimizer *o, const char *name, uint64_t count,
+					const void *init, enum spw_type init_type, uint32_t *ret_tensor)
+{
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	if ((r = add_check(o, name, count, ret_tensor)) < 0)
+		return r;
+	if (!init || (unsigned)init_type > SPW_TYPE_F16)
+		return opt_error(o, -EINVAL, "add_frozen %s: init is NULL or its type is not SPW_TYPE_F32, _BF16 "
+				 "or _F16", name);
+	return add_tensor(o, name, 0, count, init, (enum spw_dtype)init_type, NULL, SPW_DTYPE_NONE, true,
+			  ret_tensor);
 }
 
 SPW_EXPORT uint32_t spw_optimizer_chunks(const spw_optimizer *o, uint32_t tensor)
@@ -1126,6 +1284,15 @@ SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float 
 	for (g = 0; g < o->ngroups; g++)
 		if (prepare(o, g, o->clip_coef / o->loss_scale, &o->gconsts[g]) < 0)
 			return opt_error(o, -EINVAL, "begin: group %u's hyperparameters give no valid update", g);
+	/* Each step's fetches predict the next step's. */
+	if (o->nforder) {
+		uint32_t *tmp = o->fpred;
+
+		o->fpred = o->forder;
+		o->forder = tmp;
+		o->nfpred = o->nforder;
+		o->nforder = 0;
+	}
 	pthread_mutex_lock(&o->lock);
 	o->norder = 0;
 	o->step_mark = true;
@@ -1134,6 +1301,20 @@ SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float 
 	o->in_step = true;
 	o->started = true;
 	return 0;
+}
+
+/* Sends an update's copy-out to the tensor's device buffer, when it has
+ * one. Lock held. */
+static void set_copy(struct chunk *ch, struct job *j)
+{
+	struct tensor *t = ch->t;
+
+	j->copy = t->dev != NULL;
+	if (!j->copy)
+		return;
+	j->cdt = t->ptype;
+	j->dst = (unsigned char *)t->dev + ch->off * spw_dtype_size(t->ptype);
+	t->unqueued++;
 }
 
 /* Chooses what a gradient's arrival sets off. Lock held. */
@@ -1156,10 +1337,55 @@ static void plan_job(spw_optimizer *o, struct chunk *ch, enum spw_dtype gdt)
 		j->kind = JOB_GRAD;
 		j->roles = 1u << R_G;
 	}
+	j->wait_free = false;
+	j->nhints = 0;
 	if (j->kind != JOB_GRAD) {
-		j->copy = true;
+		set_copy(ch, j);
 		j->consts = o->gconsts[ch->t->group];
 	}
+}
+
+/*
+ * The trainer's stream as a device stream. 1 when there is one, 0 when
+ * stream is NULL or, on the host backend, not a stream of this device
+ * (the trainer's work is then complete at the call, as the header says),
+ * or the error.
+ */
+static int borrow(spw_optimizer *o, void *stream, struct spw__stream **ret, const char *what,
+		  const char *name)
+{
+	char buf[256];
+	int r;
+
+	if (!stream)
+		return 0;
+	r = spw__stream_borrow(o->dev, stream, ret);
+	if (r == -ENOENT && !strcmp(spw__device_name(o->dev), "host"))
+		return 0;
+	if (r < 0)
+		return opt_error(o, r, "%s %s: using the stream: %s", what, name,
+				 spw__device_errmsg(o->dev, buf, sizeof(buf)));
+	return 1;
+}
+
+/* Makes the work queued on `on` from now wait for what the trainer has
+ * queued on stream so far (an event recorded there, waited on here). */
+static int after_stream(spw_optimizer *o, void *stream, struct spw__event *ev, struct spw__stream *on,
+			const char *what, const char *name)
+{
+	struct spw__stream *s;
+	char buf[256];
+	int r = borrow(o, stream, &s, what, name);
+
+	if (r <= 0)
+		return r;
+	r = spw__event_record(o->dev, ev, s);
+	if (r >= 0)
+		r = spw__stream_wait_event(o->dev, on, ev);
+	if (r < 0)
+		return opt_error(o, r, "%s %s: ordering after the stream: %s", what, name,
+				 spw__device_errmsg(o->dev, buf, sizeof(buf)));
+	return 0;
 }
 
 SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint32_t chunk,
@@ -1181,14 +1407,13 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 	if (tensor >= o->ntensors)
 		return opt_error(o, -EINVAL, "grad_ready: no tensor %u (the optimizer has %u)", tensor, o->ntensors);
 	t = &o->tensors[tensor];
+	if (t->frozen)
+		return opt_error(o, -EINVAL, "grad_ready %s: the tensor is frozen (it takes no gradients)", t->name);
 	if (chunk != SPW_ALL_CHUNKS && chunk >= t->nchunks)
 		return opt_error(o, -EINVAL, "grad_ready %s: no chunk %u (it has %u)", t->name, chunk, t->nchunks);
 	if ((unsigned)type > SPW_TYPE_F16 || !grad)
 		return opt_error(o, -EINVAL, "grad_ready %s: %s", t->name,
 				 grad ? "the type is not SPW_TYPE_F32, _BF16 or _F16" : "grad is NULL");
-	if (stream && strcmp(spw__device_name(o->dev), "host"))
-		return opt_error(o, -EOPNOTSUPP, "grad_ready %s: waiting on a producer stream is not implemented "
-				 "on the %s backend yet: synchronize it and pass NULL", t->name, spw__device_name(o->dev));
 	first = chunk == SPW_ALL_CHUNKS ? 0 : chunk;
 	last = chunk == SPW_ALL_CHUNKS ? t->nchunks - 1 : chunk;
 	es = spw_dtype_size((enum spw_dtype)type);
@@ -1204,6 +1429,10 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 					 t->name, k, o->accum, o->accum > 1 ? "s" : "");
 		}
 	pthread_mutex_unlock(&o->lock);
+	/* The copies below are queued after this wait on the d2h stream, so
+	 * they read the gradient only once the producer has written it. */
+	if ((r = after_stream(o, stream, o->prod_ev, o->d2h, "grad_ready", t->name)) < 0)
+		return r;
 
 	for (uint32_t k = first; k <= last; k++) {
 		struct chunk *ch = &t->chunks[k];
@@ -1333,7 +1562,9 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 
 			j->kind = JOB_ADAM_STORE;
 			j->roles = 1u << R_P | 1u << R_M | 1u << R_V | 1u << R_G;
-			j->copy = true;
+			j->wait_free = false;
+			j->nhints = 0;
+			set_copy(ch, j);
 			j->want_norm = false;
 			j->gbuf = -1;
 			j->sgrad = NULL;
@@ -1381,19 +1612,163 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 
 SPW_EXPORT int spw_optimizer_wait_params(spw_optimizer *o, uint32_t tensor, void *stream)
 {
+	struct spw__stream *s = NULL;
 	struct tensor *t;
-	int r;
+	char buf[256];
+	int r, on_stream;
 
-	(void)stream; /* the host waits for the copy itself, which orders every stream */
 	if (!o)
 		return -EINVAL;
 	if (tensor >= o->ntensors)
 		return opt_error(o, -EINVAL, "wait_params: no tensor %u (the optimizer has %u)", tensor, o->ntensors);
 	t = &o->tensors[tensor];
+	if ((on_stream = borrow(o, stream, &s, "wait_params", t->name)) < 0)
+		return on_stream;
 	pthread_mutex_lock(&o->lock);
-	WAIT_UNTIL(o, t->pending == 0);
+	/* With a stream, the host waits only until every copy is queued on
+	 * h2d (the Adam or cast before it has run); the stream waits for the
+	 * copies themselves. Without, the host waits for them to land. */
+	if (on_stream)
+		WAIT_UNTIL(o, t->unqueued == 0);
+	else
+		WAIT_UNTIL(o, t->pending == 0);
 	r = broken_locked(o);
 	pthread_mutex_unlock(&o->lock);
+	if (r < 0 || !on_stream)
+		return r;
+	r = spw__stream_wait_event(o->dev, s, t->ev);
+	if (r < 0)
+		return opt_error(o, r, "wait_params %s: making the stream wait: %s", t->name,
+				 spw__device_errmsg(o->dev, buf, sizeof(buf)));
+	return 0;
+}
+
+/* The fetch order: the tensors the previous step fetched after the
+ * fetch at position at (when that one fetched the same tensor), as
+ * PREFETCH hints for their master pages, at most FETCH_HINTS. */
+static void plan_fetch_hints(spw_optimizer *o, uint32_t at, uint32_t tensor, struct job *j)
+{
+	j->nhints = 0;
+	if (o->tier != SPW_TENSOR_SWAPPABLE || at >= o->nfpred || o->fpred[at] != tensor)
+		return;
+	for (uint32_t i = at + 1; i < o->nfpred && j->nhints < FETCH_HINTS; i++) {
+		const struct tensor *n = &o->tensors[o->fpred[i]];
+
+		for (uint32_t k = 0; k < n->nchunks && j->nhints < FETCH_HINTS; k++) {
+			j->hint_id[j->nhints] = n->id[R_P];
+			j->hint_page[j->nhints++] = k;
+		}
+	}
+}
+
+SPW_EXPORT int spw_params_fetch(spw_optimizer *o, uint32_t tensor, void *dst, size_t bytes,
+				enum spw_type type, void *stream)
+{
+	struct spw__stream *s = NULL;
+	struct tensor *t;
+	char buf[256];
+	size_t es;
+	uint32_t at;
+	int r, waited;
+
+	if (!o)
+		return -EINVAL;
+	if ((r = broken(o)) < 0)
+		return r;
+	if (tensor >= o->ntensors)
+		return opt_error(o, -EINVAL, "fetch: no tensor %u (the optimizer has %u)", tensor, o->ntensors);
+	t = &o->tensors[tensor];
+	if (!dst || (unsigned)type > SPW_TYPE_F16)
+		return opt_error(o, -EINVAL, "fetch %s: %s", t->name,
+				 dst ? "the type is not SPW_TYPE_F32, _BF16 or _F16" : "dst is NULL");
+	es = spw_dtype_size((enum spw_dtype)type);
+	if (bytes != t->count * es)
+		return opt_error(o, -EMSGSIZE, "fetch %s: %zu bytes given, the tensor holds %ju elements of %zu bytes",
+				 t->name, bytes, (uintmax_t)t->count, es);
+	if (t->fetched)
+		return opt_error(o, -EALREADY, "fetch %s: fetched already (call spw_params_release first)", t->name);
+	/* The copies into dst, queued later by the engine, wait for the
+	 * trainer's earlier work on stream (which may still read dst): the
+	 * event is recorded now and waited on just before each copy, so h2d
+	 * is held up no earlier than it must be. */
+	if ((waited = borrow(o, stream, &s, "fetch", t->name)) < 0)
+		return waited;
+	if (waited && (r = spw__event_record(o->dev, t->free_ev, s)) < 0)
+		return opt_error(o, r, "fetch %s: recording an event on the stream: %s", t->name,
+				 spw__device_errmsg(o->dev, buf, sizeof(buf)));
+
+	if (o->nforder == o->fcap) {
+		uint32_t cap = o->fcap ? 2 * o->fcap : 64;
+		uint32_t *a = realloc(o->forder, cap * sizeof(*a)), *b;
+
+		if (a)
+			o->forder = a;
+		b = a ? realloc(o->fpred, cap * sizeof(*b)) : NULL;
+		if (!b)
+			return opt_error(o, -ENOMEM, "fetch %s: out of memory", t->name);
+		o->fpred = b;
+		o->fcap = cap;
+	}
+	at = o->nforder;
+	o->forder[o->nforder++] = tensor;
+
+	for (uint32_t k = 0; k < t->nchunks; k++) {
+		struct chunk *ch = &t->chunks[k];
+		struct job *j = &ch->job;
+
+		pthread_mutex_lock(&o->lock);
+		/* After the chunk's pending update (the fetch sees it), and
+		 * never beside one (the update writes what the fetch reads). */
+		WAIT_UNTIL(o, !ch->busy);
+		if ((r = broken_locked(o)) < 0) {
+			pthread_mutex_unlock(&o->lock);
+			return r;
+		}
+		ch->busy = true;
+		j->kind = JOB_FETCH;
+		j->roles = 1u << R_P;
+		j->first = j->want_norm = false;
+		j->gbuf = -1;
+		j->sgrad = NULL;
+		j->copy = true;
+		j->cdt = (enum spw_dtype)type;
+		j->dst = (unsigned char *)dst + ch->off * es;
+		j->wait_free = waited > 0;
+		if (k == 0)
+			plan_fetch_hints(o, at, tensor, j);
+		else
+			j->nhints = 0;
+		t->unqueued++;
+		t->pending++;
+		t->fetch_open++;
+		o->jobs_open++;
+		queue_locked(o, j);
+		pthread_mutex_unlock(&o->lock);
+		wake(o);
+	}
+	t->fetched = true;
+	atomic_fetch_add_explicit(&o->st_fetches, 1, memory_order_relaxed);
+	return 0;
+}
+
+SPW_EXPORT int spw_params_release(spw_optimizer *o, uint32_t tensor)
+{
+	struct tensor *t;
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	if (tensor >= o->ntensors)
+		return opt_error(o, -EINVAL, "release: no tensor %u (the optimizer has %u)", tensor, o->ntensors);
+	t = &o->tensors[tensor];
+	if (!t->fetched)
+		return opt_error(o, -EPROTO, "release %s: not fetched (spw_params_fetch first)", t->name);
+	pthread_mutex_lock(&o->lock);
+	/* Nothing may write the buffer once the trainer has it back. */
+	WAIT_UNTIL(o, t->fetch_open == 0);
+	r = broken_locked(o);
+	pthread_mutex_unlock(&o->lock);
+	t->fetched = false;
 	return r;
 }
 
@@ -1422,9 +1797,11 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 		return opt_error(o, -EINVAL, "read: no tensor %u or state %d, or out is NULL", tensor, (int)which);
 	if (o->in_step)
 		return opt_error(o, -EBUSY, "read: a step is open");
+	t = &o->tensors[tensor];
+	if (t->frozen && which != SPW_STATE_PARAM)
+		return opt_error(o, -EINVAL, "read %s: a frozen tensor has no optimizer state", t->name);
 	if ((r = spw_optimizer_sync(o)) < 0)
 		return r;
-	t = &o->tensors[tensor];
 	ring_acquire(o);
 	for (uint32_t k = 0; k < t->nchunks && r >= 0; k++) {
 		const struct chunk *ch = &t->chunks[k];
@@ -1446,12 +1823,25 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 	return 0;
 }
 
+static void fill_stats(spw_optimizer *o, struct spw_optimizer_stats *st);
+
 SPW_EXPORT int spw_optimizer_stats(spw_optimizer *o, struct spw_optimizer_stats *st)
 {
-	if (!o || !st || st->size < sizeof(*st))
+	struct spw_optimizer_stats all = { .size = sizeof(all) };
+	size_t size;
+
+	/* Callers built before the fetch counters pass the shorter struct. */
+	if (!o || !st || st->size < offsetof(struct spw_optimizer_stats, fetches))
 		return -EINVAL;
-	memset(st, 0, sizeof(*st));
-	st->size = sizeof(*st);
+	size = st->size < sizeof(all) ? st->size : sizeof(all);
+	fill_stats(o, &all);
+	memcpy(st, &all, size);
+	st->size = size;
+	return 0;
+}
+
+static void fill_stats(spw_optimizer *o, struct spw_optimizer_stats *st)
+{
 	st->steps = atomic_load(&o->st_steps);
 	st->bytes_d2h = atomic_load(&o->st_d2h);
 	st->bytes_h2d = atomic_load(&o->st_h2d);
@@ -1462,5 +1852,14 @@ SPW_EXPORT int spw_optimizer_stats(spw_optimizer *o, struct spw_optimizer_stats 
 	st->fast_pins = atomic_load(&o->st_fast_pins);
 	st->prefetches = atomic_load(&o->st_prefetches);
 	st->hints = atomic_load(&o->st_hints);
-	return 0;
+	st->fetches = atomic_load(&o->st_fetches);
+	st->bytes_fetched = atomic_load(&o->st_fetch_bytes);
+	st->fetch_prefetches = atomic_load(&o->st_fetch_hints);
+}
+
+/* For in-tree tests: the optimizer's device, to make streams of it that
+ * stand for a trainer's (the host backend's "native" streams). */
+struct spw__device *spw__optimizer_device(spw_optimizer *o)
+{
+	return o ? o->dev : NULL;
 }

@@ -49,7 +49,9 @@ _Static_assert(sizeof(struct spw_proto_frame_hdr) == 8, "frame header is 8 bytes
  * Control messages ("type" key). Requests (client -> daemon):
  *
  *   hello       {magic, major, minor, features}
- *   attach      {session, region_bytes, page_size, persistent?}
+ *   attach      {session, region_bytes, page_size, persistent?, swap_bytes?}
+ *               swap_bytes: the session's swap on NVMe (0 = none); absent:
+ *               the daemon's swap.session_bytes, or what fits
  *   register    {name, bytes, kind: "resident"|"swappable"}
  *   unregister  {tensor}
  *   detach      {}
@@ -60,7 +62,8 @@ _Static_assert(sizeof(struct spw_proto_frame_hdr) == 8, "frame header is 8 bytes
  *
  *   hello       {magic, major, minor, features}
  *   attach      {session, region_bytes, page_size, slots, sq_entries,
- *                cq_entries, rings_bytes, locked, hugepages, numa_node}
+ *                cq_entries, rings_bytes, locked, hugepages, numa_node,
+ *                swap_bytes}
  *               + fds, in this order: region memfd, rings memfd,
  *                 sq eventfd (client -> daemon doorbell),
  *                 cq eventfd (daemon -> client doorbell)

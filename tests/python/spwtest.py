@@ -35,6 +35,12 @@ def daemon_binary():
     return os.path.normpath(cand)
 
 
+def _die_with_parent():
+    # A test killed hard must not leave its daemon behind.
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class Daemon:
     """spillwayd with sockets in a temp dir and swap under /var/tmp."""
 
@@ -53,7 +59,8 @@ class Daemon:
         self.config = os.path.join(self.dir, "spillwayd.json")
         with open(self.config, "w") as f:
             json.dump(cfg, f)
-        self.proc = subprocess.Popen([daemon_binary(), "--config", self.config])
+        self.proc = subprocess.Popen([daemon_binary(), "--config", self.config],
+                                     preexec_fn=_die_with_parent)
         deadline = time.monotonic() + 10
         while True:
             if self.proc.poll() is not None:

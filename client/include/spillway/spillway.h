@@ -475,6 +475,57 @@ SPW_EXPORT int spw_optimizer_add(spw_optimizer *o, const char *name, uint32_t gr
 				 uint64_t count, const float *init, void *dev_params,
 				 enum spw_type param_type, uint32_t *ret_tensor);
 
+/*
+ * Adds a trainable tensor as spw_optimizer_add() does, but with no device
+ * buffer: its parameters live in spillway between uses (parameter
+ * offload), and the trainer copies them to a device buffer of its own
+ * with spw_params_fetch() before each use. Returns as spw_optimizer_add().
+ */
+SPW_EXPORT int spw_optimizer_add_offloaded(spw_optimizer *o, const char *name, uint32_t group,
+					   uint64_t count, const float *init, uint32_t *ret_tensor);
+
+/*
+ * Adds a frozen tensor: count parameters (init, of init_type) kept in
+ * spillway in the optimizer's tier with no optimizer state, never
+ * updated, taking no gradients; the trainer fetches them with
+ * spw_params_fetch(). They are stored as fp32 (exact for bf16 and fp16,
+ * so a fetch in init_type returns init bit for bit). Call before the
+ * first step. Returns 0, -EINVAL for a bad name, count, type or NULL
+ * pointer, and otherwise as spw_optimizer_add().
+ */
+SPW_EXPORT int spw_optimizer_add_frozen(spw_optimizer *o, const char *name, uint64_t count,
+					const void *init, enum spw_type init_type, uint32_t *ret_tensor);
+
+/*
+ * Parameter offload. spw_params_fetch() queues the copy of tensor's
+ * current parameters, cast to type (round to nearest even), into dst, a
+ * device buffer of bytes = count * size of type, and returns without
+ * waiting for it: the fp32 master weights of a trainable tensor (every
+ * update whose gradient was handed over before the call included: the
+ * calling thread waits for those updates to be computed), or a frozen
+ * tensor's values. stream, when not NULL, is the stream whose queued work
+ * may still use dst: the copy waits for it on the device. Make the
+ * consumer wait with spw_optimizer_wait_params(o, tensor, stream) before
+ * using dst. Fetches also record their order each step (from one
+ * spw_optimizer_begin() to the next); with the swappable tier, each fetch
+ * asks the daemon to prefetch the pages of the tensors that came next last
+ * step.
+ *
+ * spw_params_release() hands dst back: it waits until the fetch's copy
+ * is done, so nothing writes dst afterwards. spillway keeps the master.
+ * A tensor is fetched at most once until released.
+ *
+ * fetch returns 0, -EINVAL for an unknown tensor, a NULL dst or a bad
+ * type, -EMSGSIZE when bytes does not match, -EALREADY when the tensor is
+ * fetched and not released, a device error when stream cannot be used,
+ * -ENOMEM, or the broken optimizer's error. release returns 0, -EINVAL
+ * for an unknown tensor, -EPROTO when it is not fetched, or the broken
+ * optimizer's error.
+ */
+SPW_EXPORT int spw_params_fetch(spw_optimizer *o, uint32_t tensor, void *dst, size_t bytes,
+				enum spw_type type, void *stream);
+SPW_EXPORT int spw_params_release(spw_optimizer *o, uint32_t tensor);
+
 /* Chunks of a tensor (0 for an unknown index). */
 SPW_EXPORT uint32_t spw_optimizer_chunks(const spw_optimizer *o, uint32_t tensor);
 
@@ -497,16 +548,19 @@ SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float 
  * Hands over the gradient of one chunk of a tensor (chunk < chunks) or of
  * all of it (SPW_ALL_CHUNKS): grad points to that span's elements on the
  * device (bytes = elements * size of type). stream is the device stream
- * that produced it (a cudaStream_t on the cuda backend; on the host
- * backend the gradient must be complete at the call and stream is
- * ignored). The library reads the gradient asynchronously: leave it
+ * that produced it, or NULL when the gradient is complete at the call: a
+ * cudaStream_t on the cuda backend (the copy waits on the device, not the
+ * host, for the work queued on it so far); on the host backend a stream
+ * that is not the backend's own is ignored and the gradient must be
+ * complete at the call. The library reads the gradient asynchronously: leave it
  * unchanged until spw_optimizer_sync_grads() or spw_optimizer_end()
  * returns. Waits while every staging page is busy, which throttles a
  * backward that outruns the CPUs. With accumulation N, each chunk is
  * handed over N times per step, once per micro-batch.
  *
- * Returns 0. Returns -EINVAL for an unknown tensor or chunk, a NULL grad
- * or a type other than the three; -EMSGSIZE when bytes does not match the
+ * Returns 0. Returns -EINVAL for an unknown or frozen tensor or chunk, a
+ * NULL grad or a type other than the three; a device error when stream
+ * cannot be used; -EMSGSIZE when bytes does not match the
  * span; -EALREADY when the chunk was handed over as often as this step
  * takes; -EPROTO when no step is open (call spw_optimizer_begin()); or the
  * broken optimizer's error.
@@ -546,9 +600,15 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res);
 
 /*
  * Makes stream wait until tensor's updated parameters from every step
- * ended so far have reached its device buffer. The host backend (and
- * stream NULL) waits in the calling thread. Returns 0, -EINVAL for an
- * unknown tensor, or the broken optimizer's error.
+ * ended so far, and the copy of its last spw_params_fetch(), have reached
+ * the device. With stream NULL the calling thread waits for the copies.
+ * With a stream (a cudaStream_t), the calling thread waits only until the
+ * copies are queued (the CPU work before them is done) and the stream,
+ * not the host, waits for the copies themselves: work queued on it after
+ * this call sees the parameters. On the host backend a stream that is not
+ * the backend's own counts as NULL. Returns 0, -EINVAL for an unknown
+ * tensor, a device error when the stream cannot be used, or the broken
+ * optimizer's error.
  */
 SPW_EXPORT int spw_optimizer_wait_params(spw_optimizer *o, uint32_t tensor, void *stream);
 
@@ -565,7 +625,7 @@ enum spw_optimizer_state {
 /*
  * Copies a tensor's fp32 state (count elements) into out, after
  * spw_optimizer_sync(); for checkpoints and tests. Returns 0, -EINVAL for
- * an unknown tensor or state, -EBUSY while a step is open, or the pin's
+ * an unknown tensor or state (a frozen tensor has only SPW_STATE_PARAM), -EBUSY while a step is open, or the pin's
  * error.
  */
 SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor,
@@ -584,9 +644,17 @@ struct spw_optimizer_stats {
 	uint64_t prefetches;    /* PREFETCH hints the daemon accepted */
 	int hints;              /* 1 when the daemon takes PREFETCH/STEP hints */
 	uint32_t reserved;
+	/* Since 0.3 (a caller built against 0.2 passes the shorter struct
+	 * and gets the fields above). */
+	uint64_t fetches;       /* spw_params_fetch() calls */
+	uint64_t bytes_fetched; /* parameter bytes copied to the device by fetches */
+	uint64_t fetch_prefetches; /* PREFETCH hints from the fetch order the daemon accepted
+				    * (also counted in prefetches) */
 };
 
-/* Fills *st with counters since creation. Returns 0 or -EINVAL. */
+/* Fills *st with counters since creation (as many fields as st->size
+ * covers). Returns 0, or -EINVAL when o or st is NULL or st->size is
+ * smaller than the 0.2 struct. */
 SPW_EXPORT int spw_optimizer_stats(spw_optimizer *o, struct spw_optimizer_stats *st);
 
 /* ------------------------------------------------------------------ */
