@@ -14,7 +14,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"Usage: spillwayd [--config PATH] [--check-config]\n"
 		"\n"
-		"Pinned host memory and (soon) NVMe swap for GPU training, one daemon per node.\n"
+		"Pinned host memory and NVMe swap for GPU training, one daemon per node.\n"
 		"\n"
 		"  -c, --config PATH   read PATH instead of %s\n"
 		"      --check-config  validate the configuration, print a summary, exit\n"
@@ -38,6 +38,13 @@ static void summary(const struct config *c)
 	       c->pool_require_locked ? "true" : "false", config_hugepages_name(c->pool_hugepages));
 	printf("  session.page_size %u, session.ring_entries %u, ring.poll_us %u, log.level %s\n", c->session_page_size,
 	       c->session_ring_entries, c->ring_poll_us, log_level_name(c->log_level));
+	for (size_t i = 0; i < c->n_swap_dirs; i++)
+		printf("  swap.dirs[%zu] %s, max_bytes %s\n", i, c->swap_dirs[i].path,
+		       format_bytes(c->swap_dirs[i].max_bytes, a, sizeof(a)));
+	printf("  swap.queue_depth %u, swap.sqpoll %s, swap.prefetch_window %u, swap.session_bytes %s%s\n",
+	       c->swap_queue_depth, c->swap_sqpoll ? "true" : "false", c->swap_prefetch_window,
+	       format_bytes(c->swap_session_bytes, b, sizeof(b)),
+	       c->n_swap_dirs ? "" : " (no swap.dirs: resident tensors only)");
 }
 
 int main(int argc, char **argv)

@@ -76,7 +76,7 @@ static const struct bad bad[] = {
 	{ "{\"ring\": {\"spin\": 1}}", "unknown key ring.spin", "poll_us" },
 	{ "{\"log\": {\"level\": \"verbose\"}}", "log.level", "\"verbose\" is not one of" },
 	{ "{\"log\": {\"level\": 3}}", "log.level", "wrong type" },
-	/* swap (NVMe tier, validated only) */
+	/* swap (the NVMe tier) */
 	{ "{\"swap\": {\"dirs\": \"/mnt\"}}", "swap.dirs", "expected an array" },
 	{ "{\"swap\": {\"dirs\": [3]}}", "swap.dirs[0]", "wrong type" },
 	{ "{\"swap\": {\"dirs\": [{\"path\": \"nvme\", \"max_bytes\": \"1GiB\"}]}}", "swap.dirs[0].path",
@@ -93,6 +93,10 @@ static const struct bad bad[] = {
 	{ "{\"swap\": {\"sqpoll\": \"yes\"}}", "swap.sqpoll", "wrong type" },
 	{ "{\"swap\": {\"prefetch_window\": -1}}", "swap.prefetch_window", "out of range" },
 	{ "{\"swap\": {\"depth\": 1}}", "unknown key swap.depth", "queue_depth" },
+	{ "{\"swap\": {\"session_bytes\": \"2048TiB\"}}", "swap.session_bytes", "more than 1 PiB" },
+	{ "{\"swap\": {\"session_bytes\": true}}", "swap.session_bytes", "wrong type" },
+	{ "{\"swap\": {\"session_bytes\": \"lots\"}}", "swap.session_bytes", "not a size" },
+	{ "{\"swap\": {\"size\": 1}}", "unknown key swap.size", "session_bytes" },
 };
 
 static void test_refusals(void)
@@ -135,7 +139,7 @@ static void test_defaults_and_good(void)
 		" \"session\": {\"page_size\": \"1MiB\", \"ring_entries\": 64, \"max_tensors\": 10, \"max_garbage\": 5},"
 		" \"ring\": {\"poll_us\": 0}, \"log\": {\"level\": \"debug\"},"
 		" \"swap\": {\"dirs\": [{\"path\": \"/var/lib/spillway\", \"max_bytes\": \"64GiB\"}], \"queue_depth\": 64,"
-		"          \"sqpoll\": true, \"prefetch_window\": 4}}";
+		"          \"sqpoll\": true, \"prefetch_window\": 4, \"session_bytes\": \"16GiB\"}}";
 	struct config *c = NULL;
 	char err[1024] = "";
 
@@ -150,6 +154,7 @@ static void test_defaults_and_good(void)
 	ASSERT_UEQ(c->pool_session_max_bytes, c->pool_max_bytes);
 	ASSERT_EQ(c->socket_mode, 0660);
 	ASSERT_EQ(c->swap_queue_depth, 32);
+	ASSERT_UEQ(c->swap_session_bytes, 4ull << 30);
 	c = config_free(c);
 
 	ASSERT_OK(config_parse(good, strlen(good), "good", &c, err, sizeof(err)));
@@ -169,6 +174,7 @@ static void test_defaults_and_good(void)
 	ASSERT_EQ(c->n_swap_dirs, 1);
 	ASSERT_STREQ(c->swap_dirs[0].path, "/var/lib/spillway");
 	ASSERT_TRUE(c->swap_sqpoll);
+	ASSERT_UEQ(c->swap_session_bytes, 16ull << 30);
 	config_free(c);
 	config_free(NULL);
 }
