@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * config.h: spillwayd's configuration (JSON, docs/config.md). Every key is
+ * config.h: spillwayd's configuration (JSON; every key in README.md, Configuration). Every key is
  * validated when the file is read: unknown keys, wrong types and values the
  * daemon could never honour are refused with a message naming the key, the
  * value and the reason.

@@ -22,7 +22,7 @@ static void usage(FILE *f)
 		"  -h, --help          this text\n"
 		"\n"
 		"Without a config file the built-in defaults apply; as a non-root user the\n"
-		"sockets go to $XDG_RUNTIME_DIR/spillway. Keys: docs/config.md.\n",
+		"sockets go to $XDG_RUNTIME_DIR/spillway. Keys: README.md (Configuration) in the source tree.\n",
 		SPW_DEFAULT_CONFIG);
 }
 
