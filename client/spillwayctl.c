@@ -149,6 +149,66 @@ static void session_row(const cJSON *s, char row[C__N][CELL])
 	fmt_num(ring, "errors", row[C_ERRORS], CELL);
 }
 
+/* The NVMe tier: the daemon's swap directories and disk ring, then one line
+ * per session that has swap, so an operator sees where pages live and
+ * whether the prefetcher keeps up (misses) without reading JSON. */
+static void print_tier(const cJSON *doc)
+{
+	const cJSON *swap = get(doc, "swap"), *dirs = get(swap, "dirs"), *uring = get(swap, "uring");
+	const cJSON *sessions = get(doc, "sessions"), *s;
+	char a[CELL], b[CELL], c[CELL], d[CELL];
+	bool header = false;
+
+	if (cJSON_IsArray(dirs) && cJSON_GetArraySize(dirs) > 0) {
+		const cJSON *dir;
+
+		printf("\nswap dirs:\n");
+		cJSON_ArrayForEach(dir, dirs) {
+			fmt_str(dir, "path", a, CELL);
+			fmt_bytes(dir, "used_bytes", b, CELL);
+			fmt_bytes(dir, "max_bytes", c, CELL);
+			fmt_bytes(dir, "free_bytes", d, CELL);
+			printf("  %s: %s used of %s, %s free on the filesystem\n", a, b, c, d);
+		}
+	}
+	if (cJSON_IsObject(uring)) {
+		fmt_num(uring, "queue_depth", a, CELL);
+		fmt_num(uring, "inflight", b, CELL);
+		fmt_bytes(uring, "read_bytes", c, CELL);
+		fmt_bytes(uring, "write_bytes", d, CELL);
+		printf("io_uring: depth %s, %s in flight, %s read, %s written", a, b, c, d);
+		fmt_num(uring, "errors", a, CELL);
+		printf(", %s errors\n", a);
+	}
+	if (!cJSON_IsArray(sessions))
+		return;
+	cJSON_ArrayForEach(s, sessions) {
+		const cJSON *t = get(s, "tier"), *pages = get(t, "pages");
+		char name[CELL], disk[CELL], st[8][CELL], rd[CELL], wr[CELL], hit[CELL], miss[CELL], ev[CELL], err[CELL];
+		static const char *const states[8] = { "zero", "disk", "reading", "clean", "dirty", "writing", "failed", "resident" };
+
+		if (!cJSON_IsObject(t) || !cJSON_IsNumber(get(t, "swap_bytes")) || get(t, "swap_bytes")->valuedouble <= 0)
+			continue;
+		if (!header) {
+			printf("\nNVMe tier by session (pages: zero/disk/reading/clean/dirty/writing/failed/resident):\n");
+			header = true;
+		}
+		fmt_str(s, "name", name, CELL);
+		fmt_bytes(t, "bytes_on_disk", disk, CELL);
+		for (int i = 0; i < 8; i++)
+			fmt_num(pages, states[i], st[i], CELL);
+		fmt_num(t, "read_mb_per_s", rd, CELL);
+		fmt_num(t, "write_mb_per_s", wr, CELL);
+		fmt_num(t, "prefetch_hits", hit, CELL);
+		fmt_num(t, "misses", miss, CELL);
+		fmt_num(t, "evictions", ev, CELL);
+		fmt_num(t, "errors", err, CELL);
+		printf("  %s: %s on disk; pages %s/%s/%s/%s/%s/%s/%s/%s; read %s MB/s, write %s MB/s;"
+		       " prefetch hits %s, misses %s, evictions %s, errors %s\n",
+		       name, disk, st[0], st[1], st[2], st[3], st[4], st[5], st[6], st[7], rd, wr, hit, miss, ev, err);
+	}
+}
+
 static int print_table(const cJSON *doc)
 {
 	const cJSON *proto = get(doc, "proto"), *config = get(doc, "config"), *pool = get(doc, "pool");
@@ -226,6 +286,7 @@ static int print_table(const cJSON *doc)
 		fmt_bytes(others, "region_bytes", b, CELL);
 		printf("\nsessions of other users: %s, holding %s\n", a, b);
 	}
+	print_tier(doc);
 	return 0;
 }
 
