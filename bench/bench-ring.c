@@ -130,28 +130,6 @@ static int status_cpu_s(const char *status_path, double *out)
 	return r;
 }
 
-/* $SPILLWAYD, else the daemon next to us in the build tree; the harness
- * falls back to PATH when neither is set. */
-static void find_daemon(void)
-{
-	char exe[PATH_MAX], path[PATH_MAX + 32];
-	ssize_t n;
-	char *slash;
-
-	if (getenv("SPILLWAYD"))
-		return;
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
-		return;
-	exe[n] = '\0';
-	slash = strrchr(exe, '/');
-	if (!slash)
-		return;
-	*slash = '\0';
-	snprintf(path, sizeof(path), "%s/../daemon/spillwayd", exe);
-	if (access(path, X_OK) == 0)
-		setenv("SPILLWAYD", path, 1);
-}
 
 static void usage(FILE *f)
 {
@@ -204,7 +182,7 @@ int bench_ring(int argc, char **argv)
 		snprintf(status_path, sizeof(status_path), "%.*s/status.sock",
 			 slash ? (int)(slash - socket_path) : 1, slash ? socket_path : ".");
 	} else {
-		find_daemon();
+		bench_find_daemon();
 		r = spw_test_daemon_start(&d, bench_config);
 		if (r < 0) {
 			fprintf(stderr, "bench ring: could not start spillwayd (%s): %s; set SPILLWAYD or pass --socket\n",

@@ -300,26 +300,6 @@ static int fio_pass(const char *dir, const struct opts *o, uint32_t page_size, s
 
 /* ---- driver ---- */
 
-static void find_daemon(void)
-{
-	char exe[PATH_MAX], path[PATH_MAX + 32];
-	ssize_t n;
-	char *slash;
-
-	if (getenv("SPILLWAYD"))
-		return;
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
-		return;
-	exe[n] = '\0';
-	slash = strrchr(exe, '/');
-	if (!slash)
-		return;
-	*slash = '\0';
-	snprintf(path, sizeof(path), "%s/../daemon/spillwayd", exe);
-	if (access(path, X_OK) == 0)
-		setenv("SPILLWAYD", path, 1);
-}
 
 static void usage(FILE *f)
 {
@@ -381,7 +361,7 @@ int bench_swap(int argc, char **argv)
 		 " \"log\": {\"level\": \"warn\"}}",
 		 (unsigned long long)(o.gib * 256 + 64), (unsigned long long)(o.gib * 256 + 64), dir, DEPTH,
 		 (unsigned long long)(o.gib * 1024 + 64));
-	find_daemon();
+	bench_find_daemon();
 	r = spw_test_daemon_start(&d, cfg);
 	if (r < 0) {
 		fprintf(stderr, "bench swap: could not start spillwayd (%s): %s; set SPILLWAYD\n",

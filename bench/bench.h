@@ -31,4 +31,9 @@ double bench_percentile(double *v, size_t n, double p);
 /* Process CPU time (user + system) in seconds, for this process. */
 double bench_cpu_s(void);
 
+/* Points $SPILLWAYD at the daemon of this build (../daemon/spillwayd beside
+ * the bench in a build tree, ../sbin/spillwayd in an install) unless it is
+ * set; the harness that starts it falls back to PATH. */
+void bench_find_daemon(void);
+
 #endif
