@@ -169,7 +169,7 @@ static void case_fetch(void)
 		ASSERT_EQ(spw_optimizer_read(o, f, SPW_STATE_EXP_AVG, got), -EINVAL);
 
 		ASSERT_OK(spw_optimizer_stats(o, &st));
-		ASSERT_UEQ(st.fetches, 14);
+		ASSERT_UEQ(st.fetches, 12);
 		ASSERT_GT(st.bytes_fetched, 0);
 		spw_optimizer_free(o);
 	}
