@@ -74,26 +74,6 @@ static double secs(uint64_t t0)
 	return (double)(bench_now_ns() - t0) * 1e-9;
 }
 
-static void find_daemon(void)
-{
-	char exe[PATH_MAX], path[PATH_MAX + 32];
-	ssize_t n;
-	char *slash;
-
-	if (getenv("SPILLWAYD"))
-		return;
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
-		return;
-	exe[n] = '\0';
-	slash = strrchr(exe, '/');
-	if (!slash)
-		return;
-	*slash = '\0';
-	snprintf(path, sizeof(path), "%s/../daemon/spillwayd", exe);
-	if (access(path, X_OK) == 0)
-		setenv("SPILLWAYD", path, 1);
-}
 
 /* The parts on their own: transfers, Adam on the pool and on one thread. */
 struct parts {
@@ -280,7 +260,7 @@ int bench_pipeline(int argc, char **argv)
 	}
 
 	if (!socket_path) {
-		find_daemon();
+		bench_find_daemon();
 		if ((r = spw_test_daemon_start(&d, bench_config)) < 0) {
 			fprintf(stderr, "spillway-bench pipeline: cannot start spillwayd: %s\n", spw_strerror(r));
 			return 1;

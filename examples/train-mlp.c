@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
 #include <spillway/spillway.h>
 
 #include "mlp.h"
@@ -80,6 +81,64 @@ static int parse_u64(const char *s, uint64_t *out)
 	return errno || end == s || *end ? -EINVAL : 0;
 }
 
+/* The daemon's side of the offload, from its status socket: what the NVMe
+ * tier read and wrote for this session and whether its prefetcher had the
+ * pages ready (prefetch hits) or a PIN had to wait for the disk (misses). */
+struct tier_figures {
+	double read_bytes, write_bytes, prefetch_hits, misses, evictions;
+	bool valid;
+};
+
+static double tier_num(const cJSON *tier, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(tier, key);
+
+	return cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+}
+
+static void tier_read(const char *status_path, const char *session, struct tier_figures *f)
+{
+	const cJSON *s, *sessions;
+	char *json = NULL;
+	cJSON *doc;
+
+	f->valid = false;
+	if (spw_status_fetch(status_path, &json) < 0)
+		return;
+	doc = cJSON_Parse(json);
+	free(json);
+	sessions = cJSON_GetObjectItemCaseSensitive(doc, "sessions");
+	cJSON_ArrayForEach(s, sessions) {
+		const cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "name");
+		const cJSON *tier = cJSON_GetObjectItemCaseSensitive(s, "tier");
+
+		if (!cJSON_IsString(name) || strcmp(name->valuestring, session) || !cJSON_IsObject(tier))
+			continue;
+		f->read_bytes = tier_num(tier, "read_bytes");
+		f->write_bytes = tier_num(tier, "write_bytes");
+		f->prefetch_hits = tier_num(tier, "prefetch_hits");
+		f->misses = tier_num(tier, "misses");
+		f->evictions = tier_num(tier, "evictions");
+		f->valid = true;
+	}
+	cJSON_Delete(doc);
+}
+
+/* status.sock lives beside the control socket the trainer used: the one
+ * given with --socket, else the library's default ($SPILLWAY_SOCKET, ...). */
+static int status_path_for(const char *control, char *buf, size_t len)
+{
+	const char *slash = control ? strrchr(control, '/') : NULL;
+
+	if (!control)
+		return spw_socket_path(SPW_SOCKET_STATUS, buf, len);
+	if (slash)
+		snprintf(buf, len, "%.*s/status.sock", (int)(slash - control), control);
+	else
+		snprintf(buf, len, "status.sock");
+	return 0;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: train-mlp [--steps N] [--batch B] [--hidden H] [--layers L] [--lr X]\n"
@@ -107,6 +166,8 @@ int main(int argc, char **argv)
 	float *x = NULL;
 	int32_t *y = NULL;
 	double t_start, t_total = 0.0, state_bytes;
+	struct tier_figures tf0 = { 0 }, tf = { 0 }, prev = { 0 };
+	char status_path[512] = "";
 	int i, n, r, ret = 1, correct;
 
 	for (i = 1; i < argc; i++) {
@@ -213,6 +274,11 @@ int main(int argc, char **argv)
 	       state_bytes / 1048576.0, tier, (double)region / 1048576.0, 100.0 * (double)region / state_bytes,
 	       (uintmax_t)(page >> 10), oo.mode == SPW_OPT_EXACT ? "exact" : "overlapped", (uintmax_t)accum);
 
+	if (status_path_for(socket, status_path, sizeof(status_path)) == 0)
+		tier_read(status_path, "demo/train-mlp", &tf0);
+	tf = tf0;
+	prev = tf0;
+
 	for (uint64_t step = 1; step <= steps; step++) {
 		struct spw_step_result res = { .size = sizeof(res) };
 		double t0 = now_s(), dt;
@@ -247,6 +313,18 @@ int main(int argc, char **argv)
 			       (double)(st.bytes_d2h + st.bytes_h2d - st0.bytes_d2h - st0.bytes_h2d) / 1048576.0,
 			       (st.adam_s - st0.adam_s) * 1e3, (uintmax_t)(st.pins - st0.pins),
 			       (uintmax_t)(st.fast_pins - st0.fast_pins), (uintmax_t)(st.prefetches - st0.prefetches));
+		/* Outside the timed step: one status round trip to the daemon. */
+		if (every && (step % every == 0 || step == 1) && status_path[0]) {
+			tier_read(status_path, "demo/train-mlp", &tf);
+			if (tf.valid && (tf.read_bytes + tf.write_bytes > 0 || tf.prefetch_hits + tf.misses > 0)) {
+				printf("          daemon: disk read %.1f MiB, written %.1f MiB, prefetch hits %.0f, "
+				       "misses %.0f, evictions %.0f (since the last line)\n",
+				       (tf.read_bytes - prev.read_bytes) / 1048576.0,
+				       (tf.write_bytes - prev.write_bytes) / 1048576.0, tf.prefetch_hits - prev.prefetch_hits,
+				       tf.misses - prev.misses, tf.evictions - prev.evictions);
+				prev = tf;
+			}
+		}
 	}
 	if ((r = spw_optimizer_sync(tr.opt)) < 0)
 		goto fail;
@@ -257,6 +335,17 @@ int main(int argc, char **argv)
 	       (double)(st.bytes_d2h + st.bytes_h2d) / 1048576.0, st.adam_s, (uintmax_t)st.pins,
 	       (uintmax_t)st.fast_pins, st.pins ? 100.0 * (double)st.fast_pins / (double)st.pins : 0.0,
 	       (uintmax_t)st.prefetches, st.hints ? "" : " (the daemon takes no hints)");
+	if (status_path[0]) {
+		tier_read(status_path, "demo/train-mlp", &tf);
+		if (tf.valid && tf.prefetch_hits + tf.misses > 0)
+			printf("daemon:  NVMe tier read %.1f MiB, wrote %.1f MiB; prefetch hits %.0f, misses %.0f "
+			       "(%.0f%% of disk-backed pins found their page ready), evictions %.0f\n",
+			       (tf.read_bytes - tf0.read_bytes) / 1048576.0, (tf.write_bytes - tf0.write_bytes) / 1048576.0,
+			       tf.prefetch_hits - tf0.prefetch_hits, tf.misses - tf0.misses,
+			       100.0 * (tf.prefetch_hits - tf0.prefetch_hits) /
+				       (tf.prefetch_hits - tf0.prefetch_hits + tf.misses - tf0.misses),
+			       tf.evictions - tf0.evictions);
+	}
 	ret = 0;
 	if (check > 0.0f && steps >= 20 && !(last <= first / check)) {
 		fprintf(stderr, "train-mlp: loss fell by %.2fx, less than %.2fx\n", (double)(first / last),
