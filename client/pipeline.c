@@ -1823,6 +1823,65 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 	return 0;
 }
 
+/* Copies n values into page k of tensor id, which the caller's ring holds
+ * (in NULL: zeros), and hands it back dirty so the daemon keeps them. */
+static int put_page(spw_optimizer *o, uint32_t id, uint32_t k, const float *in, uint64_t n)
+{
+	void *p;
+	int r = spw_pin(o->c, id, k, &p);
+
+	if (r < 0)
+		return r;
+	if (in)
+		memcpy(p, in, n * sizeof(float));
+	else
+		memset(p, 0, n * sizeof(float));
+	return spw_unpin(o->c, id, k, SPW_DIRTY);
+}
+
+SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor, enum spw_optimizer_state which,
+				   const float *in)
+{
+	struct tensor *t;
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	if (tensor >= o->ntensors || (unsigned)which > SPW_STATE_EXP_AVG_SQ || !in)
+		return opt_error(o, -EINVAL, "write: no tensor %u or state %d, or in is NULL", tensor, (int)which);
+	if (o->in_step)
+		return opt_error(o, -EBUSY, "write: a step is open");
+	t = &o->tensors[tensor];
+	if (t->frozen && which != SPW_STATE_PARAM)
+		return opt_error(o, -EINVAL, "write %s: a frozen tensor has no optimizer state", t->name);
+	/* After the sync no job holds a pin or reads ch->zeroed, and parking
+	 * the engine orders our writes of it before the next job's reads. */
+	if ((r = spw_optimizer_sync(o)) < 0)
+		return r;
+	ring_acquire(o);
+	for (uint32_t k = 0; k < t->nchunks && r >= 0; k++) {
+		struct chunk *ch = &t->chunks[k];
+
+		if (which == SPW_STATE_PARAM || ch->zeroed) {
+			r = put_page(o, t->id[which], k, in + ch->off, ch->n);
+			continue;
+		}
+		/* A chunk never updated would have both moments zeroed by its
+		 * first update, wiping what is written now: zero the other
+		 * moment's page here instead (it may hold a slot's earlier
+		 * tenant) and mark the chunk initialised. */
+		r = put_page(o, t->id[which == SPW_STATE_EXP_AVG ? R_V : R_M], k, NULL, ch->n);
+		if (r >= 0)
+			r = put_page(o, t->id[which], k, in + ch->off, ch->n);
+		if (r >= 0)
+			ch->zeroed = true;
+	}
+	ring_release(o);
+	if (r < 0)
+		return opt_error(o, r, "write %s: %s", t->name, spw_client_last_error(o->c));
+	return 0;
+}
+
 static void fill_stats(spw_optimizer *o, struct spw_optimizer_stats *st);
 
 SPW_EXPORT int spw_optimizer_stats(spw_optimizer *o, struct spw_optimizer_stats *st)

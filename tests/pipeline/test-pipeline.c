@@ -8,7 +8,10 @@
  * and exp_avg_sq are the same bits. A small page size (64 KiB) cuts the
  * tensors into many chunks, so the windowing and ordering are exercised.
  *
- *   test-pipeline three-way|swappable|exact|misuse|death
+ * The resume cases stop a run, carry its state into a fresh optimizer
+ * with spw_optimizer_write() and go on, which must change no bit.
+ *
+ *   test-pipeline three-way|swappable|exact|misuse|death|write|resume
  */
 #include <errno.h>
 #include <math.h>
@@ -286,8 +289,13 @@ static spw_optimizer *make_opt(spw_client *c, const struct run_cfg *rc, int *err
 	return o;
 }
 
-/* Returns 0, or -EOPNOTSUPP when the daemon refuses the tier. */
-static int run_spillway(const struct spw_test_daemon *d, const struct run_cfg *rc, struct run_out *out)
+/*
+ * Runs steps first..rc->steps; with from, a fresh optimizer first takes
+ * from's state (saved after step first - 1) as a resumed run would.
+ * Returns 0, or -EOPNOTSUPP when the daemon refuses the tier.
+ */
+static int run_spillway_from(const struct spw_test_daemon *d, const struct run_cfg *rc, int first,
+			     const struct run_out *from, struct run_out *out)
 {
 	struct trainer tr = { .rc = rc, .scale = rc->init_scale };
 	struct mlp *m = model();
@@ -315,7 +323,14 @@ static int run_spillway(const struct spw_test_daemon *d, const struct run_cfg *r
 		ASSERT_OK(r);
 		ASSERT_TRUE((tr.h[i] = malloc(t[i].count * 2)) != NULL);
 	}
-	for (int step = 1; step <= rc->steps; step++) {
+	for (int i = 0; from && i < n; i++) {
+		ASSERT_OK(spw_optimizer_write(tr.opt, tr.id[i], SPW_STATE_PARAM, from->p[i]));
+		ASSERT_OK(spw_optimizer_write(tr.opt, tr.id[i], SPW_STATE_EXP_AVG, from->m[i]));
+		ASSERT_OK(spw_optimizer_write(tr.opt, tr.id[i], SPW_STATE_EXP_AVG_SQ, from->v[i]));
+		/* The device parameters are the caller's to restore. */
+		memcpy(t[i].param, from->p[i], t[i].count * 4);
+	}
+	for (int step = first; step <= rc->steps; step++) {
 		struct spw_step_result res = { .size = sizeof(res) };
 
 		ASSERT_OK(spw_optimizer_begin(tr.opt, (uint64_t)step, NULL, 0.0f));
@@ -358,6 +373,11 @@ done:
 	return r;
 }
 
+static int run_spillway(const struct spw_test_daemon *d, const struct run_cfg *rc, struct run_out *out)
+{
+	return run_spillway_from(d, rc, 1, NULL, out);
+}
+
 static void assert_same(const struct run_out *a, const struct run_out *b, const char *what)
 {
 	struct mlp *m = model();
@@ -372,7 +392,7 @@ static void assert_same(const struct run_out *a, const struct run_out *b, const 
 
 		if (memcmp(a->p[i], b->p[i], bytes) || memcmp(a->m[i], b->m[i], bytes) ||
 		    memcmp(a->v[i], b->v[i], bytes))
-			TEST_FAIL("%s: tensor %s differs from the plain run", what, t[i].name);
+			TEST_FAIL("%s: tensor %s differs from the reference run", what, t[i].name);
 	}
 	mlp_free(m);
 }
@@ -518,6 +538,167 @@ static void case_misuse(void)
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 }
 
+/* Deterministic values of either sign, never all zero (so a wrongly
+ * zeroed page shows). */
+static void fill(float *a, size_t n, uint32_t seed, float scale)
+{
+	uint32_t x = seed * 2654435761u + 1u;
+
+	for (size_t i = 0; i < n; i++) {
+		x = x * 1664525u + 1013904223u;
+		a[i] = scale * ((float)(x >> 8) / (float)(1u << 24) - 0.25f);
+	}
+}
+
+/* Round trips through spw_optimizer_write/read on one tier; the moments
+ * written before any update survive it. */
+static void write_round_trip(const struct spw_test_daemon *d, enum spw_tensor_kind tier, uint64_t region)
+{
+	struct run_cfg rc = { .mode = SPW_OPT_OVERLAPPED, .tier = tier, .accum = 1 };
+	struct spw_step_result res = { .size = sizeof(res) };
+	/* Four chunks, the last one short. */
+	enum { N = 3 * CHUNK + 17 };
+	static float init[N], dev[N], dev2[N], in[3][N], out[N], zero[N];
+	spw_client *c = connect_client(d, region);
+	spw_optimizer *o;
+	uint32_t w, w2, f;
+	int r;
+
+	o = make_opt(c, &rc, &r);
+	ASSERT_OK(r);
+	fill(init, N, 1, 1.0f);
+	r = spw_optimizer_add(o, "w", 0, N, init, dev, SPW_TYPE_F32, &w);
+	if (r == -EOPNOTSUPP) {
+		fprintf(stderr, "write, tier %d: %s (skipped)\n", (int)tier, spw_optimizer_last_error(o));
+		spw_optimizer_free(o);
+		ASSERT_OK(spw_client_detach(c));
+		spw_client_free(c);
+		return;
+	}
+	ASSERT_OK(r);
+	ASSERT_OK(spw_optimizer_add(o, "w2", 0, N, init, dev2, SPW_TYPE_F32, &w2));
+	ASSERT_OK(spw_optimizer_add_frozen(o, "f", N, init, SPW_TYPE_F32, &f));
+
+	/* Every state of w, exact, before any update. */
+	for (int which = 0; which < 3; which++) {
+		fill(in[which], N, 10u + (uint32_t)which, which == 2 ? 1e-3f : 1.0f);
+		if (which == 2)
+			for (size_t i = 0; i < N; i++)
+				in[2][i] = fabsf(in[2][i]);
+		ASSERT_OK(spw_optimizer_write(o, w, (enum spw_optimizer_state)which, in[which]));
+	}
+	for (int which = 0; which < 3; which++) {
+		ASSERT_OK(spw_optimizer_read(o, w, (enum spw_optimizer_state)which, out));
+		ASSERT_EQ(memcmp(out, in[which], sizeof(out)), 0);
+	}
+	/* w2 gets only exp_avg: its exp_avg_sq reads as zeros. */
+	ASSERT_OK(spw_optimizer_write(o, w2, SPW_STATE_EXP_AVG, in[1]));
+	ASSERT_OK(spw_optimizer_read(o, w2, SPW_STATE_EXP_AVG_SQ, out));
+	ASSERT_EQ(memcmp(out, zero, sizeof(out)), 0);
+	/* A frozen tensor's values, yes; moments it has none. */
+	ASSERT_OK(spw_optimizer_write(o, f, SPW_STATE_PARAM, in[0]));
+	ASSERT_OK(spw_optimizer_read(o, f, SPW_STATE_PARAM, out));
+	ASSERT_EQ(memcmp(out, in[0], sizeof(out)), 0);
+	ASSERT_EQ(spw_optimizer_write(o, f, SPW_STATE_EXP_AVG, in[1]), -EINVAL);
+	ASSERT_CONTAINS(spw_optimizer_last_error(o), "frozen");
+	ASSERT_EQ(spw_optimizer_write(o, f, SPW_STATE_EXP_AVG_SQ, in[2]), -EINVAL);
+
+	/* Misuse. */
+	ASSERT_EQ(spw_optimizer_write(NULL, w, SPW_STATE_PARAM, in[0]), -EINVAL);
+	ASSERT_EQ(spw_optimizer_write(o, 99, SPW_STATE_PARAM, in[0]), -EINVAL);
+	ASSERT_CONTAINS(spw_optimizer_last_error(o), "no tensor 99");
+	ASSERT_EQ(spw_optimizer_write(o, w, (enum spw_optimizer_state)3, in[0]), -EINVAL);
+	ASSERT_EQ(spw_optimizer_write(o, w, SPW_STATE_PARAM, NULL), -EINVAL);
+
+	/* A step with zero gradients: written moments are decayed, not
+	 * zeroed (m = beta1 m, v = beta2 v), and w2's v stays zero. */
+	ASSERT_OK(spw_optimizer_begin(o, 1, NULL, 0.0f));
+	ASSERT_EQ(spw_optimizer_write(o, w, SPW_STATE_PARAM, in[0]), -EBUSY);
+	ASSERT_CONTAINS(spw_optimizer_last_error(o), "a step is open");
+	ASSERT_OK(spw_optimizer_grad_ready(o, w, SPW_ALL_CHUNKS, zero, sizeof(zero), SPW_TYPE_F32, NULL));
+	ASSERT_OK(spw_optimizer_grad_ready(o, w2, SPW_ALL_CHUNKS, zero, sizeof(zero), SPW_TYPE_F32, NULL));
+	ASSERT_OK(spw_optimizer_end(o, &res));
+	ASSERT_OK(spw_optimizer_read(o, w, SPW_STATE_EXP_AVG, out));
+	for (size_t i = 0; i < N; i++)
+		ASSERT_TRUE(fabsf(out[i] - group.beta1 * in[1][i]) <= 1e-6f * fabsf(in[1][i]));
+	ASSERT_OK(spw_optimizer_read(o, w, SPW_STATE_EXP_AVG_SQ, out));
+	for (size_t i = 0; i < N; i++)
+		ASSERT_TRUE(fabsf(out[i] - group.beta2 * in[2][i]) <= 1e-6f * fabsf(in[2][i]));
+	ASSERT_OK(spw_optimizer_read(o, w2, SPW_STATE_EXP_AVG, out));
+	for (size_t i = 0; i < N; i++)
+		ASSERT_TRUE(fabsf(out[i] - group.beta1 * in[1][i]) <= 1e-6f * fabsf(in[1][i]));
+	ASSERT_OK(spw_optimizer_read(o, w2, SPW_STATE_EXP_AVG_SQ, out));
+	ASSERT_EQ(memcmp(out, zero, sizeof(out)), 0);
+	/* After an update: written exactly again. */
+	ASSERT_OK(spw_optimizer_write(o, w, SPW_STATE_EXP_AVG, in[1]));
+	ASSERT_OK(spw_optimizer_read(o, w, SPW_STATE_EXP_AVG, out));
+	ASSERT_EQ(memcmp(out, in[1], sizeof(out)), 0);
+
+	spw_optimizer_free(o);
+	ASSERT_OK(spw_client_detach(c));
+	spw_client_free(c);
+	fprintf(stderr, "write, tier %d: exact round trips, moments kept by the first update\n", (int)tier);
+}
+
+static void case_write(void)
+{
+	struct spw_test_daemon d;
+
+	ASSERT_OK(spw_test_daemon_start(&d, swap_config));
+	write_round_trip(&d, SPW_TENSOR_RESIDENT, 16u << 20);
+	/* 8 pages for 4 tensors of 4 chunks: the pages go to NVMe. */
+	write_round_trip(&d, SPW_TENSOR_SWAPPABLE, 8 * PAGE);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+}
+
+/* Steps 1..steps uninterrupted, against 1..stop, the state read out and
+ * written into a fresh optimizer that goes on from stop + 1. Returns 0 or
+ * -EOPNOTSUPP. */
+static int resume(const struct spw_test_daemon *d, struct run_cfg rc, int stop, const char *what)
+{
+	struct run_out whole, part, rest;
+	int steps = rc.steps, r;
+
+	r = run_spillway(d, &rc, &whole);
+	if (r < 0) {
+		out_free(&whole);
+		return r;
+	}
+	rc.steps = stop;
+	ASSERT_OK(run_spillway(d, &rc, &part));
+	rc.steps = steps;
+	ASSERT_OK(run_spillway_from(d, &rc, stop + 1, &part, &rest));
+	assert_same(&whole, &rest, what);
+	fprintf(stderr, "%s: resumed after step %d of %d, bit-identical\n", what, stop, steps);
+	out_free(&whole);
+	out_free(&part);
+	out_free(&rest);
+	return 0;
+}
+
+static void case_resume(void)
+{
+	struct spw_test_daemon d;
+	struct run_cfg rc = { .mode = SPW_OPT_OVERLAPPED, .tier = SPW_TENSOR_RESIDENT, .steps = 5,
+			      .region = 16u << 20, .accum = 1 };
+	int r;
+
+	ASSERT_OK(spw_test_daemon_start(&d, swap_config));
+	ASSERT_OK(resume(&d, rc, 2, "resident, overlapped"));
+	rc.mode = SPW_OPT_EXACT, rc.max_norm = 0.05f;
+	ASSERT_OK(resume(&d, rc, 3, "resident, exact, clipped"));
+	rc.tier = SPW_TENSOR_SWAPPABLE, rc.region = 12 * PAGE;
+	r = resume(&d, rc, 2, "swappable, exact, clipped");
+	if (r == -EOPNOTSUPP) {
+		ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+		SKIP("the daemon refuses swappable tensors (EOPNOTSUPP: no NVMe tier in this build)");
+	}
+	ASSERT_OK(r);
+	rc.mode = SPW_OPT_OVERLAPPED, rc.max_norm = 0.0f, rc.accum = 2;
+	ASSERT_OK(resume(&d, rc, 3, "swappable, overlapped, accumulation 2"));
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -572,6 +753,7 @@ int main(int argc, char **argv)
 	} cases[] = {
 		{ "three-way", case_three_way }, { "swappable", case_swappable }, { "exact", case_exact },
 		{ "misuse", case_misuse },       { "death", case_death },
+		{ "write", case_write },         { "resume", case_resume },
 	};
 
 	if (!getenv("SPILLWAYD"))
@@ -581,6 +763,6 @@ int main(int argc, char **argv)
 			cases[i].fn();
 			return 0;
 		}
-	fprintf(stderr, "usage: test-pipeline three-way|swappable|exact|misuse|death\n");
+	fprintf(stderr, "usage: test-pipeline three-way|swappable|exact|misuse|death|write|resume\n");
 	return 2;
 }

@@ -631,6 +631,37 @@ enum spw_optimizer_state {
 SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor,
 				  enum spw_optimizer_state which, float *out);
 
+/*
+ * Copies count fp32 values from in into a tensor's state, which = SPW_STATE_PARAM
+ * (master weights), SPW_STATE_EXP_AVG or SPW_STATE_EXP_AVG_SQ; for
+ * load_state_dict and restarts. Not while a step is open; waits for the
+ * work of ended steps first (as spw_optimizer_sync()). Works on either
+ * tier (the pages are handed back dirty). Since 0.4.
+ *
+ * It does not touch the device parameters (nor a buffer filled by
+ * spw_params_fetch()): they are the caller's, who copies the same values
+ * there (cast to the parameters' type). Offloaded tensors' next fetch
+ * returns the written master weights.
+ *
+ * Moments: a chunk's moments start as zeros at its first update, unless
+ * one of them was written before: then the written values are kept, and
+ * the moment not written (if any) reads as zeros. Write both for a
+ * resumed run.
+ *
+ * Step count: the optimizer keeps none of its own; the bias correction
+ * comes from the step number passed to spw_optimizer_begin(). A run
+ * resumed from state saved after step s (torch's state['step'] = s)
+ * begins its first step with s + 1. (The dynamic loss scale of
+ * SPW_OPT_EXACT is not part of the state: it restarts at init_loss_scale.)
+ *
+ * Returns 0. Returns -EINVAL for an unknown tensor or state (a frozen
+ * tensor has only SPW_STATE_PARAM) or a NULL in; -EBUSY while a step is
+ * open; the pin's error (the state may then be partly written: write it
+ * again); or the broken optimizer's error.
+ */
+SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor,
+				   enum spw_optimizer_state which, const float *in);
+
 struct spw_optimizer_stats {
 	size_t size;            /* set by the caller */
 	uint64_t steps;         /* steps ended */
