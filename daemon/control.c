@@ -348,9 +348,11 @@ static uint64_t swap_default(struct daemon *d, const char *name, uint32_t page_s
 	if (per / page_size * unit < want) {
 		uint64_t fits = per / page_size * unit;
 
-		log_info("attach %s: swap dir %s has room for %s; the session gets %s of swap instead of "
-			 "swap.session_bytes (%s)", name, short_dir, format_bytes(per, a, sizeof(a)),
-			 format_bytes(fits, b, sizeof(b)), format_bytes(want, m, sizeof(m)));
+		/* Exact byte counts too: 1.98 GiB prints as "2.0 GiB". */
+		log_info("attach %s: swap dir %s has room for %s (%llu bytes, 1%% kept for metadata); the session "
+			 "gets %s (%llu bytes) of swap instead of swap.session_bytes (%s)",
+			 name, short_dir, format_bytes(per, a, sizeof(a)), (unsigned long long)per,
+			 format_bytes(fits, b, sizeof(b)), (unsigned long long)fits, format_bytes(want, m, sizeof(m)));
 		want = fits;
 	}
 	return want;
