@@ -1785,6 +1785,28 @@ SPW_EXPORT int spw_optimizer_sync(spw_optimizer *o)
 	return r;
 }
 
+/* What read and write check before touching a tensor's state, then the
+ * sync after which no job holds a pin on it or reads its chunks' flags. */
+static int state_access(spw_optimizer *o, const char *verb, uint32_t tensor, enum spw_optimizer_state which,
+			const void *buf, struct tensor **ret)
+{
+	struct tensor *t;
+	int r;
+
+	if (tensor >= o->ntensors || (unsigned)which > SPW_STATE_EXP_AVG_SQ || !buf)
+		return opt_error(o, -EINVAL, "%s: no tensor %u or state %d, or the buffer is NULL", verb, tensor,
+				 (int)which);
+	if (o->in_step)
+		return opt_error(o, -EBUSY, "%s: a step is open", verb);
+	t = &o->tensors[tensor];
+	if (t->frozen && which != SPW_STATE_PARAM)
+		return opt_error(o, -EINVAL, "%s %s: a frozen tensor has no optimizer state", verb, t->name);
+	if ((r = spw_optimizer_sync(o)) < 0)
+		return r;
+	*ret = t;
+	return 0;
+}
+
 SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_optimizer_state which,
 				  float *out)
 {
@@ -1793,14 +1815,7 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 
 	if (!o)
 		return -EINVAL;
-	if (tensor >= o->ntensors || (unsigned)which > SPW_STATE_EXP_AVG_SQ || !out)
-		return opt_error(o, -EINVAL, "read: no tensor %u or state %d, or out is NULL", tensor, (int)which);
-	if (o->in_step)
-		return opt_error(o, -EBUSY, "read: a step is open");
-	t = &o->tensors[tensor];
-	if (t->frozen && which != SPW_STATE_PARAM)
-		return opt_error(o, -EINVAL, "read %s: a frozen tensor has no optimizer state", t->name);
-	if ((r = spw_optimizer_sync(o)) < 0)
+	if ((r = state_access(o, "read", tensor, which, out, &t)) < 0)
 		return r;
 	ring_acquire(o);
 	for (uint32_t k = 0; k < t->nchunks && r >= 0; k++) {
@@ -1847,17 +1862,10 @@ SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor, enum spw_o
 
 	if (!o)
 		return -EINVAL;
-	if (tensor >= o->ntensors || (unsigned)which > SPW_STATE_EXP_AVG_SQ || !in)
-		return opt_error(o, -EINVAL, "write: no tensor %u or state %d, or in is NULL", tensor, (int)which);
-	if (o->in_step)
-		return opt_error(o, -EBUSY, "write: a step is open");
-	t = &o->tensors[tensor];
-	if (t->frozen && which != SPW_STATE_PARAM)
-		return opt_error(o, -EINVAL, "write %s: a frozen tensor has no optimizer state", t->name);
-	/* After the sync no job holds a pin or reads ch->zeroed, and parking
-	 * the engine orders our writes of it before the next job's reads. */
-	if ((r = spw_optimizer_sync(o)) < 0)
+	if ((r = state_access(o, "write", tensor, which, in, &t)) < 0)
 		return r;
+	/* Parking the engine orders our writes of ch->zeroed before the next
+	 * job's reads. */
 	ring_acquire(o);
 	for (uint32_t k = 0; k < t->nchunks && r >= 0; k++) {
 		struct chunk *ch = &t->chunks[k];
