@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -60,8 +61,8 @@ static pid_t spawn(struct spw_test_daemon *d, const char *const *extra)
 {
 	const char *bin = getenv("SPILLWAYD");
 	const char *argv[16] = { 0 };
+	pid_t pid, parent = getpid();
 	int n = 0;
-	pid_t pid;
 
 	if (!bin || !*bin)
 		bin = "spillwayd";
@@ -72,6 +73,11 @@ static pid_t spawn(struct spw_test_daemon *d, const char *const *extra)
 		argv[n++] = *extra;
 	pid = fork();
 	if (pid == 0) {
+		/* A test that fails aborts; its daemon must not live on holding
+		 * the test's stdout/stderr, or meson waits for the timeout. */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(127);
 		execvp(bin, (char *const *)argv);
 		fprintf(stderr, "harness: exec %s: %s\n", bin, strerror(errno));
 		_exit(127);
