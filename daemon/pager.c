@@ -780,6 +780,24 @@ int pager_flush(struct pager *p, uint64_t user_data)
 
 /* Operations. */
 
+/* Every accepted PIN: the plan and the recording follow it, it counts, and
+ * a page already in (or on its way into) a slot is a hit, credited to the
+ * prefetcher when a PREFETCH brought it. */
+static void pin_accept(struct pager *p, struct ppage *pg, bool in_slot)
+{
+	plan_follow(p, pg);
+	record(p, pg);
+	pin_get(p, pg);
+	p->st.pins++;
+	if (!in_slot)
+		return;
+	if (pg->flags & F_PREFETCHED)
+		p->st.prefetch_hits++;
+	else
+		p->st.pin_hits++;
+	pg->flags &= (uint8_t)~F_PREFETCHED;
+}
+
 int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_data)
 {
 	struct ppage *pg = lookup(p, tensor, page);
@@ -817,15 +835,7 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 	case PAGER_CLEAN:
 	case PAGER_DIRTY:
 	case PAGER_WRITING:
-		plan_follow(p, pg);
-		record(p, pg);
-		pin_get(p, pg);
-		p->st.pins++;
-		if (pg->flags & F_PREFETCHED)
-			p->st.prefetch_hits++;
-		else
-			p->st.pin_hits++;
-		pg->flags &= (uint8_t)~F_PREFETCHED;
+		pin_accept(p, pg, true);
 		p->slots[pg->slot].ref = 1;
 		pump(p, false);
 		return (int)pg->slot;
@@ -835,15 +845,7 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 		w = wait_alloc(p, user_data);
 		if (w == NONE)
 			goto busy;
-		plan_follow(p, pg);
-		record(p, pg);
-		pin_get(p, pg);
-		p->st.pins++;
-		if (pg->flags & F_PREFETCHED)
-			p->st.prefetch_hits++;
-		else
-			p->st.pin_hits++;
-		pg->flags &= (uint8_t)~F_PREFETCHED;
+		pin_accept(p, pg, true);
 		wait_append(p, &pg->wait_head, &pg->wait_tail, w);
 		pg->npending++;
 		pump(p, false);
@@ -858,10 +860,7 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 		goto busy;
 	/* Follow the plan first, so the eviction below sees where the step
 	 * is now. */
-	plan_follow(p, pg);
-	record(p, pg);
-	pin_get(p, pg);
-	p->st.pins++;
+	pin_accept(p, pg, false);
 	s = take_slot(p, NO_LIMIT);
 	if (s != NONE) {
 		slot_assign(p, s, pg);
