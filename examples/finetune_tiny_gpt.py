@@ -36,9 +36,11 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 try:
+    import spillway
     from spillway.torch import OffloadAdamW
 except ImportError:  # run from a source checkout
     sys.path.insert(0, os.path.join(ROOT, "python"))
+    import spillway
     from spillway.torch import OffloadAdamW
 
 
@@ -111,6 +113,24 @@ def groups(model, weight_decay):
             {"params": plain, "weight_decay": 0.0}]
 
 
+def find_daemon():
+    """$SPILLWAYD, the spillwayd built beside the library in use (a build tree),
+    the installed one, or PATH."""
+    if os.environ.get("SPILLWAYD"):
+        return os.environ["SPILLWAYD"]
+    libdir = os.path.dirname(spillway.library_path() or "")
+    for rel in ("../daemon/spillwayd", "../sbin/spillwayd", "../../sbin/spillwayd"):
+        cand = os.path.normpath(os.path.join(libdir, rel))
+        if libdir and os.access(cand, os.X_OK):
+            return cand
+    found = shutil.which("spillwayd") or next(
+        (p for p in ("/usr/local/sbin/spillwayd", "/usr/sbin/spillwayd") if os.access(p, os.X_OK)), None)
+    if not found:
+        sys.exit("--spawn-daemon: no spillwayd found (set SPILLWAYD=path/to/spillwayd, "
+                 "or build it: meson setup build && ninja -C build)")
+    return found
+
+
 def spawn_daemon():
     """spillwayd on a temporary directory, as the tests do; returns (proc, socket, dirs)."""
     tmp = tempfile.mkdtemp(prefix="spw-gpt-")
@@ -120,7 +140,7 @@ def spawn_daemon():
            "swap": {"dirs": [{"path": swap, "max_bytes": "1GiB"}]}}
     with open(os.path.join(tmp, "spillwayd.json"), "w") as f:
         json.dump(cfg, f)
-    binary = os.environ.get("SPILLWAYD") or shutil.which("spillwayd") or "spillwayd"
+    binary = find_daemon()
     proc = subprocess.Popen([binary, "--config", os.path.join(tmp, "spillwayd.json")])
     control = os.path.join(tmp, "control.sock")
     for _ in range(500):
