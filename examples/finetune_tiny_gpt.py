@@ -133,6 +133,7 @@ def find_daemon():
 
 def spawn_daemon():
     """spillwayd on a temporary directory, as the tests do; returns (proc, socket, dirs)."""
+    binary = find_daemon()  # before making anything that would need cleaning up
     tmp = tempfile.mkdtemp(prefix="spw-gpt-")
     swap = tempfile.mkdtemp(prefix="spw-gpt-swap-", dir="/var/tmp")
     cfg = {"socket": {"dir": tmp}, "log": {"level": "warn"},
@@ -140,7 +141,6 @@ def spawn_daemon():
            "swap": {"dirs": [{"path": swap, "max_bytes": "1GiB"}]}}
     with open(os.path.join(tmp, "spillwayd.json"), "w") as f:
         json.dump(cfg, f)
-    binary = find_daemon()
     proc = subprocess.Popen([binary, "--config", os.path.join(tmp, "spillwayd.json")])
     control = os.path.join(tmp, "control.sock")
     for _ in range(500):
