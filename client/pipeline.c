@@ -193,6 +193,9 @@ struct spw_optimizer {
 	bool engine_started;
 	/* (lock) */
 	bool stop, step_mark, park_req, parked;
+	/* Exact mode: the last end sent the STEP mark that also opens the
+	 * next step (trainer). */
+	bool marked_at_end;
 	struct job *ready_head, *ready_tail, *done_head, *h2d_head;
 	uint32_t d2h_open, grad_jobs_open, jobs_open;
 	int err;
@@ -1295,7 +1298,14 @@ SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float 
 	}
 	pthread_mutex_lock(&o->lock);
 	o->norder = 0;
-	o->step_mark = true;
+	/* After an exact step's end the pager's recording runs on from the
+	 * updates into this step's gradients: one order per cycle, whose
+	 * read-ahead wraps from the last gradients into the next updates.
+	 * A second mark here would cut it into two halves that each
+	 * contradict the other. */
+	if (!o->marked_at_end)
+		o->step_mark = true;
+	o->marked_at_end = false;
 	pthread_mutex_unlock(&o->lock);
 	wake(o);
 	o->in_step = true;
@@ -1587,6 +1597,7 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 	}
 	o->npred = o->norder;
 	o->step_mark = o->mode == SPW_OPT_EXACT && !skip;
+	o->marked_at_end = o->step_mark;
 	pthread_mutex_unlock(&o->lock);
 	wake(o);
 
