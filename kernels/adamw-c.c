@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels/adamw-c.c: the plain C variant, and the scalar definitions of the
- * fp16 conversions. Every SIMD variant must give exactly these bits, so the
- * operation order here is the contract (see kernels.h), compiled with
- * -ffp-contract=off so no multiply-add gets fused behind our back.
+ * kernels/adamw-c.c: the plain C variant, and the float forms of the fp16
+ * conversions (their recipes: convert.h). Every SIMD variant must give
+ * exactly these bits, so the operation order here is the contract (see
+ * kernels.h), compiled with -ffp-contract=off so no multiply-add gets fused
+ * behind our back.
  */
 #include <math.h>
 #include <string.h>
@@ -12,55 +13,16 @@
 
 float spw_f16_to_f32(uint16_t h)
 {
-	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-	union { uint32_t u; float f; } x;
+	union { uint32_t u; float f; } x = { .u = spw_f16_bits_to_f32_bits(h) };
 
-	if (e == 0x1f) {
-		/* F16C quiets a signalling nan on the way up; so do we. */
-		u = sign | 0x7f800000u | (m << 13) | (m ? 0x00400000u : 0);
-	} else if (e == 0) {
-		if (!m) {
-			u = sign;
-		} else {
-			/* Subnormal half: normalise; every one is a normal fp32. */
-			e = 113;
-			while (!(m & 0x400u)) {
-				m <<= 1;
-				e--;
-			}
-			u = sign | (e << 23) | ((m & 0x3ffu) << 13);
-		}
-	} else {
-		u = sign | ((e + 112) << 23) | (m << 13);
-	}
-	x.u = u;
 	return x.f;
 }
 
 uint16_t spw_f32_to_f16(float f)
 {
 	union { float f; uint32_t u; } x = { .f = f };
-	uint32_t sign = (x.u >> 16) & 0x8000u, a = x.u & 0x7fffffffu;
 
-	if (a > 0x7f800000u) /* nan: keep the top payload bits, force quiet */
-		return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-	if (a >= 0x477ff000u) /* >= 65520, the midpoint above 65504, ties to even = inf */
-		return (uint16_t)(sign | 0x7c00u);
-	if (a >= 0x38800000u) { /* a normal half: rebias, round the 13 dropped bits */
-		a -= 112u << 23;
-		return (uint16_t)(sign | ((a + 0xfffu + ((a >> 13) & 1u)) >> 13));
-	}
-	if (a < 0x33000000u) /* below 2^-25, half the smallest subnormal: zero */
-		return (uint16_t)sign;
-	{
-		uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
-		uint32_t shift = 126 - e; /* 14..24: m * 2^-shift in units of 2^-24 */
-		uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-
-		if (rem > half || (rem == half && (q & 1u)))
-			q++; /* may carry into 0x400, the smallest normal: still right */
-		return (uint16_t)(sign | q);
-	}
+	return spw_f32_bits_to_f16(x.u);
 }
 
 static inline __attribute__((always_inline)) float load_g(const void *g, enum spw_dtype t, size_t i)

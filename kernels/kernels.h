@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "convert.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -206,9 +208,7 @@ static inline uint16_t spw_f32_to_bf16(float f)
 	union { float f; uint32_t u; } x;
 
 	x.f = f;
-	if ((x.u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((x.u >> 16) | 0x0040u);  /* quiet: truncation could make it inf */
-	return (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
+	return spw_f32_bits_to_bf16(x.u);
 }
 
 float spw_f16_to_f32(uint16_t h);

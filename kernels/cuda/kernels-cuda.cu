@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels/cuda/kernels-cuda.cu: gradient norm, inf/nan check and casts on
- * the GPU. The conversions are the same integer recipes as kernels.h so a
- * bf16/fp16 copy made here equals the CPU's bit for bit.
+ * the GPU. The conversions are convert.h's integer recipes, the CPU's own,
+ * so a bf16/fp16 copy made here equals the CPU's bit for bit.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -19,52 +19,17 @@ __device__ static inline float f32_of(const void *x, int t, size_t i)
 	uint16_t h = ((const uint16_t *)x)[i];
 	if (t == SPW_DTYPE_BF16)
 		return __uint_as_float((uint32_t)h << 16);
-	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-	if (e == 0x1f) {
-		u = sign | 0x7f800000u | (m << 13) | (m ? 0x00400000u : 0);
-	} else if (e == 0) {
-		if (!m) {
-			u = sign;
-		} else {
-			e = 113;
-			while (!(m & 0x400u)) {
-				m <<= 1;
-				e--;
-			}
-			u = sign | (e << 23) | ((m & 0x3ffu) << 13);
-		}
-	} else {
-		u = sign | ((e + 112) << 23) | (m << 13);
-	}
-	return __uint_as_float(u);
+	return __uint_as_float(spw_f16_bits_to_f32_bits(h));
 }
 
 __device__ static inline uint16_t bf16_of(float f)
 {
-	uint32_t u = __float_as_uint(f);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x0040u);
-	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+	return spw_f32_bits_to_bf16(__float_as_uint(f));
 }
 
 __device__ static inline uint16_t f16_of(float f)
 {
-	uint32_t u = __float_as_uint(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-	if (a > 0x7f800000u)
-		return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-	if (a >= 0x477ff000u)
-		return (uint16_t)(sign | 0x7c00u);
-	if (a >= 0x38800000u) {
-		a -= 112u << 23;
-		return (uint16_t)(sign | ((a + 0xfffu + ((a >> 13) & 1u)) >> 13));
-	}
-	if (a < 0x33000000u)
-		return (uint16_t)sign;
-	uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e;
-	uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-	if (rem > half || (rem == half && (q & 1u)))
-		q++;
-	return (uint16_t)(sign | q);
+	return spw_f32_bits_to_f16(__float_as_uint(f));
 }
 
 /* Tree sum of a block's values in shared memory; fixed order. */
