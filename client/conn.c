@@ -410,6 +410,18 @@ static int check_connected(spw_client *c)
 	return 0;
 }
 
+/* A control request about the attached session: connected and attached. */
+static int check_session(spw_client *c, const char *verb)
+{
+	int r = check_connected(c);
+
+	if (r < 0)
+		return r;
+	if (!c->attached)
+		return spw__error(c, -ENOTCONN, "%s: no session attached", verb);
+	return 0;
+}
+
 /* Checks a memfd the daemon passed: a regular file of at least min bytes
  * that can no longer shrink (a shrinking file would turn our accesses into
  * SIGBUS). */
@@ -616,11 +628,9 @@ SPW_EXPORT int spw_tensor_register(spw_client *c, const char *name, uint64_t byt
 
 	if (!c)
 		return -EINVAL;
-	r = check_connected(c);
+	r = check_session(c, "register");
 	if (r < 0)
 		return r;
-	if (!c->attached)
-		return spw__error(c, -ENOTCONN, "register: no session attached");
 	if (!ret_tensor || !spw_proto_tensor_name_valid(name) || bytes == 0 ||
 	    (kind != SPW_TENSOR_RESIDENT && kind != SPW_TENSOR_SWAPPABLE))
 		return spw__error(c, -EINVAL,
@@ -656,11 +666,9 @@ SPW_EXPORT int spw_tensor_unregister(spw_client *c, uint32_t tensor)
 
 	if (!c)
 		return -EINVAL;
-	r = check_connected(c);
+	r = check_session(c, "unregister");
 	if (r < 0)
 		return r;
-	if (!c->attached)
-		return spw__error(c, -ENOTCONN, "unregister: no session attached");
 	req = new_request(SPW_MSG_UNREGISTER);
 	if (!add_num(req, "tensor", tensor)) {
 		cJSON_Delete(req);
