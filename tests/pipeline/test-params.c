@@ -24,10 +24,10 @@
 #include "client-private.h"
 #include "device.h"
 #include "harness.h"
+#include "pipeline-fixture.h"
 #include "kernels.h"
 #include "test.h"
 
-#define PAGE (64u << 10)
 #define CHUNK (PAGE / 4)
 
 static const char swap_config[] =
@@ -41,18 +41,6 @@ static const char swap_config[] =
 static const struct spw_param_group group = {
 	.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
 };
-
-static spw_client *connect_client(const struct spw_test_daemon *d, uint64_t region)
-{
-	struct spw_attach_opts a = { .size = sizeof(a), .session = "params/0", .region_bytes = region,
-				     .page_size = PAGE };
-	spw_client *c;
-
-	ASSERT_OK(spw_client_new(NULL, &c));
-	ASSERT_OK(spw_client_connect(c, d->control));
-	ASSERT_OK(spw_client_attach(c, &a));
-	return c;
-}
 
 static spw_optimizer *make_opt(spw_client *c, enum spw_optimizer_mode mode, enum spw_tensor_kind tier,
 			       int *err)
@@ -114,7 +102,7 @@ static void case_fetch(void)
 	int r;
 
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
-	c = connect_client(&d, 16u << 20);
+	c = connect_client(&d, "params/0", 16u << 20);
 	for (int mode = 0; mode < 2; mode++) {
 		o = make_opt(c, mode ? SPW_OPT_EXACT : SPW_OPT_OVERLAPPED, SPW_TENSOR_RESIDENT, &r);
 		ASSERT_OK(r);
@@ -200,7 +188,7 @@ static void case_swap(void)
 	ASSERT_OK(spw_test_daemon_start(&d, swap_config));
 	/* 12 slots: the staging pages (4) and the window's pins fit, the
 	 * tensors (8 * 2 + 2 * 2 * 3 pages) do not. */
-	c = connect_client(&d, 12 * PAGE);
+	c = connect_client(&d, "params/0", 12 * PAGE);
 	o = make_opt(c, SPW_OPT_OVERLAPPED, SPW_TENSOR_SWAPPABLE, &r);
 	ASSERT_OK(r);
 	fill(g, N, 99);
@@ -296,7 +284,7 @@ static void case_streams(void)
 	int r;
 
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
-	c = connect_client(&d, 16u << 20);
+	c = connect_client(&d, "params/0", 16u << 20);
 	o = make_opt(c, SPW_OPT_EXACT, SPW_TENSOR_RESIDENT, &r);
 	ASSERT_OK(r);
 	fill(init, N, 5);
@@ -362,7 +350,7 @@ static void case_misuse(void)
 	int r;
 
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
-	c = connect_client(&d, 4u << 20);
+	c = connect_client(&d, "params/0", 4u << 20);
 	o = make_opt(c, SPW_OPT_OVERLAPPED, SPW_TENSOR_RESIDENT, &r);
 	ASSERT_OK(r);
 	ASSERT_OK(spw_optimizer_add_offloaded(o, "w", 0, 100, init, &w));

@@ -26,11 +26,11 @@
 #include <spillway/spillway.h>
 
 #include "harness.h"
+#include "pipeline-fixture.h"
 #include "kernels.h"
 #include "mlp.h"
 #include "test.h"
 
-#define PAGE (64u << 10)
 #define CHUNK (PAGE / 4)
 #define TILE 16384u     /* the pool's tile: the norm is summed per tile */
 #define BATCH 16
@@ -261,18 +261,6 @@ static int on_grad(const struct mlp_tensor *t, int index, void *arg)
 	return r;
 }
 
-static spw_client *connect_client(const struct spw_test_daemon *d, uint64_t region)
-{
-	struct spw_attach_opts a = { .size = sizeof(a), .session = "pipeline/0", .region_bytes = region,
-				     .page_size = PAGE };
-	spw_client *c;
-
-	ASSERT_OK(spw_client_new(NULL, &c));
-	ASSERT_OK(spw_client_connect(c, d->control));
-	ASSERT_OK(spw_client_attach(c, &a));
-	return c;
-}
-
 static spw_optimizer *make_opt(spw_client *c, const struct run_cfg *rc, int *err)
 {
 	struct spw_optimizer_opts oo = {
@@ -301,7 +289,7 @@ static int run_spillway_from(const struct spw_test_daemon *d, const struct run_c
 	struct mlp *m = model();
 	struct mlp_task *task;
 	const struct mlp_tensor *t;
-	spw_client *c = connect_client(d, rc->region);
+	spw_client *c = connect_client(d, "pipeline/0", rc->region);
 	float x[BATCH * 64], loss;
 	int32_t y[BATCH];
 	int n, r;
@@ -497,7 +485,7 @@ static void case_misuse(void)
 	int r;
 
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
-	c = connect_client(&d, 4u << 20);
+	c = connect_client(&d, "pipeline/0", 4u << 20);
 	o = make_opt(c, &rc, &r);
 	ASSERT_OK(r);
 	ASSERT_OK(spw_optimizer_add(o, "w", 0, 100, init, dev, SPW_TYPE_F32, &id));
@@ -559,7 +547,7 @@ static void write_round_trip(const struct spw_test_daemon *d, enum spw_tensor_ki
 	/* Four chunks, the last one short. */
 	enum { N = 3 * CHUNK + 17 };
 	static float init[N], dev[N], dev2[N], in[3][N], out[N], zero[N];
-	spw_client *c = connect_client(d, region);
+	spw_client *c = connect_client(d, "pipeline/0", region);
 	spw_optimizer *o;
 	uint32_t w, w2, f;
 	int r;
@@ -720,7 +708,7 @@ static void case_death(void)
 	int r;
 
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
-	c = connect_client(&d, 16u << 20);
+	c = connect_client(&d, "pipeline/0", 16u << 20);
 	o = make_opt(c, &rc, &r);
 	ASSERT_OK(r);
 	ASSERT_OK(spw_optimizer_add(o, "a", 0, 200000, init, dev, SPW_TYPE_F32, &a));
