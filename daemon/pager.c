@@ -131,6 +131,8 @@ void pager_slot_release(struct pager *p, struct ppage *pg)
 	pg->slot = NONE;
 }
 
+/* Only an unpinned clean page gives up its slot at once: a dirty one is
+ * written back first (pager-sched.c), an in-flight one waits for its I/O. */
 static const struct pager_order_page *slot_candidate(const void *ctx, uint32_t s)
 {
 	const struct ppage *pg = ((const struct pager *)ctx)->slots[s].page;
