@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pager-private.h: what the pager's pieces share, and nobody else sees.
+ * pager.h is the interface for the rest of the daemon.
+ *
+ *   pager.c         page table, tensors, PIN/UNPIN/PREFETCH/STEP, life cycle
+ *   pager-policy.c  learned access order and victim choice (pure code)
+ *   pager-io.c      reads and writes of one page, their completions, CRC-32C
+ *   pager-sched.c   slot waiters, write-back, read-ahead, write-behind
+ *   pager-flush.c   the FLUSH state machine (writes, then fsync every file)
+ */
+#ifndef SPW_DAEMON_PAGER_PRIVATE_H
+#define SPW_DAEMON_PAGER_PRIVATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "pager-policy.h"
+#include "pager.h"
+#include "swap.h"
+#include "uring.h"
+
+#define NONE PAGER_POLICY_NONE
+#define NO_LIMIT PAGER_POLICY_NO_LIMIT
+#define MAX_PINS (1u << 24)
+
+/* ppage.flags */
+#define F_ONDISK     (1u << 0) /* the disk holds a copy whose CRC is in .crc */
+#define F_PREFETCHED (1u << 1) /* brought in ahead of use, not pinned since */
+#define F_REDIRTY    (1u << 2) /* unpinned dirty while its write was in flight */
+#define F_FLUSH      (1u << 3) /* the running FLUSH waits for this page's write */
+
+struct ppage {
+	uint32_t slot;            /* NONE when it has none */
+	uint32_t disk;            /* swap page, NONE for resident pages */
+	uint32_t crc;             /* of what the disk holds (F_ONDISK) */
+	uint32_t wcrc;            /* of the write in flight */
+	struct pager_order_page ord; /* its place in the learned order */
+	uint32_t wait_head, wait_tail; /* pending PINs (indices into pager.waits) */
+	uint32_t pins;            /* including the pending ones */
+	uint32_t npending;
+	uint32_t tensor, index;
+	int32_t err;              /* FAILED: the error every later operation gets */
+	uint8_t state;            /* enum pager_page_state */
+	uint8_t flags;
+	struct ppage *sw_next;    /* slot-wait queue */
+};
+
+struct ptensor {
+	char *name;
+	struct ppage *pages;
+	uint32_t npages;
+	bool used, swappable, dying;
+};
+
+/* One request per slot: a slot never has more than one transfer in flight
+ * (it is read into, or written from, by the page that owns it). */
+struct pslot {
+	struct uring_req req; /* first: the completion casts back */
+	struct pager *pager;
+	struct ppage *page;   /* owner, NULL when free */
+	uint64_t t0;
+};
+
+struct pfsync {
+	struct uring_req req; /* first */
+	struct pager *pager;
+	uint64_t t0;
+};
+
+struct pwait {
+	uint64_t user_data;
+	uint32_t next;
+};
+
+struct cand {
+	struct ppage *pg;
+	uint64_t key;
+};
+
+struct pager {
+	struct pager_config c;
+	char *session;
+	struct swap *swap;
+	int bufreg;
+
+	struct pslot *slots;
+	uint32_t *free_slots, nfree;
+	uint32_t nclaim;          /* resident pages + pinned swappable pages */
+	struct pager_clock clock; /* a reference bit per slot */
+	struct cand *scratch;     /* nslots, for choosing write-backs */
+
+	struct ptensor *tensors;
+	uint32_t ntensors;
+	uint64_t npages;
+
+	uint32_t *disk_free;
+	uint64_t ndisk, ndisk_free;
+
+	struct pwait *waits;
+	uint32_t wait_free, npending;
+
+	struct ppage *sw_head, *sw_tail;
+	uint32_t nslotwait;
+
+	/* Recording of this step and the plan learned from the last one. */
+	struct pager_order order;
+
+	uint32_t nreading, nwriting;
+
+	struct {
+		bool active, fsyncing;
+		uint32_t head, tail;   /* this round's waiters */
+		uint32_t nhead, ntail; /* the next round's */
+		uint32_t writes_left, fsyncs_left;
+		int err;
+		struct pfsync *reqs;   /* one per swap file */
+	} fl;
+
+	bool closing;
+	char msg[512];
+	struct pager_stats st;    /* counters; the rest is computed in pager_stats() */
+};
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint8_t *slot_addr(const struct pager *p, uint32_t s)
+{
+	return p->c.region + (size_t)s * p->c.page_size;
+}
+
+/* The page a plan position names. */
+static inline struct ppage *page_of(struct pager_order_page *o)
+{
+	return (struct ppage *)((char *)o - offsetof(struct ppage, ord));
+}
+
+static inline const char *tname(const struct pager *p, const struct ppage *pg)
+{
+	return p->tensors[pg->tensor].name;
+}
+
+static inline bool clean_victim(const struct ppage *pg)
+{
+	return pg && pg->pins == 0 && pg->state == PAGER_CLEAN;
+}
+
+/* pager.c */
+__attribute__((format(printf, 2, 3)))
+void pager_set_msg(struct pager *p, const char *fmt, ...);
+uint32_t pager_wait_alloc(struct pager *p, uint64_t user_data);
+void pager_wait_append(struct pager *p, uint32_t *head, uint32_t *tail, uint32_t w);
+void pager_deliver_list(struct pager *p, uint32_t head, int32_t res);
+void pager_deliver_page(struct pager *p, struct ppage *pg, int32_t res);
+void pager_pin_put(struct pager *p, struct ppage *pg, uint32_t n);
+void pager_slot_assign(struct pager *p, uint32_t s, struct ppage *pg);
+void pager_slot_release(struct pager *p, struct ppage *pg);
+/* A free slot, or one taken from a clean page not needed before `limit`
+ * (see pager_policy_victim()); NONE when there is none. */
+uint32_t pager_take_slot(struct pager *p, uint64_t limit);
+
+/* pager-io.c: the page owns its slot; the completion moves the state on. */
+void pager_io_read(struct pager *p, struct ppage *pg);
+void pager_io_write(struct pager *p, struct ppage *pg);
+
+/* pager-sched.c */
+void pager_sched_pump(struct pager *p, bool serve);
+
+/* pager-flush.c */
+void pager_flush_progress(struct pager *p);
+
+#endif

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pager-sched.c: what the pager starts on its own after every change:
+ * slots for the PINs waiting for one, the write-backs that clean them,
+ * read-ahead along the learned order, and write-behind while the ring has
+ * room.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pager-private.h"
+
+static int cand_cmp(const void *a, const void *b)
+{
+	uint64_t x = ((const struct cand *)a)->key, y = ((const struct cand *)b)->key;
+
+	return x < y ? 1 : x > y ? -1 : 0; /* furthest next use first */
+}
+
+/* Starts up to n writes of unpinned dirty pages whose next use is after
+ * `after` (NO_LIMIT: any), furthest next use first. */
+static uint32_t start_writebacks(struct pager *p, uint32_t n, uint64_t after, uint64_t *counter)
+{
+	uint32_t m = 0, started = 0;
+
+	if (n == 0)
+		return 0;
+	for (uint32_t s = 0; s < p->c.nslots; s++) {
+		struct ppage *pg = p->slots[s].page;
+		uint64_t k;
+
+		if (!pg || pg->pins || pg->state != PAGER_DIRTY || p->tensors[pg->tensor].dying)
+			continue;
+		k = p->order.plan_ok ? pager_policy_next_use(&p->order, &pg->ord) : (uint64_t)!p->clock.ref[s];
+		if (p->order.plan_ok && after != NO_LIMIT && k <= after)
+			continue;
+		p->scratch[m++] = (struct cand){ pg, k };
+	}
+	if (m > n)
+		qsort(p->scratch, m, sizeof(*p->scratch), cand_cmp);
+	for (uint32_t i = 0; i < m && started < n; i++, started++)
+		pager_io_write(p, p->scratch[i].pg);
+	*counter += started;
+	return started;
+}
+
+static void serve_slot_waiters(struct pager *p)
+{
+	while (p->sw_head) {
+		struct ppage *pg = p->sw_head;
+		uint32_t s = pager_take_slot(p, NO_LIMIT);
+
+		if (s == NONE)
+			break;
+		p->sw_head = pg->sw_next;
+		if (!p->sw_head)
+			p->sw_tail = NULL;
+		pg->sw_next = NULL;
+		p->nslotwait--;
+		pager_slot_assign(p, s, pg);
+		if (pg->flags & F_ONDISK) {
+			pager_io_read(p, pg);
+		} else {
+			memset(slot_addr(p, s), 0, p->c.page_size);
+			pg->state = PAGER_CLEAN;
+			p->st.zero_fills++;
+			pager_deliver_page(p, pg, (int32_t)s);
+		}
+	}
+}
+
+static void prefetch_ahead(struct pager *p)
+{
+	uint64_t end;
+
+	if (!p->order.plan_ok || !p->order.plan_len || !p->c.prefetch_window || !p->swap)
+		return;
+	end = (uint64_t)p->order.cursor + p->c.prefetch_window;
+	for (uint64_t i = p->order.cursor; i < end; i++) {
+		struct ppage *pg = page_of(pager_policy_at(&p->order, i));
+		uint32_t s;
+
+		if (pg->state != PAGER_DISK || p->tensors[pg->tensor].dying)
+			continue;
+		/* Only evict what is needed later than what comes in. When
+		 * only dirty pages qualify, clean enough of them for the rest
+		 * of the window now: the read-ahead must not wait for the
+		 * ring to be idle. */
+		s = pager_take_slot(p, i);
+		if (s == NONE) {
+			uint64_t want = end - i, busy = uring_busy(p->c.uring), room;
+
+			room = busy < p->c.queue_depth ? p->c.queue_depth - busy : 0;
+			if (want > room)
+				want = room;
+			start_writebacks(p, (uint32_t)want, i, &p->st.writebacks);
+			break;
+		}
+		pager_slot_assign(p, s, pg);
+		pg->flags |= F_PREFETCHED;
+		p->st.prefetches++;
+		pager_io_read(p, pg);
+	}
+}
+
+static void write_behind(struct pager *p)
+{
+	uint32_t depth = p->c.queue_depth, half = depth / 2 ? depth / 2 : 1;
+	uint32_t busy = uring_busy(p->c.uring), n;
+	uint64_t after = NO_LIMIT;
+
+	uint32_t spare = p->nfree;
+
+	if (busy >= depth)
+		return;
+	/* Slots the read-ahead can take without waiting. While there are
+	 * enough, writes keep to half the ring so that reads (a PIN may be
+	 * waiting for one) always find room; when they run short, the next
+	 * reads will wait for these writes anyway, so use all of it. */
+	for (uint32_t s = 0; s < p->c.nslots && spare < 2 * p->c.prefetch_window; s++) {
+		const struct ppage *pg = p->slots[s].page;
+
+		spare += clean_victim(pg) && !(pg->flags & F_PREFETCHED);
+	}
+	if (spare >= 2 * p->c.prefetch_window) {
+		if (p->nwriting >= half)
+			return;
+		n = half - p->nwriting;
+		if (n > depth - busy)
+			n = depth - busy;
+	} else {
+		n = depth - busy;
+	}
+	/* A page needed again within the window would only be dirtied
+	 * again: leave it. */
+	if (p->order.plan_ok)
+		after = (uint64_t)p->order.cursor + p->c.prefetch_window;
+	start_writebacks(p, n, after, &p->st.write_behinds);
+}
+
+/* Runs after every change: gives slots to PINs waiting for one, keeps
+ * enough write-backs going for them, reads ahead, writes behind. `serve`
+ * is false inside pager_pin(), which must not complete other operations. */
+void pager_sched_pump(struct pager *p, bool serve)
+{
+	if (p->closing || !p->swap)
+		return;
+	if (serve)
+		serve_slot_waiters(p);
+	if (p->nslotwait) {
+		/* Each waiter needs one slot to come clean; reads and writes in
+		 * flight will each free or clean one, so only the shortfall
+		 * needs new writes. */
+		uint32_t coming = p->nreading + p->nwriting;
+
+		if (coming < p->nslotwait)
+			start_writebacks(p, p->nslotwait - coming, NO_LIMIT, &p->st.writebacks);
+		return; /* waiters first: no read-ahead competes for slots */
+	}
+	prefetch_ahead(p);
+	write_behind(p);
+}
+
