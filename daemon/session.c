@@ -8,10 +8,13 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 
+#include "control.h"
 #include "daemon.h"
+#include "dataplane.h"
 #include "log.h"
 #include "pager.h"
 #include "region.h"
+#include "session.h"
 #include "swap.h"
 
 struct session *session_find(struct daemon *d, const char *name)
@@ -171,7 +174,7 @@ int session_attach(struct daemon *d, struct client *owner, const char *name, uin
 	s->swap_bytes = swap_bytes;
 	s->max_tensors = d->cfg->session_max_tensors;
 	s->max_garbage = d->cfg->session_max_garbage;
-	s->poll = (owner->features & SPW_FEAT_RING_POLL) != 0;
+	s->poll = (control_client_features(owner) & SPW_FEAT_RING_POLL) != 0;
 	s->ropts = (struct region_opts){
 		.name = s->name,
 		.bytes = region_bytes,
@@ -184,11 +187,11 @@ int session_attach(struct daemon *d, struct client *owner, const char *name, uin
 	s->attaching = true;
 	list_add_tail(&d->sessions, &s->link);
 	d->used_bytes += region_bytes;
-	owner->session = s;
+	control_client_set_session(owner, s);
 	r = uv_queue_work(&d->loop, &s->work, attach_work, attach_after);
 	if (r < 0) {
 		s->attaching = false;
-		owner->session = NULL;
+		control_client_set_session(owner, NULL);
 		session_free(s);
 		snprintf(err, errlen, "attach %s: cannot queue the region work: %s", name, uv_strerror(r));
 		return -ENOMEM;
