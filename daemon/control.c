@@ -150,7 +150,7 @@ static void do_attach(struct client *c, const cJSON *msg)
 	uint64_t bytes = 0, page_size = cfg->session_page_size, swap = 0;
 	bool persistent = false;
 	int have_swap;
-	char err[768], a[32], b[32], m[32], u[32];
+	char err[768], a[32];
 	struct session *s, *other;
 	int r;
 
@@ -200,21 +200,9 @@ static void do_attach(struct client *c, const cJSON *msg)
 			    "detach that one first", name, (int)other->pid);
 		return;
 	}
-	if (bytes > cfg->pool_session_max_bytes) {
-		control_reply_error(c, EDQUOT,
-			    "attach %s: region %s would exceed pool.session_max_bytes (%s; pool.max_bytes is %s, %s in "
-			    "use); raise pool.session_max_bytes in %s or ask for less",
-			    name, format_bytes(bytes, a, sizeof(a)), format_bytes(cfg->pool_session_max_bytes, b, sizeof(b)),
-			    format_bytes(cfg->pool_max_bytes, m, sizeof(m)), format_bytes(d->used_bytes, u, sizeof(u)),
-			    cfg->origin);
-		return;
-	}
-	if (d->used_bytes > cfg->pool_max_bytes || bytes > cfg->pool_max_bytes - d->used_bytes) {
-		control_reply_error(c, ENOSPC,
-			    "attach %s: region %s would exceed pool.max_bytes (%s, %s in use); raise pool.max_bytes in "
-			    "%s or ask for less",
-			    name, format_bytes(bytes, a, sizeof(a)), format_bytes(cfg->pool_max_bytes, m, sizeof(m)),
-			    format_bytes(d->used_bytes, u, sizeof(u)), cfg->origin);
+	r = session_admit(d, name, bytes, err, sizeof(err));
+	if (r < 0) {
+		control_reply_error(c, -r, "%s", err);
 		return;
 	}
 	if (have_swap && swap && !d->nswap_dirs) {

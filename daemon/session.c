@@ -141,6 +141,31 @@ static void attach_work(uv_work_t *w)
 	s->work_result = region_create(&s->ropts, &s->region, s->work_err, sizeof(s->work_err));
 }
 
+int session_admit(struct daemon *d, const char *name, uint64_t bytes, char *err, size_t errlen)
+{
+	const struct config *cfg = d->cfg;
+	char a[32], b[32], m[32], u[32];
+
+	if (bytes > cfg->pool_session_max_bytes) {
+		snprintf(err, errlen,
+			 "attach %s: region %s would exceed pool.session_max_bytes (%s; pool.max_bytes is %s, %s in "
+			 "use); raise pool.session_max_bytes in %s or ask for less",
+			 name, format_bytes(bytes, a, sizeof(a)), format_bytes(cfg->pool_session_max_bytes, b, sizeof(b)),
+			 format_bytes(cfg->pool_max_bytes, m, sizeof(m)), format_bytes(d->used_bytes, u, sizeof(u)),
+			 cfg->origin);
+		return -EDQUOT;
+	}
+	if (d->used_bytes > cfg->pool_max_bytes || bytes > cfg->pool_max_bytes - d->used_bytes) {
+		snprintf(err, errlen,
+			 "attach %s: region %s would exceed pool.max_bytes (%s, %s in use); raise pool.max_bytes in "
+			 "%s or ask for less",
+			 name, format_bytes(bytes, a, sizeof(a)), format_bytes(cfg->pool_max_bytes, m, sizeof(m)),
+			 format_bytes(d->used_bytes, u, sizeof(u)), cfg->origin);
+		return -ENOSPC;
+	}
+	return 0;
+}
+
 static void attach_after(uv_work_t *w, int status)
 {
 	struct session *s = w->data;

@@ -88,6 +88,10 @@ struct session {
 	struct ring_stats stats;
 };
 
+/* The pool's admission policy: whether a region of bytes fits under
+ * pool.session_max_bytes and what pool.max_bytes has left. Returns 0, or
+ * -EDQUOT / -ENOSPC with a sentence in err naming the setting to raise. */
+int session_admit(struct daemon *d, const char *name, uint64_t bytes, char *err, size_t errlen);
 /* Starts attaching: the session is listed and its bytes counted in the pool
  * at once (so concurrent attaches see them); the region is built on the
  * libuv threadpool, since locking and prefaulting gigabytes takes seconds
