@@ -19,7 +19,6 @@
 #include "log.h"
 #include "notify.h"
 #include "region.h"
-#include "session.h"
 #include "status.h"
 #include "swap.h"
 #include "uring.h"
