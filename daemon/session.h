@@ -27,8 +27,7 @@ struct client;
  * (pager.h): one page table and one slot allocator per session. The
  * session keeps only the tensor names, for the duplicate-name check. */
 struct pager;
-struct uring;
-struct swap_dir;
+
 struct ring_stats {
 	uint64_t ops, errors;
 	uint64_t by_op[SPW_OP__COUNT];
