@@ -109,9 +109,9 @@ static void do_hello(struct client *c, const cJSON *msg)
 		return;
 	}
 	c->hello = true;
-	/* SWAP only with swap.dirs, and only when asked (older clients refuse
-	 * bits they did not ask for); swappable tensors do not require it. */
-	c->features = (uint32_t)features & (SPW_FEAT_RING_POLL | (c->d->nswap_dirs ? SPW_FEAT_SWAP : 0u));
+	/* Only what was asked for: older clients refuse bits they did not ask
+	 * for. */
+	c->features = (uint32_t)features & daemon_features(c->d);
 	log_debug("client %u (uid %u, pid %d): hello %llu.%llu, features 0x%llx granted 0x%x", c->id, (unsigned)c->uid,
 		  (int)c->pid, (unsigned long long)major, (unsigned long long)minor, (unsigned long long)features,
 		  c->features);

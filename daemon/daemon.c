@@ -19,6 +19,7 @@
 #include "log.h"
 #include "notify.h"
 #include "region.h"
+#include "spw-proto.h"
 #include "status.h"
 #include "swap.h"
 #include "uring.h"
@@ -110,6 +111,12 @@ fail:
 	close(fd);
 	unlink(path);
 	return r;
+}
+
+uint32_t daemon_features(const struct daemon *d)
+{
+	/* SWAP only with swap.dirs; swappable tensors do not require it. */
+	return SPW_FEAT_RING_POLL | (d->nswap_dirs ? SPW_FEAT_SWAP : 0u);
 }
 
 /* accept4() for a listener; at the descriptor limit it refuses the pending

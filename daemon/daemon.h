@@ -76,6 +76,8 @@ struct daemon {
 };
 
 int daemon_run(struct config *cfg, const char *config_path);
+/* The SPW_FEAT_* bits this daemon can grant at hello. */
+uint32_t daemon_features(const struct daemon *d);
 void daemon_update_status(struct daemon *d);
 /* Listens on socket.dir/name with mode (and socket.group when set_group)
  * and hands each connection accepted to serve(); what names l in messages.
