@@ -13,14 +13,19 @@
 #include <sys/un.h>
 
 #include "config.h"
+#include "control.h"
 #include "daemon.h"
+#include "dataplane.h"
 #include "log.h"
 #include "notify.h"
 #include "region.h"
+#include "spw-proto.h"
+#include "status.h"
 #include "swap.h"
 #include "uring.h"
 
-int daemon_socket_path(struct daemon *d, const char *name, char *buf, size_t len)
+/* socket.dir/name into buf; -ENAMETOOLONG when it does not fit. */
+static int daemon_socket_path(struct daemon *d, const char *name, char *buf, size_t len)
 {
 	int n = snprintf(buf, len, "%s/%s", d->cfg->socket_dir, name);
 
@@ -52,7 +57,8 @@ static int mkdir_p(const char *dir)
 	return 0;
 }
 
-int daemon_listen_unix(struct daemon *d, const char *path, unsigned mode, bool set_group)
+/* Creates a listening unix socket at path with mode and group. */
+static int daemon_listen_unix(struct daemon *d, const char *path, unsigned mode, bool set_group)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
@@ -107,7 +113,16 @@ fail:
 	return r;
 }
 
-int daemon_accept(struct daemon *d, int lfd)
+uint32_t daemon_features(const struct daemon *d)
+{
+	/* SWAP only with swap.dirs; swappable tensors do not require it. */
+	return SPW_FEAT_RING_POLL | (d->nswap_dirs ? SPW_FEAT_SWAP : 0u);
+}
+
+/* accept4() for a listener; at the descriptor limit it refuses the pending
+ * connection (through a spare descriptor kept for that, as libuv does) so
+ * a level-triggered listener does not spin. Returns the fd or -errno. */
+static int daemon_accept(struct daemon *d, int lfd)
 {
 	int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
@@ -121,6 +136,45 @@ int daemon_accept(struct daemon *d, int lfd)
 	}
 	d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	return -EAGAIN;
+}
+
+static void on_accept(uv_poll_t *h, int status, int events)
+{
+	struct listener *l = h->data;
+
+	for (int i = 0; i < 16; i++) {
+		int fd = daemon_accept(l->d, l->fd);
+
+		if (fd < 0) {
+			if (fd == -EINTR || fd == -ECONNABORTED)
+				continue;
+			if (fd != -EAGAIN)
+				log_warn("%s: accept failed: %s", l->what, strerror(-fd));
+			return;
+		}
+		l->serve(l->d, fd);
+	}
+}
+
+int daemon_listen(struct daemon *d, struct listener *l, const char *name, const char *what, unsigned mode,
+		  bool set_group, void (*serve)(struct daemon *d, int fd))
+{
+	int r = daemon_socket_path(d, name, l->path, sizeof(l->path));
+
+	if (r < 0)
+		return r;
+	r = daemon_listen_unix(d, l->path, mode, set_group);
+	if (r < 0)
+		return r;
+	l->d = d;
+	l->fd = r;
+	l->what = what;
+	l->serve = serve;
+	r = uv_poll_init(&d->loop, &l->poll, l->fd);
+	if (r < 0)
+		return r;
+	l->poll.data = l;
+	return uv_poll_start(&l->poll, UV_READABLE, on_accept);
 }
 
 static int resolve_numa(const struct config *c)
@@ -242,12 +296,10 @@ static int uring_start(struct daemon *d)
 	if (bufs > 16384)
 		bufs = 16384; /* the kernel's cap on registered buffers */
 	d->uring_depth = cfg->swap_queue_depth;
-	d->uring_files = files;
-	d->uring_buffers = (unsigned)bufs;
 	if (getenv("SPILLWAY_FAULTS") && *getenv("SPILLWAY_FAULTS"))
 		log_warn("SPILLWAY_FAULTS=\"%s\" is set: disk faults will be injected (test-only)%s",
 			 getenv("SPILLWAY_FAULTS"), SPW_FAULT_INJECTION ? "" : "; this build has no fault injection, ignored");
-	r = uring_new(d->uring_depth, cfg->swap_sqpoll, files, d->uring_buffers, &d->uring);
+	r = uring_new(d->uring_depth, cfg->swap_sqpoll, files, (unsigned)bufs, &d->uring);
 	if (r < 0) {
 		log_error("cannot set up io_uring (depth %u): %s%s", d->uring_depth, strerror(-r),
 			  r == -EINVAL ? " (bad SPILLWAY_FAULTS?)"
@@ -269,14 +321,14 @@ static void teardown(struct daemon *d)
 	control_close_all(d);
 	if (d->uring_poll.loop)
 		uv_close((uv_handle_t *)&d->uring_poll, NULL);
-	if (d->control_poll.loop)
-		uv_close((uv_handle_t *)&d->control_poll, NULL);
-	if (d->status_poll.loop)
-		uv_close((uv_handle_t *)&d->status_poll, NULL);
-	if (d->control_fd >= 0)
-		unlink(d->control_path);
-	if (d->status_fd >= 0)
-		unlink(d->status_path);
+	if (d->control.poll.loop)
+		uv_close((uv_handle_t *)&d->control.poll, NULL);
+	if (d->status.poll.loop)
+		uv_close((uv_handle_t *)&d->status.poll, NULL);
+	if (d->control.fd >= 0)
+		unlink(d->control.path);
+	if (d->status.fd >= 0)
+		unlink(d->status.path);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);
 	uv_close((uv_handle_t *)&d->sig_int, NULL);
 	uv_close((uv_handle_t *)&d->sig_hup, NULL);
@@ -391,7 +443,7 @@ int daemon_run(struct config *cfg, const char *config_path)
 	}
 	d->cfg = cfg;
 	d->config_path = config_path;
-	d->control_fd = d->status_fd = -1;
+	d->control.fd = d->status.fd = -1;
 	d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	d->start_ns = uv_hrtime();
 	list_init(&d->polling);
@@ -444,7 +496,7 @@ int daemon_run(struct config *cfg, const char *config_path)
 		uv_timer_start(&d->watchdog, on_watchdog, ms, ms);
 	}
 	log_info("spillwayd %s ready (%s): control %s, status %s, pool %s, session cap %s, page %u KiB, ring %u, "
-		 "poll %u us, NUMA node %d", SPW_VERSION, cfg->origin, d->control_path, d->status_path,
+		 "poll %u us, NUMA node %d", SPW_VERSION, cfg->origin, d->control.path, d->status.path,
 		 format_bytes(cfg->pool_max_bytes, a, sizeof(a)), format_bytes(cfg->pool_session_max_bytes, b, sizeof(b)),
 		 cfg->session_page_size / 1024, cfg->session_ring_entries, cfg->ring_poll_us, d->numa_node);
 	{
@@ -469,10 +521,10 @@ out:
 	/* Runs until SIGTERM/SIGINT closes every handle (or, after a failed
 	 * start, just finishes the closes). */
 	uv_run(&d->loop, UV_RUN_DEFAULT);
-	if (d->control_fd >= 0)
-		close(d->control_fd);
-	if (d->status_fd >= 0)
-		close(d->status_fd);
+	if (d->control.fd >= 0)
+		close(d->control.fd);
+	if (d->status.fd >= 0)
+		close(d->status.fd);
 	if (d->spare_fd >= 0)
 		close(d->spare_fd);
 	/* Every pager is gone by now (sessions end in teardown, attaches

@@ -19,9 +19,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "control.h"
 #include "daemon.h"
+#include "dataplane.h"
 #include "log.h"
 #include "pager.h"
+#include "session.h"
 
 #define BACKLOG_RETRY_MS 10
 

@@ -8,6 +8,7 @@
 #include "daemon-config.h"
 #include "daemon.h"
 #include "log.h"
+#include "spw-proto.h"
 
 static void usage(FILE *f)
 {

@@ -8,10 +8,13 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 
+#include "control.h"
 #include "daemon.h"
+#include "dataplane.h"
 #include "log.h"
 #include "pager.h"
 #include "region.h"
+#include "session.h"
 #include "swap.h"
 
 struct session *session_find(struct daemon *d, const char *name)
@@ -138,6 +141,31 @@ static void attach_work(uv_work_t *w)
 	s->work_result = region_create(&s->ropts, &s->region, s->work_err, sizeof(s->work_err));
 }
 
+int session_admit(struct daemon *d, const char *name, uint64_t bytes, char *err, size_t errlen)
+{
+	const struct config *cfg = d->cfg;
+	char a[32], b[32], m[32], u[32];
+
+	if (bytes > cfg->pool_session_max_bytes) {
+		snprintf(err, errlen,
+			 "attach %s: region %s would exceed pool.session_max_bytes (%s; pool.max_bytes is %s, %s in "
+			 "use); raise pool.session_max_bytes in %s or ask for less",
+			 name, format_bytes(bytes, a, sizeof(a)), format_bytes(cfg->pool_session_max_bytes, b, sizeof(b)),
+			 format_bytes(cfg->pool_max_bytes, m, sizeof(m)), format_bytes(d->used_bytes, u, sizeof(u)),
+			 cfg->origin);
+		return -EDQUOT;
+	}
+	if (d->used_bytes > cfg->pool_max_bytes || bytes > cfg->pool_max_bytes - d->used_bytes) {
+		snprintf(err, errlen,
+			 "attach %s: region %s would exceed pool.max_bytes (%s, %s in use); raise pool.max_bytes in "
+			 "%s or ask for less",
+			 name, format_bytes(bytes, a, sizeof(a)), format_bytes(cfg->pool_max_bytes, m, sizeof(m)),
+			 format_bytes(d->used_bytes, u, sizeof(u)), cfg->origin);
+		return -ENOSPC;
+	}
+	return 0;
+}
+
 static void attach_after(uv_work_t *w, int status)
 {
 	struct session *s = w->data;
@@ -171,7 +199,7 @@ int session_attach(struct daemon *d, struct client *owner, const char *name, uin
 	s->swap_bytes = swap_bytes;
 	s->max_tensors = d->cfg->session_max_tensors;
 	s->max_garbage = d->cfg->session_max_garbage;
-	s->poll = (owner->features & SPW_FEAT_RING_POLL) != 0;
+	s->poll = (control_client_features(owner) & SPW_FEAT_RING_POLL) != 0;
 	s->ropts = (struct region_opts){
 		.name = s->name,
 		.bytes = region_bytes,
@@ -184,11 +212,11 @@ int session_attach(struct daemon *d, struct client *owner, const char *name, uin
 	s->attaching = true;
 	list_add_tail(&d->sessions, &s->link);
 	d->used_bytes += region_bytes;
-	owner->session = s;
+	control_client_set_session(owner, s);
 	r = uv_queue_work(&d->loop, &s->work, attach_work, attach_after);
 	if (r < 0) {
 		s->attaching = false;
-		owner->session = NULL;
+		control_client_set_session(owner, NULL);
 		session_free(s);
 		snprintf(err, errlen, "attach %s: cannot queue the region work: %s", name, uv_strerror(r));
 		return -ENOMEM;

@@ -22,6 +22,9 @@
 #include "log.h"
 #include "pager.h"
 #include "region.h"
+#include "session.h"
+#include "spw-proto.h"
+#include "status.h"
 #include "swap.h"
 #include "uring.h"
 
@@ -106,14 +109,14 @@ static void swap_json(cJSON *o, struct daemon *d)
 	if (!d->uring)
 		return;
 	uring_get_stats(d->uring, &us);
-	cJSON_AddNumberToObject(u, "queue_depth", d->uring_depth);
+	cJSON_AddNumberToObject(u, "queue_depth", us.queue_depth);
 	cJSON_AddNumberToObject(u, "inflight", us.inflight);
 	cJSON_AddNumberToObject(u, "queued", us.queued);
 	cJSON_AddBoolToObject(u, "sqpoll", us.sqpoll);
 	cJSON_AddBoolToObject(u, "fixed_buffers", us.fixed_buffers);
 	cJSON_AddBoolToObject(u, "fixed_files", us.fixed_files);
-	cJSON_AddNumberToObject(u, "max_fixed_files", d->uring_files);
-	cJSON_AddNumberToObject(u, "max_fixed_buffers", d->uring_buffers);
+	cJSON_AddNumberToObject(u, "max_fixed_files", us.max_files);
+	cJSON_AddNumberToObject(u, "max_fixed_buffers", us.max_buffers);
 	cJSON_AddNumberToObject(u, "reads", (double)us.reads);
 	cJSON_AddNumberToObject(u, "writes", (double)us.writes);
 	cJSON_AddNumberToObject(u, "fsyncs", (double)us.fsyncs);
@@ -269,38 +272,8 @@ out:
 	close(fd);
 }
 
-static void on_accept(uv_poll_t *h, int status, int events)
-{
-	struct daemon *d = h->data;
-
-	for (int i = 0; i < 16; i++) {
-		int fd = daemon_accept(d, d->status_fd);
-
-		if (fd < 0) {
-			if (fd == -EINTR || fd == -ECONNABORTED)
-				continue;
-			if (fd != -EAGAIN)
-				log_warn("status: accept failed: %s", strerror(-fd));
-			return;
-		}
-		serve(d, fd);
-	}
-}
-
 int status_listen(struct daemon *d)
 {
-	int r = daemon_socket_path(d, "status.sock", d->status_path, sizeof(d->status_path));
-
-	if (r < 0)
-		return r;
 	/* Anyone may ask; what they see is filtered by uid. */
-	r = daemon_listen_unix(d, d->status_path, 0666, false);
-	if (r < 0)
-		return r;
-	d->status_fd = r;
-	r = uv_poll_init(&d->loop, &d->status_poll, d->status_fd);
-	if (r < 0)
-		return r;
-	d->status_poll.data = d;
-	return uv_poll_start(&d->status_poll, UV_READABLE, on_accept);
+	return daemon_listen(d, &d->status, "status.sock", "status", 0666, false, serve);
 }

@@ -299,3 +299,36 @@ int swap_file_index(const struct swap *s, unsigned i)
 {
 	return i < s->nfiles ? s->files[i].index : -1;
 }
+
+uint64_t swap_default_bytes(const struct swap_dir *dirs, unsigned ndirs, uint32_t page_size, uint64_t want,
+			    uint64_t *room_out, const char **short_dir)
+{
+	uint64_t per = UINT64_MAX, unit = (uint64_t)page_size * ndirs;
+
+	for (unsigned i = 0; i < ndirs; i++) {
+		const struct swap_dir *sd = &dirs[i];
+		struct statvfs v;
+		uint64_t room = 0;
+
+		if (statvfs(sd->path, &v) == 0)
+			room = (uint64_t)v.f_bavail * v.f_frsize;
+		if (sd->max_bytes) {
+			int64_t used = swap_dir_used(sd->path);
+			uint64_t left = used >= 0 && (uint64_t)used < sd->max_bytes ? sd->max_bytes - (uint64_t)used : 0;
+
+			if (left < room)
+				room = left;
+		}
+		if (room < per) {
+			per = room;
+			*short_dir = sd->path;
+		}
+	}
+	/* Keep 1% of the smallest directory's room: fallocate needs some
+	 * metadata blocks of its own. */
+	per -= per / 100;
+	*room_out = per;
+	if (per / page_size * unit < want)
+		want = per / page_size * unit;
+	return want;
+}

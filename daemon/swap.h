@@ -69,4 +69,14 @@ int swap_file_index(const struct swap *s, unsigned i);
  * against. Returns -errno when dir cannot be read. */
 int64_t swap_dir_used(const char *dir);
 
+/* The swap a session gets when its attach names none: want
+ * (swap.session_bytes), or less when the ndirs directories have less room
+ * (free space, and what their max_bytes leaves), in whole pages split
+ * evenly: a drive short of space would otherwise refuse an attach that
+ * never asked for swap. 0 when not even one page per directory fits. Sets
+ * *room to the smallest directory's room (1% kept for fallocate's
+ * metadata) and *short_dir to that directory, for the caller's message. */
+uint64_t swap_default_bytes(const struct swap_dir *dirs, unsigned ndirs, uint32_t page_size, uint64_t want,
+			    uint64_t *room, const char **short_dir);
+
 #endif

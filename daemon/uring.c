@@ -485,4 +485,7 @@ void uring_get_stats(const struct uring *u, struct uring_stats *st)
 {
 	*st = u->st;
 	st->inflight = u->inflight;
+	st->queue_depth = u->depth;
+	st->max_files = u->max_files;
+	st->max_buffers = u->max_bufs;
 }

@@ -61,6 +61,7 @@ struct uring_stats {
 	uint64_t resubmits;                    /* short transfers continued */
 	uint32_t inflight, queued;             /* now: in the kernel, waiting for SQ room */
 	bool fixed_buffers, fixed_files, sqpoll;
+	unsigned queue_depth, max_files, max_buffers; /* as given to uring_new() */
 };
 
 /* Sets up a ring of queue_depth entries (SQPOLL when sqpoll is true and

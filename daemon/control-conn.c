@@ -1,0 +1,363 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The control plane's connections: length-prefixed JSON frames on a unix
+ * stream socket (spw-proto.h). Sockets are non-blocking and every frame is
+ * reassembled incrementally, so a client that sends half a frame stalls
+ * only itself. A client gets exactly one reply per request; while a reply
+ * is still queued the daemon reads nothing more from it, which bounds what
+ * a client that never reads can make the daemon hold to one reply. The
+ * requests themselves are handled in control.c.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+
+#include <cjson/cJSON.h>
+
+#include "control-conn.h"
+#include "daemon.h"
+#include "log.h"
+#include "session.h"
+
+#define FRAMES_PER_WAKEUP 16
+#define MAX_RX_FDS 16
+
+static void client_event(uv_poll_t *h, int status, int events);
+
+void control_client_watch(struct client *c)
+{
+	int ev = c->tx ? UV_WRITABLE : UV_READABLE | UV_DISCONNECT;
+
+	if (c->closing)
+		return;
+	if (c->attaching && !c->tx)
+		uv_poll_stop(&c->poll);
+	else
+		uv_poll_start(&c->poll, ev, client_event);
+}
+
+static void client_freed(uv_handle_t *h)
+{
+	struct client *c = h->data;
+
+	close(c->fd);
+	free(c);
+}
+
+void control_client_close(struct client *c, const char *why)
+{
+	char a[32];
+
+	if (!c || c->closing)
+		return;
+	c->closing = true;
+	if (c->session && c->session->attaching) {
+		/* The threadpool still builds its region: it is freed when that
+		 * work comes back (control_attach_done with no owner). */
+		log_info("attach %s: client %u (uid %u, pid %d) %s while its region was being prepared",
+			 c->session->name, c->id, (unsigned)c->uid, (int)c->pid, why);
+		c->session->owner = NULL;
+		c->session = NULL;
+	} else if (c->session) {
+		log_info("detach %s: client %u (uid %u, pid %d) %s; released %s", c->session->name, c->id,
+			 (unsigned)c->uid, (int)c->pid, why, format_bytes(c->session->bytes, a, sizeof(a)));
+		c->session = session_free(c->session);
+		daemon_update_status(c->d);
+	} else {
+		log_debug("client %u (uid %u, pid %d): %s", c->id, (unsigned)c->uid, (int)c->pid, why);
+	}
+	list_del(&c->link);
+	free(c->payload);
+	c->payload = NULL;
+	free(c->tx);
+	c->tx = NULL;
+	uv_close((uv_handle_t *)&c->poll, client_freed);
+}
+
+void control_close_all(struct daemon *d)
+{
+	struct list *p, *t;
+
+	list_for_each_safe(p, t, &d->clients)
+		control_client_close(list_entry(p, struct client, link), "detached: spillwayd is shutting down");
+}
+
+/* Writes what it can of the queued reply. Returns 0 or a negative errno
+ * (the client is gone). */
+static int flush_tx(struct client *c)
+{
+	while (c->tx_off < c->tx_len) {
+		union {
+			char buf[CMSG_SPACE(sizeof(int) * SPW_PROTO_MAX_FDS)];
+			struct cmsghdr align;
+		} ctl;
+		struct iovec iov = { .iov_base = c->tx + c->tx_off, .iov_len = c->tx_len - c->tx_off };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+		ssize_t r;
+
+		if (c->tx_nfds) {
+			struct cmsghdr *cm;
+
+			memset(&ctl, 0, sizeof(ctl));
+			msg.msg_control = ctl.buf;
+			msg.msg_controllen = CMSG_SPACE(sizeof(int) * c->tx_nfds);
+			cm = CMSG_FIRSTHDR(&msg);
+			cm->cmsg_level = SOL_SOCKET;
+			cm->cmsg_type = SCM_RIGHTS;
+			cm->cmsg_len = CMSG_LEN(sizeof(int) * c->tx_nfds);
+			memcpy(CMSG_DATA(cm), c->tx_fds, sizeof(int) * c->tx_nfds);
+		}
+		r = sendmsg(c->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN) {
+				control_client_watch(c);
+				return 0;
+			}
+			return -errno;
+		}
+		/* The descriptors went with the first byte written. */
+		c->tx_nfds = 0;
+		c->tx_off += (size_t)r;
+	}
+	free(c->tx);
+	c->tx = NULL;
+	c->tx_len = c->tx_off = 0;
+	if (c->close_after_tx)
+		control_client_close(c, c->close_reason);
+	else
+		control_client_watch(c);
+	return 0;
+}
+
+void control_send_json(struct client *c, cJSON *msg, const int *fds, unsigned nfds)
+{
+	struct spw_proto_frame_hdr h = { 0 };
+	char *s = cJSON_PrintUnformatted(msg);
+	size_t len;
+	int r;
+
+	cJSON_Delete(msg);
+	if (!s) {
+		control_client_close(c, "out of memory while replying");
+		return;
+	}
+	len = strlen(s);
+	c->tx = malloc(sizeof(h) + len);
+	if (!c->tx || len == 0 || len > SPW_PROTO_MAX_FRAME) {
+		free(s);
+		control_client_close(c, "could not build a reply");
+		return;
+	}
+	h.len = (uint32_t)len;
+	memcpy(c->tx, &h, sizeof(h));
+	memcpy(c->tx + sizeof(h), s, len);
+	free(s);
+	c->tx_len = sizeof(h) + len;
+	c->tx_off = 0;
+	c->tx_nfds = nfds;
+	if (nfds)
+		memcpy(c->tx_fds, fds, sizeof(int) * nfds);
+	r = flush_tx(c);
+	if (r < 0)
+		control_client_close(c, r == -EPIPE || r == -ECONNRESET ? "disconnected before reading its reply"
+									: "could not be written to");
+}
+
+cJSON *control_reply(const char *type)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(o, "type", type);
+	cJSON_AddTrueToObject(o, "ok");
+	return o;
+}
+
+void control_reply_error(struct client *c, int err, const char *fmt, ...)
+{
+	char m[768];
+	cJSON *o;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(m, sizeof(m), fmt, ap);
+	va_end(ap);
+	log_info("client %u (uid %u, pid %d): refused: %s", c->id, (unsigned)c->uid, (int)c->pid, m);
+	o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "type", SPW_MSG_ERROR);
+	cJSON_AddNumberToObject(o, "errno", err);
+	cJSON_AddStringToObject(o, "message", m);
+	control_send_json(c, o, NULL, 0);
+}
+
+/* A framing violation: say why, then hang up once the reply is out. */
+static void protocol_error(struct client *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void protocol_error(struct client *c, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(c->close_reason, sizeof(c->close_reason), fmt, ap);
+	va_end(ap);
+	c->close_after_tx = true;
+	control_reply_error(c, err, "%s; closing the connection", c->close_reason);
+}
+
+/* recv() that closes every descriptor a client attaches: the daemon never
+ * takes descriptors from clients. */
+static ssize_t recv_some(struct client *c, void *buf, size_t len)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * MAX_RX_FDS)];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			      .msg_controllen = sizeof(ctl.buf) };
+	ssize_t r;
+
+	do
+		r = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return -errno;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			int fd;
+
+			for (size_t i = 0; i < n; i++) {
+				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+				close(fd);
+			}
+			log_debug("client %u: sent %zu descriptors; closed them", c->id, n);
+		}
+	}
+	return r;
+}
+
+static void read_frames(struct client *c)
+{
+	/* One request at a time: nothing more is read while a reply is queued
+	 * or an attach is being prepared (replies stay in order). */
+	for (int frames = 0; frames < FRAMES_PER_WAKEUP && !c->closing && !c->tx && !c->attaching;) {
+		struct spw_proto_frame_hdr h;
+		bool in_hdr = c->hdr_len < sizeof(c->hdr);
+		void *dst = in_hdr ? (void *)(c->hdr + c->hdr_len) : (void *)(c->payload + c->payload_got);
+		size_t want = in_hdr ? sizeof(c->hdr) - c->hdr_len : c->payload_len - c->payload_got;
+		ssize_t r = recv_some(c, dst, want);
+
+		if (r == -EAGAIN)
+			return;
+		if (r == 0) {
+			control_client_close(c, c->hdr_len ? "closed the connection inside a frame" : "disconnected");
+			return;
+		}
+		if (r < 0) {
+			control_client_close(c, strerror((int)-r));
+			return;
+		}
+		if (in_hdr) {
+			c->hdr_len += (size_t)r;
+			if (c->hdr_len < sizeof(c->hdr))
+				continue;
+			memcpy(&h, c->hdr, sizeof(h));
+			if (h.flags) {
+				protocol_error(c, EPROTO, "frame header flags 0x%x: reserved bits must be zero", h.flags);
+				return;
+			}
+			if (h.len == 0 || h.len > SPW_PROTO_MAX_FRAME) {
+				protocol_error(c, EMSGSIZE, "frame of %u bytes; a frame carries 1 to %u bytes", h.len,
+					       SPW_PROTO_MAX_FRAME);
+				return;
+			}
+			c->payload = malloc((size_t)h.len + 1);
+			if (!c->payload) {
+				control_client_close(c, "out of memory");
+				return;
+			}
+			c->payload_len = h.len;
+			c->payload_got = 0;
+			continue;
+		}
+		c->payload_got += (uint32_t)r;
+		if (c->payload_got < c->payload_len)
+			continue;
+		c->payload[c->payload_len] = '\0';
+		control_handle_frame(c, c->payload, c->payload_len);
+		free(c->payload);
+		c->payload = NULL;
+		c->hdr_len = 0;
+		frames++;
+	}
+}
+
+static void client_event(uv_poll_t *h, int status, int events)
+{
+	struct client *c = h->data;
+	int r;
+
+	if (status < 0) {
+		control_client_close(c, uv_strerror(status));
+		return;
+	}
+	if (c->tx && (events & UV_WRITABLE)) {
+		r = flush_tx(c);
+		if (r < 0) {
+			control_client_close(c, "disconnected before reading its reply");
+			return;
+		}
+	}
+	if (!c->closing && !c->tx && !c->attaching && (events & (UV_READABLE | UV_DISCONNECT)))
+		read_frames(c);
+}
+
+static void client_new(struct daemon *d, int fd)
+{
+	struct ucred cred = { .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
+	socklen_t len = sizeof(cred);
+	struct client *c;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+		log_warn("control: cannot read the peer credentials of a new connection: %s", strerror(errno));
+		close(fd);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c || uv_poll_init(&d->loop, &c->poll, fd) < 0) {
+		log_warn("control: refusing a connection from pid %d: out of memory", (int)cred.pid);
+		free(c);
+		close(fd);
+		return;
+	}
+	c->d = d;
+	c->fd = fd;
+	c->poll.data = c;
+	c->id = ++d->next_client_id;
+	c->uid = cred.uid;
+	c->gid = cred.gid;
+	c->pid = cred.pid;
+	list_add_tail(&d->clients, &c->link);
+	log_debug("client %u (uid %u, pid %d): connected", c->id, (unsigned)c->uid, (int)c->pid);
+	control_client_watch(c);
+}
+
+int control_listen(struct daemon *d)
+{
+	return daemon_listen(d, &d->control, "control.sock", "control", d->cfg->socket_mode, true, client_new);
+}
+
+uint32_t control_client_features(const struct client *c)
+{
+	return c->features;
+}
+
+void control_client_set_session(struct client *c, struct session *s)
+{
+	c->session = s;
+}

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * session.h: one attached trainer: its region, page table (the pager),
+ * tensor names and rings (session.c; the rings are consumed by
+ * dataplane.c). A session is listed in daemon.sessions and owned by at most
+ * one control connection.
+ */
+#ifndef SPW_DAEMON_SESSION_H
+#define SPW_DAEMON_SESSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <uv.h>
+
+#include "list.h"
+#include "region.h"
+#include "spw-proto.h"
+#include "spw-ring.h"
+
+struct daemon;
+struct client;
+
+/* Every tensor's pages, resident and swappable, live in the session's pager
+ * (pager.h): one page table and one slot allocator per session. The
+ * session keeps only the tensor names, for the duplicate-name check. */
+struct pager;
+
+struct ring_stats {
+	uint64_t ops, errors;
+	uint64_t by_op[SPW_OP__COUNT];
+};
+
+struct session {
+	struct daemon *d;
+	struct client *owner;
+	struct list link;       /* daemon.sessions */
+	struct list poll_link;  /* daemon.polling while the daemon polls its SQ */
+	char *name;
+	uid_t uid;
+	pid_t pid;
+
+	uint64_t bytes;          /* counted in the pool from the moment of attach */
+	bool attaching;          /* the region is being built on the threadpool */
+	bool locked_counted;     /* counted in daemon.locked_bytes */
+	uv_work_t work;
+	struct region_opts ropts;
+	int work_result;
+	char work_err[768];
+
+	struct region *region;   /* NULL while attaching */
+	uint32_t page_size;
+	uint32_t nslots;
+	uint64_t swap_bytes;     /* swap reserved at attach (0: resident tensors only) */
+	struct pager *pager;     /* the page table; NULL until the region is mapped */
+	uint32_t pending;        /* PIN/FLUSH accepted by the pager, CQE not yet posted */
+	uint64_t attached_ns;    /* for the tier's average MB/s */
+	uint64_t errors_logged;  /* the pager's error count last logged */
+
+	char **tnames;          /* by tensor id (the pager's); NULL: free id */
+	uint32_t ntnames_cap;
+	uint32_t ntensors;      /* registered */
+	uint32_t max_tensors;
+
+	/* Rings: the memfd is shared; everything below it is the daemon's own
+	 * and the only copy it trusts. */
+	int rings_fd;
+	uint8_t *rings;
+	struct spw_ring_layout layout;
+	struct spw_ring_hdr *sqh, *cqh;
+	struct spw_sqe *sqes;
+	struct spw_cqe *cqes;
+	uint32_t sq_head;       /* ours: next SQ entry to consume */
+	uint32_t cq_tail;       /* ours: next CQ entry to fill */
+	uint32_t cq_head_seen;  /* the client's CQ head as last read */
+
+	int sq_evt, cq_evt;
+	uv_poll_t *sq_poll;     /* its own allocation: freed in the close callback */
+	bool poll;              /* SPW_FEAT_RING_POLL granted: poll after a doorbell */
+	bool polling;
+	bool backlog;           /* asleep with entries left because the CQ was full */
+	uint64_t last_active_ns;
+	uint32_t max_garbage;
+	uint32_t garbage;       /* invalid entries since the last valid one */
+	struct ring_stats stats;
+};
+
+/* The pool's admission policy: whether a region of bytes fits under
+ * pool.session_max_bytes and what pool.max_bytes has left. Returns 0, or
+ * -EDQUOT / -ENOSPC with a sentence in err naming the setting to raise. */
+int session_admit(struct daemon *d, const char *name, uint64_t bytes, char *err, size_t errlen);
+/* Starts attaching: the session is listed and its bytes counted in the pool
+ * at once (so concurrent attaches see them); the region is built on the
+ * libuv threadpool, since locking and prefaulting gigabytes takes seconds
+ * the loop must not stall for. control_attach_done() gets the result.
+ * Returns 0, or a negative errno with a sentence in err. */
+int session_attach(struct daemon *d, struct client *owner, const char *name, uint64_t region_bytes,
+		   uint32_t page_size, uint64_t swap_bytes, char *err, size_t errlen);
+/* Releases everything now (the pager first: it waits, bounded, for its I/O
+ * and removes the swap files, before the region is unmapped); the poll
+ * handle's memory goes in its close cb. Never called on a session that is
+ * still attaching. */
+struct session *session_free(struct session *s);
+struct session *session_find(struct daemon *d, const char *name);
+
+int session_register(struct session *s, const char *name, uint64_t bytes, bool swappable, uint32_t *id,
+		     uint32_t *npages, char *err, size_t errlen);
+int session_unregister(struct session *s, uint32_t id, char *err, size_t errlen);
+/* The tensor's name, or NULL for an unknown id. */
+const char *session_tensor_name(const struct session *s, uint32_t id);
+
+#endif
