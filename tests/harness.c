@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -119,6 +121,21 @@ int spw_test_connect(const char *path)
 	return fd;
 }
 
+static bool status_answers(const char *path)
+{
+	char buf[4096];
+	ssize_t n;
+	int fd = spw_test_connect(path);
+	struct timeval tv = { .tv_sec = 2 };
+
+	if (fd < 0)
+		return false;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	return n > 0;
+}
+
 int spw_test_daemon_start(struct spw_test_daemon *d, const char *config_json)
 {
 	int r = prepare(d, config_json);
@@ -132,7 +149,12 @@ int spw_test_daemon_start(struct spw_test_daemon *d, const char *config_json)
 		int fd = spw_test_connect(d->control);
 		if (fd >= 0) {
 			close(fd);
-			return 0;
+			/* The kernel accepts on a listening socket before the
+			 * daemon's loop runs; a status document comes only from
+			 * the loop, so after one the start-up (stale swap files
+			 * removed, warnings logged) is over. */
+			if (status_answers(d->status))
+				return 0;
 		}
 		if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
 			d->pid = -1;
