@@ -2,6 +2,9 @@
 /*
  * client/pool.c: fixed worker threads pinned to a NUMA node's cores.
  *
+ * The client owns the pool (DESIGN.md: kernels/ does no threads); it runs
+ * kernels/ over spans for the offload pipeline, tests/kernels and bench.
+ *
  * Locks: one, the pool's spinlock (queue head/tail and every call's
  * `claimed`). It is held for a few instructions and never while calling out
  * or sleeping, so there is no lock order to keep. A spinlock rather than a
