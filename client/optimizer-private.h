@@ -13,6 +13,8 @@
  *   job-kernels.c  the kernels a job runs, tile by tile on the pool
  *   tensors.c      tensor registration and initial weights
  *   step.c         the step: begin / grad_ready / end
+ *   step-policy.c  its pure numerics: the norm, the clip coefficient, the
+ *                  dynamic loss scale
  *   params.c       wait_params, parameter fetch and release, fetch order
  *   state-io.c     spw_optimizer_read / spw_optimizer_write
  *
@@ -59,6 +61,7 @@
 #include "device.h"
 #include "kernels.h"
 #include "pool.h"
+#include "step-policy.h"
 
 _Static_assert((int)SPW_TYPE_F32 == (int)SPW_DTYPE_F32 && (int)SPW_TYPE_BF16 == (int)SPW_DTYPE_BF16 &&
 	       (int)SPW_TYPE_F16 == (int)SPW_DTYPE_F16, "public and kernel element types agree");
@@ -157,8 +160,8 @@ struct spw_optimizer {
 	uint32_t ngroups, accum, window;
 	float clip_coef, max_norm;
 	bool dynamic;
-	float scale;
-	uint32_t growth_interval, good_steps;
+	struct spw__loss_scale dyn_scale;       /* exact mode's, when dynamic */
+	uint32_t growth_interval;
 	uint32_t page_size, chunk_elems;
 	uint32_t ring_cap;
 	bool region_registered;

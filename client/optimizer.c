@@ -168,7 +168,7 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	o->clip_coef = opts->clip_coef > 0.0f ? opts->clip_coef : 1.0f;
 	o->max_norm = opts->max_norm;
 	o->dynamic = opts->dynamic_loss_scale != 0;
-	o->scale = opts->init_loss_scale > 0.0f ? opts->init_loss_scale : 65536.0f;
+	o->dyn_scale.scale = opts->init_loss_scale > 0.0f ? opts->init_loss_scale : 65536.0f;
 	o->growth_interval = opts->growth_interval ? opts->growth_interval : 2000;
 	o->page_size = info.page_size;
 	o->chunk_elems = info.page_size / 4;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "optimizer-private.h"
+#include "step-policy.h"
 
 static int prepare(spw_optimizer *o, uint32_t g, float grad_scale, struct spw_adamw_consts *out)
 {
@@ -46,7 +47,7 @@ SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float 
 		o->lrs[g] = lr;
 	}
 	o->step = step;
-	o->loss_scale = loss_scale > 0.0f ? loss_scale : o->dynamic ? o->scale : 1.0f;
+	o->loss_scale = loss_scale > 0.0f ? loss_scale : o->dynamic ? o->dyn_scale.scale : 1.0f;
 	for (g = 0; g < o->ngroups; g++)
 		if (prepare(o, g, o->clip_coef / o->loss_scale, &o->gconsts[g]) < 0)
 			return spw__opt_error(o, -EINVAL, "begin: group %u's hyperparameters give no valid update", g);
@@ -259,7 +260,7 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 	 * gradients arrived. */
 	for (i = 0; i < o->nchunks; i++)
 		total += o->chunks[i]->sumsq;
-	norm = sqrt(total) / (double)o->loss_scale;
+	norm = spw__grad_norm(total, o->loss_scale);
 	out.nonfinite = !isfinite(total);
 	out.loss_scale = o->loss_scale;
 	if (o->mode == SPW_OPT_OVERLAPPED) {
@@ -267,11 +268,7 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 	} else if (out.nonfinite) {
 		skip = true;
 	} else {
-		if (o->max_norm > 0.0f) {
-			double c = (double)o->max_norm / (norm + 1e-6);
-
-			coef = c < 1.0 ? (float)c : 1.0f;
-		}
+		coef = spw__clip_coef(norm, o->max_norm);
 		for (uint32_t g = 0; g < o->ngroups; g++)
 			prepare(o, g, coef / o->loss_scale, &o->gconsts[g]);
 		/* The next forward needs the first layers first: the reverse
@@ -311,19 +308,12 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 	pthread_mutex_unlock(&o->lock);
 	spw__opt_wake(o);
 
-	if (o->dynamic && o->mode == SPW_OPT_EXACT) {
-		if (skip) {
-			o->scale *= 0.5f;
-			o->good_steps = 0;
-		} else if (++o->good_steps >= o->growth_interval) {
-			o->scale *= 2.0f;
-			o->good_steps = 0;
-		}
-	}
+	if (o->dynamic && o->mode == SPW_OPT_EXACT)
+		o->dyn_scale = spw__loss_scale_next(o->dyn_scale, skip, o->growth_interval);
 	out.grad_norm = norm;
 	out.clip_coef = coef;
 	out.skipped = skip;
-	out.next_loss_scale = o->dynamic ? o->scale : o->loss_scale;
+	out.next_loss_scale = o->dynamic ? o->dyn_scale.scale : o->loss_scale;
 	o->in_step = false;
 	atomic_fetch_add_explicit(&o->st_steps, 1, memory_order_relaxed);
 	if (res)
