@@ -205,15 +205,10 @@ static void finish_job(spw_optimizer *o, struct job *j)
 static void kernels_done(spw_optimizer *o, struct job *j)
 {
 	struct chunk *ch = j->ch;
-	size_t ntiles = (ch->n + TILE - 1) / TILE;
-	double s = 0.0;
 	int r;
 
-	/* Tile order, so the sum is the same whatever ran where. */
-	for (size_t i = 0; i < ntiles; i++)
-		s += ch->partial[i];
 	if (j->want_norm)
-		ch->sumsq = s;
+		ch->sumsq = spw__sumsq_fold(ch->partial, (ch->n + TILE - 1) / TILE);
 	if (j->kind != JOB_GRAD && j->kind != JOB_FETCH) {
 		ch->zeroed = true;
 		atomic_fetch_add_explicit(&o->st_chunks, 1, memory_order_relaxed);

@@ -8,17 +8,58 @@
 
 #define FAST_PIN_NS 200000ull
 
+/* The kernels a job runs on each tile, in order, over its pinned and
+ * staging pages. */
+static void plan_ops(struct job *j)
+{
+	float *g = j->ptr[R_G];
+	struct spw__kernel_op *op = j->ops;
+	struct spw__kernel_op adam = {
+		.op = SPW_POOL_ADAMW, .consts = &j->consts,
+		.param = j->ptr[R_P], .exp_avg = j->ptr[R_M], .exp_avg_sq = j->ptr[R_V],
+		.copy = j->copy ? j->scopy : NULL, .copy_dtype = j->copy ? j->cdt : SPW_DTYPE_NONE,
+	};
+
+	switch (j->kind) {
+	case JOB_ADAM:
+		if (j->want_norm)
+			*op++ = (struct spw__kernel_op){ .op = SPW_POOL_SUMSQ, .src = j->sgrad, .src_dtype = j->gdt };
+		adam.src = j->sgrad;
+		adam.src_dtype = j->gdt;
+		*op++ = adam;
+		break;
+	case JOB_GRAD:
+	case JOB_GRAD_ADAM:
+		/* The first micro-batch overwrites the store: its old contents
+		 * are last step's. */
+		*op++ = (struct spw__kernel_op){ .op = j->first ? SPW_POOL_CAST : SPW_POOL_ACC, .src = j->sgrad,
+						 .src_dtype = j->gdt, .dst = g, .dst_dtype = SPW_DTYPE_F32 };
+		if (j->want_norm)
+			*op++ = (struct spw__kernel_op){ .op = SPW_POOL_SUMSQ, .src = g, .src_dtype = SPW_DTYPE_F32 };
+		if (j->kind == JOB_GRAD)
+			break;
+		/* fall through */
+	case JOB_ADAM_STORE:
+		adam.src = g;
+		adam.src_dtype = SPW_DTYPE_F32;
+		*op++ = adam;
+		break;
+	case JOB_FETCH:
+		/* Through a copy page, not from the slot: the page is unpinned
+		 * (and may be evicted) before the device has read it. */
+		*op++ = (struct spw__kernel_op){ .op = SPW_POOL_CAST, .src = j->ptr[R_P], .src_dtype = SPW_DTYPE_F32,
+						 .dst = j->scopy, .dst_dtype = j->cdt };
+		break;
+	}
+	j->nops = (unsigned)(op - j->ops);
+}
+
 static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 {
 	struct job *j = arg;
 	struct chunk *ch = j->ch;
 	spw_optimizer *o = j->o;
-	const struct spw_kernels *k = o->k;
 	size_t n = e - b;
-	const unsigned char *sg = j->sgrad ? (const unsigned char *)j->sgrad + b * spw_dtype_size(j->gdt) : NULL;
-	float *p = j->ptr[R_P], *m = j->ptr[R_M], *v = j->ptr[R_V], *g = j->ptr[R_G];
-	enum spw_dtype cdt = j->copy ? j->cdt : SPW_DTYPE_NONE;
-	void *copy = j->copy ? (unsigned char *)j->scopy + b * spw_dtype_size(cdt) : NULL;
 	bool adam = j->kind != JOB_GRAD && j->kind != JOB_FETCH;
 	uint64_t t0 = now_ns();
 
@@ -26,36 +67,14 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 	 * tenant), so the moments start as torch's zeros here, the first
 	 * time a chunk is updated, instead of costing a pass at add time. */
 	if (adam && !ch->zeroed) {
-		memset(m + b, 0, n * sizeof(float));
-		memset(v + b, 0, n * sizeof(float));
+		memset(j->ptr[R_M] + b, 0, n * sizeof(float));
+		memset(j->ptr[R_V] + b, 0, n * sizeof(float));
 	}
-	switch (j->kind) {
-	case JOB_ADAM:
-		if (j->want_norm)
-			ch->partial[tile] = k->sumsq[j->gdt](sg, n);
-		k->adamw[j->gdt][cdt](&j->consts, p + b, m + b, v + b, sg, copy, n);
-		break;
-	case JOB_GRAD:
-	case JOB_GRAD_ADAM:
-		/* The first micro-batch overwrites the store: its old contents
-		 * are last step's. */
-		if (j->first)
-			k->cast[SPW_DTYPE_F32][j->gdt](g + b, sg, n);
-		else
-			k->acc[j->gdt](g + b, sg, n);
-		if (j->want_norm)
-			ch->partial[tile] = k->sumsq[SPW_DTYPE_F32](g + b, n);
-		if (j->kind == JOB_GRAD_ADAM)
-			k->adamw[SPW_DTYPE_F32][cdt](&j->consts, p + b, m + b, v + b, g + b, copy, n);
-		break;
-	case JOB_ADAM_STORE:
-		k->adamw[SPW_DTYPE_F32][cdt](&j->consts, p + b, m + b, v + b, g + b, copy, n);
-		break;
-	case JOB_FETCH:
-		/* Through a copy page, not from the slot: the page is unpinned
-		 * (and may be evicted) before the device has read it. */
-		k->cast[cdt][SPW_DTYPE_F32](copy, p + b, n);
-		break;
+	for (unsigned i = 0; i < j->nops; i++) {
+		double s = spw__kernel_op_run(o->k, &j->ops[i], b, e);
+
+		if (j->ops[i].op == SPW_POOL_SUMSQ)
+			ch->partial[tile] = s;
 	}
 	atomic_fetch_add_explicit(&o->st_adam_ns, now_ns() - t0, memory_order_relaxed);
 	/* The last tile hands the job to the engine. The seq_cst decrement
@@ -75,6 +94,7 @@ void spw__opt_start_kernels(spw_optimizer *o, struct job *j)
 	if (dt < FAST_PIN_NS)
 		atomic_fetch_add_explicit(&o->st_fast_pins, j->npins, memory_order_relaxed);
 	memset(j->ch->partial, 0, ntiles * sizeof(double));
+	plan_ops(j);
 	atomic_store(&j->tiles_left, ntiles);
 	j->call.fn = job_tile;
 	j->call.arg = j;

@@ -103,6 +103,8 @@ struct job {
 	uint32_t nhints;                /* fetch: PREFETCHes to send when admitted */
 	uint32_t hint_id[FETCH_HINTS], hint_page[FETCH_HINTS];
 	uint64_t t_pin;
+	struct spw__kernel_op ops[3];   /* run in order on each tile (job-kernels.c) */
+	unsigned nops;
 	struct spw__pool_call call;
 	atomic_size_t tiles_left;
 	struct job *next;

@@ -257,7 +257,7 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 		return r;
 	}
 	/* Fixed order (tensor, chunk), so the norm is the same however the
-	 * gradients arrived. */
+	 * gradients arrived: each chunk's spw__sumsq_fold(), added in order. */
 	for (i = 0; i < o->nchunks; i++)
 		total += o->chunks[i]->sumsq;
 	norm = spw__grad_norm(total, o->loss_scale);
