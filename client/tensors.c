@@ -111,18 +111,13 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 		return spw__opt_error(o, -ENOMEM, "add %s: out of memory", name);
 
 	t = &o->tensors[o->ntensors];
-	memset(t, 0, sizeof(*t));
-	t->name = strdup(name);
-	t->chunks = calloc(nch, sizeof(*t->chunks));
+	*t = (struct tensor){
+		.name = strdup(name), .chunks = calloc(nch, sizeof(*t->chunks)),
+		.group = group, .count = count, .dev = dev_params, .ptype = param_type, .nchunks = nch,
+		.frozen = frozen, .has_g = !frozen && (o->mode == SPW_OPT_EXACT || o->accum > 1),
+	};
 	if (!t->name || !t->chunks)
 		goto oom;
-	t->group = group;
-	t->count = count;
-	t->dev = dev_params;
-	t->ptype = param_type;
-	t->nchunks = nch;
-	t->frozen = frozen;
-	t->has_g = !frozen && (o->mode == SPW_OPT_EXACT || o->accum > 1);
 	if (spw__event_create(o->dev, &t->ev) < 0 || spw__event_create(o->dev, &t->free_ev) < 0) {
 		char buf[256];
 
