@@ -16,7 +16,6 @@
 
 /* User data of ring ops that belong to no job; job pointers are far above. */
 #define UD_STEP 1u
-
 #define UD_PREFETCH 2u
 #define UD_FETCH_HINT 3u
 
@@ -76,6 +75,8 @@ static void params_arrived(void *arg)
 
 	hand_over(j->o, &j->o->h2d_head, j);
 }
+
+/* ---- the engine ---- */
 
 static void engine_fatal(spw_optimizer *o, int err, const char *what)
 {

@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * client/job-kernels.c: the kernels of one job, tile by tile on the pool.
+ * Once its pins are back, a job lists its kernels as ops, which each tile
+ * runs in order through spw__kernel_op_run() (pool.c, the one dispatch to
+ * kernels/); the tiles' square sums are folded by the engine
+ * (spw__sumsq_fold()); the last tile gives the job back to the engine.
  */
 #include <string.h>
 
