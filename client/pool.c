@@ -2,6 +2,9 @@
 /*
  * client/pool.c: fixed worker threads pinned to a NUMA node's cores.
  *
+ * The client owns the pool (DESIGN.md: kernels/ does no threads); it runs
+ * kernels/ over spans for the offload pipeline, tests/kernels and bench.
+ *
  * Locks: one, the pool's spinlock (queue head/tail and every call's
  * `claimed`). It is held for a few instructions and never while calling out
  * or sleeping, so there is no lock order to keep. A spinlock rather than a
@@ -366,38 +369,58 @@ struct spw__pool *spw__pool_free(struct spw__pool *p)
 	return NULL;
 }
 
-/* ---- kernel calls ---- */
+/* ---- kernels/ over spans ---- */
+
+double spw__kernel_op_run(const struct spw_kernels *k, const struct spw__kernel_op *op, size_t b,
+			  size_t e)
+{
+	size_t n = e - b, ss = spw_dtype_size(op->src_dtype);
+	const unsigned char *src = (const unsigned char *)op->src + b * ss;
+
+	switch (op->op) {
+	case SPW_POOL_ADAMW:
+		k->adamw[op->src_dtype][op->copy_dtype](
+			op->consts, op->param + b, op->exp_avg + b, op->exp_avg_sq + b, src,
+			op->copy ? (unsigned char *)op->copy + b * spw_dtype_size(op->copy_dtype) : NULL,
+			n);
+		break;
+	case SPW_POOL_SUMSQ:
+		return k->sumsq[op->src_dtype](src, n);
+	case SPW_POOL_NONFINITE:
+		return k->nonfinite[op->src_dtype](src, n) ? 1.0 : 0.0;
+	case SPW_POOL_CAST:
+		k->cast[op->dst_dtype][op->src_dtype](
+			(unsigned char *)op->dst + b * spw_dtype_size(op->dst_dtype), src, n);
+		break;
+	case SPW_POOL_ACC:
+		k->acc[op->src_dtype]((float *)op->dst + b, src, n);
+		break;
+	}
+	return 0.0;
+}
+
+double spw__sumsq_fold(const double *partial, size_t ntiles)
+{
+	double s = 0.0;
+
+	for (size_t i = 0; i < ntiles; i++)
+		s += partial[i];
+	return s;
+}
 
 static void kernel_tile(void *arg, size_t tile, size_t b, size_t e)
 {
 	struct spw__pool_kcall *kc = arg;
-	const struct spw_kernels *k = kc->k;
-	size_t n = e - b, ss = spw_dtype_size(kc->src_dtype);
-	const unsigned char *src = (const unsigned char *)kc->src + b * ss;
+	double r;
 
-	switch (kc->op) {
-	case SPW_POOL_ADAMW:
-		k->adamw[kc->src_dtype][kc->copy_dtype](
-			&kc->consts, kc->param + b, kc->exp_avg + b, kc->exp_avg_sq + b, src,
-			kc->copy ? (unsigned char *)kc->copy + b * spw_dtype_size(kc->copy_dtype) : NULL,
-			n);
-		break;
-	case SPW_POOL_SUMSQ:
-		kc->partial[tile] = k->sumsq[kc->src_dtype](src, n);
-		break;
-	case SPW_POOL_NONFINITE:
-		if (!atomic_load_explicit(&kc->nonfinite, memory_order_relaxed) &&
-		    k->nonfinite[kc->src_dtype](src, n))
-			atomic_store_explicit(&kc->nonfinite, 1, memory_order_relaxed);
-		break;
-	case SPW_POOL_CAST:
-		k->cast[kc->dst_dtype][kc->src_dtype](
-			(unsigned char *)kc->dst + b * spw_dtype_size(kc->dst_dtype), src, n);
-		break;
-	case SPW_POOL_ACC:
-		k->acc[kc->src_dtype]((float *)kc->dst + b, src, n);
-		break;
-	}
+	/* One inf or nan settles a NONFINITE call: later tiles skip the scan. */
+	if (kc->op == SPW_POOL_NONFINITE && atomic_load_explicit(&kc->nonfinite, memory_order_relaxed))
+		return;
+	r = spw__kernel_op_run(kc->k, &kc->kop, b, e);
+	if (kc->op == SPW_POOL_SUMSQ)
+		kc->partial[tile] = r;
+	else if (kc->op == SPW_POOL_NONFINITE && r != 0.0)
+		atomic_store_explicit(&kc->nonfinite, 1, memory_order_relaxed);
 }
 
 static bool dtype_ok(enum spw_dtype t)
@@ -421,11 +444,11 @@ int spw__pool_kernel_submit(struct spw__pool *p, struct spw__pool_kcall *kc)
 			kc->copy = NULL;
 		break;
 	case SPW_POOL_SUMSQ: {
-		/* Tiles from n alone, at most MAX_PARTIALS of them, multiples of
-		 * 32 so each tile's lanes line up with the span's. */
+		/* Tiles from n alone: the pipeline's, or at most MAX_PARTIALS of
+		 * them, multiples of 32 so each tile's lanes line up with the
+		 * span's. */
 		size_t per = kc->n / SPW_POOL_MAX_PARTIALS + 1;
 
-		tile = 65536;
 		if (per > tile)
 			tile = (per + 31) & ~(size_t)31;
 		memset(kc->partial, 0, sizeof(kc->partial));
@@ -447,6 +470,12 @@ int spw__pool_kernel_submit(struct spw__pool *p, struct spw__pool_kcall *kc)
 	if (!kc->k)
 		kc->k = spw_kernels();
 	atomic_store_explicit(&kc->nonfinite, 0, memory_order_relaxed);
+	kc->kop = (struct spw__kernel_op){
+		.op = kc->op, .src = kc->src, .src_dtype = kc->src_dtype, .dst = kc->dst,
+		.dst_dtype = kc->dst_dtype, .consts = &kc->consts, .param = kc->param,
+		.exp_avg = kc->exp_avg, .exp_avg_sq = kc->exp_avg_sq, .copy = kc->copy,
+		.copy_dtype = kc->copy_dtype,
+	};
 	kc->call.fn = kernel_tile;
 	kc->call.arg = kc;
 	kc->call.n = kc->n;
@@ -456,11 +485,5 @@ int spw__pool_kernel_submit(struct spw__pool *p, struct spw__pool_kcall *kc)
 
 double spw__pool_sumsq_result(const struct spw__pool_kcall *kc)
 {
-	double l[SPW_POOL_MAX_PARTIALS];
-
-	memcpy(l, kc->partial, sizeof(l));
-	for (size_t w = SPW_POOL_MAX_PARTIALS / 2; w; w /= 2)
-		for (size_t j = 0; j < w; j++)
-			l[j] += l[j + w];
-	return l[0];
+	return spw__sumsq_fold(kc->partial, kc->call.ntiles);
 }

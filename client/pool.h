@@ -86,12 +86,12 @@ bool spw__pool_done(const struct spw__pool_call *c);
 /* Blocks (briefly polling, then on a futex) until c is done. */
 void spw__pool_wait(struct spw__pool *p, struct spw__pool_call *c);
 
-/* ---- kernel calls on top of the pool ---- */
+/* ---- kernels/ over spans: one dispatch for the pool's calls and the pipeline's jobs ---- */
 
 enum spw__pool_op {
 	SPW_POOL_ADAMW,         /* adamw(param, exp_avg, exp_avg_sq, src -> copy) */
-	SPW_POOL_SUMSQ,         /* sum of src[i]^2 -> spw__pool_sumsq_result() */
-	SPW_POOL_NONFINITE,     /* any inf/nan in src -> .nonfinite */
+	SPW_POOL_SUMSQ,         /* sum of src[i]^2 */
+	SPW_POOL_NONFINITE,     /* any inf/nan in src */
 	SPW_POOL_CAST,          /* dst = src converted */
 	SPW_POOL_ACC,           /* (float *)dst += src */
 };
@@ -100,8 +100,47 @@ enum spw__pool_op {
 #define SPW_POOL_MAX_PARTIALS 256       /* per-tile sums kept by one SUMSQ call */
 
 /*
- * A kernel call. Fill the inputs for op, then spw__pool_kernel_submit().
- * src/src_dtype is the gradient (ADAMW, ACC) or the input (others).
+ * One kernel over a span, every pointer at the span's element 0. src and
+ * src_dtype are the gradient (ADAMW, ACC) or the input (the others); dst
+ * is dst_dtype (CAST) or float (ACC); copy is NULL with copy_dtype
+ * SPW_DTYPE_NONE (ADAMW without a low-precision copy).
+ */
+struct spw__kernel_op {
+	enum spw__pool_op op;
+	const void *src;
+	enum spw_dtype src_dtype;
+	void *dst;
+	enum spw_dtype dst_dtype;
+	const struct spw_adamw_consts *consts;  /* ADAMW */
+	float *param, *exp_avg, *exp_avg_sq;    /* ADAMW */
+	void *copy;
+	enum spw_dtype copy_dtype;
+};
+
+/*
+ * Runs op over elements [begin, end) of its span with the kernel table k:
+ * the one place kernels/ is called over a span. Returns the sum of squares
+ * for SUMSQ, 1 or 0 (an inf or nan seen or not) for NONFINITE, 0 for the
+ * others. Validates nothing (spw__pool_kernel_submit does).
+ */
+double spw__kernel_op_run(const struct spw_kernels *k, const struct spw__kernel_op *op, size_t begin,
+			  size_t end);
+
+/*
+ * The one reduction of a gradient's square sums: per-tile sums added in
+ * tile order, so the total depends on the tiling alone, never on the
+ * thread count or on which worker ran which tile. The pipeline's norm is
+ * this over each chunk's SPW_POOL_ADAMW_TILE tiles, then the chunks' sums
+ * in (tensor, chunk) order.
+ */
+double spw__sumsq_fold(const double *partial, size_t ntiles);
+
+/*
+ * A kernel call: one op over a whole span, cut into tiles on the pool. Fill
+ * the inputs for op (as struct spw__kernel_op says), then
+ * spw__pool_kernel_submit(). Tiles are SPW_POOL_ADAMW_TILE elements (SUMSQ:
+ * more when the span would need over SPW_POOL_MAX_PARTIALS of them, a
+ * multiple of 32; NONFINITE: 65536).
  */
 struct spw__pool_kcall {
 	struct spw__pool_call call;
@@ -120,13 +159,16 @@ struct spw__pool_kcall {
 	/* results */
 	atomic_uint nonfinite;
 	double partial[SPW_POOL_MAX_PARTIALS];
+	/* the pool's: the inputs above as one op */
+	struct spw__kernel_op kop;
 };
 
 /* Returns 0 or -EINVAL (bad dtype, op or missing pointer). */
 int spw__pool_kernel_submit(struct spw__pool *p, struct spw__pool_kcall *kc);
 
-/* The sum of squares of a finished SUMSQ call: per-tile sums (tiles sized
- * from n alone) folded pairwise, so independent of the thread count. */
+/* The sum of squares of a finished SUMSQ call: spw__sumsq_fold() of its
+ * tiles' sums, so independent of the thread count, and over a span of at
+ * most SPW_POOL_MAX_PARTIALS tiles equal to the pipeline's sum of a chunk. */
 double spw__pool_sumsq_result(const struct spw__pool_kcall *kc);
 
 #endif

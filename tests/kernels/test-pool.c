@@ -147,17 +147,19 @@ int main(void)
 	{
 		const struct spw_kernels *k = spw_kernels();
 		struct spw_adamw_consts k1 = consts(1), k2 = consts(2);
-		struct spw__pool_kcall tmp = { .n = N };
-		size_t tile = 65536;
+		double partial[SPW_POOL_MAX_PARTIALS];
+		size_t tile = SPW_POOL_ADAMW_TILE, ntiles = 0;
 
 		state_init(&ref);
 		k->adamw[SPW_DTYPE_BF16][SPW_DTYPE_BF16](&k1, ref.p, ref.m, ref.v, ref.g, ref.copy, N);
 		k->adamw[SPW_DTYPE_BF16][SPW_DTYPE_BF16](&k2, ref.p, ref.m, ref.v, ref.g, ref.copy, N);
-		/* sumsq: the documented tiling (65536 here), partials folded pairwise */
-		memset(tmp.partial, 0, sizeof(tmp.partial));
-		for (size_t t = 0; t * tile < N; t++)
-			tmp.partial[t] = k->sumsq[SPW_DTYPE_BF16](ref.g + t * tile, N - t * tile < tile ? N - t * tile : tile);
-		ref.ss = spw__pool_sumsq_result(&tmp);
+		/* sumsq: the documented tiling (SPW_POOL_ADAMW_TILE for N), the
+		 * tiles' sums added in tile order, as the pipeline sums a chunk */
+		for (size_t t = 0; t * tile < N; t++, ntiles++)
+			partial[t] = k->sumsq[SPW_DTYPE_BF16](ref.g + t * tile, N - t * tile < tile ? N - t * tile : tile);
+		ref.ss = 0.0;
+		for (size_t t = 0; t < ntiles; t++)
+			ref.ss += partial[t];
 		ref.nonfinite = k->nonfinite[SPW_DTYPE_F32](ref.p, N);
 		k->acc[SPW_DTYPE_BF16](ref.acc, ref.g, N);
 		k->cast[SPW_DTYPE_F16][SPW_DTYPE_F32](ref.cast, ref.p, N);

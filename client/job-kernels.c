@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client/job-kernels.c: the kernels of one job, tile by tile on the pool.
+ * Once its pins are back, a job lists its kernels as ops, which each tile
+ * runs in order through spw__kernel_op_run() (pool.c, the one dispatch to
+ * kernels/); the tiles' square sums are folded by the engine
+ * (spw__sumsq_fold()); the last tile gives the job back to the engine.
+ */
+#include <string.h>
+
+#include "optimizer-private.h"
+
+#define FAST_PIN_NS 200000ull
+
+/* The kernels a job runs on each tile, in order, over its pinned and
+ * staging pages. */
+static void plan_ops(struct job *j)
+{
+	float *g = j->ptr[R_G];
+	struct spw__kernel_op *op = j->ops;
+	struct spw__kernel_op adam = {
+		.op = SPW_POOL_ADAMW, .consts = &j->consts,
+		.param = j->ptr[R_P], .exp_avg = j->ptr[R_M], .exp_avg_sq = j->ptr[R_V],
+		.copy = j->copy ? j->scopy : NULL, .copy_dtype = j->copy ? j->cdt : SPW_DTYPE_NONE,
+	};
+
+	switch (j->kind) {
+	case JOB_ADAM:
+		if (j->want_norm)
+			*op++ = (struct spw__kernel_op){ .op = SPW_POOL_SUMSQ, .src = j->sgrad, .src_dtype = j->gdt };
+		adam.src = j->sgrad;
+		adam.src_dtype = j->gdt;
+		*op++ = adam;
+		break;
+	case JOB_GRAD:
+	case JOB_GRAD_ADAM:
+		/* The first micro-batch overwrites the store: its old contents
+		 * are last step's. */
+		*op++ = (struct spw__kernel_op){ .op = j->first ? SPW_POOL_CAST : SPW_POOL_ACC, .src = j->sgrad,
+						 .src_dtype = j->gdt, .dst = g, .dst_dtype = SPW_DTYPE_F32 };
+		if (j->want_norm)
+			*op++ = (struct spw__kernel_op){ .op = SPW_POOL_SUMSQ, .src = g, .src_dtype = SPW_DTYPE_F32 };
+		if (j->kind == JOB_GRAD)
+			break;
+		/* fall through */
+	case JOB_ADAM_STORE:
+		adam.src = g;
+		adam.src_dtype = SPW_DTYPE_F32;
+		*op++ = adam;
+		break;
+	case JOB_FETCH:
+		/* Through a copy page, not from the slot: the page is unpinned
+		 * (and may be evicted) before the device has read it. */
+		*op++ = (struct spw__kernel_op){ .op = SPW_POOL_CAST, .src = j->ptr[R_P], .src_dtype = SPW_DTYPE_F32,
+						 .dst = j->scopy, .dst_dtype = j->cdt };
+		break;
+	}
+	j->nops = (unsigned)(op - j->ops);
+}
+
+static void job_tile(void *arg, size_t tile, size_t b, size_t e)
+{
+	struct job *j = arg;
+	struct chunk *ch = j->ch;
+	spw_optimizer *o = j->o;
+	size_t n = e - b;
+	bool adam = j->kind != JOB_GRAD && j->kind != JOB_FETCH;
+	uint64_t t0 = now_ns();
+
+	/* Fresh pages of a tensor may hold anything (a slot's earlier
+	 * tenant), so the moments start as torch's zeros here, the first
+	 * time a chunk is updated, instead of costing a pass at add time. */
+	if (adam && !ch->zeroed) {
+		memset(j->ptr[R_M] + b, 0, n * sizeof(float));
+		memset(j->ptr[R_V] + b, 0, n * sizeof(float));
+	}
+	for (unsigned i = 0; i < j->nops; i++) {
+		double s = spw__kernel_op_run(o->k, &j->ops[i], b, e);
+
+		if (j->ops[i].op == SPW_POOL_SUMSQ)
+			ch->partial[tile] = s;
+	}
+	atomic_fetch_add_explicit(&o->st_adam_ns, now_ns() - t0, memory_order_relaxed);
+	/* The last tile hands the job to the engine. The seq_cst decrement
+	 * orders every tile's stores before it, and the lock hand-off in
+	 * spw__opt_tiles_done() carries them to the engine. */
+	if (atomic_fetch_sub(&j->tiles_left, 1) == 1)
+		spw__opt_tiles_done(j);
+}
+
+void spw__opt_start_kernels(spw_optimizer *o, struct job *j)
+{
+	size_t ntiles = (j->ch->n + TILE - 1) / TILE;
+	uint64_t dt = now_ns() - j->t_pin;
+
+	atomic_fetch_add_explicit(&o->st_pin_ns, dt, memory_order_relaxed);
+	atomic_fetch_add_explicit(&o->st_pins, j->npins, memory_order_relaxed);
+	if (dt < FAST_PIN_NS)
+		atomic_fetch_add_explicit(&o->st_fast_pins, j->npins, memory_order_relaxed);
+	memset(j->ch->partial, 0, ntiles * sizeof(double));
+	plan_ops(j);
+	atomic_store(&j->tiles_left, ntiles);
+	j->call.fn = job_tile;
+	j->call.arg = j;
+	j->call.n = j->ch->n;
+	j->call.tile = TILE;
+	spw__pool_submit(o->pool, &j->call);
+}

@@ -1,0 +1,299 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client/optimizer-private.h: what the files of the offload pipeline behind
+ * spw_optimizer_* share: its structs and the calls they make to each other.
+ * Nothing outside these files includes it.
+ *
+ * The files, one job each:
+ *
+ *   optimizer.c    create and free, errors, wakeups, the trainer's streams,
+ *                  sync, stats
+ *   engine.c       the engine thread: ring ownership, the admission window,
+ *                  pins and unpins, completions, read-ahead hints, parking
+ *   job-kernels.c  the kernels a job runs, tile by tile on the pool
+ *   tensors.c      tensor registration and initial weights
+ *   step.c         the step: begin / grad_ready / end
+ *   step-policy.c  its pure numerics: the norm, the clip coefficient, the
+ *                  dynamic loss scale
+ *   params.c       wait_params, parameter fetch and release, fetch order
+ *   state-io.c     spw_optimizer_read / spw_optimizer_write
+ *
+ * Threads and who owns what:
+ *
+ *   trainer   begin / grad_ready / end / wait_params. grad_ready queues the
+ *             device->host copy of a gradient into a staging page on the
+ *             d2h stream, followed by a host function.
+ *   d2h, h2d  the device backend's copy streams. Their host functions only
+ *             move a job to a list and ring the engine's eventfd.
+ *   engine    the one thread that touches the session's ring: it pins the
+ *             pages a job needs, submits its kernels to the pool once the
+ *             pins and the gradient are there, queues the copy back to the
+ *             device, and unpins. It sleeps in spw__wait_ring() on the
+ *             completion doorbell, its own eventfd and the control socket
+ *             at once, so a daemon that dies is noticed at once.
+ *   pool      runs each job's kernels tile by tile; the last tile moves the
+ *             job to the engine's list.
+ *
+ * Lock: one mutex (o->lock) guards the lists, the free staging buffers,
+ * every chunk's busy/arrivals fields, the counters the trainer waits on and
+ * the fatal error; one condition variable (o->cond) announces any change
+ * to them. Nothing is called out of the library while it is held except
+ * eventfd writes. Calls that need the ring outside the engine (add, read,
+ * free) ask the engine to park (spw__opt_ring_acquire) so the ring keeps
+ * exactly one user at a time.
+ *
+ * Windowing: at most `window` jobs (one chunk each) hold pins at once, and
+ * there are `window` gradient staging pages and `window` copy-out pages, so
+ * the pinned memory is (pages per chunk + 2) * window pages whatever the
+ * model's size.
+ */
+#ifndef SPW_CLIENT_OPTIMIZER_PRIVATE_H
+#define SPW_CLIENT_OPTIMIZER_PRIVATE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "client-private.h"
+#include "device.h"
+#include "kernels.h"
+#include "pool.h"
+#include "step-policy.h"
+
+_Static_assert((int)SPW_TYPE_F32 == (int)SPW_DTYPE_F32 && (int)SPW_TYPE_BF16 == (int)SPW_DTYPE_BF16 &&
+	       (int)SPW_TYPE_F16 == (int)SPW_DTYPE_F16, "public and kernel element types agree");
+
+#define TILE SPW_POOL_ADAMW_TILE
+
+enum role { R_P, R_M, R_V, R_G, R__N };
+
+enum job_kind {
+	JOB_ADAM,       /* gradient in staging -> Adam (overlapped, no accumulation) */
+	JOB_GRAD,       /* gradient in staging -> fp32 store (cast or add), maybe its norm */
+	JOB_GRAD_ADAM,  /* the above, then Adam from the store (overlapped, last micro-batch) */
+	JOB_ADAM_STORE, /* Adam from the store (exact mode, after the norm) */
+	JOB_FETCH,      /* master weights -> cast into a copy page -> the trainer's buffer */
+};
+
+/* PREFETCH hints a fetch carries for the tensors predicted to follow it. */
+#define FETCH_HINTS 16u
+
+struct chunk;
+
+struct job {
+	spw_optimizer *o;
+	struct chunk *ch;
+	enum job_kind kind;
+	bool first, want_norm, copy;
+	enum spw_dtype gdt;
+	int gbuf, cbuf;
+	struct spw_adamw_consts consts;
+	unsigned roles;                 /* bit per enum role: pages to pin */
+	unsigned npins, pins_back, unpins_left;
+	float *ptr[R__N];
+	const void *sgrad;              /* the staging page holding the gradient */
+	void *scopy;                    /* the staging page for the copy-out */
+	bool h2d_pending;
+	enum spw_dtype cdt;             /* type of the copy-out */
+	void *dst;                      /* where the copy-out goes on the device */
+	bool wait_free;                 /* fetch: the copy waits for the tensor's free_ev */
+	uint32_t nhints;                /* fetch: PREFETCHes to send when admitted */
+	uint32_t hint_id[FETCH_HINTS], hint_page[FETCH_HINTS];
+	uint64_t t_pin;
+	struct spw__kernel_op ops[3];   /* run in order on each tile (job-kernels.c) */
+	unsigned nops;
+	struct spw__pool_call call;
+	atomic_size_t tiles_left;
+	struct job *next;
+};
+
+struct tensor;
+
+struct chunk {
+	struct tensor *t;
+	uint32_t index;         /* within the tensor */
+	uint32_t global;        /* within the optimizer */
+	uint64_t off, n;        /* elements */
+	uint32_t arrivals;      /* gradients this step (lock) */
+	bool busy;              /* job queued or in flight (lock) */
+	bool zeroed;            /* moments initialised (engine, between jobs) */
+	uint64_t hinted_step;   /* engine */
+	double sumsq;           /* this step's gradient square sum (written by the engine) */
+	double *partial;        /* per tile */
+	struct job job;         /* one at a time per chunk */
+};
+
+struct tensor {
+	char *name;
+	uint32_t group;
+	uint64_t count;
+	void *dev;              /* NULL: offloaded, no copy-out after Adam */
+	enum spw_dtype ptype;
+	uint32_t id[R__N];
+	bool has_g;
+	bool frozen;            /* master weights only, never updated */
+	uint32_t nchunks;
+	struct chunk *chunks;
+	uint32_t pending;       /* jobs not done (lock) */
+	uint32_t unqueued;      /* jobs whose device copy is not yet on the h2d stream (lock) */
+	uint32_t fetch_open;    /* fetch jobs not done (lock) */
+	bool fetched;           /* fetched and not released (trainer) */
+	/* Recorded on h2d after each copy of this tensor: the stream a
+	 * trainer passes to wait_params waits on it. */
+	struct spw__event *ev;
+	/* Recorded on the trainer's stream by a fetch: the copy into its
+	 * buffer waits until the trainer's earlier work there is done. */
+	struct spw__event *free_ev;
+};
+
+struct spw_optimizer {
+	spw_client *c;
+	struct spw__device *dev;
+	struct spw__stream *d2h, *h2d;
+	struct spw__pool *pool;
+	const struct spw_kernels *k;
+
+	enum spw_optimizer_mode mode;
+	enum spw_tensor_kind tier;
+	struct spw_param_group *groups;
+	uint32_t ngroups, accum, window;
+	float clip_coef, max_norm;
+	bool dynamic;
+	struct spw__loss_scale dyn_scale;       /* exact mode's, when dynamic */
+	uint32_t growth_interval;
+	uint32_t page_size, chunk_elems;
+	uint32_t ring_cap;
+	bool region_registered;
+
+	uint32_t staging_id;
+	void **sbuf;            /* 2 * window staging pages: grads [0, w), copies [w, 2w) */
+	int *gfree;             /* free gradient buffers (lock) */
+	uint32_t ngfree;
+	int *cfree;             /* free copy buffers (engine) */
+	uint32_t ncfree;
+
+	struct tensor *tensors;
+	uint32_t ntensors;
+	struct chunk **chunks;  /* by global index */
+	uint32_t nchunks;
+
+	/* step state: the trainer's */
+	bool in_step, started;
+	uint64_t step;
+	float loss_scale;
+	float *lrs;
+	struct spw_adamw_consts *gconsts;
+	uint32_t *order, norder;        /* this step's arrival order (lock) */
+	uint32_t *pred, npred, *pos;    /* last step's, and each chunk's place in it (engine) */
+	/* Fetch order (trainer): tensors in the order this step fetched them,
+	 * and the previous step's, which predicts what comes next. */
+	uint32_t *forder, nforder, *fpred, nfpred, fcap;
+	struct spw__event *prod_ev;     /* grad_ready: the producer stream's work */
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int wake_fd;
+	pthread_t engine;
+	bool engine_started;
+	/* (lock) */
+	bool stop, step_mark, park_req, parked;
+	/* Exact mode: the last end sent the STEP mark that also opens the
+	 * next step (trainer). */
+	bool marked_at_end;
+	struct job *ready_head, *ready_tail, *done_head, *h2d_head;
+	uint32_t d2h_open, grad_jobs_open, jobs_open;
+	int err;
+	char fatal_msg[SPW__ERRMSG_MAX];
+
+	/* engine-local */
+	struct job *q_head, *q_tail;
+	uint32_t inflight, ring_reserved, hints_inflight;
+	bool hints_off;
+	uint64_t hint_step;
+
+	_Atomic uint64_t st_steps, st_d2h, st_h2d, st_chunks, st_adam_ns, st_pin_ns, st_pins,
+		st_fast_pins, st_prefetches, st_fetches, st_fetch_bytes, st_fetch_hints;
+	atomic_int st_hints;
+
+	char errmsg[SPW__ERRMSG_MAX];
+};
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+
+/* Waits, lock held, until cond holds or the optimizer is broken. */
+#define WAIT_UNTIL(opt, pred)                                           \
+	do {                                                            \
+		while (!(opt)->err && !(pred))                          \
+			pthread_cond_wait(&(opt)->cond, &(opt)->lock);  \
+	} while (0)
+
+/* Whether t has a spillway tensor for role r. */
+static inline bool role_used(const struct tensor *t, unsigned r)
+{
+	if (t->frozen)
+		return r == R_P;
+	return r != R_G || t->has_g;
+}
+
+/* ---- optimizer.c ---- */
+
+/* Stores a formatted message in o->errmsg and returns err. */
+__attribute__((format(printf, 3, 4)))
+int spw__opt_error(spw_optimizer *o, int err, const char *fmt, ...);
+
+/* Rings the engine's eventfd. */
+void spw__opt_wake(spw_optimizer *o);
+
+/* Records the first fatal error; every waiter gives up. Lock held. */
+__attribute__((format(printf, 3, 4)))
+void spw__opt_fatal_locked(spw_optimizer *o, int err, const char *fmt, ...);
+
+/* 0, or the broken optimizer's error copied into o->errmsg; _locked with
+ * the lock held. */
+int spw__opt_broken_locked(spw_optimizer *o);
+int spw__opt_broken(spw_optimizer *o);
+
+/* The trainer's stream as a device stream: 1, 0 when there is none to
+ * order against, or the error (with its message). */
+int spw__opt_borrow(spw_optimizer *o, void *stream, struct spw__stream **ret, const char *what,
+		    const char *name);
+
+/* Makes the work queued on `on` from now wait for what the trainer has
+ * queued on stream so far. 0 or the error (with its message). */
+int spw__opt_after_stream(spw_optimizer *o, void *stream, struct spw__event *ev, struct spw__stream *on,
+			  const char *what, const char *name);
+
+/* ---- engine.c ---- */
+
+void *spw__opt_engine_main(void *arg);
+
+/* Host function on d2h: a job's gradient is in its staging page. */
+void spw__opt_grad_arrived(void *arg);
+
+/* The pool ran a job's last tile: the job goes back to the engine. */
+void spw__opt_tiles_done(struct job *j);
+
+/* Appends a job to the engine's queue of jobs to admit. Lock held. */
+void spw__opt_queue_locked(spw_optimizer *o, struct job *j);
+
+/* Parks the engine so the caller may use the ring until
+ * spw__opt_ring_release(). Returns 0. */
+int spw__opt_ring_acquire(spw_optimizer *o);
+void spw__opt_ring_release(spw_optimizer *o);
+
+/* ---- job-kernels.c ---- */
+
+/* Queues a job's kernels on the pool once its pins are back (engine). */
+void spw__opt_start_kernels(spw_optimizer *o, struct job *j);
+
+#endif

@@ -1,0 +1,385 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client/optimizer.c: an optimizer's life (spw_optimizer_new / _free), the
+ * helpers every file of the pipeline uses (errors, waking the engine, the
+ * trainer's streams), sync and stats. optimizer-private.h says which file
+ * does what.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
+
+#include "optimizer-private.h"
+
+#define DEFAULT_WINDOW 4u
+
+__attribute__((format(printf, 3, 4)))
+int spw__opt_error(spw_optimizer *o, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(o->errmsg, sizeof(o->errmsg), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+void spw__opt_wake(spw_optimizer *o)
+{
+	uint64_t one = 1;
+
+	/* EAGAIN: the counter is saturated, a wakeup is pending anyway. */
+	if (write(o->wake_fd, &one, sizeof(one)) < 0) {
+		/* nothing else to do: the engine also wakes every second */
+	}
+}
+
+/* Records the first fatal error; every waiter gives up. Lock held. */
+__attribute__((format(printf, 3, 4)))
+void spw__opt_fatal_locked(spw_optimizer *o, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (o->err)
+		return;
+	o->err = err;
+	va_start(ap, fmt);
+	vsnprintf(o->fatal_msg, sizeof(o->fatal_msg), fmt, ap);
+	va_end(ap);
+	pthread_cond_broadcast(&o->cond);
+}
+
+/* The broken optimizer's error, copied into the caller's message. Lock held. */
+int spw__opt_broken_locked(spw_optimizer *o)
+{
+	if (!o->err)
+		return 0;
+	memcpy(o->errmsg, o->fatal_msg, sizeof(o->errmsg));
+	return o->err;
+}
+
+int spw__opt_broken(spw_optimizer *o)
+{
+	int r;
+
+	pthread_mutex_lock(&o->lock);
+	r = spw__opt_broken_locked(o);
+	pthread_mutex_unlock(&o->lock);
+	return r;
+}
+
+/*
+ * The trainer's stream as a device stream. 1 when there is one, 0 when
+ * stream is NULL or, on the host backend, not a stream of this device
+ * (the trainer's work is then complete at the call, as the header says),
+ * or the error.
+ */
+int spw__opt_borrow(spw_optimizer *o, void *stream, struct spw__stream **ret, const char *what,
+		    const char *name)
+{
+	char buf[256];
+	int r;
+
+	if (!stream)
+		return 0;
+	r = spw__stream_borrow(o->dev, stream, ret);
+	if (r == -ENOENT && !strcmp(spw__device_name(o->dev), "host"))
+		return 0;
+	if (r < 0)
+		return spw__opt_error(o, r, "%s %s: using the stream: %s", what, name,
+				      spw__device_errmsg(o->dev, buf, sizeof(buf)));
+	return 1;
+}
+
+/* Makes the work queued on `on` from now wait for what the trainer has
+ * queued on stream so far (an event recorded there, waited on here). */
+int spw__opt_after_stream(spw_optimizer *o, void *stream, struct spw__event *ev, struct spw__stream *on,
+			  const char *what, const char *name)
+{
+	struct spw__stream *s;
+	char buf[256];
+	int r = spw__opt_borrow(o, stream, &s, what, name);
+
+	if (r <= 0)
+		return r;
+	r = spw__event_record(o->dev, ev, s);
+	if (r >= 0)
+		r = spw__stream_wait_event(o->dev, on, ev);
+	if (r < 0)
+		return spw__opt_error(o, r, "%s %s: ordering after the stream: %s", what, name,
+				      spw__device_errmsg(o->dev, buf, sizeof(buf)));
+	return 0;
+}
+
+static bool group_ok(const struct spw_param_group *g)
+{
+	return isfinite(g->lr) && g->lr >= 0.0f && g->beta1 >= 0.0f && g->beta1 < 1.0f &&
+	       g->beta2 >= 0.0f && g->beta2 < 1.0f && isfinite(g->eps) && g->eps >= 0.0f &&
+	       isfinite(g->weight_decay) && g->weight_decay >= 0.0f;
+}
+
+SPW_EXPORT const char *spw_optimizer_last_error(const spw_optimizer *o)
+{
+	return o ? o->errmsg : "no optimizer (NULL)";
+}
+
+SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts *opts,
+				 spw_optimizer **ret)
+{
+	struct spw_session_info info = { .size = sizeof(info) };
+	struct spw__pool_opts po = { .numa_node = -1 };
+	char err[256];
+	spw_optimizer *o;
+	uint32_t i, w;
+	int r;
+
+	if (!c || !opts || !ret || opts->size < sizeof(struct spw_optimizer_opts) || !opts->groups ||
+	    opts->ngroups == 0 || opts->ngroups > 1024 ||
+	    (opts->mode != SPW_OPT_OVERLAPPED && opts->mode != SPW_OPT_EXACT) ||
+	    (opts->tier != SPW_TENSOR_RESIDENT && opts->tier != SPW_TENSOR_SWAPPABLE) ||
+	    !(opts->clip_coef >= 0.0f) || !isfinite(opts->clip_coef) || !(opts->max_norm >= 0.0f) ||
+	    !(opts->init_loss_scale >= 0.0f))
+		return c ? spw__error(c, -EINVAL, "spw_optimizer_new: bad options (groups, mode, tier or a coefficient)")
+			 : -EINVAL;
+	for (i = 0; i < opts->ngroups; i++)
+		if (!group_ok(&opts->groups[i]))
+			return spw__error(c, -EINVAL, "spw_optimizer_new: param group %u: a hyperparameter is out of range", i);
+	r = spw_client_info(c, &info);
+	if (r < 0)
+		return spw__error(c, r, "spw_optimizer_new: no session attached (call spw_client_attach first)");
+
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	o->c = c;
+	o->wake_fd = -1;
+	o->staging_id = UINT32_MAX;
+	pthread_mutex_init(&o->lock, NULL);
+	pthread_cond_init(&o->cond, NULL);
+	o->mode = opts->mode;
+	o->tier = opts->tier;
+	o->ngroups = opts->ngroups;
+	o->accum = opts->accumulation ? opts->accumulation : 1;
+	o->clip_coef = opts->clip_coef > 0.0f ? opts->clip_coef : 1.0f;
+	o->max_norm = opts->max_norm;
+	o->dynamic = opts->dynamic_loss_scale != 0;
+	o->dyn_scale.scale = opts->init_loss_scale > 0.0f ? opts->init_loss_scale : 65536.0f;
+	o->growth_interval = opts->growth_interval ? opts->growth_interval : 2000;
+	o->page_size = info.page_size;
+	o->chunk_elems = info.page_size / 4;
+	o->ring_cap = info.cq_entries < info.sq_entries ? info.cq_entries : info.sq_entries;
+	o->k = spw_kernels();
+	atomic_store(&o->st_hints, 1);
+	w = opts->window ? opts->window : DEFAULT_WINDOW;
+	/* Each chunk in flight pins up to 4 pages and uses 2 staging pages;
+	 * the ring must carry every pin of the window with room for hints. */
+	if (w > o->ring_cap / 8)
+		w = o->ring_cap / 8;
+	if (w > info.slots / 6)
+		w = info.slots / 6;
+	if (w == 0)
+		w = 1;
+	o->window = w;
+
+	o->groups = calloc(o->ngroups, sizeof(*o->groups));
+	o->lrs = calloc(o->ngroups, sizeof(*o->lrs));
+	o->gconsts = calloc(o->ngroups, sizeof(*o->gconsts));
+	o->sbuf = calloc(2 * w, sizeof(*o->sbuf));
+	o->gfree = calloc(w, sizeof(*o->gfree));
+	o->cfree = calloc(w, sizeof(*o->cfree));
+	if (!o->groups || !o->lrs || !o->gconsts || !o->sbuf || !o->gfree || !o->cfree) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	memcpy(o->groups, opts->groups, o->ngroups * sizeof(*o->groups));
+
+	o->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (o->wake_fd < 0) {
+		r = spw__error(c, -errno, "spw_optimizer_new: eventfd: %s", strerror(errno));
+		goto fail;
+	}
+	r = spw__device_open(opts->device, &o->dev, err, sizeof(err));
+	if (r < 0) {
+		spw__error(c, r, "spw_optimizer_new: %s", err);
+		goto fail;
+	}
+	/* Page-locks the region for the cuda backend's DMA; the host backend
+	 * only keeps note. */
+	r = spw__host_register(o->dev, c->region, c->region_bytes);
+	if (r < 0) {
+		spw__error(c, r, "spw_optimizer_new: registering the region with the %s device: %s",
+			   spw__device_name(o->dev), spw__device_errmsg(o->dev, err, sizeof(err)));
+		goto fail;
+	}
+	o->region_registered = true;
+	if ((r = spw__stream_create(o->dev, &o->d2h)) < 0 || (r = spw__stream_create(o->dev, &o->h2d)) < 0 ||
+	    (r = spw__event_create(o->dev, &o->prod_ev)) < 0) {
+		spw__error(c, r, "spw_optimizer_new: creating copy streams: %s",
+			   spw__device_errmsg(o->dev, err, sizeof(err)));
+		goto fail;
+	}
+	po.threads = opts->threads;
+	r = spw__pool_new(&po, &o->pool);
+	if (r < 0) {
+		spw__error(c, r, "spw_optimizer_new: starting the thread pool: %s", spw_strerror(r));
+		goto fail;
+	}
+
+	/* Staging pages stay pinned for the optimizer's life: their
+	 * addresses are where the copy streams read and write. */
+	r = spw_tensor_register(c, "spw.opt.staging", (uint64_t)2 * w * o->page_size, SPW_TENSOR_RESIDENT,
+				&o->staging_id, NULL);
+	if (r < 0)
+		goto fail;
+	for (i = 0; i < 2 * w; i++) {
+		r = spw_pin(c, o->staging_id, i, &o->sbuf[i]);
+		if (r < 0)
+			goto fail;
+	}
+	for (i = 0; i < w; i++) {
+		o->gfree[i] = (int)i;
+		o->cfree[i] = (int)(w + i);
+	}
+	o->ngfree = o->ncfree = w;
+
+	r = pthread_create(&o->engine, NULL, spw__opt_engine_main, o);
+	if (r) {
+		r = spw__error(c, -r, "spw_optimizer_new: starting the engine thread: %s", strerror(r));
+		goto fail;
+	}
+	o->engine_started = true;
+	*ret = o;
+	return 0;
+fail:
+	spw_optimizer_free(o);
+	return r;
+}
+
+SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
+{
+	uint32_t i;
+
+	if (!o)
+		return NULL;
+	if (o->engine_started) {
+		pthread_mutex_lock(&o->lock);
+		WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0);
+		o->stop = true;
+		pthread_cond_broadcast(&o->cond);
+		pthread_mutex_unlock(&o->lock);
+		spw__opt_wake(o);
+		pthread_join(o->engine, NULL);
+	}
+	/* Kernels and copies may still run after an error: let them end
+	 * before their memory goes. */
+	o->pool = spw__pool_free(o->pool);
+	if (o->dev) {
+		spw__stream_destroy(o->dev, o->d2h);
+		spw__stream_destroy(o->dev, o->h2d);
+	}
+	if (!o->c->dead && !o->err) {
+		for (i = 0; i < 2 * o->window && o->sbuf && o->sbuf[i]; i++)
+			spw_unpin(o->c, o->staging_id, i, SPW_CLEAN);
+		if (o->staging_id != UINT32_MAX)
+			spw_tensor_unregister(o->c, o->staging_id);
+		for (i = 0; i < o->ntensors; i++)
+			for (unsigned r = 0; r < R__N; r++)
+				if (role_used(&o->tensors[i], r))
+					spw_tensor_unregister(o->c, o->tensors[i].id[r]);
+	}
+	if (o->dev) {
+		/* After the streams: no queued record or wait refers to them. */
+		for (i = 0; i < o->ntensors; i++) {
+			spw__event_destroy(o->dev, o->tensors[i].ev);
+			spw__event_destroy(o->dev, o->tensors[i].free_ev);
+		}
+		spw__event_destroy(o->dev, o->prod_ev);
+	}
+	if (o->region_registered)
+		spw__host_unregister(o->dev, o->c->region);
+	o->dev = spw__device_close(o->dev);
+	for (i = 0; i < o->ntensors; i++) {
+		for (uint32_t k = 0; k < o->tensors[i].nchunks; k++)
+			free(o->tensors[i].chunks[k].partial);
+		free(o->tensors[i].chunks);
+		free(o->tensors[i].name);
+	}
+	free(o->tensors);
+	free(o->chunks);
+	free(o->order);
+	free(o->pred);
+	free(o->pos);
+	free(o->forder);
+	free(o->fpred);
+	free(o->groups);
+	free(o->lrs);
+	free(o->gconsts);
+	free(o->sbuf);
+	free(o->gfree);
+	free(o->cfree);
+	if (o->wake_fd >= 0)
+		close(o->wake_fd);
+	pthread_cond_destroy(&o->cond);
+	pthread_mutex_destroy(&o->lock);
+	free(o);
+	return NULL;
+}
+
+SPW_EXPORT int spw_optimizer_sync(spw_optimizer *o)
+{
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	pthread_mutex_lock(&o->lock);
+	WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0);
+	r = spw__opt_broken_locked(o);
+	pthread_mutex_unlock(&o->lock);
+	return r;
+}
+
+static void fill_stats(spw_optimizer *o, struct spw_optimizer_stats *st);
+
+SPW_EXPORT int spw_optimizer_stats(spw_optimizer *o, struct spw_optimizer_stats *st)
+{
+	struct spw_optimizer_stats all = { .size = sizeof(all) };
+	size_t size;
+
+	/* Callers built before the fetch counters pass the shorter struct. */
+	if (!o || !st || st->size < offsetof(struct spw_optimizer_stats, fetches))
+		return -EINVAL;
+	size = st->size < sizeof(all) ? st->size : sizeof(all);
+	fill_stats(o, &all);
+	memcpy(st, &all, size);
+	st->size = size;
+	return 0;
+}
+
+static void fill_stats(spw_optimizer *o, struct spw_optimizer_stats *st)
+{
+	st->steps = atomic_load(&o->st_steps);
+	st->bytes_d2h = atomic_load(&o->st_d2h);
+	st->bytes_h2d = atomic_load(&o->st_h2d);
+	st->chunks = atomic_load(&o->st_chunks);
+	st->adam_s = (double)atomic_load(&o->st_adam_ns) * 1e-9;
+	st->pin_wait_s = (double)atomic_load(&o->st_pin_ns) * 1e-9;
+	st->pins = atomic_load(&o->st_pins);
+	st->fast_pins = atomic_load(&o->st_fast_pins);
+	st->prefetches = atomic_load(&o->st_prefetches);
+	st->hints = atomic_load(&o->st_hints);
+	st->fetches = atomic_load(&o->st_fetches);
+	st->bytes_fetched = atomic_load(&o->st_fetch_bytes);
+	st->fetch_prefetches = atomic_load(&o->st_fetch_hints);
+}
+
+/* For in-tree tests: the optimizer's device, to make streams of it that
+ * stand for a trainer's (the host backend's "native" streams). */
+struct spw__device *spw__optimizer_device(spw_optimizer *o)
+{
+	return o ? o->dev : NULL;
+}

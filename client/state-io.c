@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client/state-io.c: an optimizer's state read and written between steps
+ * (spw_optimizer_read / spw_optimizer_write).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "optimizer-private.h"
+
+/* What read and write check before touching a tensor's state, then the
+ * sync after which no job holds a pin on it or reads its chunks' flags. */
+static int state_access(spw_optimizer *o, const char *verb, uint32_t tensor, enum spw_optimizer_state which,
+			const void *buf, struct tensor **ret)
+{
+	struct tensor *t;
+	int r;
+
+	if (tensor >= o->ntensors || (unsigned)which > SPW_STATE_EXP_AVG_SQ || !buf)
+		return spw__opt_error(o, -EINVAL, "%s: no tensor %u or state %d, or the buffer is NULL", verb, tensor,
+				      (int)which);
+	if (o->in_step)
+		return spw__opt_error(o, -EBUSY, "%s: a step is open", verb);
+	t = &o->tensors[tensor];
+	if (t->frozen && which != SPW_STATE_PARAM)
+		return spw__opt_error(o, -EINVAL, "%s %s: a frozen tensor has no optimizer state", verb, t->name);
+	if ((r = spw_optimizer_sync(o)) < 0)
+		return r;
+	*ret = t;
+	return 0;
+}
+
+SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_optimizer_state which,
+				  float *out)
+{
+	struct tensor *t;
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	if ((r = state_access(o, "read", tensor, which, out, &t)) < 0)
+		return r;
+	spw__opt_ring_acquire(o);
+	for (uint32_t k = 0; k < t->nchunks && r >= 0; k++) {
+		const struct chunk *ch = &t->chunks[k];
+		void *p;
+
+		r = spw_pin(o->c, t->id[which], k, &p);
+		if (r < 0)
+			break;
+		/* Moments never updated are torch's zeros, whatever the page holds. */
+		if (which != SPW_STATE_PARAM && !ch->zeroed)
+			memset(out + ch->off, 0, ch->n * sizeof(float));
+		else
+			memcpy(out + ch->off, p, ch->n * sizeof(float));
+		r = spw_unpin(o->c, t->id[which], k, SPW_CLEAN);
+	}
+	spw__opt_ring_release(o);
+	if (r < 0)
+		return spw__opt_error(o, r, "read %s: %s", t->name, spw_client_last_error(o->c));
+	return 0;
+}
+
+/* Copies n values into page k of tensor id, which the caller's ring holds
+ * (in NULL: zeros), and hands it back dirty so the daemon keeps them. */
+static int put_page(spw_optimizer *o, uint32_t id, uint32_t k, const float *in, uint64_t n)
+{
+	void *p;
+	int r = spw_pin(o->c, id, k, &p);
+
+	if (r < 0)
+		return r;
+	if (in)
+		memcpy(p, in, n * sizeof(float));
+	else
+		memset(p, 0, n * sizeof(float));
+	return spw_unpin(o->c, id, k, SPW_DIRTY);
+}
+
+SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor, enum spw_optimizer_state which,
+				   const float *in)
+{
+	struct tensor *t;
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	if ((r = state_access(o, "write", tensor, which, in, &t)) < 0)
+		return r;
+	/* Parking the engine orders our writes of ch->zeroed before the next
+	 * job's reads. */
+	spw__opt_ring_acquire(o);
+	for (uint32_t k = 0; k < t->nchunks && r >= 0; k++) {
+		struct chunk *ch = &t->chunks[k];
+
+		if (which == SPW_STATE_PARAM || ch->zeroed) {
+			r = put_page(o, t->id[which], k, in + ch->off, ch->n);
+			continue;
+		}
+		/* A chunk never updated would have both moments zeroed by its
+		 * first update, wiping what is written now: zero the other
+		 * moment's page here instead (it may hold a slot's earlier
+		 * tenant) and mark the chunk initialised. */
+		r = put_page(o, t->id[which == SPW_STATE_EXP_AVG ? R_V : R_M], k, NULL, ch->n);
+		if (r >= 0)
+			r = put_page(o, t->id[which], k, in + ch->off, ch->n);
+		if (r >= 0)
+			ch->zeroed = true;
+	}
+	spw__opt_ring_release(o);
+	if (r < 0)
+		return spw__opt_error(o, r, "write %s: %s", t->name, spw_client_last_error(o->c));
+	return 0;
+}

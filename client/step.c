@@ -1,0 +1,322 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client/step.c: the step as the trainer drives it: begin, grad_ready (the
+ * gradient's copy and the job it sets off), sync_grads and end (the norm,
+ * clipping, exact mode's updates, the dynamic loss scale).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "optimizer-private.h"
+#include "step-policy.h"
+
+static int prepare(spw_optimizer *o, uint32_t g, float grad_scale, struct spw_adamw_consts *out)
+{
+	struct spw_adamw_hparams hp = {
+		.lr = o->lrs[g], .beta1 = o->groups[g].beta1, .beta2 = o->groups[g].beta2,
+		.eps = o->groups[g].eps, .weight_decay = o->groups[g].weight_decay,
+		.grad_scale = grad_scale, .step = o->step,
+	};
+
+	return spw_adamw_prepare(&hp, out);
+}
+
+SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float *lrs, float loss_scale)
+{
+	uint32_t g;
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	if ((r = spw__opt_broken(o)) < 0)
+		return r;
+	if (o->in_step)
+		return spw__opt_error(o, -EBUSY, "begin %ju: step %ju is still open (call spw_optimizer_end)",
+				      (uintmax_t)step, (uintmax_t)o->step);
+	if (step == 0 || !isfinite(loss_scale) || loss_scale < 0.0f)
+		return spw__opt_error(o, -EINVAL, "begin: the step number starts at 1 and the loss scale is finite, >= 0");
+	if (o->ntensors == 0)
+		return spw__opt_error(o, -EINVAL, "begin: the optimizer has no tensors (spw_optimizer_add)");
+	for (g = 0; g < o->ngroups; g++) {
+		float lr = lrs ? lrs[g] : o->groups[g].lr;
+
+		if (!isfinite(lr) || lr < 0.0f)
+			return spw__opt_error(o, -EINVAL, "begin: learning rate of group %u is %g", g, (double)lr);
+		o->lrs[g] = lr;
+	}
+	o->step = step;
+	o->loss_scale = loss_scale > 0.0f ? loss_scale : o->dynamic ? o->dyn_scale.scale : 1.0f;
+	for (g = 0; g < o->ngroups; g++)
+		if (prepare(o, g, o->clip_coef / o->loss_scale, &o->gconsts[g]) < 0)
+			return spw__opt_error(o, -EINVAL, "begin: group %u's hyperparameters give no valid update", g);
+	/* Each step's fetches predict the next step's. */
+	if (o->nforder) {
+		uint32_t *tmp = o->fpred;
+
+		o->fpred = o->forder;
+		o->forder = tmp;
+		o->nfpred = o->nforder;
+		o->nforder = 0;
+	}
+	pthread_mutex_lock(&o->lock);
+	o->norder = 0;
+	/* After an exact step's end the pager's recording runs on from the
+	 * updates into this step's gradients: one order per cycle, whose
+	 * read-ahead wraps from the last gradients into the next updates.
+	 * A second mark here would cut it into two halves that each
+	 * contradict the other. */
+	if (!o->marked_at_end)
+		o->step_mark = true;
+	o->marked_at_end = false;
+	pthread_mutex_unlock(&o->lock);
+	spw__opt_wake(o);
+	o->in_step = true;
+	o->started = true;
+	return 0;
+}
+
+/* Sends an update's copy-out to the tensor's device buffer, when it has
+ * one. Lock held. */
+static void set_copy(struct chunk *ch, struct job *j)
+{
+	struct tensor *t = ch->t;
+
+	j->copy = t->dev != NULL;
+	if (!j->copy)
+		return;
+	j->cdt = t->ptype;
+	j->dst = (unsigned char *)t->dev + ch->off * spw_dtype_size(t->ptype);
+	t->unqueued++;
+}
+
+/* Chooses what a gradient's arrival sets off. Lock held. */
+static void plan_job(spw_optimizer *o, struct chunk *ch, enum spw_dtype gdt)
+{
+	struct job *j = &ch->job;
+	bool last = ch->arrivals == o->accum;
+
+	j->gdt = gdt;
+	j->first = ch->arrivals == 1;
+	j->copy = false;
+	j->want_norm = last;
+	if (o->mode == SPW_OPT_OVERLAPPED && o->accum == 1) {
+		j->kind = JOB_ADAM;
+		j->roles = 1u << R_P | 1u << R_M | 1u << R_V;
+	} else if (o->mode == SPW_OPT_OVERLAPPED && last) {
+		j->kind = JOB_GRAD_ADAM;
+		j->roles = 1u << R_P | 1u << R_M | 1u << R_V | 1u << R_G;
+	} else {
+		j->kind = JOB_GRAD;
+		j->roles = 1u << R_G;
+	}
+	j->wait_free = false;
+	j->nhints = 0;
+	if (j->kind != JOB_GRAD) {
+		set_copy(ch, j);
+		j->consts = o->gconsts[ch->t->group];
+	}
+}
+
+SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint32_t chunk,
+					const void *grad, size_t bytes, enum spw_type type,
+					void *stream)
+{
+	struct tensor *t;
+	uint32_t first, last;
+	uint64_t span;
+	size_t es;
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	if ((r = spw__opt_broken(o)) < 0)
+		return r;
+	if (!o->in_step)
+		return spw__opt_error(o, -EPROTO, "grad_ready: no step is open (call spw_optimizer_begin first)");
+	if (tensor >= o->ntensors)
+		return spw__opt_error(o, -EINVAL, "grad_ready: no tensor %u (the optimizer has %u)", tensor, o->ntensors);
+	t = &o->tensors[tensor];
+	if (t->frozen)
+		return spw__opt_error(o, -EINVAL, "grad_ready %s: the tensor is frozen (it takes no gradients)", t->name);
+	if (chunk != SPW_ALL_CHUNKS && chunk >= t->nchunks)
+		return spw__opt_error(o, -EINVAL, "grad_ready %s: no chunk %u (it has %u)", t->name, chunk, t->nchunks);
+	if ((unsigned)type > SPW_TYPE_F16 || !grad)
+		return spw__opt_error(o, -EINVAL, "grad_ready %s: %s", t->name,
+				      grad ? "the type is not SPW_TYPE_F32, _BF16 or _F16" : "grad is NULL");
+	first = chunk == SPW_ALL_CHUNKS ? 0 : chunk;
+	last = chunk == SPW_ALL_CHUNKS ? t->nchunks - 1 : chunk;
+	es = spw_dtype_size((enum spw_dtype)type);
+	span = t->chunks[last].off + t->chunks[last].n - t->chunks[first].off;
+	if (bytes != span * es)
+		return spw__opt_error(o, -EMSGSIZE, "grad_ready %s: %zu bytes given, the span holds %ju elements of %zu bytes",
+				      t->name, bytes, (uintmax_t)span, es);
+	pthread_mutex_lock(&o->lock);
+	for (uint32_t k = first; k <= last; k++)
+		if (t->chunks[k].arrivals >= o->accum) {
+			pthread_mutex_unlock(&o->lock);
+			return spw__opt_error(o, -EALREADY, "grad_ready %s chunk %u: already handed over %u time%s this step",
+					      t->name, k, o->accum, o->accum > 1 ? "s" : "");
+		}
+	pthread_mutex_unlock(&o->lock);
+	/* The copies below are queued after this wait on the d2h stream, so
+	 * they read the gradient only once the producer has written it. */
+	if ((r = spw__opt_after_stream(o, stream, o->prod_ev, o->d2h, "grad_ready", t->name)) < 0)
+		return r;
+
+	for (uint32_t k = first; k <= last; k++) {
+		struct chunk *ch = &t->chunks[k];
+		struct job *j = &ch->job;
+		char buf[256];
+
+		pthread_mutex_lock(&o->lock);
+		/* A chunk takes its next gradient once its last job is done,
+		 * and a free staging page bounds what is in flight. */
+		WAIT_UNTIL(o, !ch->busy && o->ngfree > 0);
+		if ((r = spw__opt_broken_locked(o)) < 0) {
+			pthread_mutex_unlock(&o->lock);
+			return r;
+		}
+		ch->arrivals++;
+		ch->busy = true;
+		plan_job(o, ch, (enum spw_dtype)type);
+		j->gbuf = o->gfree[--o->ngfree];
+		j->sgrad = o->sbuf[j->gbuf];
+		if (ch->arrivals == 1 && o->norder < o->nchunks)
+			o->order[o->norder++] = ch->global;
+		o->d2h_open++;
+		o->grad_jobs_open++;
+		o->jobs_open++;
+		t->pending++;
+		pthread_mutex_unlock(&o->lock);
+
+		r = spw__memcpy_d2h_async(o->dev, (void *)j->sgrad,
+					  (const unsigned char *)grad + (ch->off - t->chunks[first].off) * es,
+					  ch->n * es, o->d2h);
+		if (r >= 0)
+			r = spw__launch_host_fn(o->dev, o->d2h, spw__opt_grad_arrived, j);
+		if (r < 0) {
+			pthread_mutex_lock(&o->lock);
+			spw__opt_fatal_locked(o, r, "grad_ready %s chunk %u: copying the gradient: %s", t->name, k,
+				              spw__device_errmsg(o->dev, buf, sizeof(buf)));
+			r = spw__opt_broken_locked(o);
+			pthread_mutex_unlock(&o->lock);
+			return r;
+		}
+		atomic_fetch_add_explicit(&o->st_d2h, ch->n * es, memory_order_relaxed);
+	}
+	return 0;
+}
+
+SPW_EXPORT int spw_optimizer_sync_grads(spw_optimizer *o)
+{
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	pthread_mutex_lock(&o->lock);
+	WAIT_UNTIL(o, o->d2h_open == 0);
+	r = spw__opt_broken_locked(o);
+	pthread_mutex_unlock(&o->lock);
+	return r;
+}
+
+SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
+{
+	struct spw_step_result out = { .size = sizeof(out) };
+	double total = 0.0, norm;
+	float coef = 1.0f;
+	bool skip = false;
+	uint32_t i;
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	if (res && res->size < sizeof(*res))
+		return spw__opt_error(o, -EINVAL, "end: res->size is smaller than struct spw_step_result");
+	if ((r = spw__opt_broken(o)) < 0)
+		return r;
+	if (!o->in_step)
+		return spw__opt_error(o, -EPROTO, "end: no step is open (call spw_optimizer_begin first)");
+	pthread_mutex_lock(&o->lock);
+	for (i = 0; i < o->nchunks; i++) {
+		struct chunk *ch = o->chunks[i];
+
+		if (ch->arrivals < o->accum) {
+			pthread_mutex_unlock(&o->lock);
+			return spw__opt_error(o, -ENODATA, "end: tensor %s chunk %u got %u of its %u gradient%s this step",
+					      ch->t->name, ch->index, ch->arrivals, o->accum, o->accum > 1 ? "s" : "");
+		}
+	}
+	/* Exact mode re-uses each chunk's job for the update, so every
+	 * earlier job must be over; overlapped mode waits for the kernels. */
+	WAIT_UNTIL(o, o->grad_jobs_open == 0 && (o->mode == SPW_OPT_OVERLAPPED || o->jobs_open == 0));
+	if ((r = spw__opt_broken_locked(o)) < 0) {
+		pthread_mutex_unlock(&o->lock);
+		return r;
+	}
+	/* Fixed order (tensor, chunk), so the norm is the same however the
+	 * gradients arrived: each chunk's spw__sumsq_fold(), added in order. */
+	for (i = 0; i < o->nchunks; i++)
+		total += o->chunks[i]->sumsq;
+	norm = spw__grad_norm(total, o->loss_scale);
+	out.nonfinite = !isfinite(total);
+	out.loss_scale = o->loss_scale;
+	if (o->mode == SPW_OPT_OVERLAPPED) {
+		coef = o->clip_coef;
+	} else if (out.nonfinite) {
+		skip = true;
+	} else {
+		coef = spw__clip_coef(norm, o->max_norm);
+		for (uint32_t g = 0; g < o->ngroups; g++)
+			prepare(o, g, coef / o->loss_scale, &o->gconsts[g]);
+		/* The next forward needs the first layers first: the reverse
+		 * of the order backward produced them in. */
+		for (i = o->norder; i-- > 0;) {
+			struct chunk *ch = o->chunks[o->order[i]];
+			struct job *j = &ch->job;
+
+			j->kind = JOB_ADAM_STORE;
+			j->roles = 1u << R_P | 1u << R_M | 1u << R_V | 1u << R_G;
+			j->wait_free = false;
+			j->nhints = 0;
+			set_copy(ch, j);
+			j->want_norm = false;
+			j->gbuf = -1;
+			j->sgrad = NULL;
+			j->consts = o->gconsts[ch->t->group];
+			ch->busy = true;
+			ch->t->pending++;
+			o->jobs_open++;
+			spw__opt_queue_locked(o, j);
+		}
+	}
+	for (i = 0; i < o->nchunks; i++)
+		o->chunks[i]->arrivals = 0;
+	/* Hints for the next step follow this step's order: the reverse
+	 * one for exact mode's updates, which come first. */
+	for (i = 0; i < o->norder; i++) {
+		uint32_t c = o->mode == SPW_OPT_EXACT && !skip ? o->order[o->norder - 1 - i] : o->order[i];
+
+		o->pred[i] = c;
+		o->pos[c] = i;
+	}
+	o->npred = o->norder;
+	o->step_mark = o->mode == SPW_OPT_EXACT && !skip;
+	o->marked_at_end = o->step_mark;
+	pthread_mutex_unlock(&o->lock);
+	spw__opt_wake(o);
+
+	if (o->dynamic && o->mode == SPW_OPT_EXACT)
+		o->dyn_scale = spw__loss_scale_next(o->dyn_scale, skip, o->growth_interval);
+	out.grad_norm = norm;
+	out.clip_coef = coef;
+	out.skipped = skip;
+	out.next_loss_scale = o->dynamic ? o->dyn_scale.scale : o->loss_scale;
+	o->in_step = false;
+	atomic_fetch_add_explicit(&o->st_steps, 1, memory_order_relaxed);
+	if (res)
+		*res = out;
+	return 0;
+}

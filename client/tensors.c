@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client/tensors.c: adding tensors to an optimizer (spw_optimizer_add,
+ * _add_offloaded, _add_frozen): their spillway tensors, chunks and initial
+ * master weights.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optimizer-private.h"
+
+#define MAX_NAME 200
+
+static bool name_ok(const char *name)
+{
+	size_t n;
+
+	if (!name)
+		return false;
+	n = strlen(name);
+	if (n == 0 || n > MAX_NAME)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (name[i] < 0x21 || name[i] > 0x7e)
+			return false;
+	return true;
+}
+
+/* Writes the initial master weights page by page, cast to fp32 (exact
+ * from bf16 and fp16). The ring is ours. */
+static int write_init(spw_optimizer *o, const struct tensor *t, const void *init, enum spw_dtype dt)
+{
+	size_t es = spw_dtype_size(dt);
+
+	for (uint32_t k = 0; k < t->nchunks; k++) {
+		const struct chunk *ch = &t->chunks[k];
+		void *p;
+		int r = spw_pin(o->c, t->id[R_P], k, &p);
+
+		if (r < 0)
+			return r;
+		o->k->cast[SPW_DTYPE_F32][dt](p, (const unsigned char *)init + ch->off * es, ch->n);
+		r = spw_unpin(o->c, t->id[R_P], k, SPW_DIRTY);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static const char *const role_suffix[R__N] = { "param", "exp_avg", "exp_avg_sq", "grad" };
+
+/* Checks shared by every add; 0 or the error (with its message). */
+static int add_check(spw_optimizer *o, const char *name, uint64_t count, uint32_t *ret_tensor)
+{
+	int r;
+
+	if ((r = spw__opt_broken(o)) < 0)
+		return r;
+	if (!name_ok(name))
+		return spw__opt_error(o, -EINVAL, "add: a tensor name is printable ASCII without spaces, 1..%d bytes", MAX_NAME);
+	if (count == 0 || !ret_tensor)
+		return spw__opt_error(o, -EINVAL, "add %s: count is 0 or ret_tensor is NULL", name);
+	if (o->started)
+		return spw__opt_error(o, -EBUSY, "add %s: tensors are added before the first step", name);
+	for (uint32_t i = 0; i < o->ntensors; i++)
+		if (!strcmp(o->tensors[i].name, name))
+			return spw__opt_error(o, -EEXIST, "add %s: the optimizer has a tensor of that name", name);
+	return 0;
+}
+
+/* Registers a tensor's spillway tensors and writes its initial weights.
+ * dev NULL: no copy-out after Adam. Frozen tensors have master weights
+ * only and take no part in steps (their chunks are not in o->chunks). */
+static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64_t count,
+		      const void *init, enum spw_dtype init_type, void *dev_params,
+		      enum spw_dtype param_type, bool frozen, uint32_t *ret_tensor)
+{
+	struct tensor *tv, *t;
+	struct chunk **cv;
+	uint32_t *ov, *pv, *posv;
+	uint32_t nch, i, registered = 0;
+	int r;
+
+	nch = (uint32_t)((count + o->chunk_elems - 1) / o->chunk_elems);
+
+	tv = realloc(o->tensors, (o->ntensors + 1) * sizeof(*tv));
+	if (!tv)
+		return spw__opt_error(o, -ENOMEM, "add %s: out of memory", name);
+	o->tensors = tv;
+	/* realloc may have moved the tensors: point every chunk home again,
+	 * whether or not this add succeeds. */
+	for (i = 0; i < o->ntensors; i++)
+		for (uint32_t k = 0; k < o->tensors[i].nchunks; k++)
+			o->tensors[i].chunks[k].t = &o->tensors[i];
+	cv = realloc(o->chunks, (o->nchunks + nch) * sizeof(*cv));
+	if (!cv)
+		return -ENOMEM;
+	o->chunks = cv;
+	ov = realloc(o->order, (o->nchunks + nch) * sizeof(*ov));
+	if (ov)
+		o->order = ov;
+	pv = realloc(o->pred, (o->nchunks + nch) * sizeof(*pv));
+	if (pv)
+		o->pred = pv;
+	posv = realloc(o->pos, (o->nchunks + nch) * sizeof(*posv));
+	if (posv)
+		o->pos = posv;
+	if (!ov || !pv || !posv)
+		return spw__opt_error(o, -ENOMEM, "add %s: out of memory", name);
+
+	t = &o->tensors[o->ntensors];
+	*t = (struct tensor){
+		.name = strdup(name), .chunks = calloc(nch, sizeof(*t->chunks)),
+		.group = group, .count = count, .dev = dev_params, .ptype = param_type, .nchunks = nch,
+		.frozen = frozen, .has_g = !frozen && (o->mode == SPW_OPT_EXACT || o->accum > 1),
+	};
+	if (!t->name || !t->chunks)
+		goto oom;
+	if (spw__event_create(o->dev, &t->ev) < 0 || spw__event_create(o->dev, &t->free_ev) < 0) {
+		char buf[256];
+
+		r = spw__opt_error(o, -ENOMEM, "add %s: creating device events: %s", name,
+			           spw__device_errmsg(o->dev, buf, sizeof(buf)));
+		goto undo;
+	}
+	for (i = 0; i < nch; i++) {
+		struct chunk *ch = &t->chunks[i];
+
+		ch->index = i;
+		ch->global = frozen ? UINT32_MAX : o->nchunks + i;
+		ch->off = (uint64_t)i * o->chunk_elems;
+		ch->n = count - ch->off < o->chunk_elems ? count - ch->off : o->chunk_elems;
+		ch->partial = calloc((ch->n + TILE - 1) / TILE, sizeof(double));
+		ch->job.o = o;
+		ch->job.ch = ch;
+		ch->job.gbuf = ch->job.cbuf = -1;
+		if (!ch->partial)
+			goto oom;
+	}
+
+	spw__opt_ring_acquire(o);
+	for (registered = 0; registered < R__N; registered++) {
+		char full[MAX_NAME + 32];
+
+		if (!role_used(t, registered))
+			continue;
+		snprintf(full, sizeof(full), "spw.opt.%s.%s", name, role_suffix[registered]);
+		r = spw_tensor_register(o->c, full, count * sizeof(float), o->tier, &t->id[registered], NULL);
+		if (r < 0)
+			break;
+	}
+	if (r >= 0)
+		r = write_init(o, t, init, init_type);
+	if (r < 0) {
+		spw__opt_error(o, r, "add %s: %s", name, spw_client_last_error(o->c));
+		for (i = 0; i < registered && i < R__N; i++)
+			if (role_used(t, i))
+				spw_tensor_unregister(o->c, t->id[i]);
+		spw__opt_ring_release(o);
+		goto undo;
+	}
+	spw__opt_ring_release(o);
+
+	for (i = 0; i < nch && !frozen; i++) {
+		o->chunks[o->nchunks + i] = &t->chunks[i];
+		/* Until a step has shown the real order, registration order
+		 * is the guess for hints. */
+		o->pred[o->nchunks + i] = o->nchunks + i;
+		o->pos[o->nchunks + i] = o->nchunks + i;
+	}
+	if (!frozen) {
+		o->nchunks += nch;
+		o->npred = o->nchunks;
+	}
+	for (i = 0; i < nch; i++)
+		t->chunks[i].t = t;
+	*ret_tensor = o->ntensors++;
+	return 0;
+oom:
+	r = spw__opt_error(o, -ENOMEM, "add %s: out of memory", name);
+undo:
+	if (t->chunks)
+		for (i = 0; i < nch; i++)
+			free(t->chunks[i].partial);
+	spw__event_destroy(o->dev, t->ev);
+	spw__event_destroy(o->dev, t->free_ev);
+	free(t->chunks);
+	free(t->name);
+	return r;
+}
+
+SPW_EXPORT int spw_optimizer_add(spw_optimizer *o, const char *name, uint32_t group,
+				 uint64_t count, const float *init, void *dev_params,
+				 enum spw_type param_type, uint32_t *ret_tensor)
+{
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	if ((r = add_check(o, name, count, ret_tensor)) < 0)
+		return r;
+	if (group >= o->ngroups || !init || !dev_params || (unsigned)param_type > SPW_TYPE_F16)
+		return spw__opt_error(o, -EINVAL, "add %s: bad group (%u of %u), count, type or NULL pointer", name,
+				      group, o->ngroups);
+	return add_tensor(o, name, group, count, init, SPW_DTYPE_F32, dev_params,
+			  (enum spw_dtype)param_type, false, ret_tensor);
+}
+
+SPW_EXPORT int spw_optimizer_add_offloaded(spw_optimizer *o, const char *name, uint32_t group,
+					   uint64_t count, const float *init, uint32_t *ret_tensor)
+{
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	if ((r = add_check(o, name, count, ret_tensor)) < 0)
+		return r;
+	if (group >= o->ngroups || !init)
+		return spw__opt_error(o, -EINVAL, "add %s: bad group (%u of %u) or NULL init", name, group, o->ngroups);
+	return add_tensor(o, name, group, count, init, SPW_DTYPE_F32, NULL, SPW_DTYPE_NONE, false, ret_tensor);
+}
+
+SPW_EXPORT int spw_optimizer_add_frozen(spw_optimizer *o, const char *name, uint64_t count,
+					const void *init, enum spw_type init_type, uint32_t *ret_tensor)
+{
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	if ((r = add_check(o, name, count, ret_tensor)) < 0)
+		return r;
+	if (!init || (unsigned)init_type > SPW_TYPE_F16)
+		return spw__opt_error(o, -EINVAL, "add_frozen %s: init is NULL or its type is not SPW_TYPE_F32, _BF16 "
+				      "or _F16", name);
+	return add_tensor(o, name, 0, count, init, (enum spw_dtype)init_type, NULL, SPW_DTYPE_NONE, true,
+			  ret_tensor);
+}
+
+SPW_EXPORT uint32_t spw_optimizer_chunks(const spw_optimizer *o, uint32_t tensor)
+{
+	return o && tensor < o->ntensors ? o->tensors[tensor].nchunks : 0;
+}
