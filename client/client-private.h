@@ -12,6 +12,7 @@
 
 #include <spillway/spillway.h>
 
+#include "opts.h"
 #include "spw-proto.h"
 #include "spw-ring.h"
 
