@@ -24,6 +24,14 @@ static int check_size(size_t size, size_t min, const char *name, char *why, size
 	return 0;
 }
 
+int spw__struct_size_check(const void *s, size_t min, const char *name, char *why, size_t whylen)
+{
+	size_t size;
+
+	memcpy(&size, s, sizeof(size));
+	return check_size(size, min, name, why, whylen);
+}
+
 int spw__opts_in(void *dst, size_t full, const void *src, size_t min, const char *name,
 		 char *why, size_t whylen)
 {

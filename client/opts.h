@@ -55,6 +55,13 @@ int spw__opts_in(void *dst, size_t full, const void *src, size_t min, const char
 		 char *why, size_t whylen);
 
 /*
+ * Checks the size field of a caller's struct s as both functions here do
+ * (same returns and sentence), without copying: for a call that must
+ * refuse a bad struct before it does any work and fills it at the end.
+ */
+int spw__struct_size_check(const void *s, size_t min, const char *name, char *why, size_t whylen);
+
+/*
  * Copies src, this library's struct of full bytes, into the caller's dst
  * as far as dst's size field allows (see the top of this file), and sets
  * dst's size to the bytes filled. Fails as spw__opts_in(), without

@@ -118,6 +118,14 @@ static void test_out(void)
 	old.s.size = 5000;
 	ASSERT_EQ(spw__info_out(&old, &all, sizeof(all), V1_SIZE, "struct v", why, sizeof(why)), -E2BIG);
 	ASSERT_UEQ(old.s.a, 0xCCCCCCCCu);
+
+	/* The check alone answers as the copies do. */
+	ASSERT_EQ(spw__struct_size_check(&old, V1_SIZE, "struct v", why, sizeof(why)), -E2BIG);
+	old.s.size = 8;
+	ASSERT_EQ(spw__struct_size_check(&old, V1_SIZE, "struct v", why, sizeof(why)), -EINVAL);
+	ASSERT_CONTAINS(why, "struct v: size 8 is smaller");
+	old.s.size = V1_SIZE;
+	ASSERT_OK(spw__struct_size_check(&old, V1_SIZE, "struct v", why, sizeof(why)));
 }
 
 int main(void)
