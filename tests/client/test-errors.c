@@ -7,6 +7,8 @@
  * failures a real daemon never commits (another major version, garbage,
  * silence, a hangup) from a scripted one-shot server in a thread.
  */
+#include "config.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -312,6 +314,45 @@ static void test_status_and_paths(void)
 	ASSERT_EQ(spw_socket_path(SPW_SOCKET_STATUS, buf, sizeof(buf)), -ENAMETOOLONG);
 }
 
+/*
+ * The optimizer's device choice, errors as documented; and libspillway.so
+ * finds the cuda plugin beside itself with no SPILLWAY_CUDA_PLUGIN (the
+ * layout the build tree and the install share): asking for cuda here gets
+ * past loading the plugin to asking the CUDA runtime.
+ */
+static void test_device_choice(void)
+{
+	struct spw_attach_opts a = { .size = sizeof(a), .session = "err/device", .region_bytes = 16 * MiB };
+	struct spw_param_group g = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
+	struct spw_optimizer_opts oo = { .size = sizeof(oo), .groups = &g, .ngroups = 1 };
+	spw_optimizer *o = NULL;
+	spw_client *c = NULL;
+	int r;
+
+	unsetenv("SPILLWAY_CUDA_PLUGIN");
+	unsetenv("SPILLWAY_DEVICE");
+	ASSERT_OK(spw_client_new(NULL, &c));
+	ASSERT_OK(spw_client_connect(c, d.control));
+	ASSERT_OK(spw_client_attach(c, &a));
+	ASSERT_EQ(spw_optimizer_new(c, NULL, &o), -EINVAL);
+	oo.device = "tpu";
+	ASSERT_EQ(spw_optimizer_new(c, &oo, &o), -EINVAL);
+	ASSERT_CONTAINS(spw_client_last_error(c), "unknown device backend");
+	oo.device = "cuda";
+	r = spw_optimizer_new(c, &oo, &o);
+	fprintf(stderr, "device cuda: %d %s\n", r, r < 0 ? spw_client_last_error(c) : "");
+	if (r == 0) {
+		o = spw_optimizer_free(o); /* a GPU: the plugin was found and works */
+	} else {
+		ASSERT_EQ(r, -ENODEV);
+		if (SPW_HAVE_CUDA)
+			ASSERT_CONTAINS(spw_client_last_error(c), "no CUDA device (");
+		else
+			ASSERT_CONTAINS(spw_client_last_error(c), "client/libspillway-cuda.so");
+	}
+	c = spw_client_free(c);
+}
+
 int main(void)
 {
 	test_new_sizes();
@@ -324,6 +365,7 @@ int main(void)
 	test_info();
 	test_tensors();
 	test_status_and_paths();
+	test_device_choice();
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	printf("ok\n");
 	return 0;
