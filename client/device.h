@@ -205,13 +205,16 @@ static inline struct spw__node *spw__node_pop(struct spw__node **head)
  * Opens a device backend. name: "host", "cuda" or "cuda:N" (device ordinal
  * N; plain "cuda" means the calling thread's current device), or NULL to
  * use $SPILLWAY_DEVICE, or when that is unset or empty, cuda when a CUDA
- * device is present and host otherwise.
+ * device is present and host otherwise (quietly host when the plugin or
+ * the CUDA runtime it needs cannot be loaded).
  *
  * Returns 0 and sets *ret, or leaves *ret untouched and returns -EINVAL for
- * an unknown name, -ENODEV when cuda was asked for but no device can be
- * used (no GPU, no driver, or a build without CUDA), -ENOMEM, or another
- * -errno from the backend. On failure, when err is not NULL, writes a
- * sentence naming the cause and what to do.
+ * an unknown name; -ENODEV when cuda was asked for but cannot be used (no
+ * plugin, no CUDA runtime, no driver, no GPU) or when a plugin file is
+ * there but is not one for this library, even for automatic choice; -ENOMEM;
+ * or another -errno from the backend. On failure, when err is not NULL,
+ * writes a sentence naming the cause (the plugin path tried and the
+ * loader's words, when that is the cause) and what to do.
  */
 int spw__device_open(const char *name, struct spw__device **ret, char *err, size_t errlen);
 
