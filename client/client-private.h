@@ -12,6 +12,7 @@
 
 #include <spillway/spillway.h>
 
+#include "opts.h"
 #include "spw-proto.h"
 #include "spw-ring.h"
 
@@ -114,7 +115,7 @@ int spw__submit_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor
  * that made the client dead. */
 int spw__wait_ring(spw_client *c, int timeout_ms, int extra_fd);
 
-/* pipeline.c, for in-tree tests: the optimizer's device backend. */
+/* optimizer.c, for in-tree tests: the optimizer's device backend. */
 struct spw__device;
 struct spw__device *spw__optimizer_device(spw_optimizer *o);
 

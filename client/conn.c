@@ -20,18 +20,18 @@
 
 #include "client-private.h"
 
-/* The first version of the option structs: everything up to and including
- * these fields must be present. */
-#define CLIENT_OPTS_MIN_SIZE (offsetof(struct spw_client_opts, reply_timeout_ms) + sizeof(uint32_t))
-#define ATTACH_OPTS_MIN_SIZE (offsetof(struct spw_attach_opts, page_size) + sizeof(uint32_t))
-#define INFO_MIN_SIZE sizeof(struct spw_session_info)
-
 SPW_EXPORT int spw_client_new(const struct spw_client_opts *opts, spw_client **ret)
 {
+	struct spw_client_opts o = { .size = sizeof(o) };
 	spw_client *c;
+	int r;
 
-	if (!ret || (opts && opts->size < CLIENT_OPTS_MIN_SIZE))
+	if (!ret)
 		return -EINVAL;
+	/* No client yet to hold the sentence: the errno says it. */
+	if (opts && (r = spw__opts_in(&o, sizeof(o), opts, SPW__CLIENT_OPTS_SIZE_VER0,
+				      "struct spw_client_opts", NULL, 0)) < 0)
+		return r;
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -46,8 +46,8 @@ SPW_EXPORT int spw_client_new(const struct spw_client_opts *opts, spw_client **r
 	c->ring.sq_evt = -1;
 	c->ring.cq_evt = -1;
 	c->ring.wake_fd = -1;
-	c->spin_us = opts && opts->spin_us ? opts->spin_us : SPW__DEFAULT_SPIN_US;
-	c->reply_timeout_ms = opts && opts->reply_timeout_ms ? opts->reply_timeout_ms : SPW__DEFAULT_REPLY_TIMEOUT_MS;
+	c->spin_us = o.spin_us ? o.spin_us : SPW__DEFAULT_SPIN_US;
+	c->reply_timeout_ms = o.reply_timeout_ms ? o.reply_timeout_ms : SPW__DEFAULT_REPLY_TIMEOUT_MS;
 	if (c->reply_timeout_ms > INT_MAX)
 		c->reply_timeout_ms = INT_MAX;
 	*ret = c;
@@ -444,8 +444,10 @@ static int check_memfd(spw_client *c, int fd, const char *what, uint64_t min)
 	return 0;
 }
 
-SPW_EXPORT int spw_client_attach(spw_client *c, const struct spw_attach_opts *opts)
+SPW_EXPORT int spw_client_attach(spw_client *c, const struct spw_attach_opts *caller_opts)
 {
+	struct spw_attach_opts o = { .size = sizeof(o) }, *opts = &o;
+	char why[256];
 	int fds[SPW_ATTACH_NFDS] = { -1, -1, -1, -1 };
 	unsigned nfds = SPW_ATTACH_NFDS;
 	struct spw_ring_layout layout;
@@ -462,8 +464,12 @@ SPW_EXPORT int spw_client_attach(spw_client *c, const struct spw_attach_opts *op
 		return r;
 	if (c->attached)
 		return spw__error(c, -EALREADY, "session %s is already attached on this client", c->session);
-	if (!opts || opts->size < ATTACH_OPTS_MIN_SIZE)
-		return spw__error(c, -EINVAL, "attach: opts must not be NULL and opts->size must be set");
+	if (!caller_opts)
+		return spw__error(c, -EINVAL, "attach: opts must not be NULL");
+	r = spw__opts_in(&o, sizeof(o), caller_opts, SPW__ATTACH_OPTS_SIZE_VER0, "struct spw_attach_opts",
+			 why, sizeof(why));
+	if (r < 0)
+		return spw__error(c, r, "attach: %s", why);
 	if (!spw_proto_session_name_valid(opts->session))
 		return spw__error(c, -EINVAL,
 				  "attach: session name '%s' is not 1..%d bytes of [A-Za-z0-9._/-] without a leading '/' or '.' or '..'",
@@ -602,21 +608,24 @@ SPW_EXPORT int spw_client_detach(spw_client *c)
 
 SPW_EXPORT int spw_client_info(const spw_client *c, struct spw_session_info *info)
 {
-	if (!c || !info || info->size < INFO_MIN_SIZE)
+	struct spw_session_info all = { .size = sizeof(all) };
+
+	/* c is const here: no sentence, the errno says it. */
+	if (!c || !info)
 		return -EINVAL;
 	if (!c->attached)
 		return -ENOTCONN;
-	info->region_bytes = c->region_bytes;
-	info->page_size = c->page_size;
-	info->slots = c->slots;
-	info->sq_entries = c->ring.sq_entries;
-	info->cq_entries = c->ring.cq_entries;
-	info->features = c->features;
-	info->numa_node = c->numa_node;
-	info->locked = c->locked;
-	info->hugepages = c->hugepages;
-	memset(info->reserved, 0, sizeof(info->reserved));
-	return 0;
+	all.region_bytes = c->region_bytes;
+	all.page_size = c->page_size;
+	all.slots = c->slots;
+	all.sq_entries = c->ring.sq_entries;
+	all.cq_entries = c->ring.cq_entries;
+	all.features = c->features;
+	all.numa_node = c->numa_node;
+	all.locked = c->locked;
+	all.hugepages = c->hugepages;
+	return spw__info_out(info, &all, sizeof(all), SPW__SESSION_INFO_SIZE_VER0,
+			     "struct spw_session_info", NULL, 0);
 }
 
 SPW_EXPORT int spw_tensor_register(spw_client *c, const char *name, uint64_t bytes, enum spw_tensor_kind kind,

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * client/device-cuda.c: the cuda device backend (libcudart). Compiled only
- * when the build has CUDA (SPW_HAVE_CUDA).
+ * client/device-cuda.c: the cuda device backend (libcudart), built as the
+ * plugin libspillway-cuda.so that libspillway dlopen()s (device.h), only
+ * when the build has CUDA. Its one exported symbol is spw__cuda_plugin().
  *
  * The device is fixed at open. CUDA's current device is per thread and
  * belongs to the trainer, so calls that create things (streams, events,
@@ -25,25 +26,27 @@
 
 #include <cuda_runtime.h>
 
+#include <spillway/version.h>
+
 #include "device.h"
 
 struct cuda_stream {
+	struct spw__node node;          /* first: the device's list */
 	cudaStream_t s;
-	struct cuda_stream *next, *prev;
 };
 
 struct cuda_event {
+	struct spw__node node;          /* first: the device's list */
 	cudaEvent_t e;
-	struct cuda_event *next, *prev;
 };
 
 struct cuda_device {
-	struct spw__device base;        /* first: spw__device pointers are ours */
+	struct spw__device base;        /* first: spw__device pointers are ours; its
+					 * lock guards the lists */
 	int ordinal;
-	pthread_mutex_t lock;           /* the lists */
-	struct cuda_stream *streams;
-	struct cuda_stream *borrowed;   /* trainers' streams: wrappers only, never destroyed */
-	struct cuda_event *events;
+	struct spw__node *streams;      /* struct cuda_stream */
+	struct spw__node *borrowed;     /* trainers' streams: wrappers only, never destroyed */
+	struct spw__node *events;       /* struct cuda_event */
 };
 
 static struct cuda_device *cdev(struct spw__device *d)
@@ -160,9 +163,9 @@ static int cuda_dev_alloc(struct spw__device *dev, size_t len, void **ret)
 	void *p = NULL;
 	int prev;
 
-	if (!ret || len == 0)
-		return spw__device_fail(dev, -EINVAL, "cuda device %d: dev_alloc of %zu bytes",
-					d->ordinal, len);
+	if (len == 0)
+		return spw__device_fail(dev, -EINVAL, "cuda device %d: dev_alloc of 0 bytes",
+					d->ordinal);
 	if ((e = bind(d, &prev)) != cudaSuccess)
 		return cuda_fail(d, e, "cudaSetDevice");
 	e = cudaMalloc(&p, len);
@@ -192,9 +195,6 @@ static int cuda_stream_create(struct spw__device *dev, struct spw__stream **ret)
 	cudaError_t e;
 	int prev;
 
-	if (!ret)
-		return spw__device_fail(dev, -EINVAL, "cuda device %d: stream_create: no "
-					"out-pointer", d->ordinal);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return spw__device_fail(dev, -ENOMEM, "cuda device %d: out of memory", d->ordinal);
@@ -210,12 +210,9 @@ static int cuda_stream_create(struct spw__device *dev, struct spw__stream **ret)
 		free(s);
 		return cuda_fail(d, e, "cudaStreamCreateWithFlags");
 	}
-	pthread_mutex_lock(&d->lock);
-	s->next = d->streams;
-	if (d->streams)
-		d->streams->prev = s;
-	d->streams = s;
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_lock(&d->base.lock);
+	spw__node_push(&d->streams, &s->node);
+	pthread_mutex_unlock(&d->base.lock);
 	*ret = (struct spw__stream *)s;
 	return 0;
 }
@@ -223,22 +220,21 @@ static int cuda_stream_create(struct spw__device *dev, struct spw__stream **ret)
 static int cuda_stream_borrow(struct spw__device *dev, void *native, struct spw__stream **ret)
 {
 	struct cuda_device *d = cdev(dev);
-	struct cuda_stream *s;
+	struct spw__node *n;
+	struct cuda_stream *s = NULL;
 
-	if (!native || !ret)
-		return spw__device_fail(dev, -EINVAL, "cuda device %d: stream_borrow: no %s", d->ordinal,
-					native ? "out-pointer" : "stream");
 	/* One wrapper per native stream for the device's life: a trainer
 	 * uses a handful of streams, and the hot path then allocates nothing. */
-	pthread_mutex_lock(&d->lock);
-	for (s = d->borrowed; s && (void *)s->s != native; s = s->next)
+	pthread_mutex_lock(&d->base.lock);
+	for (n = d->borrowed; n && (void *)((struct cuda_stream *)n)->s != native; n = n->next)
 		;
-	if (!s && (s = calloc(1, sizeof(*s)))) {
+	if (n) {
+		s = (struct cuda_stream *)n;
+	} else if ((s = calloc(1, sizeof(*s)))) {
 		s->s = (cudaStream_t)native;
-		s->next = d->borrowed;
-		d->borrowed = s;
+		spw__node_push(&d->borrowed, &s->node);
 	}
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->base.lock);
 	if (!s)
 		return spw__device_fail(dev, -ENOMEM, "cuda device %d: out of memory", d->ordinal);
 	*ret = (struct spw__stream *)s;
@@ -261,16 +257,9 @@ static void cuda_stream_destroy(struct spw__device *dev, struct spw__stream *str
 	struct cuda_device *d = cdev(dev);
 	struct cuda_stream *s = (struct cuda_stream *)stream;
 
-	if (!s)
-		return;
-	pthread_mutex_lock(&d->lock);
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		d->streams = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_lock(&d->base.lock);
+	spw__node_unlink(&d->streams, &s->node);
+	pthread_mutex_unlock(&d->base.lock);
 	stream_free(s);
 }
 
@@ -278,8 +267,6 @@ static int cuda_stream_sync(struct spw__device *dev, struct spw__stream *s)
 {
 	cudaError_t e;
 
-	if (!s)
-		return spw__device_fail(dev, -EINVAL, "cuda device: stream_sync: no stream");
 	e = cudaStreamSynchronize(cs(s));
 	if (e != cudaSuccess)
 		return cuda_fail(cdev(dev), e, "cudaStreamSynchronize");
@@ -291,9 +278,6 @@ static int cuda_stream_wait_event(struct spw__device *dev, struct spw__stream *s
 {
 	cudaError_t e;
 
-	if (!s || !ev)
-		return spw__device_fail(dev, -EINVAL, "cuda device: stream_wait_event: no %s",
-					s ? "event" : "stream");
 	e = cudaStreamWaitEvent(cs(s), ((struct cuda_event *)ev)->e, 0);
 	if (e != cudaSuccess)
 		return cuda_fail(cdev(dev), e, "cudaStreamWaitEvent");
@@ -305,8 +289,6 @@ static int cuda_memcpy(struct spw__device *dev, void *dst, const void *src, size
 {
 	cudaError_t e;
 
-	if (!s)
-		return spw__device_fail(dev, -EINVAL, "cuda device: %s: no stream", what);
 	if (n == 0)
 		return 0;
 	e = cudaMemcpyAsync(dst, src, n, kind, cs(s));
@@ -333,8 +315,6 @@ static int cuda_memset(struct spw__device *dev, void *dst, int value, size_t n,
 {
 	cudaError_t e;
 
-	if (!s)
-		return spw__device_fail(dev, -EINVAL, "cuda device: memset_async: no stream");
 	if (n == 0)
 		return 0;
 	e = cudaMemsetAsync(dst, value, n, cs(s));
@@ -348,9 +328,6 @@ static int cuda_launch_fn(struct spw__device *dev, struct spw__stream *s, spw__h
 {
 	cudaError_t e;
 
-	if (!s || !fn)
-		return spw__device_fail(dev, -EINVAL, "cuda device: launch_host_fn: no %s",
-					s ? "function" : "stream");
 	/* spw__host_fn and cudaHostFn_t are both void (*)(void *) here
 	 * (CUDART_CB is empty outside Windows). */
 	e = cudaLaunchHostFunc(cs(s), fn, arg);
@@ -366,9 +343,6 @@ static int cuda_event_create(struct spw__device *dev, struct spw__event **ret)
 	cudaError_t e;
 	int prev;
 
-	if (!ret)
-		return spw__device_fail(dev, -EINVAL, "cuda device %d: event_create: no "
-					"out-pointer", d->ordinal);
 	ev = calloc(1, sizeof(*ev));
 	if (!ev)
 		return spw__device_fail(dev, -ENOMEM, "cuda device %d: out of memory", d->ordinal);
@@ -383,12 +357,9 @@ static int cuda_event_create(struct spw__device *dev, struct spw__event **ret)
 		free(ev);
 		return cuda_fail(d, e, "cudaEventCreateWithFlags");
 	}
-	pthread_mutex_lock(&d->lock);
-	ev->next = d->events;
-	if (d->events)
-		d->events->prev = ev;
-	d->events = ev;
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_lock(&d->base.lock);
+	spw__node_push(&d->events, &ev->node);
+	pthread_mutex_unlock(&d->base.lock);
 	*ret = (struct spw__event *)ev;
 	return 0;
 }
@@ -406,16 +377,9 @@ static void cuda_event_destroy(struct spw__device *dev, struct spw__event *event
 	struct cuda_device *d = cdev(dev);
 	struct cuda_event *ev = (struct cuda_event *)event;
 
-	if (!ev)
-		return;
-	pthread_mutex_lock(&d->lock);
-	if (ev->prev)
-		ev->prev->next = ev->next;
-	else
-		d->events = ev->next;
-	if (ev->next)
-		ev->next->prev = ev->prev;
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_lock(&d->base.lock);
+	spw__node_unlink(&d->events, &ev->node);
+	pthread_mutex_unlock(&d->base.lock);
 	event_free(ev);
 }
 
@@ -424,9 +388,6 @@ static int cuda_event_record(struct spw__device *dev, struct spw__event *ev,
 {
 	cudaError_t e;
 
-	if (!s || !ev)
-		return spw__device_fail(dev, -EINVAL, "cuda device: event_record: no %s",
-					s ? "event" : "stream");
 	e = cudaEventRecord(((struct cuda_event *)ev)->e, cs(s));
 	if (e != cudaSuccess)
 		return cuda_fail(cdev(dev), e, "cudaEventRecord");
@@ -437,8 +398,6 @@ static int cuda_event_query(struct spw__device *dev, struct spw__event *ev)
 {
 	cudaError_t e;
 
-	if (!ev)
-		return spw__device_fail(dev, -EINVAL, "cuda device: event_query: no event");
 	e = cudaEventQuery(((struct cuda_event *)ev)->e);
 	if (e == cudaSuccess)
 		return 1;
@@ -457,8 +416,6 @@ static int cuda_event_sync(struct spw__device *dev, struct spw__event *ev, int t
 	long elapsed_ms;
 	int r;
 
-	if (!ev)
-		return spw__device_fail(dev, -EINVAL, "cuda device: event_sync: no event");
 	if (timeout_ms < 0) {
 		e = cudaEventSynchronize(((struct cuda_event *)ev)->e);
 		if (e != cudaSuccess)
@@ -486,26 +443,17 @@ static int cuda_event_sync(struct spw__device *dev, struct spw__event *ev, int t
 static void cuda_close(struct spw__device *dev)
 {
 	struct cuda_device *d = cdev(dev);
-	struct cuda_stream *s;
-	struct cuda_event *ev;
+	struct spw__node *n;
 
 	/* Never cudaDeviceReset: the context is the trainer's too. */
-	while ((s = d->streams)) {
-		d->streams = s->next;
-		stream_free(s);
-	}
+	while ((n = spw__node_pop(&d->streams)))
+		stream_free((struct cuda_stream *)n);
 	/* The trainer's own streams stay: only our wrappers go. */
-	while ((s = d->borrowed)) {
-		d->borrowed = s->next;
-		free(s);
-	}
-	while ((ev = d->events)) {
-		d->events = ev->next;
-		event_free(ev);
-	}
-	pthread_mutex_destroy(&d->lock);
-	spw__device_base_fini(&d->base);
-	free(d);
+	while ((n = spw__node_pop(&d->borrowed)))
+		free(n);
+	while ((n = spw__node_pop(&d->events)))
+		event_free((struct cuda_event *)n);
+	spw__device_free(&d->base);
 }
 
 static const struct spw__device_ops cuda_ops = {
@@ -550,8 +498,8 @@ int spw__device_cuda_probe(char *why, size_t whylen)
 
 int spw__device_cuda_open(int ordinal, struct spw__device **ret, char *err, size_t errlen)
 {
-	struct cuda_device *d;
-	cudaError_t e = cudaSuccess;    /* tells a CUDA failure from ours below */
+	struct spw__device *dev;
+	cudaError_t e;
 	int prev, r;
 
 	if (ordinal < 0) {
@@ -563,46 +511,45 @@ int spw__device_cuda_open(int ordinal, struct spw__device **ret, char *err, size
 			return map_error(e);
 		}
 	}
-	d = calloc(1, sizeof(*d));
-	if (!d) {
-		if (err && errlen)
-			snprintf(err, errlen, "cuda device %d: out of memory", ordinal);
-		return -ENOMEM;
-	}
-	d->ordinal = ordinal;
-	r = spw__device_base_init(&d->base, &cuda_ops);
+	r = spw__device_new(sizeof(struct cuda_device), &cuda_ops, "cuda device", &dev, err, errlen);
 	if (r < 0)
-		goto fail_free;
-	r = -pthread_mutex_init(&d->lock, NULL);
-	if (r < 0)
-		goto fail_base;
+		return r;
+	cdev(dev)->ordinal = ordinal;
 	/* Create the primary context now, so a device that cannot be used
 	 * (exclusive mode, out of memory) fails here with its reason rather
 	 * than on the first copy. */
-	e = bind(d, &prev);
+	e = bind(cdev(dev), &prev);
 	if (e == cudaSuccess) {
 		e = cudaFree(NULL);
-		unbind(d, prev);
+		unbind(cdev(dev), prev);
 	}
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
 		if (err && errlen)
 			snprintf(err, errlen, "cuda device %d: cannot initialise: %s", ordinal,
 				 cudaGetErrorString(e));
-		r = map_error(e);
-		goto fail_lock;
+		spw__device_free(dev);
+		return map_error(e);
 	}
-	*ret = &d->base;
+	*ret = dev;
 	return 0;
+}
 
-fail_lock:
-	pthread_mutex_destroy(&d->lock);
-fail_base:
-	spw__device_base_fini(&d->base);
-fail_free:
-	if (e == cudaSuccess && err && errlen)
-		snprintf(err, errlen, "cuda device %d: cannot initialise: %s", ordinal,
-			 strerror(-r));
-	free(d);
-	return r;
+static const struct spw__cuda_plugin cuda_plugin = {
+	.abi = SPW__DEVICE_ABI,
+	.device_size = sizeof(struct spw__device),
+	.ops_size = sizeof(struct spw__device_ops),
+	.version = SPW_VERSION_STRING,
+	.probe = spw__device_cuda_probe,
+	.open = spw__device_cuda_open,
+};
+
+/* The plugin's entry point; the only symbol it exports
+ * (libspillway-cuda.map). Refuses a library of another device ABI, whose
+ * structs this plugin would misread. */
+__attribute__((visibility("default"))) const struct spw__cuda_plugin *spw__cuda_plugin(uint32_t abi);
+
+__attribute__((visibility("default"))) const struct spw__cuda_plugin *spw__cuda_plugin(uint32_t abi)
+{
+	return abi == SPW__DEVICE_ABI ? &cuda_plugin : NULL;
 }

@@ -51,6 +51,7 @@ struct op {
 };
 
 struct host_stream {
+	struct spw__node node;          /* first: the device's list, under the device lock */
 	struct host_device *dev;
 	uint64_t id;
 	pthread_t thread;
@@ -62,7 +63,6 @@ struct host_stream {
 	uint64_t submitted, completed;  /* ops ever enqueued / ever finished */
 	unsigned sync_waiters;          /* threads in stream_sync */
 	bool stopping;
-	struct host_stream *next, *prev;        /* device list, under device lock */
 	struct op ring[RING_OPS];
 };
 
@@ -73,12 +73,12 @@ struct host_stream {
  * so that destroying the event with work pending is safe.
  */
 struct host_event {
+	struct spw__node node;          /* first: the device's list while the caller holds it */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;            /* done advanced */
 	uint64_t recorded, done;
 	uint64_t last_stream;           /* id of the stream of the latest record */
 	atomic_uint refs;
-	struct host_event *next, *prev; /* device list while the caller holds it */
 };
 
 struct host_region {
@@ -88,10 +88,10 @@ struct host_region {
 };
 
 struct host_device {
-	struct spw__device base;        /* first: spw__device pointers are ours */
-	pthread_mutex_t lock;           /* the lists below and next_id */
-	struct host_stream *streams;
-	struct host_event *events;
+	struct spw__device base;        /* first: spw__device pointers are ours; its lock
+					 * guards the lists below and next_id */
+	struct spw__node *streams;      /* struct host_stream */
+	struct spw__node *events;       /* struct host_event */
 	struct host_region *regions;
 	uint64_t next_id;
 };
@@ -228,22 +228,12 @@ static int stream_push(struct host_device *d, struct host_stream *s, const struc
 	return 0;
 }
 
-static int check_stream(struct host_device *d, struct spw__stream *s, const char *what)
-{
-	if (!s)
-		return spw__device_fail(&d->base, -EINVAL, "host device: %s: no stream", what);
-	return 0;
-}
-
 static int host_memcpy_async(struct spw__device *dev, void *dst, const void *src, size_t n,
 			     struct spw__stream *stream, const char *what)
 {
 	struct host_device *d = hdev(dev);
 	struct op op = { .kind = OP_COPY, .u.copy = { dst, src, n } };
-	int r;
 
-	if ((r = check_stream(d, stream, what)) < 0)
-		return r;
 	if (n && (!dst || !src))
 		return spw__device_fail(dev, -EINVAL, "host device: %s of %zu bytes with a NULL "
 					"pointer", what, n);
@@ -267,10 +257,7 @@ static int host_memset(struct spw__device *dev, void *dst, int value, size_t n,
 {
 	struct host_device *d = hdev(dev);
 	struct op op = { .kind = OP_SET, .u.set = { dst, value, n } };
-	int r;
 
-	if ((r = check_stream(d, stream, "memset_async")) < 0)
-		return r;
 	if (n && !dst)
 		return spw__device_fail(dev, -EINVAL, "host device: memset_async of %zu bytes "
 					"with a NULL pointer", n);
@@ -282,12 +269,7 @@ static int host_launch_fn(struct spw__device *dev, struct spw__stream *stream, s
 {
 	struct host_device *d = hdev(dev);
 	struct op op = { .kind = OP_FN, .u.fn = { fn, arg } };
-	int r;
 
-	if ((r = check_stream(d, stream, "launch_host_fn")) < 0)
-		return r;
-	if (!fn)
-		return spw__device_fail(dev, -EINVAL, "host device: launch_host_fn: no function");
 	return stream_push(d, (struct host_stream *)stream, &op, 1);
 }
 
@@ -295,10 +277,7 @@ static int host_stream_sync(struct spw__device *dev, struct spw__stream *stream)
 {
 	struct host_stream *s = (struct host_stream *)stream;
 	uint64_t target;
-	int r;
 
-	if ((r = check_stream(hdev(dev), stream, "stream_sync")) < 0)
-		return r;
 	if (tls_stream == s)
 		return spw__device_fail(dev, -EDEADLK, "host device: stream_sync from a host "
 					"function on the same stream");
@@ -322,8 +301,6 @@ static int host_stream_create(struct spw__device *dev, struct spw__stream **ret)
 	char name[16];
 	int r;
 
-	if (!ret)
-		return spw__device_fail(dev, -EINVAL, "host device: stream_create: no out-pointer");
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return spw__device_fail(dev, -ENOMEM, "host device: out of memory for a stream");
@@ -337,9 +314,9 @@ static int host_stream_create(struct spw__device *dev, struct spw__stream **ret)
 	if ((r = pthread_cond_init(&s->idle, NULL)) != 0)
 		goto fail_space;
 
-	pthread_mutex_lock(&d->lock);
+	pthread_mutex_lock(&d->base.lock);
 	s->id = ++d->next_id;
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->base.lock);
 
 	/* The trainer's signal handlers must not run on our threads. */
 	sigfillset(&all);
@@ -351,12 +328,9 @@ static int host_stream_create(struct spw__device *dev, struct spw__stream **ret)
 	snprintf(name, sizeof(name), "spw-copy-%u", (unsigned)(s->id % 1000));
 	pthread_setname_np(s->thread, name);
 
-	pthread_mutex_lock(&d->lock);
-	s->next = d->streams;
-	if (d->streams)
-		d->streams->prev = s;
-	d->streams = s;
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_lock(&d->base.lock);
+	spw__node_push(&d->streams, &s->node);
+	pthread_mutex_unlock(&d->base.lock);
 	*ret = (struct spw__stream *)s;
 	return 0;
 
@@ -396,33 +370,25 @@ static void host_stream_destroy(struct spw__device *dev, struct spw__stream *str
 
 	/* From its own copy thread it would join itself: refuse silently,
 	 * the stream stays alive and close() reaps it. */
-	if (!s || tls_stream == s)
+	if (tls_stream == s)
 		return;
-	pthread_mutex_lock(&d->lock);
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		d->streams = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_lock(&d->base.lock);
+	spw__node_unlink(&d->streams, &s->node);
+	pthread_mutex_unlock(&d->base.lock);
 	stream_free(s);
 }
 
 static int host_stream_borrow(struct spw__device *dev, void *native, struct spw__stream **ret)
 {
 	struct host_device *d = hdev(dev);
-	struct host_stream *s;
+	struct spw__node *s;
 
-	if (!native || !ret)
-		return spw__device_fail(dev, -EINVAL, "host device: stream_borrow: no %s",
-					native ? "out-pointer" : "stream");
 	/* Compared by address only: a pointer that is no stream of ours is
 	 * refused without being read. */
-	pthread_mutex_lock(&d->lock);
+	pthread_mutex_lock(&d->base.lock);
 	for (s = d->streams; s && (void *)s != native; s = s->next)
 		;
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->base.lock);
 	if (!s)
 		return spw__device_fail(dev, -ENOENT, "host device: stream_borrow: %p is not a stream "
 					"of this device", native);
@@ -437,8 +403,6 @@ static int host_event_create(struct spw__device *dev, struct spw__event **ret)
 	pthread_condattr_t ca;
 	int r;
 
-	if (!ret)
-		return spw__device_fail(dev, -EINVAL, "host device: event_create: no out-pointer");
 	ev = calloc(1, sizeof(*ev));
 	if (!ev)
 		return spw__device_fail(dev, -ENOMEM, "host device: out of memory for an event");
@@ -455,12 +419,9 @@ static int host_event_create(struct spw__device *dev, struct spw__event **ret)
 		goto fail_lock;
 	atomic_init(&ev->refs, 1);
 
-	pthread_mutex_lock(&d->lock);
-	ev->next = d->events;
-	if (d->events)
-		d->events->prev = ev;
-	d->events = ev;
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_lock(&d->base.lock);
+	spw__node_push(&d->events, &ev->node);
+	pthread_mutex_unlock(&d->base.lock);
 	*ret = (struct spw__event *)ev;
 	return 0;
 
@@ -476,16 +437,9 @@ static void host_event_destroy(struct spw__device *dev, struct spw__event *event
 	struct host_device *d = hdev(dev);
 	struct host_event *ev = (struct host_event *)event;
 
-	if (!ev)
-		return;
-	pthread_mutex_lock(&d->lock);
-	if (ev->prev)
-		ev->prev->next = ev->next;
-	else
-		d->events = ev->next;
-	if (ev->next)
-		ev->next->prev = ev->prev;
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_lock(&d->base.lock);
+	spw__node_unlink(&d->events, &ev->node);
+	pthread_mutex_unlock(&d->base.lock);
 	/* Queued records and waits keep it alive until they have run. */
 	event_unref(ev);
 }
@@ -500,11 +454,6 @@ static int host_event_record(struct spw__device *dev, struct spw__event *event,
 	unsigned n = 0;
 	uint64_t seq;
 	int r;
-
-	if ((r = check_stream(d, stream, "event_record")) < 0)
-		return r;
-	if (!ev)
-		return spw__device_fail(dev, -EINVAL, "host device: event_record: no event");
 
 	pthread_mutex_lock(&ev->lock);
 	seq = ++ev->recorded;
@@ -550,10 +499,6 @@ static int host_stream_wait_event(struct spw__device *dev, struct spw__stream *s
 	uint64_t seq;
 	int r;
 
-	if ((r = check_stream(d, stream, "stream_wait_event")) < 0)
-		return r;
-	if (!ev)
-		return spw__device_fail(dev, -EINVAL, "host device: stream_wait_event: no event");
 	pthread_mutex_lock(&ev->lock);
 	seq = ev->recorded;
 	if (ev->done >= seq) {
@@ -575,8 +520,6 @@ static int host_event_query(struct spw__device *dev, struct spw__event *event)
 	struct host_event *ev = (struct host_event *)event;
 	int done;
 
-	if (!ev)
-		return spw__device_fail(dev, -EINVAL, "host device: event_query: no event");
 	pthread_mutex_lock(&ev->lock);
 	done = ev->done >= ev->recorded;
 	pthread_mutex_unlock(&ev->lock);
@@ -590,8 +533,6 @@ static int host_event_sync(struct spw__device *dev, struct spw__event *event, in
 	uint64_t seq;
 	int r = 0;
 
-	if (!ev)
-		return spw__device_fail(dev, -EINVAL, "host device: event_sync: no event");
 	if (timeout_ms > 0) {
 		clock_gettime(CLOCK_MONOTONIC, &deadline);
 		deadline.tv_sec += timeout_ms / 1000;
@@ -635,12 +576,12 @@ static int host_register(struct spw__device *dev, void *base, size_t len)
 	if (!g)
 		return spw__device_fail(dev, -ENOMEM, "host device: out of memory");
 	*g = (struct host_region){ .base = b, .len = len };
-	pthread_mutex_lock(&d->lock);
+	pthread_mutex_lock(&d->base.lock);
 	/* Refuse overlaps, as cudaHostRegister does, so code that works
 	 * here does not fail only on a GPU. */
 	for (it = d->regions; it; it = it->next) {
 		if (b < it->base + it->len && it->base < b + len) {
-			pthread_mutex_unlock(&d->lock);
+			pthread_mutex_unlock(&d->base.lock);
 			free(g);
 			return spw__device_fail(dev, -EEXIST, "host device: host_register of "
 						"%p+%zu overlaps a registered range", base, len);
@@ -648,7 +589,7 @@ static int host_register(struct spw__device *dev, void *base, size_t len)
 	}
 	g->next = d->regions;
 	d->regions = g;
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->base.lock);
 	return 0;
 }
 
@@ -657,16 +598,16 @@ static int host_unregister(struct spw__device *dev, void *base)
 	struct host_device *d = hdev(dev);
 	struct host_region **pp, *g;
 
-	pthread_mutex_lock(&d->lock);
+	pthread_mutex_lock(&d->base.lock);
 	for (pp = &d->regions; (g = *pp); pp = &g->next) {
 		if (g->base == (uintptr_t)base) {
 			*pp = g->next;
-			pthread_mutex_unlock(&d->lock);
+			pthread_mutex_unlock(&d->base.lock);
 			free(g);
 			return 0;
 		}
 	}
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->base.lock);
 	return spw__device_fail(dev, -ENOENT, "host device: host_unregister of %p: not "
 				"registered", base);
 }
@@ -676,8 +617,8 @@ static int host_dev_alloc(struct spw__device *dev, size_t len, void **ret)
 	void *p;
 	int r;
 
-	if (!ret || len == 0)
-		return spw__device_fail(dev, -EINVAL, "host device: dev_alloc of %zu bytes", len);
+	if (len == 0)
+		return spw__device_fail(dev, -EINVAL, "host device: dev_alloc of 0 bytes");
 	r = posix_memalign(&p, DEV_ALIGN, len);
 	if (r != 0)
 		return spw__device_fail(dev, -r, "host device: dev_alloc of %zu bytes: %s", len,
@@ -694,32 +635,25 @@ static void host_dev_free(struct spw__device *dev, void *p)
 static void host_close(struct spw__device *dev)
 {
 	struct host_device *d = hdev(dev);
-	struct host_stream *s;
-	struct host_event *ev;
+	struct spw__node *n;
 	struct host_region *g;
 
 	/* Streams first: once they have drained, no queued op holds an event. */
 	for (;;) {
-		pthread_mutex_lock(&d->lock);
-		s = d->streams;
-		if (s)
-			d->streams = s->next;
-		pthread_mutex_unlock(&d->lock);
-		if (!s)
+		pthread_mutex_lock(&d->base.lock);
+		n = spw__node_pop(&d->streams);
+		pthread_mutex_unlock(&d->base.lock);
+		if (!n)
 			break;
-		stream_free(s);
+		stream_free((struct host_stream *)n);
 	}
-	while ((ev = d->events)) {
-		d->events = ev->next;
-		event_unref(ev);
-	}
+	while ((n = spw__node_pop(&d->events)))
+		event_unref((struct host_event *)n);
 	while ((g = d->regions)) {
 		d->regions = g->next;
 		free(g);
 	}
-	pthread_mutex_destroy(&d->lock);
-	spw__device_base_fini(&d->base);
-	free(d);
+	spw__device_free(&d->base);
 }
 
 static const struct spw__device_ops host_ops = {
@@ -747,29 +681,5 @@ static const struct spw__device_ops host_ops = {
 
 int spw__device_host_open(struct spw__device **ret, char *err, size_t errlen)
 {
-	struct host_device *d;
-	int r;
-
-	d = calloc(1, sizeof(*d));
-	if (!d) {
-		if (err && errlen)
-			snprintf(err, errlen, "host device: out of memory");
-		return -ENOMEM;
-	}
-	r = spw__device_base_init(&d->base, &host_ops);
-	if (r < 0)
-		goto fail_free;
-	r = -pthread_mutex_init(&d->lock, NULL);
-	if (r < 0)
-		goto fail_base;
-	*ret = &d->base;
-	return 0;
-
-fail_base:
-	spw__device_base_fini(&d->base);
-fail_free:
-	free(d);
-	if (err && errlen)
-		snprintf(err, errlen, "host device: cannot initialise: %s", strerror(-r));
-	return r;
+	return spw__device_new(sizeof(struct host_device), &host_ops, "host device", ret, err, errlen);
 }

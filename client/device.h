@@ -16,6 +16,18 @@
  * $SPILLWAY_DEVICE (cuda, cuda:N or host), else cuda when a device is
  * present and host otherwise.
  *
+ * The cuda backend is a plugin, libspillway-cuda.so, that device.c
+ * dlopen()s the first time cuda is asked for or probed, so that
+ * libspillway itself needs no CUDA library to load (and brings no
+ * libcudart into a process that does not use the cuda backend). It is
+ * looked for at $SPILLWAY_CUDA_PLUGIN when that is set, else beside
+ * libspillway.so (the build tree and the install share that layout). Its
+ * one entry point, spw__cuda_plugin(), returns a struct spw__cuda_plugin;
+ * both sides check SPW__DEVICE_ABI, so a plugin built from other sources
+ * than this library is refused, not called. device-base.c is compiled
+ * into both, which is why the shared part of a device below is part of
+ * that ABI.
+ *
  * Internal to libspillway (spw__ names). The semantics are CUDA's, with
  * these additions, which both backends honour:
  *
@@ -50,6 +62,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Opaque handles. Each backend casts them to its own types. */
 struct spw__stream;
@@ -59,6 +72,15 @@ struct spw__event;
 typedef void (*spw__host_fn)(void *arg);
 
 struct spw__device;
+
+/*
+ * The ABI between libspillway and its cuda plugin: struct spw__device,
+ * struct spw__device_ops and struct spw__cuda_plugin. Bump it with any
+ * change to one of them (the sizes are checked too, as a backstop).
+ */
+#define SPW__DEVICE_ABI 1u
+#define SPW__CUDA_PLUGIN_FILE "libspillway-cuda.so"
+#define SPW__CUDA_PLUGIN_ENTRY "spw__cuda_plugin"
 
 struct spw__device_ops {
 	const char *name;                               /* "cuda" or "host" */
@@ -76,7 +98,7 @@ struct spw__device_ops {
 	void (*dev_free)(struct spw__device *dev, void *p);
 
 	int (*stream_create)(struct spw__device *dev, struct spw__stream **ret);
-	/* Waits for the stream's work, then frees it. Takes NULL. */
+	/* Waits for the stream's work, then frees it. */
 	void (*stream_destroy)(struct spw__device *dev, struct spw__stream *s);
 	/* A caller's own stream as a handle of this device, borrowed: valid
 	 * while the native stream lives, never passed to stream_destroy (the
@@ -106,7 +128,7 @@ struct spw__device_ops {
 			      spw__host_fn fn, void *arg);
 
 	int (*event_create)(struct spw__device *dev, struct spw__event **ret);
-	/* Takes NULL. Pending records and waits on ev stay valid. */
+	/* Pending records and waits on ev stay valid. */
 	void (*event_destroy)(struct spw__device *dev, struct spw__event *ev);
 	/* ev completes once the work enqueued on s before this call has. */
 	int (*event_record)(struct spw__device *dev, struct spw__event *ev, struct spw__stream *s);
@@ -124,21 +146,75 @@ struct spw__device_ops {
 #define SPW__DEVICE_ERRMAX 512
 struct spw__device {
 	const struct spw__device_ops *ops;
+	pthread_mutex_t lock;           /* the backend's lists of streams, events, ... */
 	pthread_mutex_t err_lock;       /* guards err: any thread may fail */
 	char err[SPW__DEVICE_ERRMAX];
 };
+
+/* What the cuda plugin's entry point returns (see the top of this file). */
+struct spw__cuda_plugin {
+	uint32_t abi;                   /* SPW__DEVICE_ABI the plugin was built with */
+	uint32_t device_size;           /* its sizeof(struct spw__device) */
+	uint32_t ops_size;              /* its sizeof(struct spw__device_ops) */
+	const char *version;            /* SPW_VERSION_STRING of its build, for messages */
+	/* spw__device_cuda_probe / spw__device_cuda_open below. */
+	int (*probe)(char *why, size_t whylen);
+	int (*open)(int ordinal, struct spw__device **ret, char *err, size_t errlen);
+};
+
+/* The entry point: NULL when abi is not the plugin's SPW__DEVICE_ABI. */
+typedef const struct spw__cuda_plugin *(*spw__cuda_plugin_fn)(uint32_t abi);
+
+/* An intrusive doubly linked list node, for the backends' lists of streams
+ * and events (each under the device's lock). */
+struct spw__node {
+	struct spw__node *next, *prev;
+};
+
+static inline void spw__node_push(struct spw__node **head, struct spw__node *n)
+{
+	n->prev = NULL;
+	n->next = *head;
+	if (*head)
+		(*head)->prev = n;
+	*head = n;
+}
+
+static inline void spw__node_unlink(struct spw__node **head, struct spw__node *n)
+{
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		*head = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
+	n->next = n->prev = NULL;
+}
+
+/* Takes the first node off the list, or NULL. */
+static inline struct spw__node *spw__node_pop(struct spw__node **head)
+{
+	struct spw__node *n = *head;
+
+	if (n)
+		spw__node_unlink(head, n);
+	return n;
+}
 
 /*
  * Opens a device backend. name: "host", "cuda" or "cuda:N" (device ordinal
  * N; plain "cuda" means the calling thread's current device), or NULL to
  * use $SPILLWAY_DEVICE, or when that is unset or empty, cuda when a CUDA
- * device is present and host otherwise.
+ * device is present and host otherwise (quietly host when the plugin or
+ * the CUDA runtime it needs cannot be loaded).
  *
  * Returns 0 and sets *ret, or leaves *ret untouched and returns -EINVAL for
- * an unknown name, -ENODEV when cuda was asked for but no device can be
- * used (no GPU, no driver, or a build without CUDA), -ENOMEM, or another
- * -errno from the backend. On failure, when err is not NULL, writes a
- * sentence naming the cause and what to do.
+ * an unknown name; -ENODEV when cuda was asked for but cannot be used (no
+ * plugin, no CUDA runtime, no driver, no GPU) or when a plugin file is
+ * there but is not one for this library, even for automatic choice; -ENOMEM;
+ * or another -errno from the backend. On failure, when err is not NULL,
+ * writes a sentence naming the cause (the plugin path tried and the
+ * loader's words, when that is the cause) and what to do.
  */
 int spw__device_open(const char *name, struct spw__device **ret, char *err, size_t errlen);
 
@@ -146,7 +222,7 @@ int spw__device_open(const char *name, struct spw__device **ret, char *err, size
 struct spw__device *spw__device_close(struct spw__device *dev);
 
 /* Number of CUDA devices, 0 when none can be used (why, when not NULL,
- * then says why), never negative. Always 0 in a build without CUDA. */
+ * then says why: no plugin, no driver, no GPU), never negative. */
 int spw__device_cuda_count(char *why, size_t whylen);
 
 /* Copies the last failure's sentence into buf (always NUL-terminated);
@@ -158,18 +234,29 @@ const char *spw__device_errmsg(struct spw__device *dev, char *buf, size_t len);
 int spw__device_fail(struct spw__device *dev, int r, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* For backends and spw__device_open: initialise / tear down the shared part. */
-int spw__device_base_init(struct spw__device *dev, const struct spw__device_ops *ops);
-void spw__device_base_fini(struct spw__device *dev);
+/* For backends: allocates size bytes (a backend's struct, which begins
+ * with struct spw__device) zeroed, with the shared part set up; what names
+ * the device in the sentence left in err on failure. Returns 0 or -errno. */
+int spw__device_new(size_t size, const struct spw__device_ops *ops, const char *what,
+		    struct spw__device **ret, char *err, size_t errlen);
+/* Tears down the shared part and frees dev (a backend's close, last). */
+void spw__device_free(struct spw__device *dev);
 
 /* The backends' constructors (spw__device_open picks one). */
 int spw__device_host_open(struct spw__device **ret, char *err, size_t errlen);
-/* Only in builds with CUDA (SPW_HAVE_CUDA). ordinal < 0: the calling
- * thread's current device. probe: device count, or -errno with why set. */
+/* In the cuda plugin (device-cuda.c), reached through struct
+ * spw__cuda_plugin. ordinal < 0: the calling thread's current device.
+ * probe: device count, or -errno with why set. */
 int spw__device_cuda_open(int ordinal, struct spw__device **ret, char *err, size_t errlen);
 int spw__device_cuda_probe(char *why, size_t whylen);
 
-/* Calls through the table; thin enough to inline on the hot path. */
+/* The wrappers' argument checks: records "<backend> device: <op>: no
+ * <what>" and returns -EINVAL. */
+int spw__device_noarg(struct spw__device *dev, const char *op, const char *what);
+
+/* Calls through the table; thin enough to inline on the hot path. The
+ * NULL checks every backend would make are made here, once; a backend's
+ * op gets its handles non-NULL. */
 static inline const char *spw__device_name(const struct spw__device *dev)
 {
 	return dev->ops->name;
@@ -187,6 +274,8 @@ static inline int spw__host_unregister(struct spw__device *dev, void *base)
 
 static inline int spw__dev_alloc(struct spw__device *dev, size_t len, void **ret)
 {
+	if (!ret)
+		return spw__device_noarg(dev, "dev_alloc", "out-pointer");
 	return dev->ops->dev_alloc(dev, len, ret);
 }
 
@@ -197,78 +286,104 @@ static inline void spw__dev_free(struct spw__device *dev, void *p)
 
 static inline int spw__stream_create(struct spw__device *dev, struct spw__stream **ret)
 {
+	if (!ret)
+		return spw__device_noarg(dev, "stream_create", "out-pointer");
 	return dev->ops->stream_create(dev, ret);
 }
 
 static inline void spw__stream_destroy(struct spw__device *dev, struct spw__stream *s)
 {
-	dev->ops->stream_destroy(dev, s);
+	if (s)
+		dev->ops->stream_destroy(dev, s);
 }
 
 static inline int spw__stream_borrow(struct spw__device *dev, void *native,
 				      struct spw__stream **ret)
 {
+	if (!native || !ret)
+		return spw__device_noarg(dev, "stream_borrow", native ? "out-pointer" : "stream");
 	return dev->ops->stream_borrow(dev, native, ret);
 }
 
 static inline int spw__stream_sync(struct spw__device *dev, struct spw__stream *s)
 {
+	if (!s)
+		return spw__device_noarg(dev, "stream_sync", "stream");
 	return dev->ops->stream_sync(dev, s);
 }
 
 static inline int spw__stream_wait_event(struct spw__device *dev, struct spw__stream *s,
 					 struct spw__event *ev)
 {
+	if (!s || !ev)
+		return spw__device_noarg(dev, "stream_wait_event", s ? "event" : "stream");
 	return dev->ops->stream_wait_event(dev, s, ev);
 }
 
 static inline int spw__memcpy_h2d_async(struct spw__device *dev, void *dst_dev,
 					const void *src_host, size_t n, struct spw__stream *s)
 {
+	if (!s)
+		return spw__device_noarg(dev, "memcpy_h2d_async", "stream");
 	return dev->ops->memcpy_h2d_async(dev, dst_dev, src_host, n, s);
 }
 
 static inline int spw__memcpy_d2h_async(struct spw__device *dev, void *dst_host,
 					const void *src_dev, size_t n, struct spw__stream *s)
 {
+	if (!s)
+		return spw__device_noarg(dev, "memcpy_d2h_async", "stream");
 	return dev->ops->memcpy_d2h_async(dev, dst_host, src_dev, n, s);
 }
 
 static inline int spw__memset_async(struct spw__device *dev, void *dst_dev, int value,
 				    size_t n, struct spw__stream *s)
 {
+	if (!s)
+		return spw__device_noarg(dev, "memset_async", "stream");
 	return dev->ops->memset_async(dev, dst_dev, value, n, s);
 }
 
 static inline int spw__launch_host_fn(struct spw__device *dev, struct spw__stream *s,
 				      spw__host_fn fn, void *arg)
 {
+	if (!s || !fn)
+		return spw__device_noarg(dev, "launch_host_fn", s ? "function" : "stream");
 	return dev->ops->launch_host_fn(dev, s, fn, arg);
 }
 
 static inline int spw__event_create(struct spw__device *dev, struct spw__event **ret)
 {
+	if (!ret)
+		return spw__device_noarg(dev, "event_create", "out-pointer");
 	return dev->ops->event_create(dev, ret);
 }
 
 static inline void spw__event_destroy(struct spw__device *dev, struct spw__event *ev)
 {
-	dev->ops->event_destroy(dev, ev);
+	if (ev)
+		dev->ops->event_destroy(dev, ev);
 }
 
 static inline int spw__event_record(struct spw__device *dev, struct spw__event *ev,
 				    struct spw__stream *s)
 {
+	if (!s || !ev)
+		return spw__device_noarg(dev, "event_record", s ? "event" : "stream");
 	return dev->ops->event_record(dev, ev, s);
 }
 
 static inline int spw__event_query(struct spw__device *dev, struct spw__event *ev)
 {
+	if (!ev)
+		return spw__device_noarg(dev, "event_query", "event");
 	return dev->ops->event_query(dev, ev);
 }
 
 static inline int spw__event_sync(struct spw__device *dev, struct spw__event *ev, int timeout_ms)
 {
+	if (!ev)
+		return spw__device_noarg(dev, "event_sync", "event");
 	return dev->ops->event_sync(dev, ev, timeout_ms);
 }
 

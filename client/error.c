@@ -27,6 +27,9 @@ SPW_EXPORT const char *spw_strerror(int err)
 		return "Resource busy (ring full, or the session is attached elsewhere)";
 	case ETIMEDOUT:
 		return "spillwayd did not answer in time";
+	case E2BIG:
+		/* Not an argument list here: a sized struct (spillway.h). */
+		return "Struct size too large (a field this libspillway does not know is set, or the size is not set)";
 	default:
 		break;
 	}

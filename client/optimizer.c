@@ -15,6 +15,7 @@
 #include <sys/eventfd.h>
 
 #include "optimizer-private.h"
+#include "opts.h"
 
 #define DEFAULT_WINDOW 4u
 
@@ -128,17 +129,24 @@ SPW_EXPORT const char *spw_optimizer_last_error(const spw_optimizer *o)
 	return o ? o->errmsg : "no optimizer (NULL)";
 }
 
-SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts *opts,
+SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts *caller_opts,
 				 spw_optimizer **ret)
 {
 	struct spw_session_info info = { .size = sizeof(info) };
 	struct spw__pool_opts po = { .numa_node = -1 };
+	struct spw_optimizer_opts oo, *opts = &oo;
 	char err[256];
 	spw_optimizer *o;
 	uint32_t i, w;
 	int r;
 
-	if (!c || !opts || !ret || opts->size < sizeof(struct spw_optimizer_opts) || !opts->groups ||
+	if (!c || !caller_opts || !ret)
+		return c ? spw__error(c, -EINVAL, "spw_optimizer_new: opts and ret must not be NULL") : -EINVAL;
+	r = spw__opts_in(&oo, sizeof(oo), caller_opts, SPW__OPTIMIZER_OPTS_SIZE_VER0,
+			 "struct spw_optimizer_opts", err, sizeof(err));
+	if (r < 0)
+		return spw__error(c, r, "spw_optimizer_new: %s", err);
+	if (!opts->groups ||
 	    opts->ngroups == 0 || opts->ngroups > 1024 ||
 	    (opts->mode != SPW_OPT_OVERLAPPED && opts->mode != SPW_OPT_EXACT) ||
 	    (opts->tier != SPW_TENSOR_RESIDENT && opts->tier != SPW_TENSOR_SWAPPABLE) ||
@@ -348,16 +356,13 @@ static void fill_stats(spw_optimizer *o, struct spw_optimizer_stats *st);
 SPW_EXPORT int spw_optimizer_stats(spw_optimizer *o, struct spw_optimizer_stats *st)
 {
 	struct spw_optimizer_stats all = { .size = sizeof(all) };
-	size_t size;
 
-	/* Callers built before the fetch counters pass the shorter struct. */
-	if (!o || !st || st->size < offsetof(struct spw_optimizer_stats, fetches))
+	if (!o || !st)
 		return -EINVAL;
-	size = st->size < sizeof(all) ? st->size : sizeof(all);
 	fill_stats(o, &all);
-	memcpy(st, &all, size);
-	st->size = size;
-	return 0;
+	/* Callers built before the fetch counters pass the shorter struct. */
+	return spw__info_out(st, &all, sizeof(all), SPW__OPTIMIZER_STATS_SIZE_VER0,
+			     "struct spw_optimizer_stats", o->errmsg, sizeof(o->errmsg));
 }
 
 static void fill_stats(spw_optimizer *o, struct spw_optimizer_stats *st)

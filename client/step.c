@@ -11,6 +11,7 @@
 
 #include "optimizer-private.h"
 #include "step-policy.h"
+#include "opts.h"
 
 static int prepare(spw_optimizer *o, uint32_t g, float grad_scale, struct spw_adamw_consts *out)
 {
@@ -233,8 +234,9 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 
 	if (!o)
 		return -EINVAL;
-	if (res && res->size < sizeof(*res))
-		return spw__opt_error(o, -EINVAL, "end: res->size is smaller than struct spw_step_result");
+	if (res && (r = spw__struct_size_check(res, SPW__STEP_RESULT_SIZE_VER0, "struct spw_step_result",
+						 o->errmsg, sizeof(o->errmsg))) < 0)
+		return r;
 	if ((r = spw__opt_broken(o)) < 0)
 		return r;
 	if (!o->in_step)
@@ -317,6 +319,7 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 	o->in_step = false;
 	atomic_fetch_add_explicit(&o->st_steps, 1, memory_order_relaxed);
 	if (res)
-		*res = out;
+		spw__info_out(res, &out, sizeof(out), SPW__STEP_RESULT_SIZE_VER0, "struct spw_step_result",
+			      NULL, 0); /* cannot fail: checked above */
 	return 0;
 }

@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include "config.h"
 #include "harness.h"
 #include "raw.h"
 #include "test.h"
@@ -87,7 +88,7 @@ static void test_attach_and_pages(struct spw_test_daemon *d)
 	ASSERT_EQ(raw_op(&s, SPW_OP_FLUSH, 0, 0, 0), 0);
 
 	st = raw_status(d->status);
-	ASSERT_STREQ(cJSON_GetObjectItem(st, "version")->valuestring, "0.1.0");
+	ASSERT_STREQ(cJSON_GetObjectItem(st, "version")->valuestring, SPW_VERSION);
 	ASSERT_EQ(raw_num(st, "proto.major"), 1);
 	ASSERT_EQ(raw_num(st, "pid"), d->pid);
 	ASSERT_TRUE(raw_num(st, "uptime_s") >= 0);

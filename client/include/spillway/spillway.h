@@ -25,9 +25,19 @@
  *   explanation when the daemon refused.
  * - A function that creates an object takes an out-pointer last and leaves
  *   it untouched when it fails.
- * - Option structs begin with `size`, which the caller sets to sizeof the
- *   struct it was compiled with, so that later versions can append fields.
- *   Fields the caller leaves zero take the documented defaults.
+ * - Structs passed in or filled begin with `size`, which the caller sets
+ *   to sizeof the struct it was compiled with, so that later versions can
+ *   append fields and callers built against an older or newer header keep
+ *   working. Any size from the struct's first version up is taken; a
+ *   smaller one is -EINVAL, and one over 4096 bytes -E2BIG.
+ *   Option structs (*_opts): fields the caller leaves zero, or that its
+ *   size does not cover, take the documented defaults. A size beyond this
+ *   library's struct is taken only when the bytes past it are zero, else
+ *   -E2BIG (the caller set an option this library does not know).
+ *   Structs the library fills (info, result, stats): it writes only the
+ *   bytes the caller's size covers, zeroes the caller's bytes past its own
+ *   struct, and sets size to the bytes it filled.
+ *   New fields go after a struct's last byte, never into its tail padding.
  * - The library never logs, never aborts and installs no signal handlers.
  *   It keeps every descriptor O_CLOEXEC.
  * - If the daemon goes away (exits, crashes, or ends the session), every
@@ -61,6 +71,14 @@ extern "C" {
 #endif
 
 typedef struct spw_client spw_client;
+
+/*
+ * Returns the version of the libspillway loaded at run time, "MAJOR.MINOR.PATCH"
+ * (static). SPW_VERSION_STRING (spillway/version.h) is the version of the
+ * header a program was built with; they differ when the library was
+ * upgraded under it. Thread-safe.
+ */
+SPW_EXPORT const char *spw_version(void);
 
 /* ------------------------------------------------------------------ */
 /* Errors */
@@ -102,8 +120,9 @@ struct spw_client_opts {
  * for the defaults.
  *
  * Returns 0 on success. Returns -EINVAL when ret is NULL or opts->size is
- * smaller than the first version of the struct, and -ENOMEM when memory
- * runs out.
+ * smaller than the first version of the struct; -E2BIG when opts->size is
+ * larger than this library's struct and sets a field it does not know, or
+ * is over 4096; and -ENOMEM when memory runs out.
  */
 SPW_EXPORT int spw_client_new(const struct spw_client_opts *opts, spw_client **ret);
 
@@ -140,8 +159,9 @@ SPW_EXPORT int spw_socket_path(enum spw_socket_kind kind, char *buf, size_t len)
  * default path (spw_socket_path(SPW_SOCKET_CONTROL)) when socket_path is
  * NULL, and exchanges HELLO: protocol major version and features.
  *
- * Returns 0 on success. Returns -EINVAL for bad arguments; -EISCONN when c
- * is already connected; -ENOENT or -ECONNREFUSED when no daemon listens
+ * Returns 0 on success. Returns -EINVAL when c is NULL; -EISCONN when c
+ * is already connected; -ENAMETOOLONG when the path does not fit a unix
+ * socket address; -ENOENT or -ECONNREFUSED when no daemon listens
  * there (the last-error message names the path tried and how to start
  * spillwayd); -EACCES when the socket may not be opened; -EPROTONOSUPPORT
  * when the daemon speaks another major protocol version; -EPROTO when it
@@ -165,9 +185,12 @@ struct spw_attach_opts {
  * region_bytes of pinned memory and the client maps it together with the
  * session's rings. A session is attached by one client at a time.
  *
- * Returns 0 on success. Returns -EINVAL for a bad session name or page size
- * or a region of 0 bytes (checked before asking the daemon); -ENOTCONN when
- * c is not connected; -EALREADY when c already has a session attached.
+ * Returns 0 on success. Returns -EINVAL when c or opts is NULL, for an
+ * opts->size below the struct's first version, a bad session name or page
+ * size, or a region of 0 bytes or over 2^32 pages (checked before asking
+ * the daemon); -E2BIG for an opts->size as spw_client_new() refuses;
+ * -ENOTCONN when c is not connected; -EALREADY when c already has a
+ * session attached.
  * The daemon refuses with -EBUSY when another client holds the session,
  * -EPERM when the session belongs to another uid, -EDQUOT when region_bytes
  * exceeds the per-session cap (pool.session_max_bytes), -ENOSPC when the
@@ -186,7 +209,8 @@ SPW_EXPORT int spw_client_attach(spw_client *c, const struct spw_attach_opts *op
  * every tensor, and c unmaps them. The control connection stays open, so
  * c may attach again. Completions not yet reaped are discarded.
  *
- * Returns 0 on success. Returns -ENOTCONN when nothing is attached, and
+ * Returns 0 on success. Returns -EINVAL when c is NULL, -ENOTCONN when
+ * nothing is attached (-ECONNRESET instead once the daemon went away), and
  * -ETIMEDOUT, -ECONNRESET or the daemon's errno (with its message) when the
  * daemon did not confirm; the mappings are released in every case.
  */
@@ -207,9 +231,12 @@ struct spw_session_info {
 };
 
 /*
- * Fills *info (whose size field the caller sets) with the attached
- * session's geometry. Returns 0 on success, -EINVAL when an argument is
- * NULL or info->size is too small, and -ENOTCONN when nothing is attached.
+ * Fills *info (whose size field the caller sets; see the conventions at
+ * the top) with the attached session's geometry. Returns 0 on success,
+ * -EINVAL when an argument is NULL or info->size is smaller than the
+ * struct's first version, -E2BIG when info->size is over 4096, and
+ * -ENOTCONN when nothing is attached. Leaves no last-error sentence (c is
+ * const).
  */
 SPW_EXPORT int spw_client_info(const spw_client *c, struct spw_session_info *info);
 
@@ -227,8 +254,10 @@ enum spw_tensor_kind {
  * *ret_tensor, and cuts it into pages of page_size, whose count is stored
  * in *ret_pages when ret_pages is not NULL.
  *
- * Returns 0 on success. Returns -EINVAL for a bad name, size or kind, and
- * -ENOTCONN when nothing is attached. The daemon refuses with -EEXIST when
+ * Returns 0 on success. Returns -EINVAL for a NULL c or ret_tensor, a bad
+ * name, size or kind; -ENOTCONN when nothing is attached; -ENOMEM; and
+ * -EPROTO when the daemon's reply lacks the id or gives a wrong page count
+ * (the client is then unusable). The daemon refuses with -EEXIST when
  * the name is taken, -ENOSPC when the session's region lacks free slots
  * for a resident tensor this large (its message says how many are free),
  * and -EOPNOTSUPP for a swappable tensor without the NVMe tier. -ETIMEDOUT
@@ -240,8 +269,9 @@ SPW_EXPORT int spw_tensor_register(spw_client *c, const char *name, uint64_t byt
 
 /*
  * Unregisters a tensor; its pages must not be pinned. Returns 0 on success,
- * -ENOTCONN when nothing is attached, -ENOENT for an unknown id, -EBUSY when
- * a page is still pinned, and -ETIMEDOUT or -ECONNRESET as above.
+ * -EINVAL when c is NULL, -ENOTCONN when nothing is attached, -ENOENT for
+ * an unknown id, -EBUSY when a page is still pinned, and -ETIMEDOUT or
+ * -ECONNRESET as above.
  */
 SPW_EXPORT int spw_tensor_unregister(spw_client *c, uint32_t tensor);
 
@@ -425,7 +455,10 @@ struct spw_optimizer_opts {
 	/* CPU threads for Adam; 0 means one per core of the NUMA node. */
 	uint32_t threads;
 	/* Device backend: "host", "cuda", "cuda:N", or NULL for
-	 * $SPILLWAY_DEVICE, else cuda when a GPU is present, else host. */
+	 * $SPILLWAY_DEVICE, else cuda when a GPU is present, else host.
+	 * The cuda backend is the plugin libspillway-cuda.so, loaded from
+	 * beside libspillway.so (or $SPILLWAY_CUDA_PLUGIN) when cuda is
+	 * asked for or probed; without it, automatic choice is host. */
 	const char *device;
 };
 
@@ -435,9 +468,13 @@ struct spw_optimizer_opts {
  * registers a resident staging tensor of 2 * window pages.
  *
  * Returns 0 and sets *ret. Returns -EINVAL for bad options (no groups, a
- * hyperparameter out of range, an unknown mode or tier); -ENOTCONN when c
- * has no session attached; -ENODEV when the device backend asked for
- * cannot be used; -ENOSPC when the region lacks slots for the staging
+ * hyperparameter out of range, an unknown mode, tier or device name, an
+ * opts->size below the struct's first version); -E2BIG for an opts->size
+ * as spw_client_new() refuses;
+ * -ENOTCONN when c has no session attached; -ENODEV when the device
+ * backend asked for cannot be used (no GPU, or the cuda plugin or the CUDA
+ * runtime it needs is missing or of another build: the last-error
+ * sentence names the file tried and the fix); -ENOSPC when the region lacks slots for the staging
  * pages; -ENOMEM; or a registration error as spw_tensor_register().
  */
 SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts *opts,
@@ -593,7 +630,8 @@ struct spw_step_result {
  *
  * Returns 0. Returns -EPROTO when no step is open; -ENODATA when a chunk
  * got fewer gradients than the step takes (the last-error message names
- * it; the step stays open); -EINVAL when res->size is too small; or the
+ * it; the step stays open); -EINVAL when res->size is smaller than the
+ * struct's first version, -E2BIG when it is over 4096; or the
  * broken optimizer's error.
  */
 SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res);
@@ -636,7 +674,7 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor,
  * (master weights), SPW_STATE_EXP_AVG or SPW_STATE_EXP_AVG_SQ; for
  * load_state_dict and restarts. Not while a step is open; waits for the
  * work of ended steps first (as spw_optimizer_sync()). Works on either
- * tier (the pages are handed back dirty). Since 0.4.
+ * tier (the pages are handed back dirty).
  *
  * It does not touch the device parameters (nor a buffer filled by
  * spw_params_fetch()): they are the caller's, who copies the same values
@@ -675,8 +713,9 @@ struct spw_optimizer_stats {
 	uint64_t prefetches;    /* PREFETCH hints the daemon accepted */
 	int hints;              /* 1 when the daemon takes PREFETCH/STEP hints */
 	uint32_t reserved;
-	/* Since 0.3 (a caller built against 0.2 passes the shorter struct
-	 * and gets the fields above). */
+	/* Added after the struct's first version, which ends at reserved
+	 * above: a caller with the shorter struct (the Python binding's)
+	 * gets the fields above. */
 	uint64_t fetches;       /* spw_params_fetch() calls */
 	uint64_t bytes_fetched; /* parameter bytes copied to the device by fetches */
 	uint64_t fetch_prefetches; /* PREFETCH hints from the fetch order the daemon accepted
@@ -684,8 +723,9 @@ struct spw_optimizer_stats {
 };
 
 /* Fills *st with counters since creation (as many fields as st->size
- * covers). Returns 0, or -EINVAL when o or st is NULL or st->size is
- * smaller than the 0.2 struct. */
+ * covers; see the conventions at the top). Returns 0, -EINVAL when o or st
+ * is NULL or st->size is smaller than the struct's first version, or
+ * -E2BIG when st->size is over 4096. */
 SPW_EXPORT int spw_optimizer_stats(spw_optimizer *o, struct spw_optimizer_stats *st);
 
 /* ------------------------------------------------------------------ */
