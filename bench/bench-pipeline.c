@@ -40,7 +40,7 @@
 #include <spillway/spillway.h>
 
 #include "bench.h"
-#include "harness.h"
+#include "util/localdaemon.h"
 #include "kernels.h"
 #include "pool.h"
 
@@ -71,7 +71,7 @@ static void sleep_ms(double ms)
 
 static double secs(uint64_t t0)
 {
-	return (double)(bench_now_ns() - t0) * 1e-9;
+	return (double)(now_ns() - t0) * 1e-9;
 }
 
 
@@ -108,23 +108,23 @@ static int measure_parts(const struct cfg *c, struct parts *p)
 	kc.copy_dtype = SPW_DTYPE_BF16;
 	/* Twice each, keeping the second: the first touches fresh memory. */
 	for (int i = 0; i < 2; i++) {
-		t0 = bench_now_ns();
+		t0 = now_ns();
 		memcpy(gh, g, n * 2);
 		p->d2h = secs(t0);
-		t0 = bench_now_ns();
+		t0 = now_ns();
 		spw__pool_kernel_submit(pool, &kc);
 		spw__pool_wait(pool, &kc.call);
 		p->adam_pool = secs(t0);
-		t0 = bench_now_ns();
+		t0 = now_ns();
 		spw_kernels()->adamw[SPW_DTYPE_BF16][SPW_DTYPE_BF16](&kc.consts, w, m, v, gh, out, n);
 		p->adam_one = secs(t0);
-		t0 = bench_now_ns();
+		t0 = now_ns();
 		memcpy(dev, out, n * 2);
 		p->h2d = secs(t0);
 	}
 	/* The compute stand-in as it really runs: nanosleep overshoots a
 	 * little per call, and that belongs to the compute part. */
-	t0 = bench_now_ns();
+	t0 = now_ns();
 	for (int s = 0; s < 3; s++)
 		for (int l = 0; l < 2 * c->layers; l++)
 			sleep_ms(l < c->layers ? c->fwd_ms : c->bwd_ms);
@@ -151,7 +151,7 @@ struct run {
 
 static int run_steps(const struct cfg *c, struct run *rn, uint64_t first, int steps, double *per_step)
 {
-	uint64_t t0 = bench_now_ns();
+	uint64_t t0 = now_ns();
 	int r;
 
 	for (uint64_t s = first; s < first + (uint64_t)steps; s++) {
@@ -191,7 +191,7 @@ int bench_pipeline(int argc, char **argv)
 {
 	struct cfg c = { .layers = 8, .params = 1u << 20, .steps = 10, .threads = 0, .fwd_ms = -1,
 			 .bwd_ms = -1 };
-	struct spw_test_daemon d = { .pid = -1 };
+	struct local_daemon d = { .pid = -1 };
 	struct spw_param_group g = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
 				     .weight_decay = 0.01f };
 	struct spw_optimizer_opts oo = { .size = sizeof(oo), .groups = &g, .ngroups = 1, .device = "host" };
@@ -260,8 +260,8 @@ int bench_pipeline(int argc, char **argv)
 	}
 
 	if (!socket_path) {
-		bench_find_daemon();
-		if ((r = spw_test_daemon_start(&d, bench_config)) < 0) {
+		local_daemon_locate();
+		if ((r = local_daemon_start(&d, bench_config)) < 0) {
 			fprintf(stderr, "spillway-bench pipeline: cannot start spillwayd: %s\n", spw_strerror(r));
 			return 1;
 		}
@@ -372,6 +372,6 @@ out:
 	free(rn.dev);
 	free(init);
 	if (own)
-		spw_test_daemon_stop(&d);
+		local_daemon_stop(&d);
 	return ret;
 }

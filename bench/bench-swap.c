@@ -38,7 +38,7 @@
 #include <spillway/spillway.h>
 
 #include "bench.h"
-#include "harness.h"
+#include "util/localdaemon.h"
 
 #define DEPTH 32u
 #define UD_UNPIN (1ull << 63)
@@ -184,7 +184,7 @@ static int stream(spw_client *c, uint32_t t, uint32_t npages, uint32_t page_size
 	return 0;
 }
 
-static int spillway_pass(const struct spw_test_daemon *d, const struct opts *o, uint32_t page_size, int round,
+static int spillway_pass(const struct local_daemon *d, const struct opts *o, uint32_t page_size, int round,
 			 struct pass *out)
 {
 	uint64_t total = (uint64_t)(o->gib * (1ull << 30)) / page_size * page_size;
@@ -206,7 +206,7 @@ static int spillway_pass(const struct spw_test_daemon *d, const struct opts *o, 
 	}
 	if ((r = tier_figures(d->status, name, &cpu0, &rd0, &wr0, &left)) < 0)
 		goto out;
-	t0 = bench_now_ns();
+	t0 = now_ns();
 	r = stream(c, t, npages, page_size, o->window, true);
 	if (r < 0)
 		goto out;
@@ -219,11 +219,11 @@ static int spillway_pass(const struct spw_test_daemon *d, const struct opts *o, 
 		if (left > 0)
 			usleep(500);
 	} while (left > 0);
-	t1 = bench_now_ns();
+	t1 = now_ns();
 	r = stream(c, t, npages, page_size, o->window, false);
 	if (r < 0)
 		goto out;
-	t2 = bench_now_ns();
+	t2 = now_ns();
 	if ((r = tier_figures(d->status, name, &cpu1, &rd1, &wr1, &left)) < 0)
 		goto out;
 	out->write_gbs = (wr1 - wr0) / ((double)(t1 - t0));
@@ -314,7 +314,7 @@ int bench_swap(int argc, char **argv)
 {
 	static const uint32_t page_sizes[] = { 1u << 20, 4u << 20 };
 	struct opts o = { .dir = "/var/tmp", .gib = 0, .pairs = 0, .window = 32 };
-	struct spw_test_daemon d = { .pid = -1 };
+	struct local_daemon d = { .pid = -1 };
 	char dir[PATH_MAX], cfg[PATH_MAX + 1024];
 	int rc = 1, r;
 
@@ -361,8 +361,8 @@ int bench_swap(int argc, char **argv)
 		 " \"log\": {\"level\": \"warn\"}}",
 		 (unsigned long long)(o.gib * 256 + 64), (unsigned long long)(o.gib * 256 + 64), dir, DEPTH,
 		 (unsigned long long)(o.gib * 1024 + 64));
-	bench_find_daemon();
-	r = spw_test_daemon_start(&d, cfg);
+	local_daemon_locate();
+	r = local_daemon_start(&d, cfg);
 	if (r < 0) {
 		fprintf(stderr, "bench swap: could not start spillwayd (%s): %s; set SPILLWAYD\n",
 			getenv("SPILLWAYD") ? getenv("SPILLWAYD") : "spillwayd from PATH", spw_strerror(r));
@@ -412,7 +412,7 @@ int bench_swap(int argc, char **argv)
 	}
 	rc = 0;
 out:
-	if (spw_test_daemon_stop(&d) != 0) {
+	if (local_daemon_stop(&d) != 0) {
 		fprintf(stderr, "bench swap: spillwayd did not stop cleanly\n");
 		rc = 1;
 	}
