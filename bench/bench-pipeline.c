@@ -211,14 +211,8 @@ int bench_pipeline(int argc, char **argv)
 			json = true;
 			continue;
 		}
-		if (!strcmp(argv[i], "--help")) {
-			usage(stdout);
-			return 0;
-		}
-		if (!v) {
-			usage(stderr);
-			return 2;
-		}
+		if (!v || !strcmp(argv[i], "--help"))
+			return bench_usage(usage, argv[i]);
 		if (!strcmp(argv[i], "--mode") && (!strcmp(v, "overlapped") || !strcmp(v, "exact")))
 			c.mode = !strcmp(v, "exact") ? SPW_OPT_EXACT : SPW_OPT_OVERLAPPED;
 		else if (!strcmp(argv[i], "--tier") && (!strcmp(v, "resident") || !strcmp(v, "nvme")))

@@ -25,6 +25,7 @@
 #include <spillway/spillway.h>
 
 #include "bench.h"
+#include "util/json.h"
 #include "util/localdaemon.h"
 
 #define MSG_BYTES 32
@@ -114,22 +115,19 @@ static int push(struct samples *s, double ns)
 
 static int status_cpu_s(const char *status_path, double *out)
 {
-	char *json = NULL;
-	cJSON *doc, *v;
-	int r = spw_status_fetch(status_path, &json);
+	cJSON *doc = NULL;
+	const cJSON *v;
+	int r = bench_status_doc(status_path, &doc);
 
 	if (r < 0)
 		return r;
-	doc = cJSON_Parse(json);
-	v = cJSON_GetObjectItemCaseSensitive(doc, "cpu_s");
+	v = json_path(doc, "cpu_s");
 	r = cJSON_IsNumber(v) ? 0 : -EPROTO;
 	if (r == 0)
 		*out = v->valuedouble;
 	cJSON_Delete(doc);
-	free(json);
 	return r;
 }
-
 
 static void usage(FILE *f)
 {
@@ -163,13 +161,8 @@ int bench_ring(int argc, char **argv)
 			rounds = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--ops") && i + 1 < argc)
 			ops = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--help")) {
-			usage(stdout);
-			return 0;
-		} else {
-			usage(stderr);
-			return 2;
-		}
+		else
+			return bench_usage(usage, argv[i]);
 	}
 	if (rounds < 1 || ops < 1) {
 		usage(stderr);

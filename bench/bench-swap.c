@@ -38,6 +38,8 @@
 #include <spillway/spillway.h>
 
 #include "bench.h"
+#include "util/command.h"
+#include "util/json.h"
 #include "util/localdaemon.h"
 
 #define DEPTH 32u
@@ -58,31 +60,12 @@ struct pass {
 
 /* ---- the daemon's status ---- */
 
-static int status_doc(const char *path, cJSON **ret)
-{
-	char *json = NULL;
-	int r = spw_status_fetch(path, &json);
-
-	if (r < 0)
-		return r;
-	*ret = cJSON_Parse(json);
-	free(json);
-	return *ret ? 0 : -EPROTO;
-}
-
+/* The number at a dotted path, or -1 where there is none. */
 static double jnum(const cJSON *o, const char *path)
 {
-	char key[64];
-	const char *p = path;
+	const cJSON *v = json_path(o, path);
 
-	while (o && *p) {
-		size_t n = strcspn(p, ".");
-
-		snprintf(key, sizeof(key), "%.*s", (int)n, p);
-		o = cJSON_GetObjectItemCaseSensitive(o, key);
-		p += n + (p[n] == '.');
-	}
-	return cJSON_IsNumber(o) ? o->valuedouble : -1.0;
+	return cJSON_IsNumber(v) ? v->valuedouble : -1.0;
 }
 
 /* The session's tier counters: key under sessions[name].tier. */
@@ -90,7 +73,7 @@ static int tier_figures(const char *status, const char *session, double *cpu_s, 
 			double *write_bytes, double *unwritten)
 {
 	cJSON *doc = NULL, *s;
-	int r = status_doc(status, &doc);
+	int r = bench_status_doc(status, &doc);
 
 	if (r < 0)
 		return r;
@@ -244,8 +227,6 @@ out:
 static int fio_run(const char *dir, const char *rw, uint32_t bs, uint64_t bytes, double *gbs)
 {
 	char cmd[PATH_MAX + 512], file[PATH_MAX], buf[65536];
-	size_t got = 0;
-	FILE *p;
 	cJSON *doc, *job;
 	int st;
 
@@ -254,17 +235,9 @@ static int fio_run(const char *dir, const char *rw, uint32_t bs, uint64_t bytes,
 		 "fio --name=spw --ioengine=io_uring --direct=1 --rw=%s --bs=%u --iodepth=%u --size=%llu "
 		 "--filename=%s --output-format=json 2>/dev/null",
 		 rw, bs, DEPTH, (unsigned long long)bytes, file);
-	p = popen(cmd, "r");
-	if (!p)
-		return -errno;
-	while (got < sizeof(buf) - 1) {
-		size_t n = fread(buf + got, 1, sizeof(buf) - 1 - got, p);
-		if (n == 0)
-			break;
-		got += n;
-	}
-	buf[got] = '\0';
-	st = pclose(p);
+	st = command_output(cmd, buf, sizeof(buf));
+	if (st < 0)
+		return st;
 	if (st != 0) {
 		fprintf(stderr, "bench swap: fio failed (%s); is fio installed?\n", cmd);
 		return -EIO;
@@ -331,13 +304,8 @@ int bench_swap(int argc, char **argv)
 			o.pairs = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--window") && i + 1 < argc)
 			o.window = (unsigned)atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--help")) {
-			usage(stdout);
-			return 0;
-		} else {
-			usage(stderr);
-			return 2;
-		}
+		else
+			return bench_usage(usage, argv[i]);
 	}
 	if (o.gib <= 0)
 		o.gib = o.quick ? 0.5 : 2.0;

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* now_ns(): the benchmarks' clock, the one the library's stage timings use. */
 #include "util/clock.h"
@@ -27,6 +28,17 @@ int bench_pipeline(int argc, char **argv);
 /* Sorts v in place and returns its median / p-th percentile (0..100). */
 double bench_median(double *v, size_t n);
 double bench_percentile(double *v, size_t n, double p);
+
+/* What a subcommand returns for an argument it does not take: "--help"
+ * prints usage to stdout and returns 0; anything else prints it to stderr
+ * and returns 2. */
+int bench_usage(void (*usage)(FILE *f), const char *arg);
+
+/* The daemon's status document from status_path, parsed; the caller
+ * cJSON_Delete()s it. Returns 0 or a negative errno (-EPROTO when it is
+ * not JSON). */
+struct cJSON;
+int bench_status_doc(const char *status_path, struct cJSON **ret);
 
 /* Process CPU time (user + system) in seconds, for this process. */
 double bench_cpu_s(void);

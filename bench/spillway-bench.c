@@ -1,8 +1,13 @@
 /* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+
+#include <cjson/cJSON.h>
+#include <spillway/spillway.h>
 
 #include "bench.h"
 
@@ -53,6 +58,26 @@ double bench_cpu_s(void)
 	getrusage(RUSAGE_SELF, &ru);
 	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
 	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+int bench_usage(void (*usage)(FILE *f), const char *arg)
+{
+	bool help = !strcmp(arg, "--help");
+
+	usage(help ? stdout : stderr);
+	return help ? 0 : 2;
+}
+
+int bench_status_doc(const char *status_path, cJSON **ret)
+{
+	char *json = NULL;
+	int r = spw_status_fetch(status_path, &json);
+
+	if (r < 0)
+		return r;
+	*ret = cJSON_Parse(json);
+	free(json);
+	return *ret ? 0 : -EPROTO;
 }
 
 static void usage(FILE *f)

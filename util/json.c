@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "util/json.h"
 
@@ -18,4 +20,21 @@ int json_uint(const cJSON *v, uint64_t max, uint64_t *ret)
 		return -ERANGE;
 	*ret = (uint64_t)d;
 	return 0;
+}
+
+const cJSON *json_path(const cJSON *o, const char *path)
+{
+	char key[64];
+
+	while (o && *path) {
+		size_t n = strcspn(path, ".");
+
+		if (n >= sizeof(key))
+			return NULL;
+		memcpy(key, path, n);
+		key[n] = '\0';
+		o = cJSON_GetObjectItemCaseSensitive(o, key);
+		path += n + (path[n] == '.');
+	}
+	return o;
 }

@@ -20,4 +20,9 @@
  * max (*ret untouched). */
 int json_uint(const cJSON *v, uint64_t max, uint64_t *ret);
 
+/* The member at a dotted path of object keys ("tier.pages.dirty"), keys
+ * compared case-sensitively; NULL when o is NULL or any step is missing.
+ * Keys longer than 63 bytes never match. */
+const cJSON *json_path(const cJSON *o, const char *path);
+
 #endif

@@ -48,5 +48,25 @@ int main(void)
 	ASSERT_EQ(parse_uint("[1]", 10, &x), -EINVAL);
 	ASSERT_EQ(json_uint(NULL, 10, &x), -EINVAL);
 	ASSERT_UEQ(x, 77);
+
+	/* Dotted paths. */
+	{
+		cJSON *doc = cJSON_Parse("{\"a\":{\"b\":{\"c\":7},\"B\":1},\"x\":2}");
+		const cJSON *v;
+
+		ASSERT_TRUE(doc != NULL);
+		v = json_path(doc, "a.b.c");
+		ASSERT_TRUE(cJSON_IsNumber(v) && v->valuedouble == 7);
+		v = json_path(doc, "x");
+		ASSERT_TRUE(cJSON_IsNumber(v) && v->valuedouble == 2);
+		ASSERT_TRUE(json_path(doc, "a.B") == cJSON_GetObjectItemCaseSensitive(json_path(doc, "a"), "B"));
+		ASSERT_TRUE(json_path(doc, "a.b") == cJSON_GetObjectItemCaseSensitive(json_path(doc, "a"), "b"));
+		ASSERT_TRUE(json_path(doc, "A.b.c") == NULL);
+		ASSERT_TRUE(json_path(doc, "a.b.c.d") == NULL);
+		ASSERT_TRUE(json_path(doc, "a.q") == NULL);
+		ASSERT_TRUE(json_path(NULL, "a") == NULL);
+		ASSERT_TRUE(json_path(doc, "") == doc);
+		cJSON_Delete(doc);
+	}
 	return 0;
 }
