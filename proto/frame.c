@@ -4,7 +4,7 @@
 #include <sys/uio.h>
 
 #include "spw-proto.h"
-#include "util/fdpass.h"
+#include "util/unixsock.h"
 
 _Static_assert(SPW_PROTO_MAX_FDS <= FDPASS_MAX, "a frame's descriptors fit one fd_sendmsg()");
 

@@ -7,12 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 
 #include "util/localdaemon.h"
+#include "util/unixsock.h"
 
 #define WAIT_MS 10000
 
@@ -86,6 +85,17 @@ static pid_t spawn(struct local_daemon *d, const char *const *extra)
 	return pid;
 }
 
+/* prepare() and spawn(): 0 with d->pid set, or a negative errno. */
+static int launch(struct local_daemon *d, const char *json, const char *const *extra)
+{
+	int r = prepare(d, json);
+
+	if (r < 0)
+		return r;
+	d->pid = spawn(d, extra);
+	return d->pid < 0 ? -errno : 0;
+}
+
 static int wait_status(pid_t pid, int timeout_ms)
 {
 	int st;
@@ -114,34 +124,12 @@ static int reap(struct local_daemon *d)
 	return r;
 }
 
-int unix_connect(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd;
-
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		int e = -errno;
-		close(fd);
-		return e;
-	}
-	return fd;
-}
-
 int local_daemon_start(struct local_daemon *d, const char *config_json)
 {
-	int r = prepare(d, config_json);
+	int r = launch(d, config_json, NULL);
 
 	if (r < 0)
 		return r;
-	d->pid = spawn(d, NULL);
-	if (d->pid < 0)
-		return -errno;
 	for (int waited = 0; waited < WAIT_MS; waited += 10) {
 		int fd = unix_connect(d->control);
 		if (fd >= 0) {
@@ -160,14 +148,9 @@ int local_daemon_start(struct local_daemon *d, const char *config_json)
 
 int local_daemon_run_to_exit(struct local_daemon *d, const char *config_json, const char *const *extra_args)
 {
-	int r = prepare(d, config_json);
+	int r = launch(d, config_json, extra_args);
 
-	if (r < 0)
-		return r;
-	d->pid = spawn(d, extra_args);
-	if (d->pid < 0)
-		return -errno;
-	return reap(d);
+	return r < 0 ? r : reap(d);
 }
 
 int local_daemon_stop(struct local_daemon *d)

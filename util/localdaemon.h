@@ -59,7 +59,7 @@ void local_daemon_cleanup(struct local_daemon *d);
  * none (then PATH decides). */
 void local_daemon_locate(void);
 
-/* Connects a blocking unix stream socket to path; returns the fd or -errno. */
-int unix_connect(const char *path);
+/* unix_connect() (util/unixsock.h) connects to d.control and d.status. */
+#include "util/unixsock.h"
 
 #endif

@@ -3,8 +3,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
-#include "util/fdpass.h"
+#include "util/unixsock.h"
 
 union fd_control {
 	char buf[CMSG_SPACE(sizeof(int) * FDPASS_MAX)];
@@ -81,4 +82,26 @@ ssize_t fd_recvmsg(int sock, void *buf, size_t len, int flags, int *fds, unsigne
 		return -EPROTO;
 	}
 	return r;
+}
+
+int unix_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	while (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = -errno;
+
+		if (e == -EINTR)
+			continue;
+		close(fd);
+		return e;
+	}
+	return fd;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * util/fdpass.h over socketpair(): descriptors arrive, extras are closed,
+ * util/unixsock.h over socketpair(): descriptors arrive, extras are closed,
  * refused ones are closed, and a truncated control message closes every
  * one and fails with -EPROTO. "Closed" is checked the honest way: each
  * descriptor sent is a pipe's write end; once every copy is closed, the
@@ -9,10 +9,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 
 #include "test.h"
-#include "util/fdpass.h"
+#include "util/unixsock.h"
 
 #define NPIPES (FDPASS_MAX + 4)
 
@@ -148,8 +151,48 @@ static void test_truncated(void)
 	close(sv[1]);
 }
 
+static void test_connect(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char dir[] = "/tmp/spw-util-XXXXXX", path[sizeof(sa.sun_path) + 8];
+	int l, c, a;
+
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/s.sock", dir);
+	ASSERT_EQ(unix_connect(path), -ENOENT);
+
+	l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ASSERT_TRUE(l >= 0);
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	ASSERT_EQ(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	/* Bound but not listening: refused. */
+	ASSERT_EQ(unix_connect(path), -ECONNREFUSED);
+	ASSERT_EQ(listen(l, 1), 0);
+	c = unix_connect(path);
+	ASSERT_TRUE(c >= 0);
+	ASSERT_EQ(fcntl(c, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+	a = accept(l, NULL, NULL);
+	ASSERT_TRUE(a >= 0);
+	ASSERT_EQ(write(c, "k", 1), 1);
+	ASSERT_EQ(read(a, path + 0, 1), 1);
+	ASSERT_EQ(path[0], 'k');
+	close(a);
+	close(c);
+	close(l);
+	snprintf(path, sizeof(path), "%s/s.sock", dir);
+	unlink(path);
+	rmdir(dir);
+
+	/* sizeof(sun_path) bytes: no room left for the NUL. */
+	memset(path, 'p', sizeof(sa.sun_path));
+	path[0] = '/';
+	path[sizeof(sa.sun_path)] = '\0';
+	ASSERT_EQ(unix_connect(path), -ENAMETOOLONG);
+}
+
 int main(void)
 {
+	test_connect();
 	test_round_trip();
 	test_refused();
 	test_truncated();

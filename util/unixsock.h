@@ -1,18 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * util/fdpass.h: sendmsg/recvmsg with descriptors (SCM_RIGHTS) on a unix
- * socket, the one place that builds and reads the control messages.
+ * util/unixsock.h: unix stream sockets: connecting, and sendmsg/recvmsg
+ * with descriptors (SCM_RIGHTS), the one place that builds and reads the
+ * control messages.
  *
  * Receiving never leaks: every descriptor that arrives is either handed
  * to the caller or closed here, including when the kernel had to cut the
  * control data short (MSG_CTRUNC), which fails the call with -EPROTO.
  */
-#ifndef SPW_UTIL_FDPASS_H
-#define SPW_UTIL_FDPASS_H
+#ifndef SPW_UTIL_UNIXSOCK_H
+#define SPW_UTIL_UNIXSOCK_H
 
 #include <stddef.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+
+/* Connects a blocking unix stream socket (O_CLOEXEC) to path, retrying
+ * on EINTR; returns the fd, -ENAMETOOLONG when path does not fit a
+ * sockaddr_un, or another negative errno (-ENOENT, -ECONNREFUSED when
+ * nothing listens). */
+int unix_connect(const char *path);
 
 /* The most descriptors one call sends, or receives before MSG_CTRUNC. */
 #define FDPASS_MAX 16
