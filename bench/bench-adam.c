@@ -387,19 +387,16 @@ static int parse_dtype(const char *s, bool copy, enum spw_dtype *ret)
 	return 0;
 }
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: spillway-bench adam [--json] [--quick] [--params N] [--threads T]\n"
-		"                           [--grad fp32|bf16] [--copy none|bf16] [--loss-scale S] [--runs R]\n"
-		"  Without --params/--threads/--grad/--copy it runs every combination of\n"
-		"  64M and (memory allowing) 256M params, fp32 and bf16 grads, no copy and a\n"
-		"  bf16 copy, 1 thread and all threads of the node. --quick: 4M params, 7 runs.\n"
-		"  --loss-scale: S > 0 unscales fp32 grads (fused: in the kernel; unfused: a\n"
-		"  separate pass first); 0 for none. Default: 65536 with fp32 grads (fp16 AMP),\n"
-		"  none with bf16 grads.\n"
-		"  N takes K/M/G suffixes (powers of 1024). T=0 means all cores of the node.\n");
-}
+static const char usage[] =
+	"usage: spillway-bench adam [--json] [--quick] [--params N] [--threads T]\n"
+	"                           [--grad fp32|bf16] [--copy none|bf16] [--loss-scale S] [--runs R]\n"
+	"  Without --params/--threads/--grad/--copy it runs every combination of\n"
+	"  64M and (memory allowing) 256M params, fp32 and bf16 grads, no copy and a\n"
+	"  bf16 copy, 1 thread and all threads of the node. --quick: 4M params, 7 runs.\n"
+	"  --loss-scale: S > 0 unscales fp32 grads (fused: in the kernel; unfused: a\n"
+	"  separate pass first); 0 for none. Default: 65536 with fp32 grads (fp16 AMP),\n"
+	"  none with bf16 grads.\n"
+	"  N takes K/M/G suffixes (powers of 1024). T=0 means all cores of the node.\n";
 
 int bench_adam(int argc, char **argv)
 {
@@ -439,7 +436,7 @@ int bench_adam(int argc, char **argv)
 		case 'c': if (parse_dtype(optarg, true, &copies[0]) < 0) goto bad; ncopies = 1; break;
 		case 's': loss_scale = strtof(optarg, NULL); if (!(loss_scale >= 0)) goto bad; break;
 		case 'r': runs = (unsigned)atoi(optarg); if (runs < 7 || runs > 64) goto bad; break;
-		case 'h': usage(stdout); return 0;
+		case 'h': return bench_usage(usage, "--help");
 		default: goto bad;
 		}
 	}
@@ -524,6 +521,5 @@ out:
 		spw__pool_free(pools[i]);
 	return r < 0 ? 1 : 0;
 bad:
-	usage(stderr);
-	return 2;
+	return bench_usage(usage, NULL);
 }

@@ -180,12 +180,10 @@ static int run_steps(const struct cfg *c, struct run *rn, uint64_t first, int st
 	return 0;
 }
 
-static void usage(FILE *f)
-{
-	fprintf(f, "usage: spillway-bench pipeline [--json] [--mode overlapped|exact] [--tier resident|nvme]\n"
-		   "         [--socket PATH] [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]\n"
-		   "         [--steps S] [--threads T]\n");
-}
+static const char usage[] =
+	"usage: spillway-bench pipeline [--json] [--mode overlapped|exact] [--tier resident|nvme]\n"
+	"         [--socket PATH] [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]\n"
+	"         [--steps S] [--threads T]\n";
 
 int bench_pipeline(int argc, char **argv)
 {
@@ -232,14 +230,12 @@ int bench_pipeline(int argc, char **argv)
 		else if (!strcmp(argv[i], "--threads"))
 			c.threads = (unsigned)atoi(v);
 		else {
-			usage(stderr);
-			return 2;
+			return bench_usage(usage, NULL);
 		}
 		i++;
 	}
 	if (c.layers < 1 || c.layers > 1024 || c.params < 1024 || c.steps < 1) {
-		usage(stderr);
-		return 2;
+		return bench_usage(usage, NULL);
 	}
 	/* Compute the largest part: the NVMe tier moves every state page
 	 * through the disk each step, so it gets more. */

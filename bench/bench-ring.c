@@ -129,13 +129,11 @@ static int status_cpu_s(const char *status_path, double *out)
 	return r;
 }
 
-static void usage(FILE *f)
-{
-	fprintf(f, "usage: spillway-bench ring [--json] [--socket PATH] [--rounds N] [--ops N]\n"
-		   "  --socket PATH  use the spillwayd listening at PATH (status.sock beside it)\n"
-		   "  --rounds N     rounds, each running every op on the ring, then on the socket (default 20)\n"
-		   "  --ops N        round trips per op per round (default 2000)\n");
-}
+static const char usage[] =
+	"usage: spillway-bench ring [--json] [--socket PATH] [--rounds N] [--ops N]\n"
+	"  --socket PATH  use the spillwayd listening at PATH (status.sock beside it)\n"
+	"  --rounds N     rounds, each running every op on the ring, then on the socket (default 20)\n"
+	"  --ops N        round trips per op per round (default 2000)\n";
 
 int bench_ring(int argc, char **argv)
 {
@@ -165,8 +163,7 @@ int bench_ring(int argc, char **argv)
 			return bench_usage(usage, argv[i]);
 	}
 	if (rounds < 1 || ops < 1) {
-		usage(stderr);
-		return 2;
+		return bench_usage(usage, NULL);
 	}
 
 	if (socket_path) {

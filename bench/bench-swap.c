@@ -274,14 +274,12 @@ static int fio_pass(const char *dir, const struct opts *o, uint32_t page_size, s
 /* ---- driver ---- */
 
 
-static void usage(FILE *f)
-{
-	fprintf(f, "usage: spillway-bench swap [--json] [--quick] [--dir PATH] [--gib N] [--pairs N] [--window N]\n"
-		   "  --dir PATH   where the swap files and fio's file go (default /var/tmp)\n"
-		   "  --gib N      tensor size per pass in GiB, region a quarter of it (default 2; --quick 0.5)\n"
-		   "  --pairs N    spillway/fio pairs per page size (default 3; --quick 1)\n"
-		   "  --window N   PINs the client keeps in flight (default 32)\n");
-}
+static const char usage[] =
+	"usage: spillway-bench swap [--json] [--quick] [--dir PATH] [--gib N] [--pairs N] [--window N]\n"
+	"  --dir PATH   where the swap files and fio's file go (default /var/tmp)\n"
+	"  --gib N      tensor size per pass in GiB, region a quarter of it (default 2; --quick 0.5)\n"
+	"  --pairs N    spillway/fio pairs per page size (default 3; --quick 1)\n"
+	"  --window N   PINs the client keeps in flight (default 32)\n";
 
 int bench_swap(int argc, char **argv)
 {

@@ -12,7 +12,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 /* now_ns(): the benchmarks' clock, the one the library's stage timings use. */
 #include "util/clock.h"
@@ -29,10 +28,10 @@ int bench_pipeline(int argc, char **argv);
 double bench_median(double *v, size_t n);
 double bench_percentile(double *v, size_t n, double p);
 
-/* What a subcommand returns for an argument it does not take: "--help"
- * prints usage to stdout and returns 0; anything else prints it to stderr
- * and returns 2. */
-int bench_usage(void (*usage)(FILE *f), const char *arg);
+/* What a subcommand returns when it cannot run as asked: for arg
+ * "--help", usage printed to stdout and 0; otherwise (arg may be NULL)
+ * usage printed to stderr and 2. */
+int bench_usage(const char *usage, const char *arg);
 
 /* The daemon's status document from status_path, parsed; the caller
  * cJSON_Delete()s it. Returns 0 or a negative errno (-EPROTO when it is

@@ -60,11 +60,11 @@ double bench_cpu_s(void)
 	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
-int bench_usage(void (*usage)(FILE *f), const char *arg)
+int bench_usage(const char *usage, const char *arg)
 {
-	bool help = !strcmp(arg, "--help");
+	bool help = arg && !strcmp(arg, "--help");
 
-	usage(help ? stdout : stderr);
+	fputs(usage, help ? stdout : stderr);
 	return help ? 0 : 2;
 }
 
