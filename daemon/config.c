@@ -148,6 +148,17 @@ static int get_uint(struct perr *e, const cJSON *v, const char *key, uint64_t mi
 	return 0;
 }
 
+/* get_uint() into a 32-bit field (max fits in one). */
+static int get_u32(struct perr *e, const cJSON *v, const char *key, uint32_t min, uint32_t max, uint32_t *ret)
+{
+	uint64_t x = 0;
+	int r = get_uint(e, v, key, min, max, &x);
+
+	if (r == 0)
+		*ret = (uint32_t)x;
+	return r;
+}
+
 static int get_bool(struct perr *e, const cJSON *v, const char *key, bool *ret)
 {
 	char d[96];
@@ -388,32 +399,17 @@ static int k_session_ring_entries(struct perr *e, struct config *c, const cJSON 
 
 static int k_session_max_tensors(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	uint64_t x = 0;
-	int r = get_uint(e, v, key, 1, 1u << 20, &x);
-
-	if (r == 0)
-		c->session_max_tensors = (uint32_t)x;
-	return r;
+	return get_u32(e, v, key, 1, 1u << 20, &c->session_max_tensors);
 }
 
 static int k_session_max_garbage(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	uint64_t x = 0;
-	int r = get_uint(e, v, key, 1, 1000000000, &x);
-
-	if (r == 0)
-		c->session_max_garbage = (uint32_t)x;
-	return r;
+	return get_u32(e, v, key, 1, 1000000000, &c->session_max_garbage);
 }
 
 static int k_ring_poll_us(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	uint64_t x = 0;
-	int r = get_uint(e, v, key, 0, 1000000, &x);
-
-	if (r == 0)
-		c->ring_poll_us = (uint32_t)x;
-	return r;
+	return get_u32(e, v, key, 0, 1000000, &c->ring_poll_us);
 }
 
 static int k_log_level(struct perr *e, struct config *c, const cJSON *v, const char *key)
@@ -495,12 +491,7 @@ static int k_swap_dirs(struct perr *e, struct config *c, const cJSON *v, const c
 
 static int k_swap_queue_depth(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	uint64_t x = 0;
-	int r = get_uint(e, v, key, 1, 4096, &x);
-
-	if (r == 0)
-		c->swap_queue_depth = (uint32_t)x;
-	return r;
+	return get_u32(e, v, key, 1, 4096, &c->swap_queue_depth);
 }
 
 static int k_swap_sqpoll(struct perr *e, struct config *c, const cJSON *v, const char *key)
@@ -510,12 +501,7 @@ static int k_swap_sqpoll(struct perr *e, struct config *c, const cJSON *v, const
 
 static int k_swap_prefetch_window(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	uint64_t x = 0;
-	int r = get_uint(e, v, key, 0, 65536, &x);
-
-	if (r == 0)
-		c->swap_prefetch_window = (uint32_t)x;
-	return r;
+	return get_u32(e, v, key, 0, 65536, &c->swap_prefetch_window);
 }
 
 static int k_swap_session_bytes(struct perr *e, struct config *c, const cJSON *v, const char *key)
