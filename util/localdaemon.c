@@ -2,12 +2,15 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 
 #include "util/localdaemon.h"
@@ -124,6 +127,22 @@ static int reap(struct local_daemon *d)
 	return r;
 }
 
+/* True once a status document (any bytes) comes from path within 2 s. */
+static bool status_answers(const char *path)
+{
+	struct timeval tv = { .tv_sec = 2 };
+	char buf[4096];
+	ssize_t n;
+	int fd = unix_connect(path);
+
+	if (fd < 0)
+		return false;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	return n > 0;
+}
+
 int local_daemon_start(struct local_daemon *d, const char *config_json)
 {
 	int r = launch(d, config_json, NULL);
@@ -134,7 +153,12 @@ int local_daemon_start(struct local_daemon *d, const char *config_json)
 		int fd = unix_connect(d->control);
 		if (fd >= 0) {
 			close(fd);
-			return 0;
+			/* A listening socket accepts before the daemon's loop
+			 * runs; only the loop writes a status document, so one
+			 * means start-up (stale swap files removed, warnings
+			 * logged) is over. */
+			if (status_answers(d->status))
+				return 0;
 		}
 		if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
 			d->pid = -1;

@@ -34,7 +34,8 @@ extern const char local_daemon_default_config[];
 
 /* Writes config_json (NULL for the default) to dir/spillwayd.json, with
  * every "@DIR@" replaced by the temporary directory, starts spillwayd
- * --config on it and waits up to 10 s until the control socket accepts.
+ * --config on it and waits up to 10 s until the control socket accepts and
+ * the status socket answers (the daemon's loop runs).
  * Returns 0 or a negative errno (-ETIMEDOUT when it never came up,
  * -ECHILD when it exited). */
 int local_daemon_start(struct local_daemon *d, const char *config_json);
