@@ -107,6 +107,22 @@ static void bufs_grad_as(struct bufs *b, enum spw_dtype t, const float *f32_save
 
 /* ---- the memory-only twin ---- */
 
+static void twin_c(float *p, float *m, float *v, const void *g, uint16_t *c, size_t n,
+		   enum spw_dtype gt, bool copy)
+{
+	for (size_t i = 0; i < n; i++) {
+		float gi = gt == SPW_DTYPE_BF16 ? spw_bf16_to_f32(((const uint16_t *)g)[i]) : ((const float *)g)[i];
+		p[i] += gi;
+		m[i] += gi;
+		v[i] += gi;
+		if (copy) {
+			uint32_t u;
+			memcpy(&u, &p[i], 4);
+			c[i] = (uint16_t)(u >> 16);
+		}
+	}
+}
+
 __attribute__((target("avx2")))
 static void twin_avx2(float *p, float *m, float *v, const void *g, uint16_t *c, size_t n,
 		      enum spw_dtype gt, bool copy)
@@ -145,33 +161,8 @@ static void twin_avx2(float *p, float *m, float *v, const void *g, uint16_t *c, 
 			_mm256_storeu_si256((__m256i *)(c + i), _mm256_permute4x64_epi64(w, 0xd8));
 		}
 	}
-	for (; i < n; i++) {
-		float gi = gt == SPW_DTYPE_BF16 ? spw_bf16_to_f32(((const uint16_t *)g)[i]) : ((const float *)g)[i];
-		p[i] += gi;
-		m[i] += gi;
-		v[i] += gi;
-		if (copy) {
-			uint32_t u;
-			memcpy(&u, &p[i], 4);
-			c[i] = (uint16_t)(u >> 16);
-		}
-	}
-}
-
-static void twin_c(float *p, float *m, float *v, const void *g, uint16_t *c, size_t n,
-		   enum spw_dtype gt, bool copy)
-{
-	for (size_t i = 0; i < n; i++) {
-		float gi = gt == SPW_DTYPE_BF16 ? spw_bf16_to_f32(((const uint16_t *)g)[i]) : ((const float *)g)[i];
-		p[i] += gi;
-		m[i] += gi;
-		v[i] += gi;
-		if (copy) {
-			uint32_t u;
-			memcpy(&u, &p[i], 4);
-			c[i] = (uint16_t)(u >> 16);
-		}
-	}
+	/* The last n % 16 elements the scalar way. */
+	twin_c(p + i, m + i, v + i, (const char *)g + i * (gt == SPW_DTYPE_BF16 ? 2 : 4), copy ? c + i : NULL, n - i, gt, copy);
 }
 
 static bool use_avx2_twin;
@@ -247,7 +238,7 @@ static double run_once(struct spw__pool *pool, int kind, struct job *j)
 	const struct bufs *B = j->b;
 	struct spw__pool_kcall kc;
 	struct spw__pool_call c;
-	uint64_t t0 = bench_now_ns();
+	uint64_t t0 = now_ns();
 
 	switch (kind) {
 	case FUSED:
@@ -297,7 +288,7 @@ static double run_once(struct spw__pool *pool, int kind, struct job *j)
 		spw__pool_wait(pool, &c);
 		break;
 	}
-	return (double)(bench_now_ns() - t0) * 1e-9;
+	return (double)(now_ns() - t0) * 1e-9;
 }
 
 static double median_min_max(double *v, size_t n, double *mn, double *mx)
@@ -396,19 +387,16 @@ static int parse_dtype(const char *s, bool copy, enum spw_dtype *ret)
 	return 0;
 }
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: spillway-bench adam [--json] [--quick] [--params N] [--threads T]\n"
-		"                           [--grad fp32|bf16] [--copy none|bf16] [--loss-scale S] [--runs R]\n"
-		"  Without --params/--threads/--grad/--copy it runs every combination of\n"
-		"  64M and (memory allowing) 256M params, fp32 and bf16 grads, no copy and a\n"
-		"  bf16 copy, 1 thread and all threads of the node. --quick: 4M params, 7 runs.\n"
-		"  --loss-scale: S > 0 unscales fp32 grads (fused: in the kernel; unfused: a\n"
-		"  separate pass first); 0 for none. Default: 65536 with fp32 grads (fp16 AMP),\n"
-		"  none with bf16 grads.\n"
-		"  N takes K/M/G suffixes (powers of 1024). T=0 means all cores of the node.\n");
-}
+static const char usage[] =
+	"usage: spillway-bench adam [--json] [--quick] [--params N] [--threads T]\n"
+	"                           [--grad fp32|bf16] [--copy none|bf16] [--loss-scale S] [--runs R]\n"
+	"  Without --params/--threads/--grad/--copy it runs every combination of\n"
+	"  64M and (memory allowing) 256M params, fp32 and bf16 grads, no copy and a\n"
+	"  bf16 copy, 1 thread and all threads of the node. --quick: 4M params, 7 runs.\n"
+	"  --loss-scale: S > 0 unscales fp32 grads (fused: in the kernel; unfused: a\n"
+	"  separate pass first); 0 for none. Default: 65536 with fp32 grads (fp16 AMP),\n"
+	"  none with bf16 grads.\n"
+	"  N takes K/M/G suffixes (powers of 1024). T=0 means all cores of the node.\n";
 
 int bench_adam(int argc, char **argv)
 {
@@ -448,7 +436,7 @@ int bench_adam(int argc, char **argv)
 		case 'c': if (parse_dtype(optarg, true, &copies[0]) < 0) goto bad; ncopies = 1; break;
 		case 's': loss_scale = strtof(optarg, NULL); if (!(loss_scale >= 0)) goto bad; break;
 		case 'r': runs = (unsigned)atoi(optarg); if (runs < 7 || runs > 64) goto bad; break;
-		case 'h': usage(stdout); return 0;
+		case 'h': return bench_usage(usage, "--help");
 		default: goto bad;
 		}
 	}
@@ -533,6 +521,5 @@ out:
 		spw__pool_free(pools[i]);
 	return r < 0 ? 1 : 0;
 bad:
-	usage(stderr);
-	return 2;
+	return bench_usage(usage, NULL);
 }

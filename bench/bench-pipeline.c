@@ -40,7 +40,7 @@
 #include <spillway/spillway.h>
 
 #include "bench.h"
-#include "harness.h"
+#include "util/localdaemon.h"
 #include "kernels.h"
 #include "pool.h"
 
@@ -71,7 +71,7 @@ static void sleep_ms(double ms)
 
 static double secs(uint64_t t0)
 {
-	return (double)(bench_now_ns() - t0) * 1e-9;
+	return (double)(now_ns() - t0) * 1e-9;
 }
 
 
@@ -108,23 +108,23 @@ static int measure_parts(const struct cfg *c, struct parts *p)
 	kc.copy_dtype = SPW_DTYPE_BF16;
 	/* Twice each, keeping the second: the first touches fresh memory. */
 	for (int i = 0; i < 2; i++) {
-		t0 = bench_now_ns();
+		t0 = now_ns();
 		memcpy(gh, g, n * 2);
 		p->d2h = secs(t0);
-		t0 = bench_now_ns();
+		t0 = now_ns();
 		spw__pool_kernel_submit(pool, &kc);
 		spw__pool_wait(pool, &kc.call);
 		p->adam_pool = secs(t0);
-		t0 = bench_now_ns();
+		t0 = now_ns();
 		spw_kernels()->adamw[SPW_DTYPE_BF16][SPW_DTYPE_BF16](&kc.consts, w, m, v, gh, out, n);
 		p->adam_one = secs(t0);
-		t0 = bench_now_ns();
+		t0 = now_ns();
 		memcpy(dev, out, n * 2);
 		p->h2d = secs(t0);
 	}
 	/* The compute stand-in as it really runs: nanosleep overshoots a
 	 * little per call, and that belongs to the compute part. */
-	t0 = bench_now_ns();
+	t0 = now_ns();
 	for (int s = 0; s < 3; s++)
 		for (int l = 0; l < 2 * c->layers; l++)
 			sleep_ms(l < c->layers ? c->fwd_ms : c->bwd_ms);
@@ -151,7 +151,7 @@ struct run {
 
 static int run_steps(const struct cfg *c, struct run *rn, uint64_t first, int steps, double *per_step)
 {
-	uint64_t t0 = bench_now_ns();
+	uint64_t t0 = now_ns();
 	int r;
 
 	for (uint64_t s = first; s < first + (uint64_t)steps; s++) {
@@ -180,18 +180,16 @@ static int run_steps(const struct cfg *c, struct run *rn, uint64_t first, int st
 	return 0;
 }
 
-static void usage(FILE *f)
-{
-	fprintf(f, "usage: spillway-bench pipeline [--json] [--mode overlapped|exact] [--tier resident|nvme]\n"
-		   "         [--socket PATH] [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]\n"
-		   "         [--steps S] [--threads T]\n");
-}
+static const char usage[] =
+	"usage: spillway-bench pipeline [--json] [--mode overlapped|exact] [--tier resident|nvme]\n"
+	"         [--socket PATH] [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]\n"
+	"         [--steps S] [--threads T]\n";
 
 int bench_pipeline(int argc, char **argv)
 {
 	struct cfg c = { .layers = 8, .params = 1u << 20, .steps = 10, .threads = 0, .fwd_ms = -1,
 			 .bwd_ms = -1 };
-	struct spw_test_daemon d = { .pid = -1 };
+	struct local_daemon d = { .pid = -1 };
 	struct spw_param_group g = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
 				     .weight_decay = 0.01f };
 	struct spw_optimizer_opts oo = { .size = sizeof(oo), .groups = &g, .ngroups = 1, .device = "host" };
@@ -211,14 +209,8 @@ int bench_pipeline(int argc, char **argv)
 			json = true;
 			continue;
 		}
-		if (!strcmp(argv[i], "--help")) {
-			usage(stdout);
-			return 0;
-		}
-		if (!v) {
-			usage(stderr);
-			return 2;
-		}
+		if (!v || !strcmp(argv[i], "--help"))
+			return bench_usage(usage, argv[i]);
 		if (!strcmp(argv[i], "--mode") && (!strcmp(v, "overlapped") || !strcmp(v, "exact")))
 			c.mode = !strcmp(v, "exact") ? SPW_OPT_EXACT : SPW_OPT_OVERLAPPED;
 		else if (!strcmp(argv[i], "--tier") && (!strcmp(v, "resident") || !strcmp(v, "nvme")))
@@ -238,14 +230,12 @@ int bench_pipeline(int argc, char **argv)
 		else if (!strcmp(argv[i], "--threads"))
 			c.threads = (unsigned)atoi(v);
 		else {
-			usage(stderr);
-			return 2;
+			return bench_usage(usage, NULL);
 		}
 		i++;
 	}
 	if (c.layers < 1 || c.layers > 1024 || c.params < 1024 || c.steps < 1) {
-		usage(stderr);
-		return 2;
+		return bench_usage(usage, NULL);
 	}
 	/* Compute the largest part: the NVMe tier moves every state page
 	 * through the disk each step, so it gets more. */
@@ -260,8 +250,8 @@ int bench_pipeline(int argc, char **argv)
 	}
 
 	if (!socket_path) {
-		bench_find_daemon();
-		if ((r = spw_test_daemon_start(&d, bench_config)) < 0) {
+		local_daemon_locate();
+		if ((r = local_daemon_start(&d, bench_config)) < 0) {
 			fprintf(stderr, "spillway-bench pipeline: cannot start spillwayd: %s\n", spw_strerror(r));
 			return 1;
 		}
@@ -372,6 +362,6 @@ out:
 	free(rn.dev);
 	free(init);
 	if (own)
-		spw_test_daemon_stop(&d);
+		local_daemon_stop(&d);
 	return ret;
 }

@@ -25,7 +25,8 @@
 #include <spillway/spillway.h>
 
 #include "bench.h"
-#include "harness.h"
+#include "util/json.h"
+#include "util/localdaemon.h"
 
 #define MSG_BYTES 32
 
@@ -114,37 +115,32 @@ static int push(struct samples *s, double ns)
 
 static int status_cpu_s(const char *status_path, double *out)
 {
-	char *json = NULL;
-	cJSON *doc, *v;
-	int r = spw_status_fetch(status_path, &json);
+	cJSON *doc = NULL;
+	const cJSON *v;
+	int r = bench_status_doc(status_path, &doc);
 
 	if (r < 0)
 		return r;
-	doc = cJSON_Parse(json);
-	v = cJSON_GetObjectItemCaseSensitive(doc, "cpu_s");
+	v = json_path(doc, "cpu_s");
 	r = cJSON_IsNumber(v) ? 0 : -EPROTO;
 	if (r == 0)
 		*out = v->valuedouble;
 	cJSON_Delete(doc);
-	free(json);
 	return r;
 }
 
-
-static void usage(FILE *f)
-{
-	fprintf(f, "usage: spillway-bench ring [--json] [--socket PATH] [--rounds N] [--ops N]\n"
-		   "  --socket PATH  use the spillwayd listening at PATH (status.sock beside it)\n"
-		   "  --rounds N     rounds, each running every op on the ring, then on the socket (default 20)\n"
-		   "  --ops N        round trips per op per round (default 2000)\n");
-}
+static const char usage[] =
+	"usage: spillway-bench ring [--json] [--socket PATH] [--rounds N] [--ops N]\n"
+	"  --socket PATH  use the spillwayd listening at PATH (status.sock beside it)\n"
+	"  --rounds N     rounds, each running every op on the ring, then on the socket (default 20)\n"
+	"  --ops N        round trips per op per round (default 2000)\n";
 
 int bench_ring(int argc, char **argv)
 {
 	struct spw_attach_opts ao = { .size = sizeof(ao), .session = "bench/ring", .region_bytes = 16u << 20,
 				      .page_size = 1u << 20 };
 	struct samples ring[OP__N] = { 0 }, sock[OP__N] = { 0 };
-	struct spw_test_daemon d = { .pid = -1 };
+	struct local_daemon d = { .pid = -1 };
 	const char *socket_path = NULL;
 	char status_path[320];
 	int json = 0, rounds = 20, ops = 2000, sp[2] = { -1, -1 }, rc = 1, r;
@@ -163,17 +159,11 @@ int bench_ring(int argc, char **argv)
 			rounds = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--ops") && i + 1 < argc)
 			ops = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--help")) {
-			usage(stdout);
-			return 0;
-		} else {
-			usage(stderr);
-			return 2;
-		}
+		else
+			return bench_usage(usage, argv[i]);
 	}
 	if (rounds < 1 || ops < 1) {
-		usage(stderr);
-		return 2;
+		return bench_usage(usage, NULL);
 	}
 
 	if (socket_path) {
@@ -182,8 +172,8 @@ int bench_ring(int argc, char **argv)
 		snprintf(status_path, sizeof(status_path), "%.*s/status.sock",
 			 slash ? (int)(slash - socket_path) : 1, slash ? socket_path : ".");
 	} else {
-		bench_find_daemon();
-		r = spw_test_daemon_start(&d, bench_config);
+		local_daemon_locate();
+		r = local_daemon_start(&d, bench_config);
 		if (r < 0) {
 			fprintf(stderr, "bench ring: could not start spillwayd (%s): %s; set SPILLWAYD or pass --socket\n",
 				getenv("SPILLWAYD") ? getenv("SPILLWAYD") : "spillwayd from PATH", spw_strerror(r));
@@ -219,18 +209,18 @@ int bench_ring(int argc, char **argv)
 	for (int round = 0; round < rounds; round++) {
 		for (int op = 0; op < OP__N; op++) {
 			for (int i = 0; i < ops; i++) {
-				uint64_t a = bench_now_ns();
+				uint64_t a = now_ns();
 
 				r = ring_op(c, (enum op)op, tensor);
-				if (r < 0 || push(&ring[op], (double)(bench_now_ns() - a)) < 0) {
+				if (r < 0 || push(&ring[op], (double)(now_ns() - a)) < 0) {
 					fprintf(stderr, "bench ring: %s: %s\n", op_name[op], spw_client_last_error(c));
 					goto out_echo;
 				}
 			}
 			for (int i = 0; i < ops; i++) {
-				uint64_t a = bench_now_ns();
+				uint64_t a = now_ns();
 
-				if (socket_round_trip(sp[0]) < 0 || push(&sock[op], (double)(bench_now_ns() - a)) < 0) {
+				if (socket_round_trip(sp[0]) < 0 || push(&sock[op], (double)(now_ns() - a)) < 0) {
 					fprintf(stderr, "bench ring: socket baseline failed\n");
 					goto out_echo;
 				}
@@ -257,13 +247,13 @@ int bench_ring(int argc, char **argv)
 	/* Idle: the session stays attached, the daemon's poll window should
 	 * expire and it should sleep on the eventfd. */
 	sleep(2);
-	t0 = (double)bench_now_ns() * 1e-9;
+	t0 = (double)now_ns() * 1e-9;
 	if (status_cpu_s(status_path, &cpu0) < 0) {
 		fprintf(stderr, "bench ring: status from %s has no cpu_s\n", status_path);
 		goto out_echo;
 	}
 	sleep(2);
-	t1 = (double)bench_now_ns() * 1e-9;
+	t1 = (double)now_ns() * 1e-9;
 	if (status_cpu_s(status_path, &cpu1) < 0) {
 		fprintf(stderr, "bench ring: status from %s has no cpu_s\n", status_path);
 		goto out_echo;
@@ -291,7 +281,7 @@ out:
 		free(ring[op].v);
 		free(sock[op].v);
 	}
-	if (started && spw_test_daemon_stop(&d) != 0)
+	if (started && local_daemon_stop(&d) != 0)
 		fprintf(stderr, "bench ring: spillwayd did not exit cleanly\n");
 	return rc;
 }

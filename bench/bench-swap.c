@@ -38,7 +38,9 @@
 #include <spillway/spillway.h>
 
 #include "bench.h"
-#include "harness.h"
+#include "util/command.h"
+#include "util/json.h"
+#include "util/localdaemon.h"
 
 #define DEPTH 32u
 #define UD_UNPIN (1ull << 63)
@@ -58,31 +60,12 @@ struct pass {
 
 /* ---- the daemon's status ---- */
 
-static int status_doc(const char *path, cJSON **ret)
-{
-	char *json = NULL;
-	int r = spw_status_fetch(path, &json);
-
-	if (r < 0)
-		return r;
-	*ret = cJSON_Parse(json);
-	free(json);
-	return *ret ? 0 : -EPROTO;
-}
-
+/* The number at a dotted path, or -1 where there is none. */
 static double jnum(const cJSON *o, const char *path)
 {
-	char key[64];
-	const char *p = path;
+	const cJSON *v = json_path(o, path);
 
-	while (o && *p) {
-		size_t n = strcspn(p, ".");
-
-		snprintf(key, sizeof(key), "%.*s", (int)n, p);
-		o = cJSON_GetObjectItemCaseSensitive(o, key);
-		p += n + (p[n] == '.');
-	}
-	return cJSON_IsNumber(o) ? o->valuedouble : -1.0;
+	return cJSON_IsNumber(v) ? v->valuedouble : -1.0;
 }
 
 /* The session's tier counters: key under sessions[name].tier. */
@@ -90,7 +73,7 @@ static int tier_figures(const char *status, const char *session, double *cpu_s, 
 			double *write_bytes, double *unwritten)
 {
 	cJSON *doc = NULL, *s;
-	int r = status_doc(status, &doc);
+	int r = bench_status_doc(status, &doc);
 
 	if (r < 0)
 		return r;
@@ -184,7 +167,7 @@ static int stream(spw_client *c, uint32_t t, uint32_t npages, uint32_t page_size
 	return 0;
 }
 
-static int spillway_pass(const struct spw_test_daemon *d, const struct opts *o, uint32_t page_size, int round,
+static int spillway_pass(const struct local_daemon *d, const struct opts *o, uint32_t page_size, int round,
 			 struct pass *out)
 {
 	uint64_t total = (uint64_t)(o->gib * (1ull << 30)) / page_size * page_size;
@@ -206,7 +189,7 @@ static int spillway_pass(const struct spw_test_daemon *d, const struct opts *o, 
 	}
 	if ((r = tier_figures(d->status, name, &cpu0, &rd0, &wr0, &left)) < 0)
 		goto out;
-	t0 = bench_now_ns();
+	t0 = now_ns();
 	r = stream(c, t, npages, page_size, o->window, true);
 	if (r < 0)
 		goto out;
@@ -219,11 +202,11 @@ static int spillway_pass(const struct spw_test_daemon *d, const struct opts *o, 
 		if (left > 0)
 			usleep(500);
 	} while (left > 0);
-	t1 = bench_now_ns();
+	t1 = now_ns();
 	r = stream(c, t, npages, page_size, o->window, false);
 	if (r < 0)
 		goto out;
-	t2 = bench_now_ns();
+	t2 = now_ns();
 	if ((r = tier_figures(d->status, name, &cpu1, &rd1, &wr1, &left)) < 0)
 		goto out;
 	out->write_gbs = (wr1 - wr0) / ((double)(t1 - t0));
@@ -244,8 +227,6 @@ out:
 static int fio_run(const char *dir, const char *rw, uint32_t bs, uint64_t bytes, double *gbs)
 {
 	char cmd[PATH_MAX + 512], file[PATH_MAX], buf[65536];
-	size_t got = 0;
-	FILE *p;
 	cJSON *doc, *job;
 	int st;
 
@@ -254,17 +235,9 @@ static int fio_run(const char *dir, const char *rw, uint32_t bs, uint64_t bytes,
 		 "fio --name=spw --ioengine=io_uring --direct=1 --rw=%s --bs=%u --iodepth=%u --size=%llu "
 		 "--filename=%s --output-format=json 2>/dev/null",
 		 rw, bs, DEPTH, (unsigned long long)bytes, file);
-	p = popen(cmd, "r");
-	if (!p)
-		return -errno;
-	while (got < sizeof(buf) - 1) {
-		size_t n = fread(buf + got, 1, sizeof(buf) - 1 - got, p);
-		if (n == 0)
-			break;
-		got += n;
-	}
-	buf[got] = '\0';
-	st = pclose(p);
+	st = command_output(cmd, buf, sizeof(buf));
+	if (st < 0)
+		return st;
 	if (st != 0) {
 		fprintf(stderr, "bench swap: fio failed (%s); is fio installed?\n", cmd);
 		return -EIO;
@@ -301,20 +274,18 @@ static int fio_pass(const char *dir, const struct opts *o, uint32_t page_size, s
 /* ---- driver ---- */
 
 
-static void usage(FILE *f)
-{
-	fprintf(f, "usage: spillway-bench swap [--json] [--quick] [--dir PATH] [--gib N] [--pairs N] [--window N]\n"
-		   "  --dir PATH   where the swap files and fio's file go (default /var/tmp)\n"
-		   "  --gib N      tensor size per pass in GiB, region a quarter of it (default 2; --quick 0.5)\n"
-		   "  --pairs N    spillway/fio pairs per page size (default 3; --quick 1)\n"
-		   "  --window N   PINs the client keeps in flight (default 32)\n");
-}
+static const char usage[] =
+	"usage: spillway-bench swap [--json] [--quick] [--dir PATH] [--gib N] [--pairs N] [--window N]\n"
+	"  --dir PATH   where the swap files and fio's file go (default /var/tmp)\n"
+	"  --gib N      tensor size per pass in GiB, region a quarter of it (default 2; --quick 0.5)\n"
+	"  --pairs N    spillway/fio pairs per page size (default 3; --quick 1)\n"
+	"  --window N   PINs the client keeps in flight (default 32)\n";
 
 int bench_swap(int argc, char **argv)
 {
 	static const uint32_t page_sizes[] = { 1u << 20, 4u << 20 };
 	struct opts o = { .dir = "/var/tmp", .gib = 0, .pairs = 0, .window = 32 };
-	struct spw_test_daemon d = { .pid = -1 };
+	struct local_daemon d = { .pid = -1 };
 	char dir[PATH_MAX], cfg[PATH_MAX + 1024];
 	int rc = 1, r;
 
@@ -331,13 +302,8 @@ int bench_swap(int argc, char **argv)
 			o.pairs = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--window") && i + 1 < argc)
 			o.window = (unsigned)atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--help")) {
-			usage(stdout);
-			return 0;
-		} else {
-			usage(stderr);
-			return 2;
-		}
+		else
+			return bench_usage(usage, argv[i]);
 	}
 	if (o.gib <= 0)
 		o.gib = o.quick ? 0.5 : 2.0;
@@ -361,8 +327,8 @@ int bench_swap(int argc, char **argv)
 		 " \"log\": {\"level\": \"warn\"}}",
 		 (unsigned long long)(o.gib * 256 + 64), (unsigned long long)(o.gib * 256 + 64), dir, DEPTH,
 		 (unsigned long long)(o.gib * 1024 + 64));
-	bench_find_daemon();
-	r = spw_test_daemon_start(&d, cfg);
+	local_daemon_locate();
+	r = local_daemon_start(&d, cfg);
 	if (r < 0) {
 		fprintf(stderr, "bench swap: could not start spillwayd (%s): %s; set SPILLWAYD\n",
 			getenv("SPILLWAYD") ? getenv("SPILLWAYD") : "spillwayd from PATH", spw_strerror(r));
@@ -412,7 +378,7 @@ int bench_swap(int argc, char **argv)
 	}
 	rc = 0;
 out:
-	if (spw_test_daemon_stop(&d) != 0) {
+	if (local_daemon_stop(&d) != 0) {
 		fprintf(stderr, "bench swap: spillwayd did not stop cleanly\n");
 		rc = 1;
 	}

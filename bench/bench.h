@@ -13,6 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* now_ns(): the benchmarks' clock, the one the library's stage timings use. */
+#include "util/clock.h"
+
 /* A subcommand: argv[0] is its name; returns a process exit code. */
 typedef int (*bench_fn)(int argc, char **argv);
 
@@ -21,19 +24,22 @@ int bench_ring(int argc, char **argv);
 int bench_swap(int argc, char **argv);
 int bench_pipeline(int argc, char **argv);
 
-/* Monotonic clock in nanoseconds. */
-uint64_t bench_now_ns(void);
-
 /* Sorts v in place and returns its median / p-th percentile (0..100). */
 double bench_median(double *v, size_t n);
 double bench_percentile(double *v, size_t n, double p);
 
+/* What a subcommand returns when it cannot run as asked: for arg
+ * "--help", usage printed to stdout and 0; otherwise (arg may be NULL)
+ * usage printed to stderr and 2. */
+int bench_usage(const char *usage, const char *arg);
+
+/* The daemon's status document from status_path, parsed; the caller
+ * cJSON_Delete()s it. Returns 0 or a negative errno (-EPROTO when it is
+ * not JSON). */
+struct cJSON;
+int bench_status_doc(const char *status_path, struct cJSON **ret);
+
 /* Process CPU time (user + system) in seconds, for this process. */
 double bench_cpu_s(void);
-
-/* Points $SPILLWAYD at the daemon of this build (../daemon/spillwayd beside
- * the bench in a build tree, ../sbin/spillwayd in an install) unless it is
- * set; the harness that starts it falls back to PATH. */
-void bench_find_daemon(void);
 
 #endif

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-#include <limits.h>
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 #include <sys/resource.h>
+
+#include <cjson/cJSON.h>
+#include <spillway/spillway.h>
 
 #include "bench.h"
 
@@ -22,14 +24,6 @@ static const struct bench benches[] = {
 	{ "pipeline", bench_pipeline, "offload pipeline step vs serial, after-backward and the bound" },
 	{ "swap", bench_swap, "NVMe tier streaming through spillwayd vs fio on the same directory" },
 };
-
-uint64_t bench_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -66,30 +60,24 @@ double bench_cpu_s(void)
 	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
-void bench_find_daemon(void)
+int bench_usage(const char *usage, const char *arg)
 {
-	static const char *const beside[] = { "../daemon/spillwayd", "../sbin/spillwayd" };
-	char exe[PATH_MAX], path[PATH_MAX + 32];
-	ssize_t n;
-	char *slash;
+	bool help = arg && !strcmp(arg, "--help");
 
-	if (getenv("SPILLWAYD"))
-		return;
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
-		return;
-	exe[n] = '\0';
-	slash = strrchr(exe, '/');
-	if (!slash)
-		return;
-	*slash = '\0';
-	for (size_t i = 0; i < sizeof(beside) / sizeof(beside[0]); i++) {
-		snprintf(path, sizeof(path), "%s/%s", exe, beside[i]);
-		if (access(path, X_OK) == 0) {
-			setenv("SPILLWAYD", path, 1);
-			return;
-		}
-	}
+	fputs(usage, help ? stdout : stderr);
+	return help ? 0 : 2;
+}
+
+int bench_status_doc(const char *status_path, cJSON **ret)
+{
+	char *json = NULL;
+	int r = spw_status_fetch(status_path, &json);
+
+	if (r < 0)
+		return r;
+	*ret = cJSON_Parse(json);
+	free(json);
+	return *ret ? 0 : -EPROTO;
 }
 
 static void usage(FILE *f)

@@ -120,6 +120,29 @@ static void fmt_duration(const cJSON *o, const char *key, char *buf, size_t len)
 
 #define CELL 48
 
+typedef void (*fmt_fn)(const cJSON *o, const char *key, char *buf, size_t len);
+
+/* Prints one line of figures from o: spec lists its keys, space separated,
+ * each after a letter for how to show it (s string, n number, b bytes,
+ * y yes/no), e.g. "s:path b:used_bytes"; fmt has one %s for each, at most
+ * six. Keeps each line's words and its figures side by side. */
+static void print_fields(const cJSON *o, const char *spec, const char *fmt)
+{
+	char cell[6][CELL] = { { 0 } }, key[64];
+	int n = 0;
+
+	for (const char *p = spec; *p && n < 6;) {
+		fmt_fn f = p[0] == 'b' ? fmt_bytes : p[0] == 'n' ? fmt_num : p[0] == 'y' ? fmt_bool : fmt_str;
+		size_t len = strcspn(p + 2, " ");
+
+		snprintf(key, sizeof(key), "%.*s", (int)len, p + 2);
+		f(o, key, cell[n++], CELL);
+		p += 2 + len;
+		p += *p == ' ';
+	}
+	printf(fmt, cell[0], cell[1], cell[2], cell[3], cell[4], cell[5]);
+}
+
 enum col { C_NAME, C_UID, C_PID, C_STATE, C_REGION, C_PAGE, C_SLOTS, C_USED, C_TENSORS,
 	   C_PINNED, C_LOCKED, C_HUGE, C_NUMA, C_OPS, C_ERRORS, C__N };
 
@@ -156,7 +179,6 @@ static void print_tier(const cJSON *doc)
 {
 	const cJSON *swap = get(doc, "swap"), *dirs = get(swap, "dirs"), *uring = get(swap, "uring");
 	const cJSON *sessions = get(doc, "sessions"), *s;
-	char a[CELL], b[CELL], c[CELL], d[CELL];
 	bool header = false;
 
 	if (cJSON_IsArray(dirs) && cJSON_GetArraySize(dirs) > 0) {
@@ -164,21 +186,13 @@ static void print_tier(const cJSON *doc)
 
 		printf("\nswap dirs:\n");
 		cJSON_ArrayForEach(dir, dirs) {
-			fmt_str(dir, "path", a, CELL);
-			fmt_bytes(dir, "used_bytes", b, CELL);
-			fmt_bytes(dir, "max_bytes", c, CELL);
-			fmt_bytes(dir, "free_bytes", d, CELL);
-			printf("  %s: %s used of %s, %s free on the filesystem\n", a, b, c, d);
+			print_fields(dir, "s:path b:used_bytes b:max_bytes b:free_bytes",
+				     "  %s: %s used of %s, %s free on the filesystem\n");
 		}
 	}
 	if (cJSON_IsObject(uring)) {
-		fmt_num(uring, "queue_depth", a, CELL);
-		fmt_num(uring, "inflight", b, CELL);
-		fmt_bytes(uring, "read_bytes", c, CELL);
-		fmt_bytes(uring, "write_bytes", d, CELL);
-		printf("io_uring: depth %s, %s in flight, %s read, %s written", a, b, c, d);
-		fmt_num(uring, "errors", a, CELL);
-		printf(", %s errors\n", a);
+		print_fields(uring, "n:queue_depth n:inflight b:read_bytes b:write_bytes n:errors",
+			     "io_uring: depth %s, %s in flight, %s read, %s written, %s errors\n");
 	}
 	if (!cJSON_IsArray(sessions))
 		return;
@@ -213,7 +227,7 @@ static int print_table(const cJSON *doc)
 {
 	const cJSON *proto = get(doc, "proto"), *config = get(doc, "config"), *pool = get(doc, "pool");
 	const cJSON *sessions = get(doc, "sessions"), *others = get(doc, "others"), *s;
-	char a[CELL], b[CELL], c[CELL], d[CELL], e[CELL], f[CELL];
+	char a[CELL], b[CELL], c[CELL], d[CELL], e[CELL];
 	char (*rows)[C__N][CELL];
 	int width[C__N], n = 0, i;
 
@@ -228,22 +242,11 @@ static int print_table(const cJSON *doc)
 		printf(", cpu %.2f s", s->valuedouble);
 	printf("\n");
 
-	fmt_str(config, "socket_dir", a, CELL);
-	fmt_bytes(config, "page_size", b, CELL);
-	fmt_num(config, "ring_entries", c, CELL);
-	fmt_num(config, "poll_us", d, CELL);
-	printf("config:   sockets in %s, page %s, ring %s entries, poll %s us\n", a, b, c, d);
-
-	fmt_bytes(pool, "used_bytes", a, CELL);
-	fmt_bytes(pool, "max_bytes", b, CELL);
-	fmt_bytes(pool, "free_bytes", c, CELL);
-	fmt_bytes(pool, "locked_bytes", d, CELL);
-	fmt_bytes(pool, "session_max_bytes", e, CELL);
-	printf("pool:     %s used of %s, %s free, %s locked; at most %s per session\n", a, b, c, d, e);
-	fmt_bool(pool, "locked", a, CELL);
-	fmt_bool(pool, "hugepages", b, CELL);
-	fmt_num(pool, "numa_node", f, CELL);
-	printf("          mlocked %s, hugepages %s, numa node %s\n", a, b, f);
+	print_fields(config, "s:socket_dir b:page_size n:ring_entries n:poll_us",
+		     "config:   sockets in %s, page %s, ring %s entries, poll %s us\n");
+	print_fields(pool, "b:used_bytes b:max_bytes b:free_bytes b:locked_bytes b:session_max_bytes",
+		     "pool:     %s used of %s, %s free, %s locked; at most %s per session\n");
+	print_fields(pool, "y:locked y:hugepages n:numa_node", "          mlocked %s, hugepages %s, numa node %s\n");
 
 	printf("\n");
 	if (cJSON_IsArray(sessions))
@@ -282,9 +285,7 @@ static int print_table(const cJSON *doc)
 	free(rows);
 
 	if (cJSON_IsObject(others)) {
-		fmt_num(others, "sessions", a, CELL);
-		fmt_bytes(others, "region_bytes", b, CELL);
-		printf("\nsessions of other users: %s, holding %s\n", a, b);
+		print_fields(others, "n:sessions b:region_bytes", "\nsessions of other users: %s, holding %s\n");
 	}
 	print_tier(doc);
 	return 0;

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +18,7 @@
 #include "log.h"
 #include "spw-proto.h"
 #include "spw-ring.h"
+#include "util/json.h"
 
 /* The longest socket file name the daemon appends to socket.dir. */
 #define SOCKET_SUFFIX "/control.sock"
@@ -106,20 +106,6 @@ int config_parse_size(const char *s, uint64_t *ret)
 	return -EINVAL;
 }
 
-/* JSON numbers are doubles: accept only exact integers a double can hold. */
-static int json_uint(const cJSON *v, uint64_t *ret)
-{
-	double d;
-
-	if (!cJSON_IsNumber(v))
-		return -EINVAL;
-	d = v->valuedouble;
-	if (!isfinite(d) || d < 0 || d > 9007199254740992.0 || floor(d) != d)
-		return -ERANGE;
-	*ret = (uint64_t)d;
-	return 0;
-}
-
 static int get_size(struct perr *e, const cJSON *v, const char *key, uint64_t min, uint64_t *ret)
 {
 	char d[96], m[32];
@@ -134,7 +120,7 @@ static int get_size(struct perr *e, const cJSON *v, const char *key, uint64_t mi
 			return fail(e, "%s: %s is not a size (write a byte count or a string like \"4MiB\", \"64GiB\")",
 				    key, describe(v, d, sizeof(d)));
 	} else if (cJSON_IsNumber(v)) {
-		if (json_uint(v, &x) < 0)
+		if (json_uint(v, JSON_UINT_MAX, &x) < 0)
 			return fail(e, "%s: %s is not a whole, non-negative number of bytes up to 2^53",
 				    key, describe(v, d, sizeof(d)));
 	} else {
@@ -155,11 +141,22 @@ static int get_uint(struct perr *e, const cJSON *v, const char *key, uint64_t mi
 
 	if (!cJSON_IsNumber(v))
 		return fail(e, "%s: %s has the wrong type; expected an integer", key, describe(v, d, sizeof(d)));
-	if (json_uint(v, &x) < 0 || x < min || x > max)
+	if (json_uint(v, max, &x) < 0 || x < min)
 		return fail(e, "%s: %s is out of range; expected an integer from %llu to %llu", key,
 			    describe(v, d, sizeof(d)), (unsigned long long)min, (unsigned long long)max);
 	*ret = x;
 	return 0;
+}
+
+/* get_uint() into a 32-bit field (max fits in one). */
+static int get_u32(struct perr *e, const cJSON *v, const char *key, uint32_t min, uint32_t max, uint32_t *ret)
+{
+	uint64_t x = 0;
+	int r = get_uint(e, v, key, min, max, &x);
+
+	if (r == 0)
+		*ret = (uint32_t)x;
+	return r;
 }
 
 static int get_bool(struct perr *e, const cJSON *v, const char *key, bool *ret)
@@ -402,32 +399,17 @@ static int k_session_ring_entries(struct perr *e, struct config *c, const cJSON 
 
 static int k_session_max_tensors(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	uint64_t x = 0;
-	int r = get_uint(e, v, key, 1, 1u << 20, &x);
-
-	if (r == 0)
-		c->session_max_tensors = (uint32_t)x;
-	return r;
+	return get_u32(e, v, key, 1, 1u << 20, &c->session_max_tensors);
 }
 
 static int k_session_max_garbage(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	uint64_t x = 0;
-	int r = get_uint(e, v, key, 1, 1000000000, &x);
-
-	if (r == 0)
-		c->session_max_garbage = (uint32_t)x;
-	return r;
+	return get_u32(e, v, key, 1, 1000000000, &c->session_max_garbage);
 }
 
 static int k_ring_poll_us(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	uint64_t x = 0;
-	int r = get_uint(e, v, key, 0, 1000000, &x);
-
-	if (r == 0)
-		c->ring_poll_us = (uint32_t)x;
-	return r;
+	return get_u32(e, v, key, 0, 1000000, &c->ring_poll_us);
 }
 
 static int k_log_level(struct perr *e, struct config *c, const cJSON *v, const char *key)
@@ -509,12 +491,7 @@ static int k_swap_dirs(struct perr *e, struct config *c, const cJSON *v, const c
 
 static int k_swap_queue_depth(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	uint64_t x = 0;
-	int r = get_uint(e, v, key, 1, 4096, &x);
-
-	if (r == 0)
-		c->swap_queue_depth = (uint32_t)x;
-	return r;
+	return get_u32(e, v, key, 1, 4096, &c->swap_queue_depth);
 }
 
 static int k_swap_sqpoll(struct perr *e, struct config *c, const cJSON *v, const char *key)
@@ -524,12 +501,7 @@ static int k_swap_sqpoll(struct perr *e, struct config *c, const cJSON *v, const
 
 static int k_swap_prefetch_window(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	uint64_t x = 0;
-	int r = get_uint(e, v, key, 0, 65536, &x);
-
-	if (r == 0)
-		c->swap_prefetch_window = (uint32_t)x;
-	return r;
+	return get_u32(e, v, key, 0, 65536, &c->swap_prefetch_window);
 }
 
 static int k_swap_session_bytes(struct perr *e, struct config *c, const cJSON *v, const char *key)

@@ -64,21 +64,3 @@ void log_msg(int level, const char *fmt, ...)
 	else
 		fprintf(stderr, "spillwayd: %s: %s\n", level_names[level], line);
 }
-
-const char *format_bytes(uint64_t v, char *buf, size_t len)
-{
-	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
-	double x = (double)v;
-	int u = -1;
-
-	if (v < 1024) {
-		snprintf(buf, len, "%llu B", (unsigned long long)v);
-		return buf;
-	}
-	while (x >= 1024.0 && u < 5) {
-		x /= 1024.0;
-		u++;
-	}
-	snprintf(buf, len, "%.1f %s", x, units[u]);
-	return buf;
-}

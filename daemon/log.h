@@ -10,6 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* format_bytes() for the messages, from util/ (the daemon's files have
+ * always found it here). */
+#include "util/bytes.h"
+
 enum log_level {
 	LOG_LVL_ERROR = 0,
 	LOG_LVL_WARN,
@@ -31,7 +35,5 @@ void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 #define log_info(...)  log_msg(LOG_LVL_INFO, __VA_ARGS__)
 #define log_debug(...) log_msg(LOG_LVL_DEBUG, __VA_ARGS__)
 
-/* "4.0 MiB", "2.5 GiB", "512 B": for messages a person reads. */
-const char *format_bytes(uint64_t v, char *buf, size_t len);
 
 #endif

@@ -445,3 +445,51 @@ int mlp_adamw_step(const struct mlp_adamw *hp, uint64_t step, float *param, cons
 	}
 	return 0;
 }
+
+int mlp_parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtoull(s, &end, 0);
+	return errno || end == s || *end ? -EINVAL : 0;
+}
+
+int mlp_parse_float(const char *s, float *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtof(s, &end);
+	return errno || end == s || *end ? -EINVAL : 0;
+}
+
+int mlp_option_start(const char *a, const char *v, void (*usage)(FILE *f))
+{
+	if (!strcmp(a, "--help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!v) {
+		usage(stderr);
+		return 2;
+	}
+	return -1;
+}
+
+void mlp_loss_ends_add(struct mlp_loss_ends *e, uint64_t step, uint64_t steps, float loss)
+{
+	if (step <= 10)
+		e->first += loss / 10.0f;
+	if (step > steps - 10)
+		e->last += loss / 10.0f;
+}
+
+int mlp_loss_ends_check(const struct mlp_loss_ends *e, float check, const char *prog)
+{
+	if (check <= 0.0f || e->last <= e->first / check)
+		return 0;
+	fprintf(stderr, "%s: loss fell by %.2fx, less than %.2fx\n", prog, (double)(e->first / e->last),
+		(double)check);
+	return 1;
+}

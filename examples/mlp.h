@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define MLP_MAX_HIDDEN_LAYERS 8
 
@@ -118,5 +119,30 @@ struct mlp_adamw {
 
 int mlp_adamw_step(const struct mlp_adamw *hp, uint64_t step, float *param, const float *grad,
 		   float *exp_avg, float *exp_avg_sq, size_t n);
+
+/*
+ * What the example trainers (train-mlp, train-mlp-plain) share.
+ */
+
+/* A whole string as a number: 0, or -EINVAL (nothing, trailing text, out
+ * of range). */
+int mlp_parse_u64(const char *s, uint64_t *out);
+int mlp_parse_float(const char *s, float *out);
+
+/* The start of reading option a with value v (NULL when a is last):
+ * "--help" prints usage to stdout and returns 0, a missing value prints it
+ * to stderr and returns 2 (the exit codes); otherwise -1: go on. */
+int mlp_option_start(const char *a, const char *v, void (*usage)(FILE *f));
+
+/* The mean loss of the first 10 and of the last 10 of steps steps. */
+struct mlp_loss_ends {
+	float first, last;
+};
+
+void mlp_loss_ends_add(struct mlp_loss_ends *e, uint64_t step, uint64_t steps, float loss);
+
+/* --check F: 0 when the loss fell at least F times (last <= first / F) or
+ * check is 0; else says so on stderr, as prog, and returns 1. */
+int mlp_loss_ends_check(const struct mlp_loss_ends *e, float check, const char *prog);
 
 #endif

@@ -22,24 +22,6 @@ struct adam_state {
 	float *m, *v;
 };
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-
-	errno = 0;
-	*out = strtoull(s, &end, 0);
-	return errno || end == s || *end ? -EINVAL : 0;
-}
-
-static int parse_float(const char *s, float *out)
-{
-	char *end;
-
-	errno = 0;
-	*out = strtof(s, &end);
-	return errno || end == s || *end ? -EINVAL : 0;
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: train-mlp-plain [--steps N] [--batch B] [--seed S] [--lr X] "
@@ -69,7 +51,8 @@ int main(int argc, char **argv)
 				.weight_decay = 0.01f };
 	struct mlp_config cfg = { .n_in = 64, .n_hidden = 256, .n_hidden_layers = 2,
 				  .n_out = 10 };
-	float check = 0.0f, loss, first = 0.0f, last = 0.0f;
+	float check = 0.0f, loss;
+	struct mlp_loss_ends ends = { 0 };
 	const struct mlp_tensor *t;
 	struct adam_state *st = NULL;
 	struct mlp_task *task = NULL;
@@ -82,26 +65,20 @@ int main(int argc, char **argv)
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
-		if (!strcmp(a, "--help")) {
-			usage(stdout);
-			return 0;
-		}
-		if (!v) {
-			usage(stderr);
-			return 2;
-		}
+		if ((r = mlp_option_start(a, v, usage)) >= 0)
+			return r;
 		if (!strcmp(a, "--steps"))
-			r = parse_u64(v, &steps);
+			r = mlp_parse_u64(v, &steps);
 		else if (!strcmp(a, "--batch"))
-			r = parse_u64(v, &batch);
+			r = mlp_parse_u64(v, &batch);
 		else if (!strcmp(a, "--seed"))
-			r = parse_u64(v, &seed);
+			r = mlp_parse_u64(v, &seed);
 		else if (!strcmp(a, "--every"))
-			r = parse_u64(v, &every);
+			r = mlp_parse_u64(v, &every);
 		else if (!strcmp(a, "--lr"))
-			r = parse_float(v, &hp.lr);
+			r = mlp_parse_float(v, &hp.lr);
 		else if (!strcmp(a, "--check"))
-			r = parse_float(v, &check);
+			r = mlp_parse_float(v, &check);
 		else
 			r = -EINVAL;
 		if (r < 0) {
@@ -152,10 +129,7 @@ int main(int argc, char **argv)
 		for (i = 0; i < n; i++)
 			mlp_adamw_step(&hp, step, t[i].param, t[i].grad, st[i].m, st[i].v,
 				       t[i].count);
-		if (step <= 10)
-			first += loss / 10.0f;
-		if (step > steps - 10)
-			last += loss / 10.0f;
+		mlp_loss_ends_add(&ends, step, steps, loss);
 		if (every && (step % every == 0 || step == 1))
 			printf("step %4ju  loss %.4f  acc %.3f\n", (uintmax_t)step, (double)loss,
 			       (double)correct / (double)batch);
@@ -171,16 +145,10 @@ int main(int argc, char **argv)
 	printf("held-out accuracy %.3f\n", (double)total_correct / (8.0 * (double)batch));
 	printf("checksum %016jx\n", (uintmax_t)checksum(t, n));
 
-	ret = 0;
-	if (check > 0.0f) {
+	if (check > 0.0f)
 		printf("loss: first 10 steps %.4f, last 10 steps %.4f (want <= %.4f)\n",
-		       (double)first, (double)last, (double)(first / check));
-		if (!(last <= first / check)) {
-			fprintf(stderr, "train-mlp-plain: loss fell by %.2fx, less than %.2fx\n",
-				(double)(first / last), (double)check);
-			ret = 1;
-		}
-	}
+		       (double)ends.first, (double)ends.last, (double)(ends.first / check));
+	ret = mlp_loss_ends_check(&ends, check, "train-mlp-plain");
 	goto out;
 
 oom:

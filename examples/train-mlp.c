@@ -72,15 +72,6 @@ static int on_grad(const struct mlp_tensor *t, int index, void *arg)
 	return r;
 }
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-
-	errno = 0;
-	*out = strtoull(s, &end, 0);
-	return errno || end == s || *end ? -EINVAL : 0;
-}
-
 /* The daemon's side of the offload, from its status socket: what the NVMe
  * tier read and wrote for this session and whether its prefetcher had the
  * pages ready (prefetch hits) or a PIN had to wait for the disk (misses). */
@@ -156,7 +147,8 @@ int main(int argc, char **argv)
 	struct spw_optimizer_opts oo = { .size = sizeof(oo), .groups = &g, .ngroups = 1 };
 	struct mlp_config cfg = { .n_in = 64, .n_out = 10 };
 	const char *socket = NULL, *tier = "resident";
-	float check = 0.0f, first = 0.0f, last = 0.0f, loss;
+	float check = 0.0f, loss;
+	struct mlp_loss_ends ends = { 0 };
 	struct trainer tr = { 0 };
 	struct spw_optimizer_stats st0 = { .size = sizeof(st0) }, st = { .size = sizeof(st) };
 	const struct mlp_tensor *t;
@@ -173,35 +165,29 @@ int main(int argc, char **argv)
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
-		if (!strcmp(a, "--help")) {
-			usage(stdout);
-			return 0;
-		}
-		if (!v) {
-			usage(stderr);
-			return 2;
-		}
+		if ((r = mlp_option_start(a, v, usage)) >= 0)
+			return r;
 		r = 0;
 		if (!strcmp(a, "--steps"))
-			r = parse_u64(v, &steps);
+			r = mlp_parse_u64(v, &steps);
 		else if (!strcmp(a, "--batch"))
-			r = parse_u64(v, &batch);
+			r = mlp_parse_u64(v, &batch);
 		else if (!strcmp(a, "--hidden"))
-			r = parse_u64(v, &hidden);
+			r = mlp_parse_u64(v, &hidden);
 		else if (!strcmp(a, "--layers"))
-			r = parse_u64(v, &layers);
+			r = mlp_parse_u64(v, &layers);
 		else if (!strcmp(a, "--region-bytes"))
-			r = parse_u64(v, &region);
+			r = mlp_parse_u64(v, &region);
 		else if (!strcmp(a, "--page-size"))
-			r = parse_u64(v, &page);
+			r = mlp_parse_u64(v, &page);
 		else if (!strcmp(a, "--accum"))
-			r = parse_u64(v, &accum);
+			r = mlp_parse_u64(v, &accum);
 		else if (!strcmp(a, "--every"))
-			r = parse_u64(v, &every);
+			r = mlp_parse_u64(v, &every);
 		else if (!strcmp(a, "--lr"))
-			g.lr = strtof(v, NULL);
+			r = mlp_parse_float(v, &g.lr);
 		else if (!strcmp(a, "--check"))
-			check = strtof(v, NULL);
+			r = mlp_parse_float(v, &check);
 		else if (!strcmp(a, "--socket"))
 			socket = v;
 		else if (!strcmp(a, "--mode") && (!strcmp(v, "overlapped") || !strcmp(v, "exact")))
@@ -301,10 +287,7 @@ int main(int argc, char **argv)
 		dt = now_s() - t0;
 		t_total += dt;
 		spw_optimizer_stats(tr.opt, &st);
-		if (step <= 10)
-			first += loss / 10.0f;
-		if (step > steps - 10)
-			last += loss / 10.0f;
+		mlp_loss_ends_add(&ends, step, steps, loss);
 		if (every && (step % every == 0 || step == 1))
 			printf("step %4ju  loss %.4f  acc %.3f  %6.1f ms  grad-norm %.3f  moved %.1f MiB  "
 			       "adam %.1f ms  pins %ju (%ju fast)  prefetch %ju\n",
@@ -331,7 +314,7 @@ int main(int argc, char **argv)
 	t_start = (double)steps;
 	printf("summary: %ju steps, %.1f ms per step, loss %.4f -> %.4f (first/last 10), "
 	       "moved %.1f MiB, adam %.2f s, pins %ju (%ju fast, %.0f%%), prefetch hints %ju%s\n",
-	       (uintmax_t)steps, t_total / t_start * 1e3, (double)first, (double)last,
+	       (uintmax_t)steps, t_total / t_start * 1e3, (double)ends.first, (double)ends.last,
 	       (double)(st.bytes_d2h + st.bytes_h2d) / 1048576.0, st.adam_s, (uintmax_t)st.pins,
 	       (uintmax_t)st.fast_pins, st.pins ? 100.0 * (double)st.fast_pins / (double)st.pins : 0.0,
 	       (uintmax_t)st.prefetches, st.hints ? "" : " (the daemon takes no hints)");
@@ -346,12 +329,7 @@ int main(int argc, char **argv)
 				       (tf.prefetch_hits - tf0.prefetch_hits + tf.misses - tf0.misses),
 			       tf.evictions - tf0.evictions);
 	}
-	ret = 0;
-	if (check > 0.0f && steps >= 20 && !(last <= first / check)) {
-		fprintf(stderr, "train-mlp: loss fell by %.2fx, less than %.2fx\n", (double)(first / last),
-			(double)check);
-		ret = 1;
-	}
+	ret = steps >= 20 ? mlp_loss_ends_check(&ends, check, "train-mlp") : 0;
 	goto out;
 fail:
 	fprintf(stderr, "train-mlp: %s\n", spw_optimizer_last_error(tr.opt));

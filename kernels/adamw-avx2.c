@@ -12,7 +12,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "variant.h"
 
 struct kv {
 	__m256 gs, omb1, b2, omb2, decay, nss, ibc2s, eps;
@@ -149,20 +149,7 @@ static inline __attribute__((always_inline)) void adamw_span(const struct spw_ad
 	}
 }
 
-#define ADAMW_FN(gn, gt, cn, ct)                                                          \
-	static void adamw_##gn##_##cn(const struct spw_adamw_consts *k, float *p, float *m, \
-				      float *v, const void *g, void *c, size_t n)            \
-	{                                                                                 \
-		adamw_span(k, p, m, v, g, c, n, gt, ct);                                  \
-	}
-#define ADAMW_ROW(gn, gt)                                   \
-	ADAMW_FN(gn, gt, f32, SPW_DTYPE_F32)                \
-	ADAMW_FN(gn, gt, bf16, SPW_DTYPE_BF16)              \
-	ADAMW_FN(gn, gt, f16, SPW_DTYPE_F16)                \
-	ADAMW_FN(gn, gt, none, SPW_DTYPE_NONE)
-ADAMW_ROW(f32, SPW_DTYPE_F32)
-ADAMW_ROW(bf16, SPW_DTYPE_BF16)
-ADAMW_ROW(f16, SPW_DTYPE_F16)
+VARIANT_ADAMW_FNS()
 
 /* 32 double lanes in a[0..7]: lane j of a block is a[j / 4][j % 4]. */
 static inline __attribute__((always_inline)) void sq32(__m256d a[8], const void *x, enum spw_dtype t, size_t i)
@@ -203,10 +190,6 @@ static inline __attribute__((always_inline)) double sumsq_span(const void *x, si
 	s = _mm_add_pd(_mm256_castpd256_pd128(a[0]), _mm256_extractf128_pd(a[0], 1));
 	return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
-
-static double sumsq_f32(const void *x, size_t n) { return sumsq_span(x, n, SPW_DTYPE_F32); }
-static double sumsq_bf16(const void *x, size_t n) { return sumsq_span(x, n, SPW_DTYPE_BF16); }
-static double sumsq_f16(const void *x, size_t n) { return sumsq_span(x, n, SPW_DTYPE_F16); }
 
 static bool nonfinite_f32(const void *x, size_t n)
 {
@@ -270,16 +253,8 @@ static inline __attribute__((always_inline)) void cast_span(void *d, enum spw_dt
 	}
 }
 
-static void copy_f32(void *d, const void *s, size_t n) { memcpy(d, s, n * 4); }
-static void copy_16(void *d, const void *s, size_t n) { memcpy(d, s, n * 2); }
-#define CAST_FN(dn, dt, sn, st) \
-	static void cast_##dn##_##sn(void *d, const void *s, size_t n) { cast_span(d, dt, s, st, n); }
-CAST_FN(bf16, SPW_DTYPE_BF16, f32, SPW_DTYPE_F32)
-CAST_FN(f16, SPW_DTYPE_F16, f32, SPW_DTYPE_F32)
-CAST_FN(f32, SPW_DTYPE_F32, bf16, SPW_DTYPE_BF16)
-CAST_FN(f32, SPW_DTYPE_F32, f16, SPW_DTYPE_F16)
-CAST_FN(f16, SPW_DTYPE_F16, bf16, SPW_DTYPE_BF16)
-CAST_FN(bf16, SPW_DTYPE_BF16, f16, SPW_DTYPE_F16)
+VARIANT_CAST_FNS()
+VARIANT_COPY_FNS()
 
 static inline __attribute__((always_inline)) void acc_span(float *a, const void *g, size_t n, enum spw_dtype t)
 {
@@ -298,9 +273,7 @@ static inline __attribute__((always_inline)) void acc_span(float *a, const void 
 	}
 }
 
-static void acc_f32(float *a, const void *g, size_t n) { acc_span(a, g, n, SPW_DTYPE_F32); }
-static void acc_bf16(float *a, const void *g, size_t n) { acc_span(a, g, n, SPW_DTYPE_BF16); }
-static void acc_f16(float *a, const void *g, size_t n) { acc_span(a, g, n, SPW_DTYPE_F16); }
+VARIANT_SUMSQ_ACC_FNS()
 
 static void scale_f32(float *x, float s, size_t n)
 {
@@ -313,20 +286,4 @@ static void scale_f32(float *x, float s, size_t n)
 		x[i] *= s; /* a single IEEE multiply either way */
 }
 
-const struct spw_kernels spw__kernels_avx2 = {
-	.name = "avx2",
-	.adamw = {
-		[SPW_DTYPE_F32] = { adamw_f32_f32, adamw_f32_bf16, adamw_f32_f16, adamw_f32_none },
-		[SPW_DTYPE_BF16] = { adamw_bf16_f32, adamw_bf16_bf16, adamw_bf16_f16, adamw_bf16_none },
-		[SPW_DTYPE_F16] = { adamw_f16_f32, adamw_f16_bf16, adamw_f16_f16, adamw_f16_none },
-	},
-	.sumsq = { sumsq_f32, sumsq_bf16, sumsq_f16 },
-	.nonfinite = { nonfinite_f32, nonfinite_bf16, nonfinite_f16 },
-	.cast = {
-		[SPW_DTYPE_F32] = { copy_f32, cast_f32_bf16, cast_f32_f16 },
-		[SPW_DTYPE_BF16] = { cast_bf16_f32, copy_16, cast_bf16_f16 },
-		[SPW_DTYPE_F16] = { cast_f16_f32, cast_f16_bf16, copy_16 },
-	},
-	.acc = { acc_f32, acc_bf16, acc_f16 },
-	.scale_f32 = scale_f32,
-};
+VARIANT_TABLE(spw__kernels_avx2, "avx2", );

@@ -13,7 +13,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "variant.h"
 
 struct kv {
 	__m512 gs, omb1, b2, omb2, decay, nss, ibc2s, eps;
@@ -177,10 +177,6 @@ static inline __attribute__((always_inline)) double sumsq_span(const void *x, si
 	return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
-static double sumsq_f32(const void *x, size_t n) { return sumsq_span(x, n, SPW_DTYPE_F32); }
-static double sumsq_bf16(const void *x, size_t n) { return sumsq_span(x, n, SPW_DTYPE_BF16); }
-static double sumsq_f16(const void *x, size_t n) { return sumsq_span(x, n, SPW_DTYPE_F16); }
-
 static bool nonfinite_f32(const void *x, size_t n)
 {
 	const __m512i e = _mm512_set1_epi32(0x7f800000);
@@ -223,8 +219,7 @@ static inline __attribute__((always_inline)) void cast_span(void *d, enum spw_dt
 	}
 }
 
-static void copy_f32(void *d, const void *s, size_t n) { memcpy(d, s, n * 4); }
-static void copy_16(void *d, const void *s, size_t n) { memcpy(d, s, n * 2); }
+VARIANT_COPY_FNS()
 #define CAST_FN(dn, dt, sn, st, sfx, nat)                                  \
 	static void cast_##dn##_##sn##sfx(void *d, const void *s, size_t n) \
 	{                                                                  \
@@ -248,9 +243,7 @@ static inline __attribute__((always_inline)) void acc_span(float *a, const void 
 	}
 }
 
-static void acc_f32(float *a, const void *g, size_t n) { acc_span(a, g, n, SPW_DTYPE_F32); }
-static void acc_bf16(float *a, const void *g, size_t n) { acc_span(a, g, n, SPW_DTYPE_BF16); }
-static void acc_f16(float *a, const void *g, size_t n) { acc_span(a, g, n, SPW_DTYPE_F16); }
+VARIANT_SUMSQ_ACC_FNS()
 
 static void scale_f32(float *x, float s, size_t n)
 {
@@ -263,39 +256,7 @@ static void scale_f32(float *x, float s, size_t n)
 	}
 }
 
-#define COMMON_FIELDS                                                             \
-	.sumsq = { sumsq_f32, sumsq_bf16, sumsq_f16 },                            \
-	.nonfinite = { nonfinite_f32, nonfinite_bf16, nonfinite_f16 },            \
-	.acc = { acc_f32, acc_bf16, acc_f16 },                                    \
-	.scale_f32 = scale_f32
-
-const struct spw_kernels spw__kernels_avx512 = {
-	.name = "avx512",
-	.adamw = {
-		[SPW_DTYPE_F32] = { adamw_f32_f32, adamw_f32_bf16, adamw_f32_f16, adamw_f32_none },
-		[SPW_DTYPE_BF16] = { adamw_bf16_f32, adamw_bf16_bf16, adamw_bf16_f16, adamw_bf16_none },
-		[SPW_DTYPE_F16] = { adamw_f16_f32, adamw_f16_bf16, adamw_f16_f16, adamw_f16_none },
-	},
-	.cast = {
-		[SPW_DTYPE_F32] = { copy_f32, cast_f32_bf16, cast_f32_f16 },
-		[SPW_DTYPE_BF16] = { cast_bf16_f32, copy_16, cast_bf16_f16 },
-		[SPW_DTYPE_F16] = { cast_f16_f32, cast_f16_bf16, copy_16 },
-	},
-	COMMON_FIELDS,
-};
+VARIANT_TABLE(spw__kernels_avx512, "avx512", );
 
 /* Same name: to the user it is one variant that uses what the CPU has. */
-const struct spw_kernels spw__kernels_avx512bf16 = {
-	.name = "avx512",
-	.adamw = {
-		[SPW_DTYPE_F32] = { adamw_f32_f32, adamw_f32_bf16_nat, adamw_f32_f16, adamw_f32_none },
-		[SPW_DTYPE_BF16] = { adamw_bf16_f32, adamw_bf16_bf16_nat, adamw_bf16_f16, adamw_bf16_none },
-		[SPW_DTYPE_F16] = { adamw_f16_f32, adamw_f16_bf16_nat, adamw_f16_f16, adamw_f16_none },
-	},
-	.cast = {
-		[SPW_DTYPE_F32] = { copy_f32, cast_f32_bf16, cast_f32_f16 },
-		[SPW_DTYPE_BF16] = { cast_bf16_f32_nat, copy_16, cast_bf16_f16_nat },
-		[SPW_DTYPE_F16] = { cast_f16_f32, cast_f16_bf16, copy_16 },
-	},
-	COMMON_FIELDS,
-};
+VARIANT_TABLE(spw__kernels_avx512bf16, "avx512", _nat);

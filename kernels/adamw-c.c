@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "variant.h"
 
 float spw_f16_to_f32(uint16_t h)
 {
@@ -76,20 +76,7 @@ static inline __attribute__((always_inline)) void adamw_span(const struct spw_ad
 	}
 }
 
-#define ADAMW_FN(gn, gt, cn, ct)                                                          \
-	static void adamw_##gn##_##cn(const struct spw_adamw_consts *k, float *p, float *m, \
-				      float *v, const void *g, void *c, size_t n)            \
-	{                                                                                 \
-		adamw_span(k, p, m, v, g, c, n, gt, ct);                                  \
-	}
-#define ADAMW_ROW(gn, gt)                                   \
-	ADAMW_FN(gn, gt, f32, SPW_DTYPE_F32)                \
-	ADAMW_FN(gn, gt, bf16, SPW_DTYPE_BF16)              \
-	ADAMW_FN(gn, gt, f16, SPW_DTYPE_F16)                \
-	ADAMW_FN(gn, gt, none, SPW_DTYPE_NONE)
-ADAMW_ROW(f32, SPW_DTYPE_F32)
-ADAMW_ROW(bf16, SPW_DTYPE_BF16)
-ADAMW_ROW(f16, SPW_DTYPE_F16)
+VARIANT_ADAMW_FNS()
 
 static inline __attribute__((always_inline)) double sumsq_span(const void *x, size_t n, enum spw_dtype t)
 {
@@ -111,42 +98,25 @@ static inline __attribute__((always_inline)) double sumsq_span(const void *x, si
 	return l[0];
 }
 
-static double sumsq_f32(const void *x, size_t n) { return sumsq_span(x, n, SPW_DTYPE_F32); }
-static double sumsq_bf16(const void *x, size_t n) { return sumsq_span(x, n, SPW_DTYPE_BF16); }
-static double sumsq_f16(const void *x, size_t n) { return sumsq_span(x, n, SPW_DTYPE_F16); }
-
-static bool nonfinite_f32(const void *x, size_t n)
+/* expo: the exponent mask; all ones is inf or nan. bytes and expo are
+ * constants at each call, so each instance is a plain loop. */
+static inline __attribute__((always_inline)) bool nonfinite_span(const void *x, size_t n, size_t bytes, uint32_t expo)
 {
-	const uint32_t *u = x;
 	uint32_t any = 0;
 
-	for (size_t i = 0; i < n; i++)
-		any |= (u[i] & 0x7f800000u) == 0x7f800000u;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u = bytes == 4 ? ((const uint32_t *)x)[i] : ((const uint16_t *)x)[i];
+
+		any |= (u & expo) == expo;
+	}
 	return any;
 }
 
-static bool nonfinite_bf16(const void *x, size_t n)
-{
-	const uint16_t *u = x;
-	uint32_t any = 0;
+static bool nonfinite_f32(const void *x, size_t n) { return nonfinite_span(x, n, 4, 0x7f800000u); }
+static bool nonfinite_bf16(const void *x, size_t n) { return nonfinite_span(x, n, 2, 0x7f80u); }
+static bool nonfinite_f16(const void *x, size_t n) { return nonfinite_span(x, n, 2, 0x7c00u); }
 
-	for (size_t i = 0; i < n; i++)
-		any |= (u[i] & 0x7f80u) == 0x7f80u;
-	return any;
-}
-
-static bool nonfinite_f16(const void *x, size_t n)
-{
-	const uint16_t *u = x;
-	uint32_t any = 0;
-
-	for (size_t i = 0; i < n; i++)
-		any |= (u[i] & 0x7c00u) == 0x7c00u;
-	return any;
-}
-
-static void copy_f32(void *d, const void *s, size_t n) { memcpy(d, s, n * 4); }
-static void copy_16(void *d, const void *s, size_t n) { memcpy(d, s, n * 2); }
+VARIANT_COPY_FNS()
 
 static void cast_bf16_f32(void *d, const void *s, size_t n)
 {
@@ -190,9 +160,7 @@ static inline __attribute__((always_inline)) void acc_span(float *restrict a, co
 		a[i] += load_g(g, t, i);
 }
 
-static void acc_f32(float *a, const void *g, size_t n) { acc_span(a, g, n, SPW_DTYPE_F32); }
-static void acc_bf16(float *a, const void *g, size_t n) { acc_span(a, g, n, SPW_DTYPE_BF16); }
-static void acc_f16(float *a, const void *g, size_t n) { acc_span(a, g, n, SPW_DTYPE_F16); }
+VARIANT_SUMSQ_ACC_FNS()
 
 static void scale_f32(float *x, float s, size_t n)
 {
@@ -200,20 +168,4 @@ static void scale_f32(float *x, float s, size_t n)
 		x[i] *= s;
 }
 
-const struct spw_kernels spw__kernels_c = {
-	.name = "c",
-	.adamw = {
-		[SPW_DTYPE_F32] = { adamw_f32_f32, adamw_f32_bf16, adamw_f32_f16, adamw_f32_none },
-		[SPW_DTYPE_BF16] = { adamw_bf16_f32, adamw_bf16_bf16, adamw_bf16_f16, adamw_bf16_none },
-		[SPW_DTYPE_F16] = { adamw_f16_f32, adamw_f16_bf16, adamw_f16_f16, adamw_f16_none },
-	},
-	.sumsq = { sumsq_f32, sumsq_bf16, sumsq_f16 },
-	.nonfinite = { nonfinite_f32, nonfinite_bf16, nonfinite_f16 },
-	.cast = {
-		[SPW_DTYPE_F32] = { copy_f32, cast_f32_bf16, cast_f32_f16 },
-		[SPW_DTYPE_BF16] = { cast_bf16_f32, copy_16, cast_bf16_f16 },
-		[SPW_DTYPE_F16] = { cast_f16_f32, cast_f16_bf16, copy_16 },
-	},
-	.acc = { acc_f32, acc_bf16, acc_f16 },
-	.scale_f32 = scale_f32,
-};
+VARIANT_TABLE(spw__kernels_c, "c", );

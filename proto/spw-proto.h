@@ -84,7 +84,7 @@ _Static_assert(sizeof(struct spw_proto_frame_hdr) == 8, "frame header is 8 bytes
 #define SPW_ATTACH_FD_CQ_EVT 3
 #define SPW_ATTACH_NFDS      4
 
-/* Names: a session is "job/rank"-like, a tensor any printable name. */
+/* Names: a session is "job/rank"-like; see util/names.h for the rule. */
 #define SPW_PROTO_MAX_SESSION_NAME 128
 #define SPW_PROTO_MAX_TENSOR_NAME  256
 
@@ -93,12 +93,13 @@ _Static_assert(sizeof(struct spw_proto_frame_hdr) == 8, "frame header is 8 bytes
 #define SPW_PAGE_SIZE_MAX     (64u * 1024u * 1024u)
 #define SPW_PAGE_SIZE_DEFAULT (4u * 1024u * 1024u)
 
-/* True when the session name is 1..SPW_PROTO_MAX_SESSION_NAME bytes of
- * [A-Za-z0-9._/-], does not start with '/' or '.', and contains no "..". */
+/* True when the session name is a name by util/names.h's rule (visible
+ * ASCII but '"' and '\\', not starting with '/' or '.', no "..") of
+ * 1..SPW_PROTO_MAX_SESSION_NAME bytes. */
 int spw_proto_session_name_valid(const char *name);
 
-/* True when the tensor name is 1..SPW_PROTO_MAX_TENSOR_NAME printable ASCII
- * bytes. */
+/* True when the tensor name is one or more such names joined by single
+ * spaces ("layer.0.weight exp_avg"), 1..SPW_PROTO_MAX_TENSOR_NAME bytes. */
 int spw_proto_tensor_name_valid(const char *name);
 
 /* True when page_size is a power of two within the bounds above. */

@@ -1,30 +1,31 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
-#include <stdbool.h>
-#include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 
-#include "harness.h"
+#include "util/localdaemon.h"
+#include "util/unixsock.h"
 
-const char spw_test_default_config[] =
+#define WAIT_MS 10000
+
+const char local_daemon_default_config[] =
 	"{\n"
 	"  \"socket\": { \"dir\": \"@DIR@\", \"mode\": \"0666\" },\n"
 	"  \"pool\": { \"max_bytes\": \"1GiB\", \"session_max_bytes\": \"256MiB\", \"require_locked\": false },\n"
 	"  \"log\": { \"level\": \"debug\" }\n"
 	"}\n";
 
-static int write_config(struct spw_test_daemon *d, const char *json)
+static int write_config(struct local_daemon *d, const char *json)
 {
 	FILE *f;
 	const char *p;
@@ -44,7 +45,7 @@ static int write_config(struct spw_test_daemon *d, const char *json)
 	return fclose(f) == 0 ? 0 : -errno;
 }
 
-static int prepare(struct spw_test_daemon *d, const char *json)
+static int prepare(struct local_daemon *d, const char *json)
 {
 	const char *tmp = getenv("TMPDIR");
 
@@ -56,10 +57,10 @@ static int prepare(struct spw_test_daemon *d, const char *json)
 	chmod(d->dir, 0755);
 	snprintf(d->control, sizeof(d->control), "%s/control.sock", d->dir);
 	snprintf(d->status, sizeof(d->status), "%s/status.sock", d->dir);
-	return write_config(d, json ? json : spw_test_default_config);
+	return write_config(d, json ? json : local_daemon_default_config);
 }
 
-static pid_t spawn(struct spw_test_daemon *d, const char *const *extra)
+static pid_t spawn(struct local_daemon *d, const char *const *extra)
 {
 	const char *bin = getenv("SPILLWAYD");
 	const char *argv[16] = { 0 };
@@ -81,10 +82,21 @@ static pid_t spawn(struct spw_test_daemon *d, const char *const *extra)
 		if (getppid() != parent)
 			_exit(127);
 		execvp(bin, (char *const *)argv);
-		fprintf(stderr, "harness: exec %s: %s\n", bin, strerror(errno));
+		fprintf(stderr, "local daemon: exec %s: %s\n", bin, strerror(errno));
 		_exit(127);
 	}
 	return pid;
+}
+
+/* prepare() and spawn(): 0 with d->pid set, or a negative errno. */
+static int launch(struct local_daemon *d, const char *json, const char *const *extra)
+{
+	int r = prepare(d, json);
+
+	if (r < 0)
+		return r;
+	d->pid = spawn(d, extra);
+	return d->pid < 0 ? -errno : 0;
 }
 
 static int wait_status(pid_t pid, int timeout_ms)
@@ -102,31 +114,26 @@ static int wait_status(pid_t pid, int timeout_ms)
 	return -ETIMEDOUT;
 }
 
-int spw_test_connect(const char *path)
+/* Waits for the daemon to exit (killing it after WAIT_MS), then removes
+ * its directory; returns what wait_status() did. */
+static int reap(struct local_daemon *d)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd;
+	int r = wait_status(d->pid, WAIT_MS);
 
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		int e = -errno;
-		close(fd);
-		return e;
-	}
-	return fd;
+	if (r == -ETIMEDOUT)
+		local_daemon_kill(d);
+	d->pid = -1;
+	local_daemon_cleanup(d);
+	return r;
 }
 
+/* True once a status document (any bytes) comes from path within 2 s. */
 static bool status_answers(const char *path)
 {
+	struct timeval tv = { .tv_sec = 2 };
 	char buf[4096];
 	ssize_t n;
-	int fd = spw_test_connect(path);
-	struct timeval tv = { .tv_sec = 2 };
+	int fd = unix_connect(path);
 
 	if (fd < 0)
 		return false;
@@ -136,23 +143,20 @@ static bool status_answers(const char *path)
 	return n > 0;
 }
 
-int spw_test_daemon_start(struct spw_test_daemon *d, const char *config_json)
+int local_daemon_start(struct local_daemon *d, const char *config_json)
 {
-	int r = prepare(d, config_json);
+	int r = launch(d, config_json, NULL);
 
 	if (r < 0)
 		return r;
-	d->pid = spawn(d, NULL);
-	if (d->pid < 0)
-		return -errno;
-	for (int waited = 0; waited < 10000; waited += 10) {
-		int fd = spw_test_connect(d->control);
+	for (int waited = 0; waited < WAIT_MS; waited += 10) {
+		int fd = unix_connect(d->control);
 		if (fd >= 0) {
 			close(fd);
-			/* The kernel accepts on a listening socket before the
-			 * daemon's loop runs; a status document comes only from
-			 * the loop, so after one the start-up (stale swap files
-			 * removed, warnings logged) is over. */
+			/* A listening socket accepts before the daemon's loop
+			 * runs; only the loop writes a status document, so one
+			 * means start-up (stale swap files removed, warnings
+			 * logged) is over. */
 			if (status_answers(d->status))
 				return 0;
 		}
@@ -162,44 +166,26 @@ int spw_test_daemon_start(struct spw_test_daemon *d, const char *config_json)
 		}
 		usleep(10000);
 	}
-	spw_test_daemon_kill(d);
+	local_daemon_kill(d);
 	return -ETIMEDOUT;
 }
 
-int spw_test_daemon_run_to_exit(struct spw_test_daemon *d, const char *config_json,
-				const char *const *extra_args)
+int local_daemon_run_to_exit(struct local_daemon *d, const char *config_json, const char *const *extra_args)
 {
-	int r = prepare(d, config_json);
+	int r = launch(d, config_json, extra_args);
 
-	if (r < 0)
-		return r;
-	d->pid = spawn(d, extra_args);
-	if (d->pid < 0)
-		return -errno;
-	r = wait_status(d->pid, 10000);
-	if (r == -ETIMEDOUT)
-		spw_test_daemon_kill(d);
-	d->pid = -1;
-	spw_test_daemon_cleanup(d);
-	return r;
+	return r < 0 ? r : reap(d);
 }
 
-int spw_test_daemon_stop(struct spw_test_daemon *d)
+int local_daemon_stop(struct local_daemon *d)
 {
-	int r;
-
 	if (d->pid <= 0)
 		return -ECHILD;
 	kill(d->pid, SIGTERM);
-	r = wait_status(d->pid, 10000);
-	if (r == -ETIMEDOUT)
-		spw_test_daemon_kill(d);
-	d->pid = -1;
-	spw_test_daemon_cleanup(d);
-	return r;
+	return reap(d);
 }
 
-void spw_test_daemon_kill(struct spw_test_daemon *d)
+void local_daemon_kill(struct local_daemon *d)
 {
 	if (d->pid > 0) {
 		kill(d->pid, SIGKILL);
@@ -208,15 +194,42 @@ void spw_test_daemon_kill(struct spw_test_daemon *d)
 	d->pid = -1;
 }
 
-void spw_test_daemon_cleanup(struct spw_test_daemon *d)
+void local_daemon_cleanup(struct local_daemon *d)
 {
 	char cmd[400];
 
 	if (!d->dir[0])
 		return;
-	/* The directory holds only what the daemon and this harness made. */
+	/* The directory holds only what the daemon and this code made. */
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
 	if (system(cmd) != 0)
-		fprintf(stderr, "harness: could not remove %s\n", d->dir);
+		fprintf(stderr, "local daemon: could not remove %s\n", d->dir);
 	d->dir[0] = '\0';
+}
+
+void local_daemon_locate(void)
+{
+	static const char *const beside[] = { "../daemon/spillwayd", "../../daemon/spillwayd",
+					      "../sbin/spillwayd" };
+	char exe[PATH_MAX], path[PATH_MAX + 32];
+	ssize_t n;
+	char *slash;
+
+	if (getenv("SPILLWAYD"))
+		return;
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return;
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return;
+	*slash = '\0';
+	for (size_t i = 0; i < sizeof(beside) / sizeof(beside[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", exe, beside[i]);
+		if (access(path, X_OK) == 0) {
+			setenv("SPILLWAYD", path, 1);
+			return;
+		}
+	}
 }
