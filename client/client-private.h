@@ -91,10 +91,6 @@ int spw__error(spw_client *c, int err, const char *fmt, ...) __attribute__((form
  * current message. Returns err. */
 int spw__dead(spw_client *c, int err);
 
-/* Connects a blocking unix stream socket (O_CLOEXEC) to path. Returns the
- * fd or a negative errno. */
-int spw__unix_connect(const char *path);
-
 /* Ring setup over an already mapped rings area; allocates the tag table.
  * The initial indices are taken from the shared headers (the daemon may
  * start them anywhere). Returns 0, -ENOMEM, or -EPROTO when the headers

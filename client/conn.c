@@ -19,6 +19,8 @@
 #include <cjson/cJSON.h>
 
 #include "client-private.h"
+#include "util/json.h"
+#include "util/unixsock.h"
 
 SPW_EXPORT int spw_client_new(const struct spw_client_opts *opts, spw_client **ret)
 {
@@ -142,48 +144,18 @@ SPW_EXPORT int spw_socket_path(enum spw_socket_kind kind, char *buf, size_t len)
 	return n;
 }
 
-int spw__unix_connect(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd;
-
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	while (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		int e = -errno;
-
-		if (e == -EINTR)
-			continue;
-		close(fd);
-		return e;
-	}
-	return fd;
-}
-
+/* A reply's integer member: absent, fractional, negative or too big for
+ * the field is a daemon speaking another protocol. */
 static int json_u64(const cJSON *o, const char *key, uint64_t *out)
 {
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-	double d;
-
-	if (!cJSON_IsNumber(v))
-		return -EPROTO;
-	d = v->valuedouble;
-	/* Only integers that a double holds exactly. */
-	if (!(d >= 0) || d > 9007199254740992.0 || d != (double)(uint64_t)d)
-		return -EPROTO;
-	*out = (uint64_t)d;
-	return 0;
+	return json_uint(cJSON_GetObjectItemCaseSensitive(o, key), JSON_UINT_MAX, out) < 0 ? -EPROTO : 0;
 }
 
 static int json_u32(const cJSON *o, const char *key, uint32_t *out)
 {
 	uint64_t v;
 
-	if (json_u64(o, key, &v) < 0 || v > UINT32_MAX)
+	if (json_uint(cJSON_GetObjectItemCaseSensitive(o, key), UINT32_MAX, &v) < 0)
 		return -EPROTO;
 	*out = (uint32_t)v;
 	return 0;
@@ -345,7 +317,7 @@ SPW_EXPORT int spw_client_connect(spw_client *c, const char *socket_path)
 			return spw__error(c, r, "the default control socket path (from SPILLWAY_SOCKET or XDG_RUNTIME_DIR) is too long");
 	}
 
-	fd = spw__unix_connect(c->socket_path);
+	fd = unix_connect(c->socket_path);
 	if (fd == -ENOENT || fd == -ECONNREFUSED)
 		return spw__error(c, fd,
 				  "no spillwayd listening at %s (%s); start it with 'systemctl start spillwayd' "

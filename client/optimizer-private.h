@@ -62,6 +62,7 @@
 #include "kernels.h"
 #include "pool.h"
 #include "step-policy.h"
+#include "util/clock.h"
 
 _Static_assert((int)SPW_TYPE_F32 == (int)SPW_DTYPE_F32 && (int)SPW_TYPE_BF16 == (int)SPW_DTYPE_BF16 &&
 	       (int)SPW_TYPE_F16 == (int)SPW_DTYPE_F16, "public and kernel element types agree");
@@ -220,15 +221,6 @@ struct spw_optimizer {
 
 	char errmsg[SPW__ERRMSG_MAX];
 };
-
-static inline uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 
 /* Waits, lock held, until cond holds or the optimizer is broken. */
 #define WAIT_UNTIL(opt, pred)                                           \

@@ -31,6 +31,7 @@
 
 #include "config.h"
 #include "pool.h"
+#include "util/clock.h"
 
 #if SPW_HAVE_NUMA
 #include <numa.h>
@@ -58,13 +59,6 @@ struct spw__pool {
 	unsigned nthreads;
 	struct worker workers[];
 };
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#endif
-}
 
 static void lock(struct spw__pool *p)
 {
@@ -100,14 +94,6 @@ static void futex_wait(atomic_uint *w, unsigned val)
 static void futex_wake(atomic_uint *w, int n)
 {
 	syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: no system call */
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static void complete(struct spw__pool *p, struct spw__pool_call *c)

@@ -12,29 +12,13 @@
 #include <sys/socket.h>
 
 #include "client-private.h"
+#include "util/clock.h"
 
 #define load_acquire(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define load_relaxed(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define store_release(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define store_relaxed(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
 #define full_fence() __atomic_thread_fence(__ATOMIC_SEQ_CST)
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 int spw__ring_init(struct spw__ring *r, void *rings, const struct spw_ring_layout *l,
 		   int sq_evt, int cq_evt, int wake_fd, uint32_t spin_us)

@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 #include <spillway/spillway.h>
+#include "util/bytes.h"
 
 static void usage(FILE *f)
 {
@@ -35,21 +36,6 @@ static void usage(FILE *f)
 }
 
 /* "1.5 GiB": sizes for people. */
-static void human_bytes(double b, char *buf, size_t len)
-{
-	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
-	int u = 0;
-
-	while (b >= 1024.0 && u < 5) {
-		b /= 1024.0;
-		u++;
-	}
-	if (u == 0)
-		snprintf(buf, len, "%.0f B", b);
-	else
-		snprintf(buf, len, "%.1f %s", b, unit[u]);
-}
-
 static const cJSON *get(const cJSON *o, const char *key)
 {
 	return cJSON_GetObjectItemCaseSensitive(o, key);
@@ -61,8 +47,8 @@ static void fmt_bytes(const cJSON *o, const char *key, char *buf, size_t len)
 {
 	const cJSON *v = get(o, key);
 
-	if (cJSON_IsNumber(v))
-		human_bytes(v->valuedouble, buf, len);
+	if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 1.8e19)
+		format_bytes((uint64_t)v->valuedouble, buf, len);
 	else
 		snprintf(buf, len, "-");
 }

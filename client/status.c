@@ -12,6 +12,7 @@
 #include <sys/time.h>
 
 #include "client-private.h"
+#include "util/unixsock.h"
 
 #define STATUS_TIMEOUT_MS 5000
 
@@ -32,7 +33,7 @@ SPW_EXPORT int spw_status_fetch(const char *path, char **ret_json)
 			return r;
 		path = defpath;
 	}
-	fd = spw__unix_connect(path);
+	fd = unix_connect(path);
 	if (fd < 0)
 		return fd;
 	/* The poll bounds the wait for the frame to start, SO_RCVTIMEO a

@@ -10,23 +10,9 @@
 #include <string.h>
 
 #include "optimizer-private.h"
+#include "util/names.h"
 
 #define MAX_NAME 200
-
-static bool name_ok(const char *name)
-{
-	size_t n;
-
-	if (!name)
-		return false;
-	n = strlen(name);
-	if (n == 0 || n > MAX_NAME)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (name[i] < 0x21 || name[i] > 0x7e)
-			return false;
-	return true;
-}
 
 /* Writes the initial master weights page by page, cast to fp32 (exact
  * from bf16 and fp16). The ring is ours. */
@@ -58,8 +44,9 @@ static int add_check(spw_optimizer *o, const char *name, uint64_t count, uint32_
 
 	if ((r = spw__opt_broken(o)) < 0)
 		return r;
-	if (!name_ok(name))
-		return spw__opt_error(o, -EINVAL, "add: a tensor name is printable ASCII without spaces, 1..%d bytes", MAX_NAME);
+	if (!name || !name_valid(name, MAX_NAME))
+		return spw__opt_error(o, -EINVAL, "add: a tensor name is 1..%d bytes of visible ASCII but '\"' and '\\', "
+				     "not starting with '.' or '/', without \"..\" (docs/api.md, Names)", MAX_NAME);
 	if (count == 0 || !ret_tensor)
 		return spw__opt_error(o, -EINVAL, "add %s: count is 0 or ret_tensor is NULL", name);
 	if (o->started)

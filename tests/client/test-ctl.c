@@ -14,25 +14,16 @@
 
 #include "harness.h"
 #include "test.h"
+#include "util/command.h"
 
 /* Runs cmd through the shell and returns its output (stdout and stderr)
  * in a static buffer, and its exit status in *status. */
 static const char *run(const char *cmd, int *status)
 {
 	static char out[65536];
-	size_t n = 0;
-	FILE *p = popen(cmd, "r");
-	int st;
+	int st = command_output(cmd, out, sizeof(out));
 
-	ASSERT_TRUE(p != NULL);
-	while (n < sizeof(out) - 1) {
-		size_t r = fread(out + n, 1, sizeof(out) - 1 - n, p);
-		if (r == 0)
-			break;
-		n += r;
-	}
-	out[n] = '\0';
-	st = pclose(p);
+	ASSERT_TRUE(st >= 0);
 	*status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 	return out;
 }
