@@ -18,6 +18,7 @@
 #include "notify.h"
 #include "region.h"
 #include "swap.h"
+#include "swap-lock.h"
 #include "uring.h"
 
 int daemon_socket_path(struct daemon *d, const char *name, char *buf, size_t len)
@@ -153,37 +154,43 @@ void daemon_update_status(struct daemon *d)
 
 /* No session survives a restart (yet), so every swap file of this naming
  * in the configured directories is left over from a daemon that was
- * killed: remove it, or its space stays reserved against max_bytes. The
- * directories are this daemon's alone (docs/nvme-tier.md). */
-static void swap_remove_stale(struct daemon *d)
-{
-	for (unsigned i = 0; i < d->nswap_dirs; i++) {
-		const char *dir = d->swap_dirs[i].path;
-		DIR *dp = opendir(dir);
-		struct dirent *de;
+ * killed: remove it, or its space stays reserved against max_bytes. But
+ * only once this daemon holds the directory's lock (swap-lock.h): a live
+ * spillwayd on another socket.dir holds it, and starting is refused with
+ * its pid instead of deleting its files. The locks are held until exit.
+ * A directory that does not exist yet stays unlocked (as before, attaches
+ * with swap fail until it exists). */
+static struct swap_lock **swap_locks;
 
-		if (!dp) {
-			log_warn("swap dir %s: cannot read it: %s; attaches with swap will fail until it exists", dir,
-				 strerror(errno));
+static int swap_remove_stale(struct daemon *d)
+{
+	char err[512];
+
+	swap_locks = calloc(d->nswap_dirs ? d->nswap_dirs : 1, sizeof(*swap_locks));
+	if (!swap_locks)
+		return -ENOMEM;
+	for (unsigned i = 0; i < d->nswap_dirs; i++) {
+		int r = swap_lock_take(d->swap_dirs[i].path, d->cfg->socket_dir, &swap_locks[i], err, sizeof(err));
+
+		if (r == -ENOENT) {
+			log_warn("%s; attaches with swap will fail until it exists", err);
 			continue;
 		}
-		while ((de = readdir(dp))) {
-			size_t n = strlen(de->d_name);
-			struct stat st;
-
-			if (strncmp(de->d_name, "spillway-", 9) || n < 14 || strcmp(de->d_name + n - 5, ".swap"))
-				continue;
-			if (fstatat(dirfd(dp), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
-				continue;
-			if (unlinkat(dirfd(dp), de->d_name, 0) < 0)
-				log_warn("swap dir %s: cannot remove stale swap file %s: %s", dir, de->d_name,
-					 strerror(errno));
-			else
-				log_info("swap dir %s: removed stale swap file %s (%lld bytes), left by a spillwayd that "
-					 "did not shut down", dir, de->d_name, (long long)st.st_blocks * 512);
+		if (r < 0) {
+			log_error("%s", err);
+			return r;
 		}
-		closedir(dp);
+		swap_lock_remove_stale(swap_locks[i]);
 	}
+	return 0;
+}
+
+static void swap_locks_release(struct daemon *d)
+{
+	for (unsigned i = 0; swap_locks && i < d->nswap_dirs; i++)
+		swap_locks[i] = swap_lock_release(swap_locks[i]);
+	free(swap_locks);
+	swap_locks = NULL;
 }
 
 static void on_uring(uv_poll_t *h, int status, int events)
@@ -421,17 +428,19 @@ int daemon_run(struct config *cfg, const char *config_path)
 		log_error("out of memory");
 		goto out;
 	}
+	/* The swap dirs' locks prove no other spillwayd uses them, so stale
+	 * files can go before the listeners exist; and everything a start
+	 * logs is logged before the first client can connect. */
+	r = swap_remove_stale(d);
+	if (r < 0)
+		goto out;
+	r = uring_start(d);
+	if (r < 0)
+		goto out;
 	r = control_listen(d);
 	if (r < 0)
 		goto out;
 	r = status_listen(d);
-	if (r < 0)
-		goto out;
-	/* Only now: the listeners proved no other spillwayd runs on this
-	 * socket.dir, whose swap files these could be. Nothing is accepted
-	 * before the loop runs, so the ring is there for the first attach. */
-	swap_remove_stale(d);
-	r = uring_start(d);
 	if (r < 0)
 		goto out;
 	uv_signal_start(&d->sig_term, on_stop, SIGTERM);
@@ -478,6 +487,7 @@ out:
 	/* Every pager is gone by now (sessions end in teardown, attaches
 	 * still on the threadpool end before uv_run returns). */
 	d->uring = uring_free(d->uring);
+	swap_locks_release(d);
 	swap_dirs_free(d);
 	r = uv_loop_close(&d->loop);
 	if (r < 0) {
