@@ -17,6 +17,7 @@
 #include "log.h"
 #include "notify.h"
 #include "region.h"
+#include "safedir.h"
 #include "swap.h"
 #include "swap-lock.h"
 #include "uring.h"
@@ -53,15 +54,55 @@ static int mkdir_p(const char *dir)
 	return 0;
 }
 
+/* socket.dir, opened and checked once (safedir.h); the sockets are made,
+ * re-moded and removed relative to it, never by name after the check. */
+static int socket_dirfd = -1;
+
+/* The socket's name inside socket.dir, and the address that reaches it
+ * through the checked descriptor: bind() and connect() take only a path,
+ * and /proc/self/fd/N/name resolves through the open directory itself.
+ * Without /proc, the path (the directory is not writable by others, so
+ * the name cannot be swapped under us). */
+static const char *socket_name(const char *path, struct sockaddr_un *sa)
+{
+	const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	int n = -1;
+
+	if (socket_dirfd >= 0 && access("/proc/self/fd", X_OK) == 0)
+		n = snprintf(sa->sun_path, sizeof(sa->sun_path), "/proc/self/fd/%d/%s", socket_dirfd, name);
+	if (n < 0 || (size_t)n >= sizeof(sa->sun_path))
+		snprintf(sa->sun_path, sizeof(sa->sun_path), "%s", path);
+	return name;
+}
+
+static void socket_unlink(const char *path)
+{
+	struct sockaddr_un sa;
+	const char *name = socket_name(path, &sa);
+
+	if (socket_dirfd >= 0)
+		unlinkat(socket_dirfd, name, 0);
+	else
+		unlink(path);
+}
+
 int daemon_listen_unix(struct daemon *d, const char *path, unsigned mode, bool set_group)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *name = socket_name(path, &sa);
+	int dfd = socket_dirfd >= 0 ? socket_dirfd : AT_FDCWD;
 	struct stat st;
 	mode_t old;
 	int fd, r;
 
-	strcpy(sa.sun_path, path);
-	if (lstat(path, &st) == 0) {
+	/* Both sockets follow socket.mode and socket.group: a status socket
+	 * wider than the control one would show the pool and every uid's
+	 * session count to users the operator kept out. */
+	mode &= d->cfg->socket_mode;
+	set_group = true;
+	if (dfd == AT_FDCWD)
+		name = path;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
 		if (!S_ISSOCK(st.st_mode)) {
 			log_error("%s exists and is not a socket; move it away or change socket.dir", path);
 			return -EEXIST;
@@ -75,7 +116,7 @@ int daemon_listen_unix(struct daemon *d, const char *path, unsigned mode, bool s
 		}
 		if (fd >= 0)
 			close(fd);
-		unlink(path); /* stale, from a daemon that did not shut down */
+		unlinkat(dfd, name, 0); /* stale, from a daemon that did not shut down */
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -89,8 +130,9 @@ int daemon_listen_unix(struct daemon *d, const char *path, unsigned mode, bool s
 		log_error("cannot bind %s: %s", path, strerror(-r));
 		goto fail;
 	}
-	if (chmod(path, mode) < 0 ||
-	    (set_group && d->cfg->socket_group && chown(path, (uid_t)-1, d->cfg->socket_gid) < 0)) {
+	if (fchmodat(dfd, name, mode, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    (set_group && d->cfg->socket_group &&
+	     fchownat(dfd, name, (uid_t)-1, d->cfg->socket_gid, AT_SYMLINK_NOFOLLOW) < 0)) {
 		r = -errno;
 		log_error("cannot set mode %04o%s%s on %s: %s", mode, set_group && d->cfg->socket_group ? " and group " : "",
 			  set_group && d->cfg->socket_group ? d->cfg->socket_group : "", path, strerror(-r));
@@ -104,7 +146,7 @@ int daemon_listen_unix(struct daemon *d, const char *path, unsigned mode, bool s
 	return fd;
 fail:
 	close(fd);
-	unlink(path);
+	unlinkat(dfd, name, 0);
 	return r;
 }
 
@@ -281,9 +323,9 @@ static void teardown(struct daemon *d)
 	if (d->status_poll.loop)
 		uv_close((uv_handle_t *)&d->status_poll, NULL);
 	if (d->control_fd >= 0)
-		unlink(d->control_path);
+		socket_unlink(d->control_path);
 	if (d->status_fd >= 0)
-		unlink(d->status_path);
+		socket_unlink(d->status_path);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);
 	uv_close((uv_handle_t *)&d->sig_int, NULL);
 	uv_close((uv_handle_t *)&d->sig_hup, NULL);
@@ -423,6 +465,16 @@ int daemon_run(struct config *cfg, const char *config_path)
 		log_error("cannot create socket.dir %s: %s", cfg->socket_dir, strerror(-r));
 		goto out;
 	}
+	{
+		char err[512];
+
+		r = safedir_open("socket.dir", cfg->socket_dir, err, sizeof(err));
+		if (r < 0) {
+			log_error("%s", err);
+			goto out;
+		}
+		socket_dirfd = r;
+	}
 	r = swap_dirs_copy(d, cfg);
 	if (r < 0) {
 		log_error("out of memory");
@@ -484,6 +536,9 @@ out:
 		close(d->status_fd);
 	if (d->spare_fd >= 0)
 		close(d->spare_fd);
+	if (socket_dirfd >= 0)
+		close(socket_dirfd);
+	socket_dirfd = -1;
 	/* Every pager is gone by now (sessions end in teardown, attaches
 	 * still on the threadpool end before uv_run returns). */
 	d->uring = uring_free(d->uring);
