@@ -21,7 +21,7 @@ struct guard {
 static __thread struct guard *volatile current;
 static struct sigaction previous;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static int init_error = -ENXIO;
+static int init_error;
 
 static bool guarded(const struct guard *g, uintptr_t a)
 {
@@ -86,7 +86,7 @@ int safemem_copy(void *dst, const void *src, size_t n)
 {
 	struct guard g;
 
-	if (init_error)
+	if (safemem_init() < 0)
 		return init_error;
 	if (n == 0)
 		return 0;
@@ -103,7 +103,7 @@ int safemem_zero(void *p, size_t n)
 {
 	struct guard g;
 
-	if (init_error)
+	if (safemem_init() < 0)
 		return init_error;
 	if (n == 0)
 		return 0;
@@ -121,7 +121,7 @@ int safemem_crc32c(uint32_t *crc, const void *p, size_t n)
 	struct guard g;
 	volatile uint32_t c = *crc;
 
-	if (init_error)
+	if (safemem_init() < 0)
 		return init_error;
 	arm(&g, p, n, NULL, 0);
 	if (sigsetjmp(g.jb, 1))
@@ -138,7 +138,7 @@ int safemem_probe(const void *p, size_t n)
 	struct guard g;
 	const volatile uint8_t *b = p;
 
-	if (init_error)
+	if (safemem_init() < 0)
 		return init_error;
 	arm(&g, p, n, NULL, 0);
 	if (sigsetjmp(g.jb, 1))

@@ -21,21 +21,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Installs the SIGBUS handler (once per process; later calls do nothing).
- * Returns 0 or -errno from sigaction. */
+/* Installs the SIGBUS handler (once per process; later calls do nothing;
+ * every accessor below calls it first). Returns 0 or -errno from
+ * sigaction, which the accessors then return too. */
 int safemem_init(void);
 
 /* Copies n bytes between private memory and client-shared memory (either
  * side may be the shared one; both are guarded). Returns 0, or -EFAULT when
  * a page of either range could not be faulted in (the copy is then
- * partial), or -ENXIO when safemem_init() was not called. */
+ * partial), or the error of safemem_init(). */
 int safemem_copy(void *dst, const void *src, size_t n);
 
-/* Stores n zero bytes at p, guarded. 0, -EFAULT or -ENXIO as above. */
+/* Stores n zero bytes at p, guarded. 0, -EFAULT or safemem_init()'s error. */
 int safemem_zero(void *p, size_t n);
 
 /* CRC-32C of n bytes at p, guarded; *crc in, result out (crc32c()'s
- * chaining). 0, -EFAULT or -ENXIO as above. */
+ * chaining). 0, -EFAULT or safemem_init()'s error. */
 int safemem_crc32c(uint32_t *crc, const void *p, size_t n);
 
 /* Reads every page of [p, p+n) once, guarded: 0 when all of it can be
