@@ -95,7 +95,7 @@ int swap_lock_take(const char *dir, const char *socket_dir, struct swap_lock **r
 		return -ENOMEM;
 	}
 	l->fd = -1;
-	l->dirfd = safedir_open("swap dir", dir, err, errlen);
+	l->dirfd = safedir_open("swap.dirs entry", dir, err, errlen);
 	if (l->dirfd < 0) {
 		r = l->dirfd;
 		l->dirfd = -1;

@@ -115,7 +115,7 @@ static void test_swap_dir(void)
 	snprintf(cfg, sizeof(cfg), "{\"socket\": {\"dir\": \"@DIR@\"}, \"pool\": {\"max_bytes\": \"64MiB\", "
 		 "\"require_locked\": false}, \"swap\": {\"dirs\": [{\"path\": \"%s\", \"max_bytes\": \"1GiB\"}]}}", dir);
 	ASSERT_GT(refused(cfg), 0);
-	ASSERT_CONTAINS(read_log(), "swap dir");
+	ASSERT_CONTAINS(read_log(), "swap.dirs entry");
 	ASSERT_CONTAINS(read_log(), "is writable by its group (mode 0770)");
 	snprintf(p, sizeof(p), "%s/spillway.lock", dir);
 	ASSERT_NE(access(p, F_OK), 0);
