@@ -20,17 +20,27 @@ struct swap_lock {
 	char previous[160]; /* what the lock file said before we took it */
 };
 
-/* What a holder wrote: "pid N\nsocket.dir PATH\n", read for messages only. */
+/* What a holder wrote: "pid N\nsocket.dir PATH\n", read for messages
+ * only, as one line ("pid N, socket.dir PATH") of printable ASCII. */
 static void read_holder(int fd, char *buf, size_t len)
 {
-	ssize_t n = pread(fd, buf, len - 1, 0);
+	char raw[160];
+	ssize_t n = pread(fd, raw, sizeof(raw) - 1, 0);
+	size_t o = 0;
 
-	buf[n > 0 ? n : 0] = '\0';
-	for (char *p = buf; *p; p++)
-		if (*p == '\n')
-			*p = *(p + 1) ? ',' : '\0';
-		else if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
-			*p = '?';
+	for (ssize_t i = 0; i < n && o + 3 < len; i++) {
+		unsigned char c = (unsigned char)raw[i];
+
+		if (c == '\n') {
+			if (i + 1 < n) {
+				buf[o++] = ',';
+				buf[o++] = ' ';
+			}
+		} else {
+			buf[o++] = c >= 0x20 && c <= 0x7e ? (char)c : '?';
+		}
+	}
+	buf[o] = '\0';
 }
 
 /* Takes the lock on the file the name points to now. A releasing daemon
