@@ -12,8 +12,13 @@
  * returns -EFAULT. A SIGBUS anywhere else is not ours: the previous
  * disposition runs (the default kills the process, as before).
  *
- * Zero-filling needs no store at all: safemem_punch() hands the pages back
- * to the kernel, and the next touch (by client, daemon or DMA) finds zeros.
+ * On ordinary shmem, zero-filling needs no store at all: safemem_punch()
+ * hands the pages back and the next touch (client, daemon or DMA) finds
+ * zeros. Not on hugetlb: a punched hugepage goes back to the pool, another
+ * process may take it, and the next touch is the very SIGBUS (and the
+ * punch works in whole hugepages only); zero those with safemem_zero().
+ * Punching a whole hugetlb region at release is right: nothing touches it
+ * again.
  */
 #ifndef SPW_DAEMON_SAFEMEM_H
 #define SPW_DAEMON_SAFEMEM_H
