@@ -15,6 +15,7 @@
 
 #include "config.h"
 #include "daemon-config.h"
+#include "json-strict.h"
 #include "log.h"
 #include "spw-proto.h"
 #include "spw-ring.h"
@@ -666,7 +667,18 @@ int config_parse(const char *json, size_t len, const char *origin, struct config
 		goto out;
 	if (json) {
 		const cJSON *sec;
+		const char *why = NULL;
+		size_t at = 0;
 
+		/* cJSON ignores trailing data and takes leading zeros and raw
+		 * control characters; refuse what is not JSON before it looks. */
+		if (json_strict_check(json, len, &at, &why) < 0) {
+			unsigned line, col;
+
+			json_strict_position(json, len, at, &line, &col);
+			r = fail(&e, "not valid JSON (line %u, column %u): %s", line, col, why);
+			goto out;
+		}
 		root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
 		if (!root) {
 			size_t off = end && end >= json ? (size_t)(end - json) : 0;

@@ -21,7 +21,9 @@
 #include "region.h"
 #include "spw-proto.h"
 #include "status.h"
+#include "safedir.h"
 #include "swap.h"
+#include "swap-lock.h"
 #include "uring.h"
 
 /* socket.dir/name into buf; -ENAMETOOLONG when it does not fit. */
@@ -57,16 +59,56 @@ static int mkdir_p(const char *dir)
 	return 0;
 }
 
+/* socket.dir, opened and checked once (safedir.h); the sockets are made,
+ * re-moded and removed relative to it, never by name after the check. */
+static int socket_dirfd = -1;
+
+/* The socket's name inside socket.dir, and the address that reaches it
+ * through the checked descriptor: bind() and connect() take only a path,
+ * and /proc/self/fd/N/name resolves through the open directory itself.
+ * Without /proc, the path (the directory is not writable by others, so
+ * the name cannot be swapped under us). */
+static const char *socket_name(const char *path, struct sockaddr_un *sa)
+{
+	const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	int n = -1;
+
+	if (socket_dirfd >= 0 && access("/proc/self/fd", X_OK) == 0)
+		n = snprintf(sa->sun_path, sizeof(sa->sun_path), "/proc/self/fd/%d/%s", socket_dirfd, name);
+	if (n < 0 || (size_t)n >= sizeof(sa->sun_path))
+		snprintf(sa->sun_path, sizeof(sa->sun_path), "%s", path);
+	return name;
+}
+
+static void socket_unlink(const char *path)
+{
+	struct sockaddr_un sa;
+	const char *name = socket_name(path, &sa);
+
+	if (socket_dirfd >= 0)
+		unlinkat(socket_dirfd, name, 0);
+	else
+		unlink(path);
+}
+
 /* Creates a listening unix socket at path with mode and group. */
 static int daemon_listen_unix(struct daemon *d, const char *path, unsigned mode, bool set_group)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *name = socket_name(path, &sa);
+	int dfd = socket_dirfd >= 0 ? socket_dirfd : AT_FDCWD;
 	struct stat st;
 	mode_t old;
 	int fd, r;
 
-	strcpy(sa.sun_path, path);
-	if (lstat(path, &st) == 0) {
+	/* Both sockets follow socket.mode and socket.group: a status socket
+	 * wider than the control one would show the pool and every uid's
+	 * session count to users the operator kept out. */
+	mode &= d->cfg->socket_mode;
+	set_group = true;
+	if (dfd == AT_FDCWD)
+		name = path;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
 		if (!S_ISSOCK(st.st_mode)) {
 			log_error("%s exists and is not a socket; move it away or change socket.dir", path);
 			return -EEXIST;
@@ -80,7 +122,7 @@ static int daemon_listen_unix(struct daemon *d, const char *path, unsigned mode,
 		}
 		if (fd >= 0)
 			close(fd);
-		unlink(path); /* stale, from a daemon that did not shut down */
+		unlinkat(dfd, name, 0); /* stale, from a daemon that did not shut down */
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -94,8 +136,9 @@ static int daemon_listen_unix(struct daemon *d, const char *path, unsigned mode,
 		log_error("cannot bind %s: %s", path, strerror(-r));
 		goto fail;
 	}
-	if (chmod(path, mode) < 0 ||
-	    (set_group && d->cfg->socket_group && chown(path, (uid_t)-1, d->cfg->socket_gid) < 0)) {
+	if (fchmodat(dfd, name, mode, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    (set_group && d->cfg->socket_group &&
+	     fchownat(dfd, name, (uid_t)-1, d->cfg->socket_gid, AT_SYMLINK_NOFOLLOW) < 0)) {
 		r = -errno;
 		log_error("cannot set mode %04o%s%s on %s: %s", mode, set_group && d->cfg->socket_group ? " and group " : "",
 			  set_group && d->cfg->socket_group ? d->cfg->socket_group : "", path, strerror(-r));
@@ -109,7 +152,7 @@ static int daemon_listen_unix(struct daemon *d, const char *path, unsigned mode,
 	return fd;
 fail:
 	close(fd);
-	unlink(path);
+	unlinkat(dfd, name, 0);
 	return r;
 }
 
@@ -207,37 +250,43 @@ void daemon_update_status(struct daemon *d)
 
 /* No session survives a restart (yet), so every swap file of this naming
  * in the configured directories is left over from a daemon that was
- * killed: remove it, or its space stays reserved against max_bytes. The
- * directories are this daemon's alone (docs/nvme-tier.md). */
-static void swap_remove_stale(struct daemon *d)
-{
-	for (unsigned i = 0; i < d->nswap_dirs; i++) {
-		const char *dir = d->swap_dirs[i].path;
-		DIR *dp = opendir(dir);
-		struct dirent *de;
+ * killed: remove it, or its space stays reserved against max_bytes. But
+ * only once this daemon holds the directory's lock (swap-lock.h): a live
+ * spillwayd on another socket.dir holds it, and starting is refused with
+ * its pid instead of deleting its files. The locks are held until exit.
+ * A directory that does not exist yet stays unlocked (as before, attaches
+ * with swap fail until it exists). */
+static struct swap_lock **swap_locks;
 
-		if (!dp) {
-			log_warn("swap dir %s: cannot read it: %s; attaches with swap will fail until it exists", dir,
-				 strerror(errno));
+static int swap_remove_stale(struct daemon *d)
+{
+	char err[512];
+
+	swap_locks = calloc(d->nswap_dirs ? d->nswap_dirs : 1, sizeof(*swap_locks));
+	if (!swap_locks)
+		return -ENOMEM;
+	for (unsigned i = 0; i < d->nswap_dirs; i++) {
+		int r = swap_lock_take(d->swap_dirs[i].path, d->cfg->socket_dir, &swap_locks[i], err, sizeof(err));
+
+		if (r == -ENOENT) {
+			log_warn("%s; attaches with swap will fail until it exists", err);
 			continue;
 		}
-		while ((de = readdir(dp))) {
-			size_t n = strlen(de->d_name);
-			struct stat st;
-
-			if (strncmp(de->d_name, "spillway-", 9) || n < 14 || strcmp(de->d_name + n - 5, ".swap"))
-				continue;
-			if (fstatat(dirfd(dp), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
-				continue;
-			if (unlinkat(dirfd(dp), de->d_name, 0) < 0)
-				log_warn("swap dir %s: cannot remove stale swap file %s: %s", dir, de->d_name,
-					 strerror(errno));
-			else
-				log_info("swap dir %s: removed stale swap file %s (%lld bytes), left by a spillwayd that "
-					 "did not shut down", dir, de->d_name, (long long)st.st_blocks * 512);
+		if (r < 0) {
+			log_error("%s", err);
+			return r;
 		}
-		closedir(dp);
+		swap_lock_remove_stale(swap_locks[i]);
 	}
+	return 0;
+}
+
+static void swap_locks_release(struct daemon *d)
+{
+	for (unsigned i = 0; swap_locks && i < d->nswap_dirs; i++)
+		swap_locks[i] = swap_lock_release(swap_locks[i]);
+	free(swap_locks);
+	swap_locks = NULL;
 }
 
 static void on_uring(uv_poll_t *h, int status, int events)
@@ -326,9 +375,9 @@ static void teardown(struct daemon *d)
 	if (d->status.poll.loop)
 		uv_close((uv_handle_t *)&d->status.poll, NULL);
 	if (d->control.fd >= 0)
-		unlink(d->control.path);
+		socket_unlink(d->control.path);
 	if (d->status.fd >= 0)
-		unlink(d->status.path);
+		socket_unlink(d->status.path);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);
 	uv_close((uv_handle_t *)&d->sig_int, NULL);
 	uv_close((uv_handle_t *)&d->sig_hup, NULL);
@@ -468,22 +517,34 @@ int daemon_run(struct config *cfg, const char *config_path)
 		log_error("cannot create socket.dir %s: %s", cfg->socket_dir, strerror(-r));
 		goto out;
 	}
+	{
+		char err[512];
+
+		r = safedir_open("socket.dir", cfg->socket_dir, err, sizeof(err));
+		if (r < 0) {
+			log_error("%s", err);
+			goto out;
+		}
+		socket_dirfd = r;
+	}
 	r = swap_dirs_copy(d, cfg);
 	if (r < 0) {
 		log_error("out of memory");
 		goto out;
 	}
+	/* The swap dirs' locks prove no other spillwayd uses them, so stale
+	 * files can go before the listeners exist; and everything a start
+	 * logs is logged before the first client can connect. */
+	r = swap_remove_stale(d);
+	if (r < 0)
+		goto out;
+	r = uring_start(d);
+	if (r < 0)
+		goto out;
 	r = control_listen(d);
 	if (r < 0)
 		goto out;
 	r = status_listen(d);
-	if (r < 0)
-		goto out;
-	/* Only now: the listeners proved no other spillwayd runs on this
-	 * socket.dir, whose swap files these could be. Nothing is accepted
-	 * before the loop runs, so the ring is there for the first attach. */
-	swap_remove_stale(d);
-	r = uring_start(d);
 	if (r < 0)
 		goto out;
 	uv_signal_start(&d->sig_term, on_stop, SIGTERM);
@@ -527,9 +588,13 @@ out:
 		close(d->status.fd);
 	if (d->spare_fd >= 0)
 		close(d->spare_fd);
+	if (socket_dirfd >= 0)
+		close(socket_dirfd);
+	socket_dirfd = -1;
 	/* Every pager is gone by now (sessions end in teardown, attaches
 	 * still on the threadpool end before uv_run returns). */
 	d->uring = uring_free(d->uring);
+	swap_locks_release(d);
 	swap_dirs_free(d);
 	r = uv_loop_close(&d->loop);
 	if (r < 0) {

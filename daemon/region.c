@@ -13,6 +13,7 @@
 #include "daemon-config.h"
 #include "log.h"
 #include "region.h"
+#include "safemem.h"
 
 #if SPW_HAVE_NUMA
 #include <numa.h>
@@ -266,8 +267,18 @@ struct region *region_free(struct region *r)
 			unlock_range(r->base, r->bytes);
 		munmap(r->base, r->bytes);
 	}
-	if (r->fd >= 0)
+	if (r->fd >= 0) {
+		/* The client may keep its copy of the memfd past detach, and
+		 * with it every page, locked or not, while the pool counts them
+		 * free. Punching the whole file frees them (and wipes the data)
+		 * whoever still holds it. */
+		int e = safemem_punch(r->fd, 0, r->bytes);
+
+		if (e < 0)
+			log_warn("region %zu bytes: cannot free its pages (fallocate PUNCH_HOLE: %s); a client that keeps "
+				 "the memfd keeps them", r->bytes, strerror(-e));
 		close(r->fd);
+	}
 	free(r);
 	return NULL;
 }

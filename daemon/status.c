@@ -275,5 +275,5 @@ out:
 int status_listen(struct daemon *d)
 {
 	/* Anyone may ask; what they see is filtered by uid. */
-	return daemon_listen(d, &d->status, "status.sock", "status", 0666, false, serve);
+	return daemon_listen(d, &d->status, "status.sock", "status", d->cfg->socket_mode, true, serve);
 }

@@ -17,6 +17,11 @@ spw_packages=(
 	python3 python3-cffi python3-torch python3-numpy
 )
 
+# For the fuzz step of scripts/test and for scripts/fuzz (libFuzzer comes
+# with clang's runtime). Optional: without them (and not root to install
+# them) scripts/test skips fuzzing, saying so; the corpus replays anyway.
+spw_fuzz_packages=(clang-14 libclang-rt-14-dev)
+
 # Installs whatever of "$@" is missing, once; prints what it does.
 install_missing() {
 	local missing=() p

@@ -97,7 +97,47 @@ static const struct bad bad[] = {
 	{ "{\"swap\": {\"session_bytes\": true}}", "swap.session_bytes", "wrong type" },
 	{ "{\"swap\": {\"session_bytes\": \"lots\"}}", "swap.session_bytes", "not a size" },
 	{ "{\"swap\": {\"size\": 1}}", "unknown key swap.size", "session_bytes" },
+	/* Strict JSON (issue 9, item 8): what cJSON would let through. */
+	{ "{\"log\": {\"level\": \"info\"}} {\"log\": {}}", "trailing data after the JSON value", "line 1, column 28" },
+	{ "{\"log\": {\"level\": \"info\"}}x", "trailing data", "column 27" },
+	{ "{}\n\n  ]", "trailing data", "line 3, column 3" },
+	{ "{\"ring\": {\"poll_us\": 010}}", "a number with a leading zero", "column 23" },
+	{ "{\"ring\": {\"poll_us\": -00}}", "leading zero", "line 1" },
+	{ "{\"ring\": {\"poll_us\": 1.}}", "no digits after the decimal point", "" },
+	{ "{\"ring\": {\"poll_us\": +1}}", "not a JSON value", "" },
+	{ "{\"socket\": {\"dir\": \"/tmp/a\nb\"}}", "a raw control character in a string", "line 1, column 27" },
+	{ "{\"socket\": {\"dir\": \"/tmp/a\tb\"}}", "raw control character", "" },
+	{ "{\"socket\": {\"dir\": \"/tmp/\x1b[31m\"}}", "raw control character", "" },
+	{ "{\"socket\": {\"dir\": \"/tmp/\xff\"}}", "invalid UTF-8", "" },
+	{ "{\"socket\": {\"dir\": \"/tmp/\xc3\"}}", "a cut multibyte character", "" },
+	{ "{\"socket\": {\"dir\": \"/tmp/\xc0\xaf\"}}", "invalid UTF-8", "" },
+	{ "{\"socket\": {\"dir\": \"/tmp/\xed\xa0\x80\"}}", "surrogate", "" },
+	{ "{\"socket\": {\"dir\": \"/tmp/\\x\"}}", "an unknown escape", "" },
+	{ "{\"socket\": {\"dir\": \"/tmp/\\u12\"}}", "four hex digits", "" },
+	{ "{\"log\": {\"level\": \"info\",}}", "object key that is not a string", "" },
+	{ "{\"log\" {}}", "missing ':'", "" },
+	{ "{\"log\": {\"level\": \"info\"}", "without its closing '}'", "" },
 };
+
+/* Strict JSON still takes every valid spelling. */
+static void test_strict_accepts(void)
+{
+	static const char *const ok[] = {
+		" \t\r\n{\"log\": {\"level\": \"info\"}}\n\n",
+		"{\"socket\": {\"dir\": \"/tmp/caf\xc3\xa9-\\u00e9\\/\\\"q\\\"\"}}",
+		"{\"ring\": {\"poll_us\": 0}, \"pool\": {\"max_bytes\": 1.073741824e9, \"numa_node\": 0}}",
+		"{\"swap\": {\"dirs\": [], \"prefetch_window\": 1E1}}",
+	};
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		struct config *c = NULL;
+		char err[1024] = "";
+
+		if (config_parse(ok[i], strlen(ok[i]), "ok.json", &c, err, sizeof(err)) < 0)
+			TEST_FAIL("config %s refused: %s", ok[i], err);
+		config_free(c);
+	}
+}
 
 static void test_refusals(void)
 {
@@ -235,6 +275,7 @@ static void test_binary(void)
 int main(void)
 {
 	test_refusals();
+	test_strict_accepts();
 	test_swap_dir_count();
 	test_defaults_and_good();
 	test_sizes();
