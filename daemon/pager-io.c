@@ -9,6 +9,7 @@
 
 #include "crc32c.h"
 #include "pager-private.h"
+#include "safemem.h"
 
 static void io_done(struct uring_req *req, int res);
 
@@ -37,7 +38,14 @@ void pager_io_write(struct pager *p, struct ppage *pg)
 {
 	/* The checksum of what goes out; it becomes the page's only if the
 	 * write succeeds and nobody re-dirtied the page meanwhile. */
-	pg->wcrc = crc32c(0, slot_addr(p, pg->slot), p->c.page_size);
+	uint32_t crc = 0;
+
+	/* A slot the client punched cannot be summed: the write goes out with
+	 * a checksum no data matches, so a later read fails (-EBADMSG) rather
+	 * than hand out what the kernel wrote from the hole. */
+	if (safemem_crc32c(&crc, slot_addr(p, pg->slot), p->c.page_size) < 0)
+		crc = ~pg->crc;
+	pg->wcrc = crc;
 	pg->state = PAGER_WRITING;
 	pg->flags &= (uint8_t)~F_REDIRTY;
 	p->nwriting++;
@@ -55,8 +63,10 @@ static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int r
 
 	p->nreading--;
 	if (res == 0) {
-		uint32_t got = crc32c(0, slot_addr(p, pg->slot), p->c.page_size);
+		uint32_t got = 0;
 
+		if (safemem_crc32c(&got, slot_addr(p, pg->slot), p->c.page_size) < 0)
+			got = ~pg->crc; /* the client punched the slot: never hand it out */
 		p->st.reads++;
 		p->st.read_bytes += p->c.page_size;
 		p->st.read_ns += dt;

@@ -156,6 +156,8 @@ static inline bool clean_victim(const struct ppage *pg)
 /* pager.c */
 __attribute__((format(printf, 2, 3)))
 void pager_set_msg(struct pager *p, const char *fmt, ...);
+/* -EFAULT with a message: op on pg found no memory behind its slot. */
+int pager_region_gone(struct pager *p, const char *op, const struct ppage *pg);
 uint32_t pager_wait_alloc(struct pager *p, uint64_t user_data);
 void pager_wait_append(struct pager *p, uint32_t *head, uint32_t *tail, uint32_t w);
 void pager_deliver_list(struct pager *p, uint32_t head, int32_t res);

@@ -5,10 +5,12 @@
  * read-ahead along the learned order, and write-behind while the ring has
  * room.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pager-private.h"
+#include "safemem.h"
 
 static int cand_cmp(const void *a, const void *b)
 {
@@ -60,8 +62,14 @@ static void serve_slot_waiters(struct pager *p)
 		pager_slot_assign(p, s, pg);
 		if (pg->flags & F_ONDISK) {
 			pager_io_read(p, pg);
+		} else if (safemem_zero(slot_addr(p, s), p->c.page_size) < 0) {
+			uint32_t n = pg->npending;
+
+			pager_region_gone(p, "pin", pg);
+			pager_slot_release(p, pg);
+			pager_pin_put(p, pg, n);
+			pager_deliver_page(p, pg, -EFAULT);
 		} else {
-			memset(slot_addr(p, s), 0, p->c.page_size);
 			pg->state = PAGER_CLEAN;
 			p->st.zero_fills++;
 			pager_deliver_page(p, pg, (int32_t)s);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "pager-private.h"
+#include "safemem.h"
 
 void pager_set_msg(struct pager *p, const char *fmt, ...)
 {
@@ -98,6 +99,18 @@ void pager_deliver_page(struct pager *p, struct ppage *pg, int32_t res)
 	pg->wait_head = pg->wait_tail = NONE;
 	pg->npending = 0;
 	pager_deliver_list(p, head, res);
+}
+
+/* The client removed memory from its own region (a punched or truncated
+ * memfd; on hugetlb a CPU touch would be SIGBUS): the operation fails with
+ * -EFAULT and a message; nothing was handed out. */
+int pager_region_gone(struct pager *p, const char *op, const struct ppage *pg)
+{
+	p->st.errors++;
+	pager_set_msg(p, "session '%s': %s of tensor '%s' page %u: the session's region has no memory behind "
+		      "slot %u (the client punched or truncated its region memfd)", p->session, op, tname(p, pg),
+		      pg->index, pg->slot);
+	return -EFAULT;
 }
 
 /* Claims: see "Slots and -ENOMEM" in pager.h. */
@@ -245,7 +258,11 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 		pager_slot_assign(p, s, pg);
 		if (pg->state == PAGER_ZERO) {
 			wait_release(p, w);
-			memset(slot_addr(p, s), 0, p->c.page_size);
+			if (safemem_zero(slot_addr(p, s), p->c.page_size) < 0) {
+				pager_slot_release(p, pg);
+				pager_pin_put(p, pg, 1);
+				return pager_region_gone(p, "pin", pg);
+			}
 			pg->state = PAGER_CLEAN;
 			p->st.zero_fills++;
 			pager_sched_pump(p, false);
@@ -442,11 +459,21 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 			uint32_t s = pager_take_slot(p, NO_LIMIT);
 
 			pager_slot_assign(p, s, pg);
-			memset(slot_addr(p, s), 0, p->c.page_size);
 			p->nclaim++;
 		}
 	}
 	p->npages += n;
+	/* A resident page starts as zeros. The slot is client memory: through
+	 * safemem, so a region punched under us fails this register alone. */
+	for (uint32_t i = 0; !swappable && i < n; i++) {
+		if (safemem_zero(slot_addr(p, t->pages[i].slot), p->c.page_size) < 0) {
+			int r2 = pager_region_gone(p, "register", &t->pages[i]);
+
+			snprintf(err, errlen, "%s", pager_last_error(p));
+			pager_tensor_remove(p, tid);
+			return r2;
+		}
+	}
 	*id = tid;
 	*npages = (uint32_t)n;
 	return 0;

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "pager.h"
 #include "region.h"
+#include "safemem.h"
 #include "session.h"
 #include "swap.h"
 
@@ -242,8 +243,12 @@ struct session *session_free(struct session *s)
 	free(s->tnames);
 	if (s->rings)
 		munmap(s->rings, s->layout.bytes);
-	if (s->rings_fd >= 0)
+	if (s->rings_fd >= 0) {
+		/* A client may keep the rings memfd after detach: free its
+		 * pages, or they stay alive outside every cap. */
+		safemem_punch(s->rings_fd, 0, 0);
 		close(s->rings_fd);
+	}
 	if (s->sq_evt >= 0)
 		close(s->sq_evt);
 	if (s->cq_evt >= 0)

@@ -41,12 +41,14 @@ int main(void)
 		ASSERT_OK(raw_attach(d.control, name, 16 * MiB, 1 * MiB, &s[i]));
 		memset(s[i].region, 0xA5, s[i].region_bytes);
 		ASSERT_UEQ(blocks_of(s[i].fds[SPW_ATTACH_FD_REGION]), s[i].region_bytes);
+		ASSERT_TRUE(blocks_of(s[i].fds[SPW_ATTACH_FD_RINGS]) > 0);
 		/* Detach, but keep every descriptor and both mappings. */
 		r = raw_request(s[i].ctl, "{\"type\":\"detach\"}");
 		ASSERT_TRUE(r != NULL);
 		ASSERT_EQ(raw_reply_errno(r), 0);
 		cJSON_Delete(r);
 		ASSERT_UEQ(blocks_of(s[i].fds[SPW_ATTACH_FD_REGION]), 0);
+		ASSERT_UEQ(blocks_of(s[i].fds[SPW_ATTACH_FD_RINGS]), 0);
 	}
 	st = raw_status(d.status);
 	ASSERT_EQ(raw_num(st, "pool.used_bytes"), 0);
