@@ -237,8 +237,15 @@ int raw_reap(struct raw_session *s, struct spw_cqe *cqe, int timeout_ms)
 		struct timespec ts;
 		uint64_t now;
 
+		/* More than a ring's worth: the daemon ended the session and
+		 * freed the rings' pages under us (they read as zeros). The
+		 * second look catches a free between the tail and the entry. */
+		if (tail - s->cq_head > s->l.cq_entries)
+			return -EPIPE;
 		if (tail != s->cq_head) {
 			*cqe = s->cqes[s->cq_head & (s->l.cq_entries - 1)];
+			if (__atomic_load_n(&s->cqh->tail, __ATOMIC_ACQUIRE) - s->cq_head > s->l.cq_entries)
+				return -EPIPE;
 			s->cq_head++;
 			/* Release: done reading the entry before handing it back. */
 			__atomic_store_n(&s->cqh->head, s->cq_head, __ATOMIC_RELEASE);

@@ -68,7 +68,8 @@ void raw_submit(struct raw_session *s, const struct spw_sqe *sqe);
 /* Publishes the tail only (for tests that write several entries). */
 void raw_publish(struct raw_session *s);
 /* Consumer side of the CQ: waits up to timeout_ms for one completion.
- * Returns 0 or -ETIMEDOUT. */
+ * Returns 0, -ETIMEDOUT, or -EPIPE when the rings were freed under it
+ * (the daemon ended the session and punched the rings memfd). */
 int raw_reap(struct raw_session *s, struct spw_cqe *cqe, int timeout_ms);
 /* Submit one op and wait for its completion; returns cqe.res. */
 int32_t raw_op(struct raw_session *s, uint8_t op, uint8_t flags, uint32_t tensor, uint32_t page);
