@@ -195,6 +195,15 @@ static int drain_cq(spw_client *c, struct matched *out, unsigned max)
 		uint32_t idx = (uint32_t)cqe.user_data, gen = (uint32_t)(cqe.user_data >> 32);
 		struct spw__tag *t;
 
+		/* A daemon that ends the session frees the rings' pages: they
+		 * read as zeros, which could pass for a completion of tag 0.
+		 * The tail moving back below the head after the copy says the
+		 * entry was read from freed pages. */
+		if (load_acquire(&r->cq_hdr->tail) - r->cq_head > r->cq_entries)
+			return spw__dead(c, spw__error(c, -ECONNRESET,
+						       "session %s: the daemon ended the session (its rings were freed)",
+						       c->session));
+
 		if (idx >= r->cq_entries || !r->tags[idx].in_use || r->tags[idx].gen != gen) {
 			store_release(&r->cq_hdr->head, r->cq_head);
 			return spw__dead(c, spw__error(c, -EPROTO,
