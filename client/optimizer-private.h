@@ -121,6 +121,7 @@ struct chunk {
 	uint32_t arrivals;      /* gradients this step (lock) */
 	bool busy;              /* job queued or in flight (lock) */
 	bool zeroed;            /* moments initialised (engine, between jobs) */
+	bool ordered;           /* in this step's arrival order (lock) */
 	uint64_t hinted_step;   /* engine */
 	double sumsq;           /* this step's gradient square sum (written by the engine) */
 	double *partial;        /* per tile */
@@ -136,6 +137,12 @@ struct tensor {
 	uint32_t id[R__N];
 	bool has_g;
 	bool frozen;            /* master weights only, never updated */
+	/* No gradient this step (spw_optimizer_grad_none; trainer): skipped
+	 * at end, as torch.optim skips a parameter whose .grad is None. */
+	bool none;
+	/* Steps it sat out: its bias correction uses step - lag, as torch
+	 * counts steps per parameter (trainer). */
+	uint64_t lag;
 	uint32_t nchunks;
 	struct chunk *chunks;
 	uint32_t pending;       /* jobs not done (lock) */
@@ -185,6 +192,7 @@ struct spw_optimizer {
 	bool in_step, started;
 	uint64_t step;
 	float loss_scale;
+	float grad_scale;       /* what the step's consts multiply gradients by */
 	float *lrs;
 	struct spw_adamw_consts *gconsts;
 	uint32_t *order, norder;        /* this step's arrival order (lock) */
@@ -242,6 +250,9 @@ static inline bool role_used(const struct tensor *t, unsigned r)
 /* Stores a formatted message in o->errmsg and returns err. */
 __attribute__((format(printf, 3, 4)))
 int spw__opt_error(spw_optimizer *o, int err, const char *fmt, ...);
+
+/* Whether a group's hyperparameters are in range (optimizer.c). */
+bool spw__group_ok(const struct spw_param_group *g);
 
 /* Rings the engine's eventfd. */
 void spw__opt_wake(spw_optimizer *o);

@@ -117,7 +117,7 @@ int spw__opt_after_stream(spw_optimizer *o, void *stream, struct spw__event *ev,
 	return 0;
 }
 
-static bool group_ok(const struct spw_param_group *g)
+bool spw__group_ok(const struct spw_param_group *g)
 {
 	return isfinite(g->lr) && g->lr >= 0.0f && g->beta1 >= 0.0f && g->beta1 < 1.0f &&
 	       g->beta2 >= 0.0f && g->beta2 < 1.0f && isfinite(g->eps) && g->eps >= 0.0f &&
@@ -155,7 +155,7 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 		return c ? spw__error(c, -EINVAL, "spw_optimizer_new: bad options (groups, mode, tier or a coefficient)")
 			 : -EINVAL;
 	for (i = 0; i < opts->ngroups; i++)
-		if (!group_ok(&opts->groups[i]))
+		if (!spw__group_ok(&opts->groups[i]))
 			return spw__error(c, -EINVAL, "spw_optimizer_new: param group %u: a hyperparameter is out of range", i);
 	r = spw_client_info(c, &info);
 	if (r < 0)
