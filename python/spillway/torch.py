@@ -45,22 +45,16 @@ import torch.optim
 from . import Optimizer as _SpwOptimizer
 from . import Session, SpillwayError
 from . import _lib as L
-from ._torch_state import LiveState, scaler_record, scaler_scale, scaler_stage
+from ._torch_amp import AmpMixin
+from ._torch_checks import _TYPES, f32 as _f32, check_flags as _check_flags, \
+    check_hparams as _check_hparams, check_param as _check_param
+from ._torch_state import LiveState, StateMixin
 
 __all__ = ["OffloadAdamW"]
 
-_TYPES = {torch.float32: L.TYPE_F32, torch.bfloat16: L.TYPE_BF16, torch.float16: L.TYPE_F16}
 _session_counter = itertools.count()
 _EALREADY = 114
 # Accepted as torch's defaults, refused when turned on.
-_OFF_FLAGS = {
-    "amsgrad": "spillway's kernels keep no max of exp_avg_sq",
-    "maximize": "spillway's kernels descend",
-    "capturable": "the update runs on CPU threads, outside any CUDA graph",
-    "differentiable": "the update runs outside autograd",
-    "foreach": "spillway runs its own fused kernels",
-    "fused": "spillway runs its own fused kernels (on the CPU)",
-}
 
 
 class _Entry:
@@ -90,7 +84,7 @@ def _spw_name(idx, name):
     return s[:200]
 
 
-class OffloadAdamW(torch.optim.Optimizer):
+class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     """torch.optim.AdamW whose fp32 master weights and moments live in
     spillway: tier 'cpu' (resident in the daemon's pinned memory) or 'nvme'
     (swapped to the daemon's NVMe tier).
@@ -389,26 +383,6 @@ class OffloadAdamW(torch.optim.Optimizer):
         e.acc = acc
         e.hooks.append(acc.register_hook(_make_accumulated_hook(me, er)))
 
-    def _snapshot(self, entries, masters):
-        """Reads the state of entries that have any out of spillway."""
-        snap = {}
-        if self._opt is None or self._step_no == 0:
-            return snap
-        self._opt.sync()
-        for e in entries:
-            if e.steps == 0:
-                continue  # its moments were never written: nothing to carry
-            m = self._read(e, L.STATE_EXP_AVG)
-            v = self._read(e, L.STATE_EXP_AVG_SQ)
-            master = self._read(e, L.STATE_PARAM) if masters else None
-            snap[e] = (master, m, v)
-        return snap
-
-    def _read(self, e, which):
-        out = torch.empty(e.numel, dtype=torch.float32)
-        self._opt.read(e.tid, which, out.data_ptr())
-        return out
-
     def _rebuild(self, entries, snapshot=None, params_changed=False):
         """Frees the spw optimizer and builds a new one for entries, carrying
         master weights and moments over (or those of snapshot)."""
@@ -509,6 +483,11 @@ class OffloadAdamW(torch.optim.Optimizer):
     def _on_accumulated(self, e):
         """After torch wrote p.grad in a backward: hand it over early."""
         if self._opt is None or e.tid is None or self._failed:
+            return
+        if self._ddp is not None:
+            # DDP's comm hook hands the averages over (spillway._torch_ddp).
+            from ._torch_ddp import on_accumulated
+            on_accumulated(self, self._ddp)
             return
         g = e.p.grad
         if g is None:
@@ -724,86 +703,6 @@ class OffloadAdamW(torch.optim.Optimizer):
         self._finish(self._end())
         return loss
 
-    def _step_scaled(self, scaler):
-        if self.mode != "exact":
-            raise RuntimeError("OffloadAdamW: GradScaler needs mode='exact': a step with inf/nan "
-                               "gradients must be skipped before Adam runs, and mode='overlapped' "
-                               "runs it during backward")
-        if self._dynamic:
-            raise RuntimeError("OffloadAdamW: loss_scale='dynamic' and a GradScaler both scale the "
-                               "loss; use one of them")
-        if not self._opt.can("spw_optimizer_set_loss_scale"):
-            raise NotImplementedError("OffloadAdamW: GradScaler needs spw_optimizer_set_loss_scale() "
-                                      "in libspillway, which %s lacks" % L.library_path())
-        unscaled, found_inf = scaler_stage(scaler, self)
-        if self._ended is not None:
-            if not unscaled:
-                raise RuntimeError("OffloadAdamW: clip_grad_norm_() ran on gradients GradScaler had "
-                                   "not unscaled; call scaler.unscale_(opt) before it")
-            self._check_since_end("clip_grad_norm_()")
-            self._finish(self._ended)
-            return
-        if found_inf:
-            # unscale_ found inf/nan: torch skips the step. Whatever was
-            # handed over is dropped, and nothing is left half-open.
-            if self._in_step:
-                for e in self._entries:
-                    self._grad_none(e)
-                self._finish(self._end())
-            return
-        if not self._in_step and all(e.p.grad is None for e in self._entries):
-            scaler_record(scaler, self, False)
-            return
-        self._open_step()
-        self._settle()
-        self._opt.set_loss_scale(1.0 if unscaled else scaler_scale(scaler))
-        res = self._end()
-        if not unscaled:
-            scaler_record(scaler, self, res.nonfinite)
-        self._finish(res)
-
-    @torch.no_grad()
-    def clip_grad_norm_(self, max_norm, norm_type=2.0, error_if_nonfinite=False):
-        """As torch.nn.utils.clip_grad_norm_(params, max_norm) on this
-        optimizer's parameters (exact mode): returns the total L2 norm of the
-        gradients, as a tensor, computed in spillway's own pass over them.
-        The clipping is applied inside spillway's update: p.grad is left as
-        it is, and the step is ended here (step() then only waits), so change
-        no gradient between this and step()."""
-        max_norm = float(max_norm)
-        if float(norm_type) != 2.0:
-            raise ValueError("OffloadAdamW.clip_grad_norm_: only norm_type=2 (spillway sums squares)")
-        if not (max_norm > 0 and math.isfinite(max_norm)):
-            raise ValueError("OffloadAdamW.clip_grad_norm_: max_norm must be finite and > 0, not %r"
-                             % max_norm)
-        if self.mode != "exact":
-            raise RuntimeError("OffloadAdamW.clip_grad_norm_ needs mode='exact': mode='overlapped' "
-                               "runs Adam during backward, before the global norm is known "
-                               "(clip_coef= clips by a fixed coefficient)")
-        self._usable()
-        if not self._opt.can("spw_optimizer_set_clip"):
-            raise NotImplementedError("OffloadAdamW.clip_grad_norm_ needs spw_optimizer_set_clip() "
-                                      "in libspillway, which %s lacks" % L.library_path())
-        if self._ended is not None:
-            raise RuntimeError("OffloadAdamW.clip_grad_norm_: called twice before step()")
-        dev = self._entries[0].p.device
-        if not self._in_step and all(e.p.grad is None for e in self._entries):
-            return torch.zeros((), device=dev)
-        self._open_step()
-        self._settle()
-        self._opt.set_clip(max_norm)
-        try:
-            res = self._end()
-        finally:
-            self._opt.set_clip(float(self.max_grad_norm or 0.0))
-        self._ended = res
-        if error_if_nonfinite and not math.isfinite(res.grad_norm):
-            raise RuntimeError("The total norm of order 2.0 for gradients from `parameters` is "
-                               "non-finite, so it cannot be clipped. To disable this error and "
-                               "scale the gradients by the non-finite norm anyway, set "
-                               "`error_if_nonfinite=False`")
-        return torch.tensor(res.grad_norm, dtype=torch.float32, device=dev)
-
     def zero_grad(self, *args, **kwargs):
         """As torch's. In mode='overlapped', gradients handed over since the
         last step are already applied: zeroing them then raises."""
@@ -817,98 +716,6 @@ class OffloadAdamW(torch.optim.Optimizer):
                            % (", ".join(applied[:3]), " and %d more" % (len(applied) - 3)
                               if len(applied) > 3 else ""))
         return super().zero_grad(*args, **kwargs)
-
-    # ------------------------------------------------------------ loss scale
-
-    @property
-    def loss_scale(self):
-        """The loss scale of the next step (1.0 when none is set)."""
-        return self._scale
-
-    def scale_loss(self, loss):
-        """loss * loss_scale: backward on this with loss_scale set."""
-        return loss * self._scale
-
-    # ------------------------------------------------------------ state
-
-    def _state_of(self, e):
-        if self._in_step:
-            raise RuntimeError("OffloadAdamW: the state is read between steps, not between "
-                               "backward and step()")
-        self._usable()
-        self._opt.sync()
-        s = {"step": torch.tensor(float(e.steps)),
-             "exp_avg": self._read(e, L.STATE_EXP_AVG).view_as(e.p),
-             "exp_avg_sq": self._read(e, L.STATE_EXP_AVG_SQ).view_as(e.p)}
-        if e.p.dtype != torch.float32:
-            s["master"] = self._read(e, L.STATE_PARAM).view_as(e.p)
-        return s
-
-    def state_dict(self):
-        """torch.optim.AdamW's format (loadable into it), read out of
-        spillway: moments in fp32 whatever the parameters' type (torch's
-        load_state_dict casts them), 16-bit parameters with their fp32
-        'master'."""
-        if self._in_step:
-            raise RuntimeError("OffloadAdamW: state_dict() between backward and step()")
-        self._usable()
-        return super().state_dict()
-
-    def load_state_dict(self, state_dict):
-        """Loads a state_dict of OffloadAdamW or torch.optim.AdamW: groups'
-        hyperparameters, each parameter's step, and its moments (fp32 as
-        given, not cast to the parameter's type) pushed into spillway."""
-        if self._in_step:
-            raise RuntimeError("OffloadAdamW: load_state_dict() between backward and step()")
-        self._usable()
-        states = state_dict.get("state", {})
-        moments = False
-        for k, s in states.items():
-            if "exp_avg" in s or "exp_avg_sq" in s:
-                moments = True
-                if "exp_avg" not in s or "exp_avg_sq" not in s:
-                    raise ValueError("OffloadAdamW.load_state_dict: state of parameter %s lacks "
-                                     "exp_avg or exp_avg_sq" % (k,))
-            if s.get("max_exp_avg_sq") is not None:
-                raise ValueError("OffloadAdamW.load_state_dict: state of parameter %s is AMSGrad's"
-                                 % (k,))
-        saved_groups = state_dict.get("param_groups", [])
-        for i, g in enumerate(saved_groups):
-            _check_flags(g, "OffloadAdamW.load_state_dict: param group %d" % i)
-            _check_hparams(g.get("lr", 0.0), g.get("betas", (0.9, 0.999)), g.get("eps", 1e-8),
-                           g.get("weight_decay", 0.0), "param group %d" % i)
-        if moments and not L.has("spw_optimizer_write"):
-            raise NotImplementedError(
-                "OffloadAdamW.load_state_dict: pushing exp_avg/exp_avg_sq into spillway needs "
-                "spw_optimizer_write(), which this libspillway (%s) lacks; only a state_dict "
-                "without moments (before any step) can be loaded" % L.library_path())
-        kept_groups = self.param_groups
-        super().load_state_dict(state_dict)
-        self.__dict__.pop("state", None)  # torch's cast copy; the originals are read below
-        saved_ids = itertools.chain.from_iterable(g["params"] for g in saved_groups)
-        mine = itertools.chain.from_iterable(g["params"] for g in self.param_groups)
-        by_param = {id(p): states.get(k) for k, p in zip(saved_ids, mine)}
-        snapshot, steps = {}, {}
-        for e in self._entries:
-            s = by_param.get(id(e.p))
-            steps[e] = int(float(s["step"])) if s and "step" in s else 0
-            if not s or "exp_avg" not in s:
-                continue
-            master = s.get("master") if e.p.dtype != torch.float32 else None
-            snapshot[e] = (None if master is None else _f32(master), _f32(s["exp_avg"]),
-                           _f32(s["exp_avg_sq"]))
-        prev = self._step_no, {e: e.steps for e in self._entries}
-        self._step_no = max(steps.values(), default=0)
-        for e in self._entries:
-            e.steps = steps[e]
-        try:
-            self._rebuild(self._entries, snapshot=snapshot)
-        except Exception:
-            self.param_groups = kept_groups
-            self._step_no = prev[0]
-            for e in self._entries:
-                e.steps = prev[1].get(e, 0)
-            raise
 
     # ------------------------------------------------------------ misc
 
@@ -960,10 +767,6 @@ def _remove_hooks(e):
     e.acc = None
 
 
-def _f32(t):
-    return t.detach().to("cpu", torch.float32).contiguous().view(-1)
-
-
 def _make_accumulated_hook(opt_ref, entry_ref):
     def hook(grad_inputs, grad_outputs):
         opt, e = opt_ref(), entry_ref()
@@ -979,43 +782,3 @@ def _make_average_hook(opt_ref, entry_ref):
             return None
         return opt._on_grad(e, grad)
     return hook
-
-
-def _check_flags(d, where):
-    for k, why in _OFF_FLAGS.items():
-        if d.get(k):
-            raise ValueError("%s: %s=%r is not supported (%s); leave it %s"
-                             % (where, k, d[k], why, "None" if k in ("foreach", "fused") else "False"))
-
-
-def _check_param(name, p):
-    label = "%s %s" % (name, tuple(p.shape))
-    if p.layout != torch.strided:
-        raise ValueError("OffloadAdamW: parameter %s is sparse (%s); spillway serves dense "
-                         "parameters" % (label, p.layout))
-    if not p.is_floating_point():
-        raise ValueError("OffloadAdamW: parameter %s is %s, not floating point; Adam updates "
-                         "float32, bfloat16 and float16 parameters" % (label, p.dtype))
-    if p.dtype not in _TYPES:
-        raise ValueError("OffloadAdamW: parameter %s is %s; libspillway serves float32, bfloat16 "
-                         "and float16 parameters" % (label, p.dtype))
-    if p.device.type not in ("cpu", "cuda"):
-        raise ValueError("OffloadAdamW: parameter %s is on device %s; libspillway serves cpu "
-                         "(host backend) and cuda" % (label, p.device))
-    if not p.is_leaf:
-        raise ValueError("OffloadAdamW: parameter %s is not a leaf tensor" % label)
-    if not p.is_contiguous():
-        raise ValueError("OffloadAdamW: parameter %s is not contiguous; spillway writes updated "
-                         "parameters into one contiguous buffer" % label)
-
-
-def _check_hparams(lr, betas, eps, weight_decay, where):
-    try:
-        b1, b2 = betas
-        ok = (0.0 <= float(lr) and math.isfinite(float(lr)) and 0.0 <= float(b1) < 1.0
-              and 0.0 <= float(b2) < 1.0 and 0.0 <= float(eps) and 0.0 <= float(weight_decay))
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError("OffloadAdamW: %s: invalid hyperparameters lr=%r betas=%r eps=%r "
-                         "weight_decay=%r" % (where, lr, betas, eps, weight_decay))
