@@ -192,6 +192,8 @@ struct spw_optimizer {
 	bool in_step, started;
 	uint64_t step;
 	float loss_scale;
+	uint32_t wait_timeout_ms;
+	int daemon_pid;         /* the control socket's peer, 0 when unknown */
 	float grad_scale;       /* what the step's consts multiply gradients by */
 	float *lrs;
 	struct spw_adamw_consts *gconsts;
@@ -230,11 +232,21 @@ struct spw_optimizer {
 	char errmsg[SPW__ERRMSG_MAX];
 };
 
-/* Waits, lock held, until cond holds or the optimizer is broken. */
-#define WAIT_UNTIL(opt, pred)                                           \
+/*
+ * Waits on o->cond once, lock held, for at most the no-progress timeout
+ * (every change to the state the trainer waits on broadcasts o->cond, so
+ * a wake counts as progress). On timeout the optimizer is broken with a
+ * message naming what (printf-style) and the daemon.
+ */
+void spw__opt_wait_locked(spw_optimizer *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Waits, lock held, until pred holds, the optimizer is broken, or no
+ * progress came for o->wait_timeout_ms (which breaks it); the rest of the
+ * arguments say what is waited for, printf-style. */
+#define WAIT_UNTIL(opt, pred, ...)                                      \
 	do {                                                            \
 		while (!(opt)->err && !(pred))                          \
-			pthread_cond_wait(&(opt)->cond, &(opt)->lock);  \
+			spw__opt_wait_locked((opt), __VA_ARGS__);       \
 	} while (0)
 
 /* Whether t has a spillway tensor for role r. */

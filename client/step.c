@@ -197,7 +197,8 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 		pthread_mutex_lock(&o->lock);
 		/* A chunk takes its next gradient once its last job is done,
 		 * and a free staging page bounds what is in flight. */
-		WAIT_UNTIL(o, !ch->busy && o->ngfree > 0);
+		WAIT_UNTIL(o, !ch->busy && o->ngfree > 0, "grad_ready %s chunk %u: a free staging page",
+			   t->name, k);
 		if ((r = spw__opt_broken_locked(o)) < 0) {
 			pthread_mutex_unlock(&o->lock);
 			return r;
@@ -245,7 +246,7 @@ SPW_EXPORT int spw_optimizer_sync_grads(spw_optimizer *o)
 	if (!o)
 		return -EINVAL;
 	pthread_mutex_lock(&o->lock);
-	WAIT_UNTIL(o, o->d2h_open == 0);
+	WAIT_UNTIL(o, o->d2h_open == 0, "sync_grads: the gradient copies");
 	r = spw__opt_broken_locked(o);
 	pthread_mutex_unlock(&o->lock);
 	return r;
@@ -305,7 +306,7 @@ SPW_EXPORT int spw_optimizer_grad_none(spw_optimizer *o, uint32_t tensor)
 
 		/* Its gradient job writes the store and the square sum: wait
 		 * for it, then forget both. */
-		WAIT_UNTIL(o, !ch->busy);
+		WAIT_UNTIL(o, !ch->busy, "grad_none %s chunk %u: its gradient's copy", t->name, k);
 		if ((r = spw__opt_broken_locked(o)) < 0) {
 			pthread_mutex_unlock(&o->lock);
 			return r;
@@ -348,7 +349,8 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 	}
 	/* Exact mode re-uses each chunk's job for the update, so every
 	 * earlier job must be over; overlapped mode waits for the kernels. */
-	WAIT_UNTIL(o, o->grad_jobs_open == 0 && (o->mode == SPW_OPT_OVERLAPPED || o->jobs_open == 0));
+	WAIT_UNTIL(o, o->grad_jobs_open == 0 && (o->mode == SPW_OPT_OVERLAPPED || o->jobs_open == 0),
+		   "end: the step's gradients");
 	if ((r = spw__opt_broken_locked(o)) < 0) {
 		pthread_mutex_unlock(&o->lock);
 		return r;

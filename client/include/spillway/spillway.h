@@ -460,6 +460,15 @@ struct spw_optimizer_opts {
 	 * beside libspillway.so (or $SPILLWAY_CUDA_PLUGIN) when cuda is
 	 * asked for or probed; without it, automatic choice is host. */
 	const char *device;
+	/* Added after the first version (a caller whose struct ends before
+	 * it gets the default): milliseconds any call may wait without the pipeline making
+	 * progress (a gradient copied, a page pinned, an update done) before
+	 * it fails with -ETIMEDOUT, naming what it waited for and the
+	 * daemon's pid, and leaves the optimizer broken. A daemon that is
+	 * stopped (SIGSTOP) or whose disk hangs otherwise blocks the trainer
+	 * for ever; one that dies is noticed at once regardless. 0 means
+	 * 60000. */
+	uint32_t wait_timeout_ms;
 };
 
 /*
