@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import torch
 
+from . import SpillwayError
 from . import _lib as L
 from ._torch_checks import check_flags, check_hparams, f32
 
@@ -92,10 +93,19 @@ class StateMixin:
         spillway: moments in fp32 whatever the parameters' type (torch's
         load_state_dict casts them), 16-bit parameters with their fp32
         'master'."""
-        if self._in_step:
+        if self._failed is None and self._opt is not None and self._in_step:
             raise RuntimeError("OffloadAdamW: state_dict() between backward and step()")
-        self._usable()
-        return super().state_dict()
+        try:
+            self._usable()
+            return super().state_dict()
+        except (RuntimeError, SpillwayError) as err:
+            raise RuntimeError(
+                "OffloadAdamW.state_dict: spillway's state cannot be read (%s). The Adam moments "
+                "and fp32 master weights of %d parameters live in spillwayd and are lost if it is "
+                "gone; the model's parameters hold what step %d left them (the last step that "
+                "completed): save model.state_dict() and go on with a fresh OffloadAdamW, whose "
+                "moments restart from zero, or restore an earlier optimizer state_dict"
+                % (err, len(self._entries), self._step_no)) from err
 
     def load_state_dict(self, state_dict):
         """Loads a state_dict of OffloadAdamW or torch.optim.AdamW: groups'

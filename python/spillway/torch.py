@@ -430,6 +430,12 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         if self._opt is None:
             raise RuntimeError("OffloadAdamW is closed")
 
+    def _broken(self, err):
+        """libspillway failed (the daemon went away or stopped answering):
+        the optimizer is broken; every later call says why."""
+        if self._failed is None:
+            self._failed = "OffloadAdamW: spillway failed: %s (close it; make a new one)" % err
+
     def _fail(self, msg):
         """An error that leaves the step unfinishable (overlapped mode
         already applied gradients that turned out different): every later
@@ -462,6 +468,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             if err.errno == _EALREADY:
                 raise RuntimeError("OffloadAdamW: parameter %s was handed over twice in one step "
                                    "(%s)" % (e.name, err)) from None
+            self._broken(err)
             raise
         # g keeps the memory alive until the step ends; src and its
         # version are what step() compares p.grad with.
@@ -637,7 +644,11 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             if hp != self._built_hparams or [float(g["lr"]) for g in self.param_groups] != self._begun:
                 self._set_groups(hp)  # exact mode's updates start at end: still in time
                 self._begun = [float(g["lr"]) for g in self.param_groups]
-        return self._opt.end()
+        try:
+            return self._opt.end()
+        except SpillwayError as err:
+            self._broken(err)
+            raise
 
     def _finish(self, res):
         """After end: waits for the parameters, counts the step."""
@@ -648,6 +659,9 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                     self._opt.wait_params(e.tid, self._stream(e))
             else:
                 self._opt.sync()
+        except SpillwayError as err:
+            self._broken(err)
+            raise
         finally:
             self._in_step = False
             updated = not res.skipped and any(not e.none for e in self._entries)
