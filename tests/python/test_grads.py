@@ -313,9 +313,23 @@ class Freezing(Base):
             self.assertEqual(float(oa.state[a.head.bias]["step"]), 10.0)
             self.assertEqual(float(oa.state[a.fc1.weight]["step"]), 10.0)
             self.assertEqual(float(oa.state[a.fc2.weight]["step"]), 16.0)
+            # torch's state, with steps that differ per parameter, carries
+            # over: the run resumed in a fresh OffloadAdamW goes on as torch
+            c = copy.deepcopy(b)
+            oc = self.offload(c.named_parameters(), mode="exact", weight_decay=0.1)
+            try:
+                oc.load_state_dict(ob.state_dict())
+                for step, (x, y) in enumerate(batches(4, seed=15)):
+                    for m, o in ((c, oc), (b, ob)):
+                        o.zero_grad(set_to_none=True)
+                        nn.functional.mse_loss(m(x), y).backward()
+                        o.step()
+                    worst = self.compare(c, b, "resumed step %d" % (step + 1), worst)
+            finally:
+                oc.close()
         finally:
             oa.close()
-        self.figures.append(("freeze/unfreeze mid-run", worst))
+        self.figures.append(("freeze/unfreeze mid-run, then resumed", worst))
 
     def test_without_grad_some_steps(self):
         class Branchy(nn.Module):
