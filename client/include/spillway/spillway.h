@@ -397,7 +397,9 @@ SPW_EXPORT void *spw_slot_ptr(const spw_client *c, uint32_t slot);
  * Errors: as for the client (negative errno), with a sentence in
  * spw_optimizer_last_error(). Once the daemon goes away or a transfer
  * fails, the optimizer is broken: every call returns that error (within
- * about a second for calls that wait) and it must be freed.
+ * about a second for calls that wait) and it must be freed. A daemon that
+ * stops answering (stopped, its disk stuck) breaks it the same way after
+ * opts.wait_timeout_ms without progress, with -ETIMEDOUT.
  */
 typedef struct spw_optimizer spw_optimizer;
 
