@@ -455,6 +455,9 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         if g.dtype not in _TYPES:
             raise RuntimeError("OffloadAdamW: parameter %s got a %s gradient; spillway takes "
                                "float32, bfloat16 and float16" % (e.name, g.dtype))
+        if g.device != e.p.device:
+            raise RuntimeError("OffloadAdamW: parameter %s is on %s but its gradient on %s"
+                               % (e.name, e.p.device, g.device))
         if g.shape != e.p.shape:
             raise RuntimeError("OffloadAdamW: parameter %s has a gradient of shape %s, the "
                                "parameter is %s" % (e.name, tuple(g.shape), tuple(e.p.shape)))
