@@ -180,9 +180,10 @@ class Optimizer:
                                wait_timeout_ms=timeout_ms)
         if not L.has("spw_optimizer_grad_none"):
             if timeout_ms:
-                raise NotImplementedError("a wait timeout needs libspillway 0.5 (%s is older)"
+                raise NotImplementedError("a wait timeout needs a libspillway with "
+                                          "spw_optimizer_opts.wait_timeout_ms (%s is older)"
                                           % L.library_path())
-            opts.size = L.OPTIMIZER_OPTS_0_2
+            opts.size = L.OPTIMIZER_OPTS_VER0
         o = ctypes.c_void_p()
         r = lib.spw_optimizer_new(session.handle, ctypes.byref(opts), ctypes.byref(o))
         if r < 0:

@@ -68,12 +68,13 @@ class OptimizerOpts(ctypes.Structure):
                 ("max_norm", ctypes.c_float), ("dynamic_loss_scale", ctypes.c_int),
                 ("init_loss_scale", ctypes.c_float), ("growth_interval", u32),
                 ("window", u32), ("threads", u32), ("device", ctypes.c_char_p),
-                # Since 0.5: passed only to a library that has the 0.5 calls.
+                # Added with the calls below (spw_optimizer_grad_none, ...):
+                # passed only to a library that has them.
                 ("wait_timeout_ms", u32)]
 
 
-# sizeof(struct spw_optimizer_opts) before 0.5
-OPTIMIZER_OPTS_0_2 = OptimizerOpts.wait_timeout_ms.offset
+# sizeof(struct spw_optimizer_opts) before wait_timeout_ms
+OPTIMIZER_OPTS_VER0 = OptimizerOpts.wait_timeout_ms.offset
 
 
 class StepResult(ctypes.Structure):
@@ -132,7 +133,7 @@ _OPTIONAL = {
     # int spw_optimizer_write(spw_optimizer *o, uint32_t tensor,
     #                         enum spw_optimizer_state which, const float *in);
     "spw_optimizer_write": (ctypes.c_int, [_vp, u32, ctypes.c_int, _vp]),
-    # Since 0.5 (the torch layer's p.grad-at-step() contract):
+    # The torch layer's p.grad-at-step() contract (newer libraries):
     # int spw_optimizer_grad_none(spw_optimizer *o, uint32_t tensor);
     "spw_optimizer_grad_none": (ctypes.c_int, [_vp, u32]),
     # int spw_optimizer_set_lag(spw_optimizer *o, uint32_t tensor, uint64_t lag);
