@@ -126,3 +126,26 @@ def after_ddp(opt, state):
             # .grad now holds the average spillway got: that is the
             # gradient step() compares with from here on.
             e.src, e.src_version = g, g._version
+
+
+def check_data_parallel(opt):
+    """Before the first step: with several ranks, the optimizer must know
+    how gradients are averaged (attach_ddp or data_parallel_group)."""
+    if opt._dp_checked:
+        return
+    opt._dp_checked = True
+    if opt._ddp is not None or opt.data_parallel_group is not None:
+        return
+    try:
+        import torch.distributed as dist
+        multi = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    except Exception:
+        multi = False
+    if multi:
+        opt._dp_checked = False
+        raise RuntimeError(
+            "OffloadAdamW: torch.distributed runs %d ranks, but this optimizer does not know "
+            "how their gradients are averaged, and would see each rank's own: with "
+            "DistributedDataParallel call opt.attach_ddp(ddp_model); without it pass "
+            "data_parallel_group='world' (or a group); data_parallel_group=False says this "
+            "rank's gradients are its own" % dist.get_world_size())

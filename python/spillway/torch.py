@@ -591,24 +591,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         self._in_step = True
 
     def _check_data_parallel(self):
-        if self._dp_checked:
-            return
-        self._dp_checked = True
-        if self._ddp is not None or self.data_parallel_group is not None:
-            return
-        try:
-            import torch.distributed as dist
-            multi = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-        except Exception:
-            multi = False
-        if multi:
-            self._dp_checked = False
-            raise RuntimeError(
-                "OffloadAdamW: torch.distributed runs %d ranks, but this optimizer does not know "
-                "how their gradients are averaged, and would see each rank's own: with "
-                "DistributedDataParallel call opt.attach_ddp(ddp_model); without it pass "
-                "data_parallel_group='world' (or a group); data_parallel_group=False says this "
-                "rank's gradients are its own" % dist.get_world_size())
+        from ._torch_ddp import check_data_parallel
+        check_data_parallel(self)
 
     def _settle(self):
         """Makes what spillway has equal p.grad of every parameter: hands
