@@ -8,8 +8,9 @@ neither attach_ddp nor data_parallel_group, refuses to step. Then trains
 the same model twice per mode, DDP + OffloadAdamW (attach_ddp) and DDP +
 torch.optim.AdamW, on this rank's own data: overlapped mode plainly;
 exact mode with two micro-batches per step (the first under no_sync) and
-torch.nn.utils.clip_grad_norm_ between backward and step. Saves both
-models' parameters to STOREDIR/rank<RANK>-<mode>.pt.
+torch.nn.utils.clip_grad_norm_ between backward and step, also with
+gradient_as_bucket_view=True (.grad is then a view of DDP's bucket). Saves
+both models' parameters to STOREDIR/rank<RANK>-<run>.pt.
 """
 import os
 import sys
@@ -65,11 +66,13 @@ def main():
             raise
     opt.close()
 
-    for mode in ("overlapped", "exact"):
+    for run in ("overlapped", "exact", "exact-bucket-view"):
+        mode = run.split("-")[0]
+        view = run.endswith("bucket-view")
         a, b = model(), model()
-        da, db = DDP(a), DDP(b)
+        da, db = DDP(a, gradient_as_bucket_view=view), DDP(b, gradient_as_bucket_view=view)
         oa = OffloadAdamW(a.named_parameters(), lr=1e-2, weight_decay=0.01, mode=mode,
-                          socket=control, session="ddp/rank%d-%s" % (rank, mode))
+                          socket=control, session="ddp/rank%d-%s" % (rank, run))
         oa.attach_ddp(da)
         ob = torch.optim.AdamW(b.parameters(), lr=1e-2, weight_decay=0.01)
         train(da, oa, rank, steps, mode)
@@ -77,7 +80,7 @@ def main():
         torch.save({"offload": [p.detach().clone() for p in a.parameters()],
                     "torch": [p.detach().clone() for p in b.parameters()],
                     "handed": oa.stats()["bytes_d2h"]},
-                   os.path.join(store, "rank%d-%s.pt" % (rank, mode)))
+                   os.path.join(store, "rank%d-%s.pt" % (rank, run)))
         oa.close()
     dist.destroy_process_group()
 

@@ -6,7 +6,8 @@ Proves: each rank's parameters are bit-identical to the other's after
 training (the ranks step on DDP's averages, not their own gradients),
 and close to DDP + torch.optim.AdamW (torch.allclose(rtol=1e-5,
 atol=1e-6)), in overlapped mode and in exact mode with no_sync
-micro-batches and clip_grad_norm_; and that with two ranks and neither
+micro-batches and clip_grad_norm_ (also with gradient_as_bucket_view);
+and that with two ranks and neither
 attach_ddp nor data_parallel_group, step() refuses (see ddp_worker.py).
 """
 import os
@@ -45,7 +46,7 @@ class Ddp(unittest.TestCase):
                 if p.poll() is None:
                     p.kill()
                     p.wait()
-        for mode in ("overlapped", "exact"):
+        for mode in ("overlapped", "exact", "exact-bucket-view"):
             r0, r1 = (torch.load(os.path.join(self.store, "rank%d-%s.pt" % (r, mode)))
                       for r in range(2))
             self.assertGreater(r0["handed"], 0)
@@ -60,7 +61,7 @@ class Ddp(unittest.TestCase):
             # the torch reference itself moved the same way on both ranks
             for a, b in zip(r0["torch"], r1["torch"]):
                 self.assertTrue(torch.equal(a, b))
-            print("parity DDP 2 ranks, %-10s max |offload - torch| = %.3g" % (mode, worst))
+            print("parity DDP 2 ranks, %-17s max |offload - torch| = %.3g" % (mode, worst))
 
 
 if __name__ == "__main__":
