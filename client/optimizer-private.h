@@ -121,6 +121,7 @@ struct chunk {
 	uint32_t arrivals;      /* gradients this step (lock) */
 	bool busy;              /* job queued or in flight (lock) */
 	bool zeroed;            /* moments initialised (engine, between jobs) */
+	bool ordered;           /* in this step's arrival order (lock) */
 	uint64_t hinted_step;   /* engine */
 	double sumsq;           /* this step's gradient square sum (written by the engine) */
 	double *partial;        /* per tile */
@@ -136,6 +137,12 @@ struct tensor {
 	uint32_t id[R__N];
 	bool has_g;
 	bool frozen;            /* master weights only, never updated */
+	/* No gradient this step (spw_optimizer_grad_none; trainer): skipped
+	 * at end, as torch.optim skips a parameter whose .grad is None. */
+	bool none;
+	/* Steps it sat out: its bias correction uses step - lag, as torch
+	 * counts steps per parameter (trainer). */
+	uint64_t lag;
 	uint32_t nchunks;
 	struct chunk *chunks;
 	uint32_t pending;       /* jobs not done (lock) */
@@ -185,6 +192,9 @@ struct spw_optimizer {
 	bool in_step, started;
 	uint64_t step;
 	float loss_scale;
+	uint32_t wait_timeout_ms;
+	int daemon_pid;         /* the control socket's peer, 0 when unknown */
+	float grad_scale;       /* what the step's consts multiply gradients by */
 	float *lrs;
 	struct spw_adamw_consts *gconsts;
 	uint32_t *order, norder;        /* this step's arrival order (lock) */
@@ -222,11 +232,21 @@ struct spw_optimizer {
 	char errmsg[SPW__ERRMSG_MAX];
 };
 
-/* Waits, lock held, until cond holds or the optimizer is broken. */
-#define WAIT_UNTIL(opt, pred)                                           \
+/*
+ * Waits on o->cond once, lock held, for at most the no-progress timeout
+ * (every change to the state the trainer waits on broadcasts o->cond, so
+ * a wake counts as progress). On timeout the optimizer is broken with a
+ * message naming what (printf-style) and the daemon.
+ */
+void spw__opt_wait_locked(spw_optimizer *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Waits, lock held, until pred holds, the optimizer is broken, or no
+ * progress came for o->wait_timeout_ms (which breaks it); the rest of the
+ * arguments say what is waited for, printf-style. */
+#define WAIT_UNTIL(opt, pred, ...)                                      \
 	do {                                                            \
 		while (!(opt)->err && !(pred))                          \
-			pthread_cond_wait(&(opt)->cond, &(opt)->lock);  \
+			spw__opt_wait_locked((opt), __VA_ARGS__);       \
 	} while (0)
 
 /* Whether t has a spillway tensor for role r. */
@@ -242,6 +262,9 @@ static inline bool role_used(const struct tensor *t, unsigned r)
 /* Stores a formatted message in o->errmsg and returns err. */
 __attribute__((format(printf, 3, 4)))
 int spw__opt_error(spw_optimizer *o, int err, const char *fmt, ...);
+
+/* Whether a group's hyperparameters are in range (optimizer.c). */
+bool spw__group_ok(const struct spw_param_group *g);
 
 /* Rings the engine's eventfd. */
 void spw__opt_wake(spw_optimizer *o);

@@ -8,16 +8,19 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 
 #include "optimizer-private.h"
 #include "opts.h"
 
 #define DEFAULT_WINDOW 4u
+#define DEFAULT_WAIT_TIMEOUT_MS 60000u
 
 __attribute__((format(printf, 3, 4)))
 int spw__opt_error(spw_optimizer *o, int err, const char *fmt, ...)
@@ -117,7 +120,55 @@ int spw__opt_after_stream(spw_optimizer *o, void *stream, struct spw__event *ev,
 	return 0;
 }
 
-static bool group_ok(const struct spw_param_group *g)
+/* The no-progress waits time out on CLOCK_MONOTONIC: a clock step must
+ * not fire (or postpone) them. */
+static void init_cond(pthread_cond_t *cond)
+{
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(cond, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+/* The daemon's pid, for messages about a daemon that stopped answering. */
+static int daemon_pid(const spw_client *c)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+
+	if (c->ctl < 0 || getsockopt(c->ctl, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+		return 0;
+	return (int)cr.pid;
+}
+
+void spw__opt_wait_locked(spw_optimizer *o, const char *fmt, ...)
+{
+	struct timespec ts;
+	char what[192];
+	va_list ap;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += o->wait_timeout_ms / 1000;
+	ts.tv_nsec += (long)(o->wait_timeout_ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	if (pthread_cond_timedwait(&o->cond, &o->lock, &ts) != ETIMEDOUT)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	spw__opt_fatal_locked(o, -ETIMEDOUT,
+			      "%s: no progress for %u ms with %u job%s in flight: spillwayd (pid %d) does not "
+			      "answer; it may be stopped (SIGSTOP) or its disk stuck. The optimizer is broken "
+			      "(free it); raise wait_timeout_ms if the daemon is only slow",
+			      what, o->wait_timeout_ms, o->jobs_open, o->jobs_open == 1 ? "" : "s", o->daemon_pid);
+}
+
+bool spw__group_ok(const struct spw_param_group *g)
 {
 	return isfinite(g->lr) && g->lr >= 0.0f && g->beta1 >= 0.0f && g->beta1 < 1.0f &&
 	       g->beta2 >= 0.0f && g->beta2 < 1.0f && isfinite(g->eps) && g->eps >= 0.0f &&
@@ -155,7 +206,7 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 		return c ? spw__error(c, -EINVAL, "spw_optimizer_new: bad options (groups, mode, tier or a coefficient)")
 			 : -EINVAL;
 	for (i = 0; i < opts->ngroups; i++)
-		if (!group_ok(&opts->groups[i]))
+		if (!spw__group_ok(&opts->groups[i]))
 			return spw__error(c, -EINVAL, "spw_optimizer_new: param group %u: a hyperparameter is out of range", i);
 	r = spw_client_info(c, &info);
 	if (r < 0)
@@ -168,7 +219,10 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	o->wake_fd = -1;
 	o->staging_id = UINT32_MAX;
 	pthread_mutex_init(&o->lock, NULL);
-	pthread_cond_init(&o->cond, NULL);
+	init_cond(&o->cond);
+	/* Zero, also from a caller whose struct ends before it (opts.h). */
+	o->wait_timeout_ms = opts->wait_timeout_ms ? opts->wait_timeout_ms : DEFAULT_WAIT_TIMEOUT_MS;
+	o->daemon_pid = daemon_pid(c);
 	o->mode = opts->mode;
 	o->tier = opts->tier;
 	o->ngroups = opts->ngroups;
@@ -276,7 +330,7 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 		return NULL;
 	if (o->engine_started) {
 		pthread_mutex_lock(&o->lock);
-		WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0);
+		WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0, "free: the work in flight");
 		o->stop = true;
 		pthread_cond_broadcast(&o->cond);
 		pthread_mutex_unlock(&o->lock);
@@ -345,7 +399,7 @@ SPW_EXPORT int spw_optimizer_sync(spw_optimizer *o)
 	if (!o)
 		return -EINVAL;
 	pthread_mutex_lock(&o->lock);
-	WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0);
+	WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0, "sync: the ended steps' work");
 	r = spw__opt_broken_locked(o);
 	pthread_mutex_unlock(&o->lock);
 	return r;

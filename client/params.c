@@ -29,9 +29,9 @@ SPW_EXPORT int spw_optimizer_wait_params(spw_optimizer *o, uint32_t tensor, void
 	 * h2d (the Adam or cast before it has run); the stream waits for the
 	 * copies themselves. Without, the host waits for them to land. */
 	if (on_stream)
-		WAIT_UNTIL(o, t->unqueued == 0);
+		WAIT_UNTIL(o, t->unqueued == 0, "wait_params %s: its updates", t->name);
 	else
-		WAIT_UNTIL(o, t->pending == 0);
+		WAIT_UNTIL(o, t->pending == 0, "wait_params %s: its updates", t->name);
 	r = spw__opt_broken_locked(o);
 	pthread_mutex_unlock(&o->lock);
 	if (r < 0 || !on_stream)
@@ -119,7 +119,7 @@ SPW_EXPORT int spw_params_fetch(spw_optimizer *o, uint32_t tensor, void *dst, si
 		pthread_mutex_lock(&o->lock);
 		/* After the chunk's pending update (the fetch sees it), and
 		 * never beside one (the update writes what the fetch reads). */
-		WAIT_UNTIL(o, !ch->busy);
+		WAIT_UNTIL(o, !ch->busy, "fetch %s: chunk %u's update", t->name, ch->index);
 		if ((r = spw__opt_broken_locked(o)) < 0) {
 			pthread_mutex_unlock(&o->lock);
 			return r;
@@ -165,7 +165,7 @@ SPW_EXPORT int spw_params_release(spw_optimizer *o, uint32_t tensor)
 		return spw__opt_error(o, -EPROTO, "release %s: not fetched (spw_params_fetch first)", t->name);
 	pthread_mutex_lock(&o->lock);
 	/* Nothing may write the buffer once the trainer has it back. */
-	WAIT_UNTIL(o, t->fetch_open == 0);
+	WAIT_UNTIL(o, t->fetch_open == 0, "release %s: its fetch", t->name);
 	r = spw__opt_broken_locked(o);
 	pthread_mutex_unlock(&o->lock);
 	t->fetched = false;

@@ -13,15 +13,33 @@
 #include "step-policy.h"
 #include "opts.h"
 
-static int prepare(spw_optimizer *o, uint32_t g, float grad_scale, struct spw_adamw_consts *out)
+static int prepare_at(spw_optimizer *o, uint32_t g, float grad_scale, uint64_t step,
+		      struct spw_adamw_consts *out)
 {
 	struct spw_adamw_hparams hp = {
 		.lr = o->lrs[g], .beta1 = o->groups[g].beta1, .beta2 = o->groups[g].beta2,
 		.eps = o->groups[g].eps, .weight_decay = o->groups[g].weight_decay,
-		.grad_scale = grad_scale, .step = o->step,
+		.grad_scale = grad_scale, .step = step,
 	};
 
 	return spw_adamw_prepare(&hp, out);
+}
+
+static int prepare(spw_optimizer *o, uint32_t g, float grad_scale, struct spw_adamw_consts *out)
+{
+	o->grad_scale = grad_scale;
+	return prepare_at(o, g, grad_scale, o->step, out);
+}
+
+/* The constants of an update of t: the group's, unless t sat steps out
+ * (begin checked that step - lag >= 1). */
+static struct spw_adamw_consts tensor_consts(spw_optimizer *o, const struct tensor *t)
+{
+	struct spw_adamw_consts c = o->gconsts[t->group];
+
+	if (t->lag)
+		prepare_at(o, t->group, o->grad_scale, o->step - t->lag, &c);
+	return c;
 }
 
 SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float *lrs, float loss_scale)
@@ -40,6 +58,11 @@ SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float 
 		return spw__opt_error(o, -EINVAL, "begin: the step number starts at 1 and the loss scale is finite, >= 0");
 	if (o->ntensors == 0)
 		return spw__opt_error(o, -EINVAL, "begin: the optimizer has no tensors (spw_optimizer_add)");
+	for (uint32_t i = 0; i < o->ntensors; i++)
+		if (o->tensors[i].lag >= step)
+			return spw__opt_error(o, -EINVAL, "begin %ju: tensor %s sat out %ju steps, so its "
+					      "step would be below 1 (spw_optimizer_set_lag)", (uintmax_t)step,
+					      o->tensors[i].name, (uintmax_t)o->tensors[i].lag);
 	for (g = 0; g < o->ngroups; g++) {
 		float lr = lrs ? lrs[g] : o->groups[g].lr;
 
@@ -116,7 +139,7 @@ static void plan_job(spw_optimizer *o, struct chunk *ch, enum spw_dtype gdt)
 	j->nhints = 0;
 	if (j->kind != JOB_GRAD) {
 		set_copy(ch, j);
-		j->consts = o->gconsts[ch->t->group];
+		j->consts = tensor_consts(o, ch->t);
 	}
 }
 
@@ -174,18 +197,24 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 		pthread_mutex_lock(&o->lock);
 		/* A chunk takes its next gradient once its last job is done,
 		 * and a free staging page bounds what is in flight. */
-		WAIT_UNTIL(o, !ch->busy && o->ngfree > 0);
+		WAIT_UNTIL(o, !ch->busy && o->ngfree > 0, "grad_ready %s chunk %u: a free staging page",
+			   t->name, k);
 		if ((r = spw__opt_broken_locked(o)) < 0) {
 			pthread_mutex_unlock(&o->lock);
 			return r;
 		}
 		ch->arrivals++;
 		ch->busy = true;
+		t->none = false;
 		plan_job(o, ch, (enum spw_dtype)type);
 		j->gbuf = o->gfree[--o->ngfree];
 		j->sgrad = o->sbuf[j->gbuf];
-		if (ch->arrivals == 1 && o->norder < o->nchunks)
+		/* A chunk taken back by grad_none and handed over again keeps
+		 * its first place. */
+		if (!ch->ordered && o->norder < o->nchunks) {
 			o->order[o->norder++] = ch->global;
+			ch->ordered = true;
+		}
 		o->d2h_open++;
 		o->grad_jobs_open++;
 		o->jobs_open++;
@@ -217,10 +246,77 @@ SPW_EXPORT int spw_optimizer_sync_grads(spw_optimizer *o)
 	if (!o)
 		return -EINVAL;
 	pthread_mutex_lock(&o->lock);
-	WAIT_UNTIL(o, o->d2h_open == 0);
+	WAIT_UNTIL(o, o->d2h_open == 0, "sync_grads: the gradient copies");
 	r = spw__opt_broken_locked(o);
 	pthread_mutex_unlock(&o->lock);
 	return r;
+}
+
+/*
+ * After a step: a tensor without a gradient keeps its step (its lag
+ * grows), unless nothing moved at all (a skipped step, or no gradient
+ * anywhere), in which case the caller repeats the step number, as torch
+ * counts no step. The marks are for one step.
+ */
+static void settle_lags(spw_optimizer *o, bool skipped)
+{
+	bool moved = false;
+	uint32_t i;
+
+	for (i = 0; i < o->ntensors && !skipped; i++)
+		moved |= !o->tensors[i].frozen && !o->tensors[i].none;
+	for (i = 0; i < o->ntensors; i++) {
+		if (moved && o->tensors[i].none)
+			o->tensors[i].lag++;
+		o->tensors[i].none = false;
+	}
+}
+
+SPW_EXPORT int spw_optimizer_grad_none(spw_optimizer *o, uint32_t tensor)
+{
+	struct tensor *t;
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	if ((r = spw__opt_broken(o)) < 0)
+		return r;
+	if (!o->in_step)
+		return spw__opt_error(o, -EPROTO, "grad_none: no step is open (call spw_optimizer_begin first)");
+	if (tensor >= o->ntensors)
+		return spw__opt_error(o, -EINVAL, "grad_none: no tensor %u (the optimizer has %u)", tensor,
+				      o->ntensors);
+	t = &o->tensors[tensor];
+	if (t->frozen)
+		return spw__opt_error(o, -EINVAL, "grad_none %s: the tensor is frozen (it takes no gradients)",
+				      t->name);
+	pthread_mutex_lock(&o->lock);
+	/* Overlapped mode runs Adam on the last micro-batch's arrival: that
+	 * cannot be taken back. */
+	if (o->mode == SPW_OPT_OVERLAPPED)
+		for (uint32_t k = 0; k < t->nchunks; k++)
+			if (t->chunks[k].arrivals >= o->accum) {
+				pthread_mutex_unlock(&o->lock);
+				return spw__opt_error(o, -EALREADY, "grad_none %s: chunk %u was already updated "
+						      "this step (overlapped mode applies gradients as they "
+						      "arrive; SPW_OPT_EXACT can take them back)", t->name, k);
+			}
+	for (uint32_t k = 0; k < t->nchunks; k++) {
+		struct chunk *ch = &t->chunks[k];
+
+		/* Its gradient job writes the store and the square sum: wait
+		 * for it, then forget both. */
+		WAIT_UNTIL(o, !ch->busy, "grad_none %s chunk %u: its gradient's copy", t->name, k);
+		if ((r = spw__opt_broken_locked(o)) < 0) {
+			pthread_mutex_unlock(&o->lock);
+			return r;
+		}
+		ch->arrivals = 0;
+		ch->sumsq = 0.0;
+	}
+	t->none = true;
+	pthread_mutex_unlock(&o->lock);
+	return 0;
 }
 
 SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
@@ -245,7 +341,7 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 	for (i = 0; i < o->nchunks; i++) {
 		struct chunk *ch = o->chunks[i];
 
-		if (ch->arrivals < o->accum) {
+		if (ch->arrivals < o->accum && !ch->t->none) {
 			pthread_mutex_unlock(&o->lock);
 			return spw__opt_error(o, -ENODATA, "end: tensor %s chunk %u got %u of its %u gradient%s this step",
 					      ch->t->name, ch->index, ch->arrivals, o->accum, o->accum > 1 ? "s" : "");
@@ -253,7 +349,8 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 	}
 	/* Exact mode re-uses each chunk's job for the update, so every
 	 * earlier job must be over; overlapped mode waits for the kernels. */
-	WAIT_UNTIL(o, o->grad_jobs_open == 0 && (o->mode == SPW_OPT_OVERLAPPED || o->jobs_open == 0));
+	WAIT_UNTIL(o, o->grad_jobs_open == 0 && (o->mode == SPW_OPT_OVERLAPPED || o->jobs_open == 0),
+		   "end: the step's gradients");
 	if ((r = spw__opt_broken_locked(o)) < 0) {
 		pthread_mutex_unlock(&o->lock);
 		return r;
@@ -279,6 +376,8 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 			struct chunk *ch = o->chunks[o->order[i]];
 			struct job *j = &ch->job;
 
+			if (ch->t->none)
+				continue;
 			j->kind = JOB_ADAM_STORE;
 			j->roles = 1u << R_P | 1u << R_M | 1u << R_V | 1u << R_G;
 			j->wait_free = false;
@@ -287,15 +386,17 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 			j->want_norm = false;
 			j->gbuf = -1;
 			j->sgrad = NULL;
-			j->consts = o->gconsts[ch->t->group];
+			j->consts = tensor_consts(o, ch->t);
 			ch->busy = true;
 			ch->t->pending++;
 			o->jobs_open++;
 			spw__opt_queue_locked(o, j);
 		}
 	}
-	for (i = 0; i < o->nchunks; i++)
+	for (i = 0; i < o->nchunks; i++) {
 		o->chunks[i]->arrivals = 0;
+		o->chunks[i]->ordered = false;
+	}
 	/* Hints for the next step follow this step's order: the reverse
 	 * one for exact mode's updates, which come first. */
 	for (i = 0; i < o->norder; i++) {
@@ -312,6 +413,7 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 
 	if (o->dynamic && o->mode == SPW_OPT_EXACT)
 		o->dyn_scale = spw__loss_scale_next(o->dyn_scale, skip, o->growth_interval);
+	settle_lags(o, skip);
 	out.grad_norm = norm;
 	out.clip_coef = coef;
 	out.skipped = skip;

@@ -157,7 +157,9 @@ class Optimizer:
     TIERS = {"cpu": L.TENSOR_RESIDENT, "nvme": L.TENSOR_SWAPPABLE}
 
     def __init__(self, session, groups, mode="overlapped", tier="cpu", accumulation=1,
-                 clip_coef=0.0, max_norm=0.0, window=0, threads=0, device=None):
+                 clip_coef=0.0, max_norm=0.0, window=0, threads=0, device=None,
+                 dynamic_loss_scale=False, init_loss_scale=0.0, growth_interval=0,
+                 timeout_ms=0):
         lib = L.load()
         if session.owner is not None:
             raise ValueError("session %s already has an optimizer" % session.name)
@@ -172,7 +174,16 @@ class Optimizer:
         opts = L.OptimizerOpts(size=ctypes.sizeof(L.OptimizerOpts), mode=self.MODES[mode],
                                tier=self.TIERS[tier], groups=arr, ngroups=len(groups),
                                accumulation=accumulation, clip_coef=clip_coef, max_norm=max_norm,
-                               window=window, threads=threads, device=self._device)
+                               dynamic_loss_scale=int(bool(dynamic_loss_scale)),
+                               init_loss_scale=init_loss_scale, growth_interval=growth_interval,
+                               window=window, threads=threads, device=self._device,
+                               wait_timeout_ms=timeout_ms)
+        if not L.has("spw_optimizer_grad_none"):
+            if timeout_ms:
+                raise NotImplementedError("a wait timeout needs a libspillway with "
+                                          "spw_optimizer_opts.wait_timeout_ms (%s is older)"
+                                          % L.library_path())
+            opts.size = L.OPTIMIZER_OPTS_VER0
         o = ctypes.c_void_p()
         r = lib.spw_optimizer_new(session.handle, ctypes.byref(opts), ctypes.byref(o))
         if r < 0:
@@ -181,6 +192,11 @@ class Optimizer:
         self.session = session
         session.owner = self
         self.can_write = L.has("spw_optimizer_write")
+
+    @staticmethod
+    def can(name):
+        """Whether the library has the optional function name."""
+        return L.has(name)
 
     def _err(self, r, what):
         msg = L.decode(L.lib.spw_optimizer_last_error(self._o)) if self._o else ""
@@ -234,6 +250,23 @@ class Optimizer:
         if not self.can_write:
             raise NotImplementedError("libspillway lacks spw_optimizer_write()")
         self._call(L.lib.spw_optimizer_write(self._o, tensor, which, in_ptr), "write state")
+
+    def grad_none(self, tensor):
+        self._call(L.lib.spw_optimizer_grad_none(self._o, tensor), "no gradient")
+
+    def set_lag(self, tensor, lag):
+        self._call(L.lib.spw_optimizer_set_lag(self._o, tensor, lag), "set lag")
+
+    def set_group(self, group, g):
+        pg = L.ParamGroup(g["lr"], g["beta1"], g["beta2"], g["eps"], g["weight_decay"])
+        self._call(L.lib.spw_optimizer_set_group(self._o, group, ctypes.byref(pg)),
+                   "set param group %d" % group)
+
+    def set_clip(self, max_norm):
+        self._call(L.lib.spw_optimizer_set_clip(self._o, max_norm), "set clip")
+
+    def set_loss_scale(self, scale):
+        self._call(L.lib.spw_optimizer_set_loss_scale(self._o, scale), "set loss scale")
 
     def stats(self):
         st = L.OptimizerStats(size=ctypes.sizeof(L.OptimizerStats))

@@ -67,7 +67,14 @@ class OptimizerOpts(ctypes.Structure):
                 ("accumulation", u32), ("clip_coef", ctypes.c_float),
                 ("max_norm", ctypes.c_float), ("dynamic_loss_scale", ctypes.c_int),
                 ("init_loss_scale", ctypes.c_float), ("growth_interval", u32),
-                ("window", u32), ("threads", u32), ("device", ctypes.c_char_p)]
+                ("window", u32), ("threads", u32), ("device", ctypes.c_char_p),
+                # Added with the calls below (spw_optimizer_grad_none, ...):
+                # passed only to a library that has them.
+                ("wait_timeout_ms", u32)]
+
+
+# sizeof(struct spw_optimizer_opts) before wait_timeout_ms
+OPTIMIZER_OPTS_VER0 = OptimizerOpts.wait_timeout_ms.offset
 
 
 class StepResult(ctypes.Structure):
@@ -126,6 +133,18 @@ _OPTIONAL = {
     # int spw_optimizer_write(spw_optimizer *o, uint32_t tensor,
     #                         enum spw_optimizer_state which, const float *in);
     "spw_optimizer_write": (ctypes.c_int, [_vp, u32, ctypes.c_int, _vp]),
+    # The torch layer's p.grad-at-step() contract (newer libraries):
+    # int spw_optimizer_grad_none(spw_optimizer *o, uint32_t tensor);
+    "spw_optimizer_grad_none": (ctypes.c_int, [_vp, u32]),
+    # int spw_optimizer_set_lag(spw_optimizer *o, uint32_t tensor, uint64_t lag);
+    "spw_optimizer_set_lag": (ctypes.c_int, [_vp, u32, u64]),
+    # int spw_optimizer_set_group(spw_optimizer *o, uint32_t group,
+    #                             const struct spw_param_group *g);
+    "spw_optimizer_set_group": (ctypes.c_int, [_vp, u32, ctypes.POINTER(ParamGroup)]),
+    # int spw_optimizer_set_clip(spw_optimizer *o, float max_norm);
+    "spw_optimizer_set_clip": (ctypes.c_int, [_vp, ctypes.c_float]),
+    # int spw_optimizer_set_loss_scale(spw_optimizer *o, float loss_scale);
+    "spw_optimizer_set_loss_scale": (ctypes.c_int, [_vp, ctypes.c_float]),
 }
 
 _lib = None

@@ -35,8 +35,10 @@ class SpillwaySettings:
     the config gives; "auto" values are left to the trainer);
     accumulation_steps, max_grad_norm, window (offload_optimizer.buffer_count);
     swap_dirs: NVMe directories for spillwayd's swap.dirs; pin_memory;
-    param_offload: offload_param as read (None when off); ignored: a list
-    of (key, reason)."""
+    param_offload: offload_param as read (None when off); loss_scale,
+    init_loss_scale, growth_interval: from the fp16 section (None when
+    off: dynamic loss scaling for loss_scale 0, else that fixed scale);
+    ignored: a list of (key, reason)."""
 
     def __init__(self):
         self.tier = "cpu"
@@ -48,6 +50,9 @@ class SpillwaySettings:
         self.swap_dirs = []
         self.pin_memory = True
         self.param_offload = None
+        self.loss_scale = None
+        self.init_loss_scale = None
+        self.growth_interval = None
         self.ignored = []
 
     def optimizer_kwargs(self):
@@ -55,14 +60,27 @@ class SpillwaySettings:
         kw = dict(self.optimizer)
         kw.update(tier=self.tier, mode=self.mode, accumulation_steps=self.accumulation_steps,
                   max_grad_norm=self.max_grad_norm, window=self.window)
+        if self.loss_scale is not None:
+            kw["loss_scale"] = self.loss_scale
+            if self.loss_scale == "dynamic":
+                kw.update(init_loss_scale=self.init_loss_scale,
+                          growth_interval=self.growth_interval)
         return kw
 
-    def daemon_config(self):
+    def daemon_config(self, swap_max_bytes=None):
         """The part of spillwayd.json this config implies (swap.dirs for the
-        NVMe tier; pool.require_locked from pin_memory)."""
+        NVMe tier; pool.require_locked from pin_memory), in a form spillwayd
+        accepts. Each swap directory's max_bytes is swap_max_bytes (bytes,
+        or a size string such as "200GiB") when given, else 90% of the free
+        space of its drive now (DeepSpeed's config does not say); a drive
+        that cannot be looked at raises DeepSpeedConfigError naming it."""
         cfg = {"pool": {"require_locked": bool(self.pin_memory)}}
         if self.swap_dirs:
-            cfg["swap"] = {"dirs": [{"path": os.path.join(d, "spillway")} for d in self.swap_dirs]}
+            dirs = []
+            for d in self.swap_dirs:
+                dirs.append({"path": os.path.join(d, "spillway"),
+                             "max_bytes": _swap_bytes(d, swap_max_bytes)})
+            cfg["swap"] = {"dirs": dirs}
         return cfg
 
     def __repr__(self):
@@ -76,12 +94,40 @@ class SpillwaySettings:
         return "\n".join(lines)
 
 
+_MIN_SWAP = 64 << 10
+
+
+def _swap_bytes(d, given):
+    key = "zero_optimization.offload_optimizer.nvme_path"
+    if given is not None:
+        if isinstance(given, str):
+            return given
+        if isinstance(given, bool) or not isinstance(given, int) or given < _MIN_SWAP:
+            raise DeepSpeedConfigError("swap_max_bytes", "%r is not a byte count >= 64 KiB"
+                                       % (given,))
+        return int(given)
+    probe = d
+    while not os.path.exists(probe) and probe != "/":
+        probe = os.path.dirname(probe)
+    try:
+        st = os.statvfs(probe)
+    except OSError as e:
+        raise DeepSpeedConfigError(key, "%s: cannot see its free space (%s); pass "
+                                   "daemon_config(swap_max_bytes=...)" % (d, e)) from None
+    free = st.f_bavail * st.f_frsize
+    want = (free * 9 // 10) >> 20 << 20  # whole MiB
+    if want < _MIN_SWAP:
+        raise DeepSpeedConfigError(key, "%s: only %d bytes free; spillwayd needs at least 64 KiB "
+                                   "of swap there (free space, or pass daemon_config("
+                                   "swap_max_bytes=...))" % (d, free))
+    return want
+
+
 # Top-level keys that are the trainer's business, with why spillway leaves them.
 _TOP_REASONS = {
     "train_batch_size": "batch sizes are the trainer's",
     "train_micro_batch_size_per_gpu": "batch sizes are the trainer's",
     "scheduler": "use a torch.optim.lr_scheduler on OffloadAdamW (it reads param_groups' lr each step)",
-    "fp16": "mixed precision is the model's; OffloadAdamW takes fp16/bf16/fp32 parameters as they are",
     "bf16": "mixed precision is the model's; OffloadAdamW takes fp16/bf16/fp32 parameters as they are",
     "amp": "mixed precision is the model's",
     "steps_per_print": "logging is the trainer's",
@@ -358,6 +404,9 @@ def from_deepspeed_config(path_or_dict):
             if _auto(prm.get(k)):
                 ign.append(("optimizer.params." + k, "\"auto\": left to the trainer"))
 
+    if "fp16" in cfg:
+        _fp16(src, s, _section(src, "fp16", cfg["fp16"]))
+
     if "gradient_accumulation_steps" in cfg:
         v = _num(src, "gradient_accumulation_steps", cfg["gradient_accumulation_steps"], lo=1,
                  integer=True)
@@ -374,7 +423,45 @@ def from_deepspeed_config(path_or_dict):
             s.mode = "exact"
 
     for k in cfg:
-        if k in ("zero_optimization", "optimizer", "gradient_accumulation_steps", "gradient_clipping"):
+        if k in ("zero_optimization", "optimizer", "gradient_accumulation_steps", "gradient_clipping",
+                 "fp16"):
             continue
         ign.append((k, _TOP_REASONS.get(k, "not an offload setting")))
     return s
+
+
+_FP16_KEYS = {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+              "consecutive_hysteresis", "min_loss_scale", "auto_cast", "fp16_master_weights_and_grads"}
+
+
+def _fp16(src, s, f):
+    """fp16: {enabled, loss_scale (0: dynamic), initial_scale_power,
+    loss_scale_window, ...} -> OffloadAdamW's loss_scale options. Dynamic
+    scaling skips inf/nan steps before Adam runs: exact mode."""
+    _unknown(src, "fp16", f, _FP16_KEYS)
+    en = f.get("enabled", False)
+    if _auto(en):
+        s.ignored.append(("fp16.enabled", "\"auto\": left to the trainer (no loss scaling)"))
+        return
+    if not _bool(src, "fp16.enabled", en):
+        return
+    ls = _num(src, "fp16.loss_scale", f.get("loss_scale", 0), lo=0.0)
+    if ls:
+        s.loss_scale = float(ls)
+    else:
+        power = _num(src, "fp16.initial_scale_power", f.get("initial_scale_power", 16), lo=0,
+                     hi=126, integer=True)
+        window = _num(src, "fp16.loss_scale_window", f.get("loss_scale_window", 1000), lo=1,
+                      integer=True)
+        s.loss_scale = "dynamic"
+        s.init_loss_scale = float(2 ** (16 if power is None else power))
+        s.growth_interval = 1000 if window is None else window
+        s.mode = "exact"
+    for k, why in (("hysteresis", "spillway halves the scale at every overflow (GradScaler's "
+                                  "policy, hysteresis 1)"),
+                   ("consecutive_hysteresis", "spillway halves the scale at every overflow"),
+                   ("min_loss_scale", "spillway's scale has no floor"),
+                   ("auto_cast", "casting is the model's"),
+                   ("fp16_master_weights_and_grads", "spillway's master weights are fp32")):
+        if k in f:
+            s.ignored.append(("fp16." + k, why))

@@ -8,65 +8,74 @@
         loss_fn(model(x), y).backward()   # gradients go to spillway as backward makes them
         opt.step()                        # waits for the last updates; parameters are new
 
-How it works: every parameter gets a gradient hook (torch 1.13 has no
-post-accumulate-grad hook; the gradient hook sees the gradient of one
-backward before it is added into .grad). The first hook of a step begins a
-spillway step with the param groups' current learning rates, and each hook
-hands its gradient to libspillway, which copies it into the daemon's pinned
-memory and runs AdamW on CPU threads while backward goes on. step() ends the
-step and waits until the updated parameters are written back.
+How it works: p.grad at step() is the source of truth, as for torch.
+Every parameter gets a hook on its AccumulateGrad node, which runs once
+torch has written p.grad in a backward; the hook hands p.grad to libspillway
+early (it copies it into the daemon's pinned memory and, in overlapped mode,
+runs AdamW on CPU threads while backward goes on). step() checks every
+parameter's p.grad against what was handed over (the same tensor, the same
+_version): a gradient changed afterwards (clip_grad_norm_, GradScaler's
+unscale_, masking, a later hook, another backward) is handed over again in
+exact mode, whose updates start only at step(), and raises in overlapped
+mode, where Adam already ran. A parameter whose p.grad is None at step() is
+skipped, as torch skips it.
 
 Differences from torch.optim.AdamW, all deliberate:
-- Every backward between two step() calls is a micro-batch: with
-  accumulation_steps=N, call backward exactly N times per step.
-- A learning rate is read when the step's first gradient arrives (the usual
-  scheduler.step() after optimizer.step() is right; changing lr between
-  backward and step() takes effect a step late, with a warning).
-- A parameter that gets no gradient in a step gets a zero gradient (torch
-  would skip it: no weight decay, no moment decay that step).
-- Parameters with requires_grad=False are not registered and never change.
-- amsgrad, maximize and foreach are not supported (capturable is ignored).
+- mode='overlapped' applies each gradient during backward: a step takes
+  accumulation_steps backwards, and .grad must not change after the last.
+  mode='exact' takes any number of backwards and any change to .grad.
+- A learning rate is read when the step begins (its first gradient); in
+  exact mode a change before step() still applies, in overlapped mode it
+  takes effect a step late, with a warning.
+- amsgrad, maximize, foreach, fused, capturable and differentiable are
+  accepted only as False/None.
+- state[p] and state_dict() are read out of spillway (copies, moments in
+  fp32 whatever the parameter's type).
 """
-import ctypes
 import itertools
 import math
 import os
 import warnings
 import weakref
-from collections import defaultdict
 
+import ctypes
 import torch
 import torch.optim
 
 from . import Optimizer as _SpwOptimizer
 from . import Session, SpillwayError
 from . import _lib as L
+from ._torch_amp import AmpMixin
+from ._torch_checks import _TYPES, f32 as _f32, check_flags as _check_flags, \
+    check_hparams as _check_hparams, check_param as _check_param
+from ._torch_state import LiveState, StateMixin
 
 __all__ = ["OffloadAdamW"]
 
-_TYPES = {torch.float32: L.TYPE_F32, torch.bfloat16: L.TYPE_BF16, torch.float16: L.TYPE_F16}
 _session_counter = itertools.count()
 _EALREADY = 114
+# Accepted as torch's defaults, refused when turned on.
 
 
 class _Entry:
-    """One registered parameter."""
-    __slots__ = ("p", "name", "group", "tid", "ref", "ptr", "version", "arrivals", "hook",
-                 "numel", "__weakref__")
+    """One registered parameter and what was handed over for it this step."""
+    __slots__ = ("p", "name", "group", "tid", "ref", "ptr", "version", "acc", "hooks", "handed",
+                 "src", "src_version", "backwards", "none", "steps", "numel", "__weakref__")
 
     def __init__(self, p, name, group):
         self.p, self.name, self.group = p, name, group
-        self.tid = None
-        self.ref = None
-        self.ptr = None
-        self.version = None
-        self.arrivals = 0
-        self.hook = None
+        self.tid = self.ref = self.ptr = self.version = self.acc = None
+        self.hooks = []
+        self.handed = self.src = self.src_version = None  # what spillway has this step
+        self.backwards = 0          # AccumulateGrad calls this step
+        self.none = False           # marked "no gradient" this step
+        self.steps = 0              # updates applied (torch's state['step'])
         self.numel = p.numel()
 
-
-def _param_label(name, p):
-    return "%s %s" % (name, tuple(p.shape))
+    def forget_step(self):
+        self.handed = self.src = self.src_version = None
+        self.backwards = 0
+        self.none = False
 
 
 def _spw_name(idx, name):
@@ -75,36 +84,55 @@ def _spw_name(idx, name):
     return s[:200]
 
 
-class OffloadAdamW(torch.optim.Optimizer):
+class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     """torch.optim.AdamW whose fp32 master weights and moments live in
     spillway: tier 'cpu' (resident in the daemon's pinned memory) or 'nvme'
     (swapped to the daemon's NVMe tier).
 
-    mode: 'overlapped' (Adam on each gradient as it arrives; clipping only
-    by a fixed clip_coef) or 'exact' (Adam after the global norm is known:
-    max_grad_norm clips like torch.nn.utils.clip_grad_norm_, and steps with
-    inf/nan gradients are skipped). accumulation_steps: backward calls per
-    step. session: a session name ("job/rank") or a spillway.Session to use;
-    socket: spillwayd's control socket (default $SPILLWAY_SOCKET, then the
-    default path). data_parallel_group: a torch.distributed process group
-    (or "world") whose ranks average each gradient before it is handed over
-    (data parallel without DistributedDataParallel). page_size, region_bytes,
-    window, threads: tuning (see spillway.h); 0/None choose.
+    mode: 'overlapped' (Adam on each gradient during backward; a step is
+    accumulation_steps backwards; clipping only by a fixed clip_coef) or
+    'exact' (Adam at step(), on p.grad as it is then: any number of
+    backwards, clip_grad_norm_, GradScaler, edits to .grad; max_grad_norm
+    clips like torch.nn.utils.clip_grad_norm_; inf/nan steps are skipped).
+    accumulation_steps: backwards per step (overlapped: required; exact: a
+    hint for when to hand gradients over early). loss_scale: None, a fixed
+    fp16 loss scale, or 'dynamic' (exact mode; GradScaler's policy, with
+    init_loss_scale and growth_interval; multiply the loss by
+    opt.loss_scale, or use opt.scale_loss(loss)). session: a name
+    ("job/rank") or a spillway.Session; socket: spillwayd's control socket.
+    data_parallel_group: a torch.distributed group (or "world") whose ranks
+    average each gradient before spillway gets it, instead of DDP; with DDP,
+    call opt.attach_ddp(ddp_model) instead. timeout: seconds any wait on
+    the daemon may take before it raises (None: the library's default).
+    page_size, region_bytes, window, threads: tuning (see spillway.h).
 
     params may also be (name, tensor) pairs, e.g. model.named_parameters(),
-    so that errors and spillway's status name them.
+    so that errors and spillway's status name them. Parameters with
+    requires_grad=False are registered too (they take state in spillway) so
+    that unfreezing them later trains them; leave them out to save it.
     """
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
-                 tier="cpu", mode="overlapped", max_grad_norm=None, accumulation_steps=1,
-                 session=None, socket=None, clip_coef=None, data_parallel_group=None,
-                 page_size=None, region_bytes=None, window=0, threads=0):
+    _step_supports_amp_scaling = True
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 amsgrad=False, *, maximize=False, foreach=None, capturable=False,
+                 differentiable=False, fused=None, tier="cpu", mode="overlapped",
+                 max_grad_norm=None, accumulation_steps=1, loss_scale=None,
+                 init_loss_scale=65536.0, growth_interval=2000, session=None, socket=None,
+                 clip_coef=None, data_parallel_group=None, timeout=None, page_size=None,
+                 region_bytes=None, window=0, threads=0):
+        self._live_state = LiveState(self)
         self._built = False
         self._opt = None
         self._entries = []
+        self._by_id = {}
         self._names = {}
         self._session = None
         self._own_session = True
+        self._failed = None
+        flags = dict(amsgrad=amsgrad, maximize=maximize, foreach=foreach, capturable=capturable,
+                     differentiable=differentiable, fused=fused)
+        _check_flags(flags, "OffloadAdamW")
         if tier not in ("cpu", "nvme"):
             raise ValueError("tier must be 'cpu' or 'nvme', not %r" % (tier,))
         if mode not in ("overlapped", "exact"):
@@ -118,12 +146,30 @@ class OffloadAdamW(torch.optim.Optimizer):
                              "the global gradient norm is known (a fixed clip_coef= is possible)")
         if clip_coef is not None and not (0 < clip_coef and mode == "overlapped"):
             raise ValueError("clip_coef is a fixed coefficient > 0 for mode='overlapped'")
+        if loss_scale == "dynamic":
+            if mode != "exact":
+                raise ValueError("loss_scale='dynamic' needs mode='exact': a step with inf/nan "
+                                 "gradients must be skipped before Adam runs")
+            if not (init_loss_scale > 0 and math.isfinite(init_loss_scale)):
+                raise ValueError("init_loss_scale must be finite and > 0, not %r" % (init_loss_scale,))
+            if not (isinstance(growth_interval, int) and growth_interval >= 1):
+                raise ValueError("growth_interval must be an integer >= 1, not %r" % (growth_interval,))
+        elif loss_scale is not None and not (isinstance(loss_scale, (int, float))
+                                             and 0 < loss_scale and math.isfinite(loss_scale)):
+            raise ValueError("loss_scale must be None, 'dynamic' or a finite number > 0, not %r"
+                             % (loss_scale,))
+        if timeout is not None and not (0 < timeout <= 86400):
+            raise ValueError("timeout must be seconds in (0, 86400] or None, not %r" % (timeout,))
         _check_hparams(lr, betas, eps, weight_decay, "defaults")
         self.tier, self.mode = tier, mode
         self.max_grad_norm = max_grad_norm
         self.accumulation_steps = accumulation_steps
         self.clip_coef = clip_coef
         self.data_parallel_group = data_parallel_group
+        self._dynamic = loss_scale == "dynamic"
+        self._scale = float(init_loss_scale) if self._dynamic else float(loss_scale or 1.0)
+        self._growth_interval = growth_interval
+        self._timeout = timeout
         self._page_size = page_size
         self._region_bytes = region_bytes
         self._window = window
@@ -131,16 +177,14 @@ class OffloadAdamW(torch.optim.Optimizer):
         self._socket = socket
         self._step_no = 0
         self._in_step = False
-        self._begun_lrs = None
-        self._held = []
-        self._cb_queued = False
+        self._ended = None          # the StepResult of a step clip_grad_norm_ ended
+        self._begun = None
         self._built_hparams = None
+        self._dp_checked = False
+        self._ddp = None
         self.last_result = None
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=False,
-                        foreach=None, maximize=False, capturable=False)
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, **flags)
         super().__init__(params, defaults)
-        if not self._entries:
-            raise ValueError("OffloadAdamW: no parameter requires a gradient")
         devs = {e.p.device.type for e in self._entries}
         if len(devs) > 1:
             raise ValueError("OffloadAdamW: parameters on several device types (%s); one "
@@ -151,6 +195,16 @@ class OffloadAdamW(torch.optim.Optimizer):
         else:
             self._session_name = session or "torch/%d.%d" % (os.getpid(), next(_session_counter))
         self._build(snapshot=None)
+
+    # torch.optim.Optimizer assigns self.state (a defaultdict) in __init__
+    # and load_state_dict; the state lives in spillway, so those are dropped.
+    @property
+    def state(self):
+        return self._live_state
+
+    @state.setter
+    def state(self, value):
+        pass
 
     # ------------------------------------------------------------ groups
 
@@ -182,11 +236,7 @@ class OffloadAdamW(torch.optim.Optimizer):
             plain.append(p)
             self._names.setdefault(p, name)
         param_group["params"] = plain
-        for k in ("amsgrad", "maximize"):
-            if param_group.get(k, False):
-                raise ValueError("OffloadAdamW: %s=True is not supported" % k)
-        if param_group.get("foreach"):
-            raise ValueError("OffloadAdamW: foreach is not supported (spillway runs its own kernels)")
+        _check_flags(param_group, "OffloadAdamW: param group %d" % len(self.param_groups))
         gi = len(self.param_groups)
         super().add_param_group(param_group)
         g = self.param_groups[-1]
@@ -195,13 +245,13 @@ class OffloadAdamW(torch.optim.Optimizer):
         except ValueError:
             self.param_groups.pop()
             raise
-        new = [_Entry(p, self._names[p], gi) for p in plain if p.requires_grad]
+        new = [_Entry(p, self._names[p], gi) for p in plain]
         if new and self._entries and new[0].p.device.type != self._entries[0].p.device.type:
             self.param_groups.pop()
             raise ValueError("OffloadAdamW: parameter %s is on %s, the others on %s"
                              % (new[0].name, new[0].p.device, self._entries[0].p.device))
         if not self._built:
-            self._entries.extend(new)
+            self._add_entries(new)
             return
         if self._in_step:
             self.param_groups.pop()
@@ -213,11 +263,18 @@ class OffloadAdamW(torch.optim.Optimizer):
             self.param_groups.pop()
             raise
 
+    def _add_entries(self, new):
+        self._entries.extend(new)
+        for e in new:
+            self._by_id[id(e.p)] = e
+
+    def _entry_of(self, p):
+        return self._by_id.get(id(p))
+
     # ------------------------------------------------------------ building
 
     def _layout(self, entries):
-        has_g = self.mode == "exact" or self.accumulation_steps > 1
-        k = 4 if has_g else 3
+        k = 4 if self.mode == "exact" else 3
         total = sum(e.numel * 4 for e in entries)
         psz = self._page_size
         if not psz:
@@ -259,15 +316,17 @@ class OffloadAdamW(torch.optim.Optimizer):
                 self._session = None
             if self._session is None:
                 self._session = Session(self._session_name, region_bytes=region, page_size=psz,
-                                        socket=self._socket)
+                                        socket=self._socket, reply_timeout_ms=self._timeout_ms())
         groups = [dict(lr=float(g["lr"]), beta1=float(g["betas"][0]), beta2=float(g["betas"][1]),
                        eps=float(g["eps"]), weight_decay=float(g["weight_decay"]))
                   for g in self.param_groups]
-        opt = _SpwOptimizer(self._session, groups, mode=self.mode, tier=self.tier,
-                            accumulation=self.accumulation_steps,
+        opt = _SpwOptimizer(self._session, groups, mode=self.mode, tier=self.tier, accumulation=1,
                             clip_coef=float(self.clip_coef or 0.0),
                             max_norm=float(self.max_grad_norm or 0.0),
-                            window=self._window, threads=self._threads, device=device)
+                            dynamic_loss_scale=self._dynamic, init_loss_scale=self._scale,
+                            growth_interval=self._growth_interval if self._dynamic else 0,
+                            window=self._window, threads=self._threads, device=device,
+                            timeout_ms=self._timeout_ms())
         try:
             idx = {e: i for i, e in enumerate(entries)}
             # Backward produces the last layers' gradients first.
@@ -279,51 +338,56 @@ class OffloadAdamW(torch.optim.Optimizer):
                     init = e.p.detach().to("cpu", torch.float32).contiguous().view(-1)
                 e.tid = opt.add(_spw_name(idx[e], e.name), e.group, e.numel, init.data_ptr(),
                                 e.p.data_ptr(), _TYPES[e.p.dtype])
-            if snapshot:
-                for e in entries:
-                    snap = snapshot.get(e)
-                    if snap is None:
-                        continue
+            for e in entries:
+                snap = snapshot.get(e) if snapshot else None
+                if snap is not None:
                     opt.write(e.tid, L.STATE_EXP_AVG, _f32(snap[1]).data_ptr())
                     opt.write(e.tid, L.STATE_EXP_AVG_SQ, _f32(snap[2]).data_ptr())
+                lag = self._step_no - e.steps
+                if lag:
+                    if not opt.can("spw_optimizer_set_lag"):
+                        raise NotImplementedError(
+                            "OffloadAdamW: parameter %s has had %d updates, the optimizer %d; "
+                            "per-parameter step counts need spw_optimizer_set_lag() in "
+                            "libspillway, which %s lacks" % (e.name, e.steps, self._step_no,
+                                                              L.library_path()))
+                    opt.set_lag(e.tid, lag)
         except Exception:
             opt.close()
             raise
         self._opt = opt
-        me = weakref.ref(self)
         for e in entries:
             e.ref = e.p.detach()  # keeps the buffer spillway writes into alive
             e.ptr = e.p.data_ptr()
             e.version = e.p._version
-            e.arrivals = 0
-            if e.hook is None:
-                e.hook = e.p.register_hook(_make_hook(me, weakref.ref(e)))
+            e.forget_step()
+            self._attach_hooks(e)
         self._built_hparams = self._hparams()
         self._built = True
 
-    def _snapshot(self, entries, masters):
-        """Reads the state of entries out of spillway (after sync)."""
-        snap = {}
-        if self._opt is None or self._step_no == 0:
-            return snap
-        self._opt.sync()
-        for e in entries:
-            m = self._read(e, L.STATE_EXP_AVG)
-            v = self._read(e, L.STATE_EXP_AVG_SQ)
-            master = self._read(e, L.STATE_PARAM) if masters else None
-            snap[e] = (master, m, v)
-        return snap
+    def _timeout_ms(self):
+        return int(self._timeout * 1000) if self._timeout else 0
 
-    def _read(self, e, which):
-        out = torch.empty(e.numel, dtype=torch.float32)
-        self._opt.read(e.tid, which, out.data_ptr())
-        return out
+    def _attach_hooks(self, e):
+        """The AccumulateGrad hook (and the data-parallel averaging hook) of
+        a parameter that requires a gradient; later for one unfrozen later."""
+        if e.acc is not None or not e.p.requires_grad:
+            return
+        me, er = weakref.ref(self), weakref.ref(e)
+        if self.data_parallel_group not in (None, False):
+            e.hooks.append(e.p.register_hook(_make_average_hook(me, er)))
+        with torch.enable_grad():
+            acc = e.p.expand_as(e.p).grad_fn.next_functions[0][0]
+        # The parameter holds its AccumulateGrad node weakly: keep it, or
+        # the next backward makes a new one without the hook.
+        e.acc = acc
+        e.hooks.append(acc.register_hook(_make_accumulated_hook(me, er)))
 
     def _rebuild(self, entries, snapshot=None, params_changed=False):
         """Frees the spw optimizer and builds a new one for entries, carrying
         master weights and moments over (or those of snapshot)."""
         if snapshot is None:
-            if self._step_no > 0 and not _SpwOptimizer_can_write():
+            if self._step_no > 0 and not L.has("spw_optimizer_write"):
                 raise NotImplementedError(
                     "OffloadAdamW: changing the registered parameters or their hyperparameters "
                     "after the first step needs spw_optimizer_write() in libspillway, to put the "
@@ -341,250 +405,326 @@ class OffloadAdamW(torch.optim.Optimizer):
             self._opt = None
         for e in entries:
             e.tid = None
-        self._entries = list(entries)
+        self._entries = []
+        self._by_id = {}
+        self._add_entries(entries)
         try:
             self._build(snapshot)
         except Exception:
-            dropped = [e for e in entries if e not in old_entries]
-            for e in dropped:
-                if e.hook is not None:
-                    e.hook.remove()
-                    e.hook = None
-            self._entries = old_entries
+            for e in entries:
+                if e not in old_entries:
+                    _remove_hooks(e)
+            self._entries, self._by_id = [], {}
+            self._add_entries(old_entries)
             try:
                 self._build({e: s for e, s in snapshot.items() if e in old_entries})
             except Exception:
                 pass
             raise
 
-    # ------------------------------------------------------------ steps
+    # ------------------------------------------------------------ hand-over
 
-    def _changed(self):
-        """Whether parameters or hyperparameters changed since the build."""
-        if self._hparams() != self._built_hparams:
-            return "hyperparameters"
-        for e in self._entries:
-            if e.p.data_ptr() != e.ptr or e.p._version != e.version:
-                return "parameter %s" % e.name
-        return None
-
-    def _open_step(self):
-        if self._in_step:
-            return
+    def _usable(self):
+        if self._failed:
+            raise RuntimeError(self._failed)
         if self._opt is None:
             raise RuntimeError("OffloadAdamW is closed")
-        what = self._changed()
-        if what is not None:
-            params_changed = what.startswith("parameter")
-            if self._step_no > 0 and not _SpwOptimizer_can_write():
-                raise RuntimeError(
-                    "OffloadAdamW: %s changed from outside since the last step (e.g. "
-                    "load_state_dict on the model, or param_groups' betas/eps/weight_decay); "
-                    "pushing it into spillway while keeping the moments needs "
-                    "spw_optimizer_write(), which this libspillway lacks" % what)
-            self._rebuild(self._entries, params_changed=params_changed)
-        lrs = [float(g["lr"]) for g in self.param_groups]
-        self._opt.begin(self._step_no + 1, lrs)
-        self._begun_lrs = lrs
-        for e in self._entries:
-            e.arrivals = 0
-        self._in_step = True
+
+    def _broken(self, err):
+        """libspillway failed (the daemon went away or stopped answering):
+        the optimizer is broken; every later call says why."""
+        if self._failed is None:
+            self._failed = "OffloadAdamW: spillway failed: %s (close it; make a new one)" % err
+
+    def _fail(self, msg):
+        """An error that leaves the step unfinishable (overlapped mode
+        already applied gradients that turned out different): every later
+        call raises it too."""
+        self._failed = msg + " (this optimizer cannot step again; make a new one)"
+        raise RuntimeError(msg)
 
     def _stream(self, e):
         if e.p.device.type == "cuda":
             return ctypes.c_void_p(torch.cuda.current_stream(e.p.device).cuda_stream)
         return None
 
-    def _hand_over(self, e, g):
+    def _check_grad(self, e, g):
+        if g.layout != torch.strided:
+            raise RuntimeError("OffloadAdamW: parameter %s got a sparse gradient; spillway takes "
+                               "dense gradients only (e.g. nn.Embedding(sparse=False))" % e.name)
+        if g.dtype not in _TYPES:
+            raise RuntimeError("OffloadAdamW: parameter %s got a %s gradient; spillway takes "
+                               "float32, bfloat16 and float16" % (e.name, g.dtype))
+        if g.device != e.p.device:
+            raise RuntimeError("OffloadAdamW: parameter %s is on %s but its gradient on %s"
+                               % (e.name, e.p.device, g.device))
+        if g.shape != e.p.shape:
+            raise RuntimeError("OffloadAdamW: parameter %s has a gradient of shape %s, the "
+                               "parameter is %s" % (e.name, tuple(g.shape), tuple(e.p.shape)))
+
+    def _hand_over(self, e, src):
+        g = src if src.is_contiguous() else src.contiguous()
         try:
             self._opt.grad_ready(e.tid, g.data_ptr(), g.numel() * g.element_size(),
                                  _TYPES[g.dtype], stream=self._stream(e))
         except SpillwayError as err:
             if err.errno == _EALREADY:
-                raise RuntimeError(
-                    "OffloadAdamW: parameter %s got more gradients than accumulation_steps=%d "
-                    "before step(): every backward between two steps is a micro-batch (%s)"
-                    % (e.name, self.accumulation_steps, err)) from None
+                raise RuntimeError("OffloadAdamW: parameter %s was handed over twice in one step "
+                                   "(%s)" % (e.name, err)) from None
+            self._broken(err)
             raise
-        e.arrivals += 1
-        self._held.append(g)
+        # g keeps the memory alive until the step ends; src and its
+        # version are what step() compares p.grad with.
+        e.handed, e.src, e.src_version, e.none = g, src, src._version, False
 
-    def _on_grad(self, e, grad):
-        if grad.layout != torch.strided:
-            raise RuntimeError("OffloadAdamW: parameter %s got a sparse gradient; spillway takes "
-                               "dense gradients only (e.g. nn.Embedding(sparse=False))" % e.name)
-        if grad.dtype not in _TYPES:
-            raise RuntimeError("OffloadAdamW: parameter %s got a %s gradient; spillway takes "
-                               "float32, bfloat16 and float16" % (e.name, grad.dtype))
-        ret = None
-        g = grad.contiguous()
-        group = self.data_parallel_group
-        if group is not None:
-            import torch.distributed as dist
-            if group == "world":
-                group = dist.group.WORLD
-            if g is grad:
-                g = grad.clone()
-            dist.all_reduce(g, group=group)
-            g.div_(dist.get_world_size(group))
-            ret = g
+    def _grad_none(self, e):
+        """Drops what e handed over this step; unless it gets a gradient
+        again, it is skipped (no decay, no moments, its step stays)."""
+        if not self._opt.can("spw_optimizer_grad_none"):
+            raise NotImplementedError(
+                "OffloadAdamW: parameter %s has no gradient at step() (or a changed one in mode="
+                "'exact'); skipping it as torch does, or taking its gradient again, needs "
+                "spw_optimizer_grad_none() in libspillway, which %s lacks"
+                % (e.name, L.library_path()))
+        self._opt.grad_none(e.tid)
+        e.handed = e.src = e.src_version = None
+        e.none = True
+
+    def _on_accumulated(self, e):
+        """After torch wrote p.grad in a backward: hand it over early."""
+        if self._opt is None or e.tid is None or self._failed:
+            return
+        if self._ddp is not None:
+            # DDP's comm hook hands the averages over (spillway._torch_ddp).
+            from ._torch_ddp import on_accumulated
+            on_accumulated(self, self._ddp)
+            return
+        g = e.p.grad
+        if g is None:
+            return
+        self._check_grad(e, g)
+        e.backwards += 1
+        if self._ended is not None:
+            raise RuntimeError("OffloadAdamW: parameter %s got a gradient after clip_grad_norm_() "
+                               "ended the step; call step() first" % e.name)
+        if self.mode == "overlapped":
+            if e.src is not None:
+                raise RuntimeError(
+                    "OffloadAdamW: parameter %s got a gradient in another backward after spillway "
+                    "updated it this step: mode='overlapped' applies each gradient after "
+                    "accumulation_steps=%d backward(s). Several backwards per step (GAN loops, "
+                    "reentrant checkpointing) need mode='exact', which reads p.grad at step(); "
+                    "for gradient accumulation set accumulation_steps to the backwards per step"
+                    % (e.name, self.accumulation_steps))
+            if e.backwards < self.accumulation_steps:
+                return
+        else:
+            if e.backwards < self.accumulation_steps:
+                return
+            if not self._opt.can("spw_optimizer_grad_none"):
+                return  # this library cannot take a gradient back: hand over at step()
+            if e.src is not None:
+                self._grad_none(e)
         self._open_step()
         self._hand_over(e, g)
-        if self.accumulation_steps > 1 and not self._cb_queued:
-            self._cb_queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
-        return ret
 
-    def _end_of_backward(self):
-        # Between micro-batches: let the gradients go once they are copied out.
-        self._cb_queued = False
-        if self._opt is not None and self._in_step:
-            self._opt.sync_grads()
-            self._held.clear()
+    def _on_grad(self, e, grad):
+        """data_parallel_group: the gradient of one backward, averaged
+        across the group before torch adds it into p.grad."""
+        import torch.distributed as dist
+        group = self.data_parallel_group
+        if group == "world":
+            group = dist.group.WORLD
+        g = grad.clone()
+        dist.all_reduce(g, group=group)
+        g.div_(dist.get_world_size(group))
+        return g
+
+    # ------------------------------------------------------------ steps
+
+    def _sync_changes(self):
+        """Before a step begins: parameters changed from outside are taken
+        again; changed betas/eps/weight_decay are set (no rebuild when the
+        library can)."""
+        for e in self._entries:
+            if e.p.data_ptr() != e.ptr or e.p._version != e.version:
+                if self._step_no > 0 and not L.has("spw_optimizer_write"):
+                    raise RuntimeError(
+                        "OffloadAdamW: parameter %s changed from outside since the last step "
+                        "(e.g. load_state_dict on the model); pushing it into spillway while "
+                        "keeping the moments needs spw_optimizer_write(), which this "
+                        "libspillway lacks" % e.name)
+                self._rebuild(self._entries, params_changed=True)
+                return
+        hp = self._hparams()
+        if hp == self._built_hparams:
+            return
+        if self._opt.can("spw_optimizer_set_group"):
+            self._set_groups(hp)
+            return
+        if self._step_no > 0 and not L.has("spw_optimizer_write"):
+            raise RuntimeError("OffloadAdamW: param_groups' betas/eps/weight_decay changed; "
+                               "this libspillway can take that only by rebuilding the state "
+                               "with spw_optimizer_write(), which it lacks")
+        self._rebuild(self._entries)
+
+    def _set_groups(self, hp):
+        for gi, (new, old) in enumerate(zip(hp, self._built_hparams)):
+            g = self.param_groups[gi]
+            if new != old or float(g["lr"]) != self._begun_lr(gi):
+                _check_hparams(g["lr"], g["betas"], g["eps"], g["weight_decay"], "param group %d" % gi)
+                self._opt.set_group(gi, dict(lr=float(g["lr"]), beta1=new[0], beta2=new[1],
+                                             eps=new[2], weight_decay=new[3]))
+        self._built_hparams = hp
+
+    def _begun_lr(self, gi):
+        return self._begun[gi] if self._begun is not None else None
+
+    def _open_step(self):
+        if self._in_step:
+            return
+        self._usable()
+        self._sync_changes()
+        lrs = [float(g["lr"]) for g in self.param_groups]
+        self._opt.begin(self._step_no + 1, lrs, 0.0 if self._dynamic else self._scale)
+        self._begun = lrs
+        self._in_step = True
+
+    def _check_data_parallel(self):
+        from ._torch_ddp import check_data_parallel
+        check_data_parallel(self)
+
+    def _settle(self):
+        """Makes what spillway has equal p.grad of every parameter: hands
+        over what backward did not, again what changed since (exact mode),
+        and marks parameters without a gradient to be skipped."""
+        self._check_data_parallel()
+        for e in self._entries:
+            self._attach_hooks(e)  # a parameter unfrozen since the last step
+            g = e.p.grad
+            if e.src is not None:
+                if g is e.src and g._version == e.src_version:
+                    continue
+                if self.mode == "overlapped":
+                    self._fail(self._changed_message(e, g))
+                self._grad_none(e)
+            if g is None:
+                if not e.none:
+                    self._grad_none(e)
+                continue
+            self._check_grad(e, g)
+            self._hand_over(e, g)
+
+    def _changed_message(self, e, g):
+        how = ("set to None" if g is None else "replaced by another tensor" if g is not e.src
+               else "changed in place")
+        return ("OffloadAdamW: the gradient of parameter %s was %s after spillway applied it: "
+                "mode='overlapped' updates each parameter during backward, so what is done to "
+                ".grad afterwards (torch.nn.utils.clip_grad_norm_, GradScaler.unscale_, masking, "
+                "zero_grad, a hook added later) cannot be honoured. Use mode='exact', which reads "
+                "p.grad at step() (clip with opt.clip_grad_norm_(max_norm) or max_grad_norm=), or "
+                "clip_coef= for a fixed clip coefficient" % (e.name, how))
+
+    def _end(self):
+        if self.mode == "exact" and self._opt.can("spw_optimizer_set_group"):
+            hp = self._hparams()
+            if hp != self._built_hparams or [float(g["lr"]) for g in self.param_groups] != self._begun:
+                self._set_groups(hp)  # exact mode's updates start at end: still in time
+                self._begun = [float(g["lr"]) for g in self.param_groups]
+        try:
+            return self._opt.end()
+        except SpillwayError as err:
+            self._broken(err)
+            raise
+
+    def _finish(self, res):
+        """After end: waits for the parameters, counts the step."""
+        self._ended = None
+        try:
+            if any(e.p.device.type == "cuda" for e in self._entries):
+                for e in self._entries:
+                    self._opt.wait_params(e.tid, self._stream(e))
+            else:
+                self._opt.sync()
+        except SpillwayError as err:
+            self._broken(err)
+            raise
+        finally:
+            self._in_step = False
+            updated = not res.skipped and any(not e.none for e in self._entries)
+            if updated:
+                self._step_no += 1
+            for e in self._entries:
+                if updated and not e.none:
+                    e.steps += 1
+                e.forget_step()
+                e.version = e.p._version
+            if self._dynamic:
+                self._scale = res.next_loss_scale
+            self.last_result = res
+        lrs = [float(g["lr"]) for g in self.param_groups]
+        if lrs != self._begun:
+            warnings.warn("OffloadAdamW: a learning rate changed between backward and step(); "
+                          "mode='overlapped' used the one in place when the step's first gradient "
+                          "arrived (change lr before backward, e.g. scheduler.step() after "
+                          "optimizer.step())", RuntimeWarning, stacklevel=3)
+
+    def _check_since_end(self, what):
+        for e in self._entries:
+            g = e.p.grad
+            same = (g is None and e.none) or (g is not None and g is e.src
+                                              and g._version == e.src_version)
+            if not same:
+                raise RuntimeError("OffloadAdamW: the gradient of parameter %s changed between %s "
+                                   "and step(); %s ended the step with the gradients as they were "
+                                   "(change them before it)" % (e.name, what, what))
 
     @torch.no_grad()
-    def step(self, closure=None):
-        """Ends the step: hands over what backward did not (gradients set by
-        hand, or zeros for parameters without one), waits for the updates,
-        and returns closure's loss when given."""
+    def step(self, closure=None, grad_scaler=None):
+        """Settles every gradient (p.grad now), ends the step, waits for the
+        updated parameters, and returns closure's loss when given.
+        grad_scaler: passed by torch.cuda.amp.GradScaler.step (this
+        optimizer unscales, checks for inf/nan and skips in its own pass)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if self._opt is None:
-            raise RuntimeError("OffloadAdamW is closed")
-        n = self.accumulation_steps
+        self._usable()
+        if grad_scaler is not None:
+            self._step_scaled(grad_scaler)
+            return loss
+        if self._ended is not None:
+            self._check_since_end("clip_grad_norm_()")
+            self._finish(self._ended)
+            return loss
         if not self._in_step and all(e.p.grad is None for e in self._entries):
             return loss  # as torch: no gradient, nothing to do
-        partial = [e for e in self._entries if 0 < e.arrivals < n]
-        if self._in_step and partial:
-            e = partial[0]
-            raise RuntimeError("OffloadAdamW: parameter %s got %d of its %d gradients this step "
-                               "(accumulation_steps=%d): call backward %d times per step"
-                               % (e.name, e.arrivals, n, n, n))
         self._open_step()
-        for e in self._entries:
-            if e.arrivals:
-                continue
-            if e.p.grad is not None:
-                if e.p.grad.layout != torch.strided:
-                    raise RuntimeError("OffloadAdamW: parameter %s has a sparse gradient" % e.name)
-                self._hand_over(e, e.p.grad.detach().contiguous())
-            zero = None
-            while e.arrivals < n:
-                if zero is None:
-                    zero = torch.zeros_like(e.p, memory_format=torch.contiguous_format)
-                self._hand_over(e, zero)
-        res = self._opt.end()
-        self._held.clear()
-        if any(e.p.device.type == "cuda" for e in self._entries):
-            for e in self._entries:
-                self._opt.wait_params(e.tid, self._stream(e))
-        else:
-            self._opt.sync()
-        self._in_step = False
-        if not res.skipped:
-            self._step_no += 1
-        self.last_result = res
-        for e in self._entries:
-            e.version = e.p._version
-        lrs = [float(g["lr"]) for g in self.param_groups]
-        if lrs != self._begun_lrs:
-            warnings.warn("OffloadAdamW: a learning rate changed between backward and step(); "
-                          "this step used the one in place when its first gradient arrived "
-                          "(change lr before backward, e.g. scheduler.step() after "
-                          "optimizer.step())", RuntimeWarning, stacklevel=2)
+        self._settle()
+        self._finish(self._end())
         return loss
 
-    # ------------------------------------------------------------ state
-
-    def _state_now(self):
-        """torch-format state of every registered parameter, read from spillway."""
-        st = defaultdict(dict)
-        if self._step_no == 0:
-            return st
-        self._opt.sync()
-        for e in self._entries:
-            s = {"step": torch.tensor(float(self._step_no)),
-                 "exp_avg": self._read(e, L.STATE_EXP_AVG).view_as(e.p).to(e.p.dtype),
-                 "exp_avg_sq": self._read(e, L.STATE_EXP_AVG_SQ).view_as(e.p).to(e.p.dtype)}
-            if e.p.dtype != torch.float32:
-                s["master"] = self._read(e, L.STATE_PARAM).view_as(e.p)
-            st[e.p] = s
-        return st
-
-    def state_dict(self):
-        """torch.optim.AdamW's format (loadable into it): moments are read out
-        of spillway; low-precision parameters also carry their fp32 'master'."""
-        if self._in_step:
-            raise RuntimeError("OffloadAdamW: state_dict() between backward and step()")
-        if self._opt is None:
-            raise RuntimeError("OffloadAdamW is closed")
-        kept = self.state
-        self.state = self._state_now()
-        try:
-            return super().state_dict()
-        finally:
-            self.state = kept
-
-    def load_state_dict(self, state_dict):
-        """Loads a state_dict of OffloadAdamW or torch.optim.AdamW: groups'
-        hyperparameters, and the moments and step pushed into spillway
-        (which needs spw_optimizer_write in libspillway when there are
-        moments)."""
-        if self._in_step:
-            raise RuntimeError("OffloadAdamW: load_state_dict() between backward and step()")
-        if self._opt is None:
-            raise RuntimeError("OffloadAdamW is closed")
-        states = state_dict.get("state", {})
-        steps = set()
-        moments = False
-        for k, s in states.items():
-            if "step" in s:
-                steps.add(float(s["step"]))
-            if "exp_avg" in s or "exp_avg_sq" in s:
-                moments = True
-                if "exp_avg" not in s or "exp_avg_sq" not in s:
-                    raise ValueError("OffloadAdamW.load_state_dict: state of parameter %s lacks "
-                                     "exp_avg or exp_avg_sq" % (k,))
-            if s.get("max_exp_avg_sq") is not None:
-                raise ValueError("OffloadAdamW.load_state_dict: state of parameter %s is AMSGrad's"
-                                 % (k,))
-        if len(steps) > 1:
-            raise ValueError("OffloadAdamW.load_state_dict: parameters are at different steps (%s); "
-                             "spillway keeps one step count" % sorted(steps))
-        for i, g in enumerate(state_dict.get("param_groups", [])):
-            for k in ("amsgrad", "maximize"):
-                if g.get(k, False):
-                    raise ValueError("OffloadAdamW.load_state_dict: param group %d has %s=True" % (i, k))
-            _check_hparams(g.get("lr", 0.0), g.get("betas", (0.9, 0.999)), g.get("eps", 1e-8),
-                           g.get("weight_decay", 0.0), "param group %d" % i)
-        if moments and not _SpwOptimizer_can_write():
-            raise NotImplementedError(
-                "OffloadAdamW.load_state_dict: pushing exp_avg/exp_avg_sq into spillway needs "
-                "spw_optimizer_write(), which this libspillway (%s) lacks; only a state_dict "
-                "without moments (before any step) can be loaded" % L.library_path())
-        kept_groups = self.param_groups
-        super().load_state_dict(state_dict)
-        loaded, self.state = self.state, defaultdict(dict)
-        snapshot = {}
-        for e in self._entries:
-            s = loaded.get(e.p)
-            if not s or "exp_avg" not in s:
-                continue
-            master = s.get("master") if e.p.dtype != torch.float32 else None
-            snapshot[e] = (None if master is None else _f32(master), _f32(s["exp_avg"]),
-                           _f32(s["exp_avg_sq"]))
-        prev_step = self._step_no
-        self._step_no = int(steps.pop()) if steps else 0
-        try:
-            self._rebuild(self._entries, snapshot=snapshot)
-        except Exception:
-            self.param_groups = kept_groups
-            self._step_no = prev_step
-            raise
+    def zero_grad(self, *args, **kwargs):
+        """As torch's. In mode='overlapped', gradients handed over since the
+        last step are already applied: zeroing them then raises."""
+        if self.mode == "overlapped" and self._in_step:
+            applied = [e.name for e in self._entries if e.src is not None]
+            if applied:
+                self._fail("OffloadAdamW: zero_grad() between backward and step() would discard the "
+                           "gradients of %s%s, but mode='overlapped' has already applied them. "
+                           "Loops that discard gradients (GAN training, where G's backward also "
+                           "fills D's) need mode='exact', which reads p.grad at step()"
+                           % (", ".join(applied[:3]), " and %d more" % (len(applied) - 3)
+                              if len(applied) > 3 else ""))
+        return super().zero_grad(*args, **kwargs)
 
     # ------------------------------------------------------------ misc
+
+    def attach_ddp(self, ddp_model):
+        """Makes this optimizer take DistributedDataParallel's averaged
+        gradients (see spillway.torch_ddp)."""
+        from ._torch_ddp import attach
+        attach(self, ddp_model)
 
     def stats(self):
         """libspillway's counters (spw_optimizer_stats) as a dict."""
@@ -598,16 +738,14 @@ class OffloadAdamW(torch.optim.Optimizer):
         """Frees spillway's state of this optimizer and detaches its session
         (when it made it). The optimizer cannot step afterwards."""
         for e in self._entries:
-            if e.hook is not None:
-                e.hook.remove()
-                e.hook = None
+            _remove_hooks(e)
+            e.forget_step()
         if self._opt is not None:
             self._opt.close()
             self._opt = None
         if self._own_session and self._session is not None:
             self._session.close()
             self._session = None
-        self._held.clear()
 
     def __del__(self):
         try:
@@ -623,51 +761,25 @@ class OffloadAdamW(torch.optim.Optimizer):
             self.tier, self.mode, len(self._entries), len(self.param_groups), self._session_name)
 
 
-def _SpwOptimizer_can_write():
-    return L.has("spw_optimizer_write")
+def _remove_hooks(e):
+    for h in e.hooks:
+        h.remove()
+    e.hooks = []
+    e.acc = None
 
 
-def _f32(t):
-    return t.detach().to("cpu", torch.float32).contiguous().view(-1)
-
-
-def _make_hook(opt_ref, entry_ref):
-    def hook(grad):
+def _make_accumulated_hook(opt_ref, entry_ref):
+    def hook(grad_inputs, grad_outputs):
         opt, e = opt_ref(), entry_ref()
-        if opt is None or e is None or opt._opt is None or e.tid is None:
-            return None
-        return opt._on_grad(e, grad)
+        if opt is not None and e is not None:
+            opt._on_accumulated(e)
     return hook
 
 
-def _check_param(name, p):
-    label = _param_label(name, p)
-    if p.layout != torch.strided:
-        raise ValueError("OffloadAdamW: parameter %s is sparse (%s); spillway serves dense "
-                         "parameters" % (label, p.layout))
-    if not p.is_floating_point():
-        raise ValueError("OffloadAdamW: parameter %s is %s, not floating point; Adam updates "
-                         "float32, bfloat16 and float16 parameters" % (label, p.dtype))
-    if p.dtype not in _TYPES:
-        raise ValueError("OffloadAdamW: parameter %s is %s; libspillway serves float32, bfloat16 "
-                         "and float16 parameters" % (label, p.dtype))
-    if p.device.type not in ("cpu", "cuda"):
-        raise ValueError("OffloadAdamW: parameter %s is on device %s; libspillway serves cpu "
-                         "(host backend) and cuda" % (label, p.device))
-    if not p.is_leaf:
-        raise ValueError("OffloadAdamW: parameter %s is not a leaf tensor" % label)
-    if not p.is_contiguous():
-        raise ValueError("OffloadAdamW: parameter %s is not contiguous; spillway writes updated "
-                         "parameters into one contiguous buffer" % label)
-
-
-def _check_hparams(lr, betas, eps, weight_decay, where):
-    try:
-        b1, b2 = betas
-        ok = (0.0 <= float(lr) and math.isfinite(float(lr)) and 0.0 <= float(b1) < 1.0
-              and 0.0 <= float(b2) < 1.0 and 0.0 <= float(eps) and 0.0 <= float(weight_decay))
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError("OffloadAdamW: %s: invalid hyperparameters lr=%r betas=%r eps=%r "
-                         "weight_decay=%r" % (where, lr, betas, eps, weight_decay))
+def _make_average_hook(opt_ref, entry_ref):
+    def hook(grad):
+        opt, e = opt_ref(), entry_ref()
+        if opt is None or e is None or opt.data_parallel_group in (None, False):
+            return None
+        return opt._on_grad(e, grad)
+    return hook

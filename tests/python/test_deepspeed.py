@@ -80,7 +80,10 @@ class Read(unittest.TestCase):
                                        "weight_decay": 3e-7})
         self.assertEqual(s.param_offload["buffer_size"], 100000000)
         ig = ignored_keys(s)
-        for k in ("train_batch_size", "steps_per_print", "fp16", "scheduler", "aio",
+        self.assertNotIn("fp16", ig)
+        self.assertEqual((s.loss_scale, s.init_loss_scale, s.growth_interval),
+                         ("dynamic", 65536.0, 1000))
+        for k in ("train_batch_size", "steps_per_print", "scheduler", "aio",
                   "zero_optimization.stage", "zero_optimization.overlap_comm",
                   "zero_optimization.offload_optimizer.pipeline_read",
                   "zero_optimization.offload_optimizer.pipeline_write",
@@ -90,10 +93,56 @@ class Read(unittest.TestCase):
             self.assertIn(k, ig)
         for k, why in s.ignored:
             self.assertTrue(why, k)  # every ignored key says why
-        self.assertEqual(s.daemon_config()["swap"]["dirs"][0]["path"], "/local_nvme/spillway")
+        dc = s.daemon_config(swap_max_bytes="200GiB")
+        self.assertEqual(dc["swap"]["dirs"], [{"path": "/local_nvme/spillway", "max_bytes": "200GiB"}])
         kw = s.optimizer_kwargs()
         self.assertEqual(kw["tier"], "nvme")
         self.assertEqual(kw["max_grad_norm"], 1.0)
+        self.assertEqual((kw["loss_scale"], kw["init_loss_scale"], kw["growth_interval"]),
+                         ("dynamic", 65536.0, 1000))
+
+    def test_daemon_config_accepted(self):
+        # what daemon_config() gives, completed with a socket directory,
+        # passes spillwayd's own validation (--check-config)
+        drive = tempfile.mkdtemp(prefix="spw-py-ds-", dir="/var/tmp")
+        try:
+            cfg = dict(INFINITY)
+            cfg["zero_optimization"] = dict(INFINITY["zero_optimization"])
+            cfg["zero_optimization"]["offload_optimizer"] = dict(
+                INFINITY["zero_optimization"]["offload_optimizer"], nvme_path=drive)
+            s = from_deepspeed_config(cfg)
+            dc = s.daemon_config()
+            d = dc["swap"]["dirs"][0]
+            self.assertEqual(d["path"], os.path.join(drive, "spillway"))
+            self.assertGreaterEqual(d["max_bytes"], 64 << 10)
+            self.assertLessEqual(d["max_bytes"], os.statvfs(drive).f_bavail * os.statvfs(drive).f_frsize)
+            os.mkdir(d["path"])
+            dc["socket"] = {"dir": os.path.join(drive, "sock")}
+            dc["pool"]["require_locked"] = False
+            path = os.path.join(drive, "spillwayd.json")
+            with open(path, "w") as f:
+                json.dump(dc, f)
+            import subprocess
+            r = subprocess.run([spwtest.daemon_binary(), "--config", path, "--check-config"],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        finally:
+            import shutil
+            shutil.rmtree(drive, ignore_errors=True)
+
+    def test_fp16_sections(self):
+        off = {"zero_optimization": {"offload_optimizer": {"device": "cpu"}}}
+        s = from_deepspeed_config(dict(off, fp16={"enabled": True, "loss_scale": 128, "hysteresis": 2}))
+        self.assertEqual((s.loss_scale, s.mode), (128.0, "overlapped"))
+        self.assertIn("fp16.hysteresis", ignored_keys(s))
+        s = from_deepspeed_config(dict(off, fp16={"enabled": True, "initial_scale_power": 12,
+                                                  "loss_scale_window": 50}))
+        self.assertEqual((s.loss_scale, s.init_loss_scale, s.growth_interval, s.mode),
+                         ("dynamic", 4096.0, 50, "exact"))
+        self.assertIsNone(from_deepspeed_config(dict(off, fp16={"enabled": False})).loss_scale)
+        with self.assertRaises(DeepSpeedConfigError) as cm:
+            from_deepspeed_config(dict(off, fp16={"enabled": True, "loss_scal": 0}))
+        self.assertIn("fp16.loss_scal", str(cm.exception))
 
     def test_zero_offload_cpu(self):
         s = from_deepspeed_config(OFFLOAD_CPU)

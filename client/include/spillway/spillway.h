@@ -397,7 +397,9 @@ SPW_EXPORT void *spw_slot_ptr(const spw_client *c, uint32_t slot);
  * Errors: as for the client (negative errno), with a sentence in
  * spw_optimizer_last_error(). Once the daemon goes away or a transfer
  * fails, the optimizer is broken: every call returns that error (within
- * about a second for calls that wait) and it must be freed.
+ * about a second for calls that wait) and it must be freed. A daemon that
+ * stops answering (stopped, its disk stuck) breaks it the same way after
+ * opts.wait_timeout_ms without progress, with -ETIMEDOUT.
  */
 typedef struct spw_optimizer spw_optimizer;
 
@@ -460,6 +462,15 @@ struct spw_optimizer_opts {
 	 * beside libspillway.so (or $SPILLWAY_CUDA_PLUGIN) when cuda is
 	 * asked for or probed; without it, automatic choice is host. */
 	const char *device;
+	/* Added after the first version (a caller whose struct ends before
+	 * it gets the default): milliseconds any call may wait without the pipeline making
+	 * progress (a gradient copied, a page pinned, an update done) before
+	 * it fails with -ETIMEDOUT, naming what it waited for and the
+	 * daemon's pid, and leaves the optimizer broken. A daemon that is
+	 * stopped (SIGSTOP) or whose disk hangs otherwise blocks the trainer
+	 * for ever; one that dies is noticed at once regardless. 0 means
+	 * 60000. */
+	uint32_t wait_timeout_ms;
 };
 
 /*
@@ -610,6 +621,69 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
  * host, so the trainer may reuse its buffers (between micro-batches).
  * Returns 0 or the broken optimizer's error. */
 SPW_EXPORT int spw_optimizer_sync_grads(spw_optimizer *o);
+
+/*
+ * Says tensor has no gradient this step: it is skipped at
+ * spw_optimizer_end() as torch.optim skips a parameter whose .grad is
+ * None: no update, no weight decay, no moment decay, nothing in the
+ * norm, and its bias-correction step does not advance (see
+ * spw_optimizer_set_lag()). In SPW_OPT_EXACT mode it also takes back
+ * whatever was handed over for the tensor this step (waiting for those
+ * gradients' copies), so that a changed gradient can be handed over
+ * again: a later spw_optimizer_grad_ready() on the tensor lifts the mark,
+ * and its chunks then take a full set of gradients again. Overlapped
+ * mode cannot take an applied gradient back.
+ *
+ * Returns 0. Returns -EINVAL for an unknown or frozen tensor; -EPROTO
+ * when no step is open; -EALREADY in SPW_OPT_OVERLAPPED mode when a chunk
+ * of the tensor was already updated this step; or the broken
+ * optimizer's error.
+ */
+SPW_EXPORT int spw_optimizer_grad_none(spw_optimizer *o, uint32_t tensor);
+
+/*
+ * Sets how many steps tensor has sat out: its updates use
+ * step - lag for the bias correction, as torch counts steps per
+ * parameter (torch's state['step'] = step - 1 - lag before an update).
+ * spw_optimizer_end() adds one for every tensor marked by
+ * spw_optimizer_grad_none() in a step that updated something; this call
+ * is for restoring saved state. Not while a step is open.
+ *
+ * Returns 0. Returns -EINVAL for an unknown or frozen tensor; -EBUSY
+ * while a step is open. (spw_optimizer_begin() refuses a step number that
+ * is not above every tensor's lag with -EINVAL.)
+ */
+SPW_EXPORT int spw_optimizer_set_lag(spw_optimizer *o, uint32_t tensor, uint64_t lag);
+
+/*
+ * Sets param group group's hyperparameters (copied) for the steps begun
+ * from now, and in SPW_OPT_EXACT mode for the open step as well, whose
+ * updates are prepared at spw_optimizer_end(). Costs nothing:
+ * the moments stay where they are (a schedule of betas or weight decay,
+ * as torch's OneCycleLR with cycle_momentum).
+ *
+ * Returns 0, or -EINVAL for an unknown group, a NULL g or a
+ * hyperparameter out of range.
+ */
+SPW_EXPORT int spw_optimizer_set_group(spw_optimizer *o, uint32_t group,
+				       const struct spw_param_group *g);
+
+/*
+ * SPW_OPT_EXACT: sets max_norm (as in the options; 0 disables clipping)
+ * for the steps ended from now, the open one included.
+ * Returns 0, or -EINVAL in overlapped mode or for a max_norm that is not
+ * finite and >= 0.
+ */
+SPW_EXPORT int spw_optimizer_set_clip(spw_optimizer *o, float max_norm);
+
+/*
+ * SPW_OPT_EXACT: sets the open step's loss scale (as spw_optimizer_begin()'s
+ * loss_scale), which divides its gradients when the step ends: a loss
+ * scaler that fixes its scale only at step time (torch's GradScaler)
+ * hands it over here. Returns 0; -EINVAL in overlapped mode
+ * or for a scale that is not finite and > 0; -EPROTO when no step is open.
+ */
+SPW_EXPORT int spw_optimizer_set_loss_scale(spw_optimizer *o, float loss_scale);
 
 struct spw_step_result {
 	size_t size;            /* set by the caller: sizeof(struct spw_step_result) */

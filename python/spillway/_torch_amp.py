@@ -1,0 +1,135 @@
+# SPDX-License-Identifier: MIT
+"""Clipping and loss scaling of OffloadAdamW: clip_grad_norm_, its own
+dynamic loss scale, and torch.cuda.amp.GradScaler's optimizer side
+(_step_supports_amp_scaling: GradScaler.step calls step(grad_scaler=...)
+and leaves unscaling, the inf/nan check and the skip to the optimizer)."""
+import math
+
+import torch
+
+from . import _lib as L
+
+
+def scaler_stage(scaler, opt):
+    """(unscaled, found_inf) from torch.cuda.amp.GradScaler's record of opt:
+    whether unscale_(opt) already ran this iteration (the gradients in .grad
+    are unscaled), and if so whether it found inf/nan."""
+    from torch.cuda.amp.grad_scaler import OptState
+    st = scaler._per_optimizer_states[id(opt)]
+    if st["stage"] is OptState.UNSCALED:
+        found = sum(float(v.item()) for v in st["found_inf_per_device"].values())
+        return True, found > 0
+    return False, False
+
+
+def scaler_scale(scaler):
+    """The scale the loss was multiplied by (a float; syncs with the device)."""
+    s = scaler._get_scale_async()
+    if s is None:
+        raise RuntimeError("OffloadAdamW.step(grad_scaler=...): the GradScaler has no scale yet "
+                           "(call scaler.scale(loss) before backward)")
+    return float(s.item())
+
+
+def scaler_record(scaler, opt, nonfinite):
+    """Tells GradScaler what spillway's fused check found, so that
+    scaler.update() backs off or grows the scale as it would have."""
+    st = scaler._per_optimizer_states[id(opt)]
+    dev = scaler._scale.device
+    st["found_inf_per_device"] = {dev: torch.full((1,), 1.0 if nonfinite else 0.0,
+                                                  dtype=torch.float32, device=dev)}
+
+
+class AmpMixin:
+    """OffloadAdamW's clipping and loss-scaling methods."""
+
+    def _step_scaled(self, scaler):
+        if self.mode != "exact":
+            raise RuntimeError("OffloadAdamW: GradScaler needs mode='exact': a step with inf/nan "
+                               "gradients must be skipped before Adam runs, and mode='overlapped' "
+                               "runs it during backward")
+        if self._dynamic:
+            raise RuntimeError("OffloadAdamW: loss_scale='dynamic' and a GradScaler both scale the "
+                               "loss; use one of them")
+        if not self._opt.can("spw_optimizer_set_loss_scale"):
+            raise NotImplementedError("OffloadAdamW: GradScaler needs spw_optimizer_set_loss_scale() "
+                                      "in libspillway, which %s lacks" % L.library_path())
+        unscaled, found_inf = scaler_stage(scaler, self)
+        if self._ended is not None:
+            if not unscaled:
+                raise RuntimeError("OffloadAdamW: clip_grad_norm_() ran on gradients GradScaler had "
+                                   "not unscaled; call scaler.unscale_(opt) before it")
+            self._check_since_end("clip_grad_norm_()")
+            self._finish(self._ended)
+            return
+        if found_inf:
+            # unscale_ found inf/nan: torch skips the step. Whatever was
+            # handed over is dropped, and nothing is left half-open.
+            if self._in_step:
+                for e in self._entries:
+                    self._grad_none(e)
+                self._finish(self._end())
+            return
+        if not self._in_step and all(e.p.grad is None for e in self._entries):
+            scaler_record(scaler, self, False)
+            return
+        self._open_step()
+        self._settle()
+        self._opt.set_loss_scale(1.0 if unscaled else scaler_scale(scaler))
+        res = self._end()
+        if not unscaled:
+            scaler_record(scaler, self, res.nonfinite)
+        self._finish(res)
+
+    @torch.no_grad()
+    def clip_grad_norm_(self, max_norm, norm_type=2.0, error_if_nonfinite=False):
+        """As torch.nn.utils.clip_grad_norm_(params, max_norm) on this
+        optimizer's parameters (exact mode): returns the total L2 norm of the
+        gradients, as a tensor, computed in spillway's own pass over them.
+        The clipping is applied inside spillway's update: p.grad is left as
+        it is, and the step is ended here (step() then only waits), so change
+        no gradient between this and step()."""
+        max_norm = float(max_norm)
+        if float(norm_type) != 2.0:
+            raise ValueError("OffloadAdamW.clip_grad_norm_: only norm_type=2 (spillway sums squares)")
+        if not (max_norm > 0 and math.isfinite(max_norm)):
+            raise ValueError("OffloadAdamW.clip_grad_norm_: max_norm must be finite and > 0, not %r"
+                             % max_norm)
+        if self.mode != "exact":
+            raise RuntimeError("OffloadAdamW.clip_grad_norm_ needs mode='exact': mode='overlapped' "
+                               "runs Adam during backward, before the global norm is known "
+                               "(clip_coef= clips by a fixed coefficient)")
+        self._usable()
+        if not self._opt.can("spw_optimizer_set_clip"):
+            raise NotImplementedError("OffloadAdamW.clip_grad_norm_ needs spw_optimizer_set_clip() "
+                                      "in libspillway, which %s lacks" % L.library_path())
+        if self._ended is not None:
+            raise RuntimeError("OffloadAdamW.clip_grad_norm_: called twice before step()")
+        dev = self._entries[0].p.device
+        if not self._in_step and all(e.p.grad is None for e in self._entries):
+            return torch.zeros((), device=dev)
+        self._open_step()
+        self._settle()
+        self._opt.set_clip(max_norm)
+        try:
+            res = self._end()
+        finally:
+            self._opt.set_clip(float(self.max_grad_norm or 0.0))
+        self._ended = res
+        if error_if_nonfinite and not math.isfinite(res.grad_norm):
+            raise RuntimeError("The total norm of order 2.0 for gradients from `parameters` is "
+                               "non-finite, so it cannot be clipped. To disable this error and "
+                               "scale the gradients by the non-finite norm anyway, set "
+                               "`error_if_nonfinite=False`")
+        return torch.tensor(res.grad_norm, dtype=torch.float32, device=dev)
+
+    # ------------------------------------------------------------ loss scale
+
+    @property
+    def loss_scale(self):
+        """The loss scale of the next step (1.0 when none is set)."""
+        return self._scale
+
+    def scale_loss(self, loss):
+        """loss * loss_scale: backward on this with loss_scale set."""
+        return loss * self._scale
