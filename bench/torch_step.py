@@ -379,13 +379,15 @@ def main(argv):
     n_cpu = sum(1 for c in cfgs if c["tier"] == "cpu")
     n_nvme = sum(1 for c in cfgs if c["tier"] == "nvme")
     state = 16 * params  # p, m, v and a gradient store, fp32
-    session_bytes = state + (256 << 20)
+    # OffloadAdamW rounds every tensor up to whole pages (up to 4 MiB), so
+    # a model of many small tensors needs room beyond the state itself.
+    session_bytes = 2 * state + (1 << 30)
     daemon = None
     socket = a.socket
     if socket is None and n_cpu + n_nvme:
         # Every session gets swap.session_bytes of swap (the cpu tier's
         # too, unused), so the directory holds one state per session.
-        swap_session = state + (64 << 20)
+        swap_session = session_bytes
         daemon = Daemon(pool_bytes=session_bytes * max(n_cpu, 1) + (512 << 20) * n_nvme,
                         session_bytes=session_bytes, swap_session_bytes=swap_session,
                         swap_bytes=swap_session * (n_cpu + n_nvme) + (256 << 20))
