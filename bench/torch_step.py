@@ -7,6 +7,7 @@
                          [--tiers cpu,nvme] [--modes overlapped,exact]
                          [--device cpu|cuda] [--dtype float32|bfloat16]
                          [--spw-threads N] [--torch-threads N] [--socket PATH]
+                         [--trainer-threads N|auto] [--variant LABEL[:K=V[;K=V]]]...
 
 Each configuration (torch's AdamW, then OffloadAdamW for every tier and
 mode asked for) trains the same model (same seed, same data) in a process
@@ -14,6 +15,14 @@ of its own, so that each one's resident memory is its own. The processes
 stay alive for the whole run and step in turns, one at a time, round after
 round, each round starting one configuration later: these machines drift by
 tens of percent between runs, so A and B are compared inside one run.
+
+--variant runs every OffloadAdamW configuration once per variant, each
+trainer with the variant's environment, e.g. an older library against this
+one in the same run: --variant base:SPILLWAY_LIB=/old/libspillway.so.0
+--variant this. --trainer-threads sets $SPILLWAY_TRAINER_THREADS for the
+OffloadAdamW trainers (auto: the cores this process may use for a CPU
+model, 1 for a CUDA one), which libspillway's pool sizes itself by
+(docs/pipeline.md, "Threading policy").
 
 A step is zero_grad, forward, backward and optimizer.step(), timed on the
 trainer (with device='cuda', up to a synchronize). Without --socket a
@@ -76,6 +85,11 @@ def parse_args(argv):
                     help="OffloadAdamW(threads=); 0: libspillway's default")
     ap.add_argument("--torch-threads", type=int, default=0,
                     help="torch.set_num_threads in every trainer; 0: torch's default")
+    ap.add_argument("--trainer-threads", default=None,
+                    help="$SPILLWAY_TRAINER_THREADS for the OffloadAdamW trainers (N or auto)")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="LABEL[:KEY=VAL[;KEY=VAL]]: run the OffloadAdamW configurations again "
+                         "with this environment (repeatable)")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--socket", default=None, help="a running spillwayd's control socket")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -96,6 +110,19 @@ def parse_args(argv):
         ap.error("--width %d is not a multiple of --heads %d" % (a.width, a.heads))
     if min(a.layers, a.width, a.vocab, a.seq, a.batch, a.steps) < 1 or a.warmup < 0:
         ap.error("sizes and --steps must be >= 1, --warmup >= 0")
+    if a.trainer_threads not in (None, "auto") and not a.trainer_threads.isdigit():
+        ap.error("--trainer-threads: %r is neither a number nor auto" % a.trainer_threads)
+    variants = []
+    for v in a.variant or ["default"]:
+        label, _, rest = v.partition(":")
+        env = {}
+        for kv in filter(None, rest.split(";")):
+            k, eq, val = kv.partition("=")
+            if not eq or not k:
+                ap.error("--variant %r: %r is not KEY=VALUE" % (v, kv))
+            env[k] = val
+        variants.append((label or "default", env))
+    a.variants = variants
     return a
 
 
@@ -120,10 +147,18 @@ def proc_status(pid="self"):
 # ------------------------------------------------------------------ worker
 
 
+def _task_count():
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
+
+
 def worker(a, cfg):
     """One trainer: reads commands on stdin, answers one JSON line each."""
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # prints from libraries must not corrupt the answers
+    os.environ.update(cfg.get("env", {}))
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -184,6 +219,7 @@ def worker(a, cfg):
     opt = None
     socket = cfg.get("socket")
     session = "bench/torch-%s-%s-%d" % (cfg["tier"], cfg["mode"], os.getpid())
+    spw_threads = None
     if cfg["kind"] == "torch":
         opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
     else:
@@ -192,9 +228,13 @@ def worker(a, cfg):
         except ImportError:
             sys.path.insert(0, os.path.join(HERE, "..", "python"))
             from spillway.torch import OffloadAdamW
+        n0 = _task_count()
         opt = OffloadAdamW(model.named_parameters(), lr=a.lr, weight_decay=0.01,
                            tier=cfg["tier"], mode=cfg["mode"], socket=socket,
                            session=session, threads=a.spw_threads)
+        # Threads libspillway started: the pool's workers, the engine and
+        # the host backend's two copy streams.
+        spw_threads = _task_count() - n0
 
     def sync():
         if device.type == "cuda":
@@ -204,6 +244,7 @@ def worker(a, cfg):
         out.write(json.dumps(obj) + "\n")
 
     answer({"ready": True, "params": sum(p.numel() for p in model.parameters()),
+            "spw_threads": spw_threads,
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__})
     for line in sys.stdin:
         cmd = line.strip()
@@ -358,7 +399,8 @@ class Trainer:
 def label(cfg):
     if cfg["kind"] == "torch":
         return "torch.optim.AdamW"
-    return "OffloadAdamW %s/%s" % (cfg["tier"], cfg["mode"])
+    v = cfg.get("variant", "default")
+    return "OffloadAdamW %s/%s%s" % (cfg["tier"], cfg["mode"], "" if v == "default" else " [%s]" % v)
 
 
 def median(v):
@@ -373,7 +415,13 @@ def main(argv):
         return worker(a, json.loads(a.worker))
     params = param_count(a)
     cfgs = [] if a.no_torch else [{"kind": "torch", "tier": "none", "mode": "none"}]
-    cfgs += [{"kind": "spillway", "tier": t, "mode": m} for t in a.tiers for m in a.modes]
+    tt = {}
+    if a.trainer_threads == "auto":
+        tt["SPILLWAY_TRAINER_THREADS"] = str(len(os.sched_getaffinity(0)) if a.device == "cpu" else 1)
+    elif a.trainer_threads:
+        tt["SPILLWAY_TRAINER_THREADS"] = a.trainer_threads
+    cfgs += [{"kind": "spillway", "tier": t, "mode": m, "variant": label, "env": dict(tt, **env)}
+             for t in a.tiers for m in a.modes for label, env in a.variants]
     if not cfgs:
         sys.exit("spillway-bench torch: no configuration to run")
     n_cpu = sum(1 for c in cfgs if c["tier"] == "cpu")
@@ -433,11 +481,13 @@ def main(argv):
             "bench": "torch",
             "optimizer": "torch.optim.AdamW" if c["kind"] == "torch" else "OffloadAdamW",
             "tier": c["tier"], "mode": c["mode"], "device": a.device, "dtype": a.dtype,
+            "variant": c.get("variant"), "env": c.get("env"),
             "layers": a.layers, "width": a.width, "heads": a.heads, "vocab": a.vocab,
             "seq": a.seq, "batch": a.batch, "params": trainers[i].info["params"],
             "warmup": a.warmup, "steps": a.steps,
             "torch_threads": trainers[i].info["torch_threads"],
-            "spw_threads": a.spw_threads if c["kind"] != "torch" else None,
+            "spw_threads_arg": a.spw_threads if c["kind"] != "torch" else None,
+            "spw_threads_started": trainers[i].info.get("spw_threads"),
             "step_s": round(step, 4),
             "step_s_each": [round(t, 4) for t in times[i]],
             "opt_s": round(median(opt_times[i]), 4),

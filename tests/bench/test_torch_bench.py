@@ -79,6 +79,25 @@ class TorchBench(unittest.TestCase):
             self.assertAlmostEqual(l, losses[0], delta=1e-4 * abs(losses[0]))
 
 
+class TorchBenchVariants(unittest.TestCase):
+    def test_variants_carry_their_environment(self):
+        # "all": a trainer that says it computes on 4096 threads gets the
+        # smallest pool libspillway makes; "plain" the default one.
+        r = subprocess.run([BENCH, "torch", "--quick", "--json", "--tiers", "cpu", "--modes",
+                            "overlapped", "--variant", "plain",
+                            "--variant", "all:SPILLWAY_TRAINER_THREADS=4096"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=280)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = {x["variant"]: x for x in map(json.loads, r.stdout.splitlines())
+                if x["optimizer"] == "OffloadAdamW"}
+        self.assertEqual(sorted(rows), ["all", "plain"])
+        self.assertEqual(rows["all"]["env"], {"SPILLWAY_TRAINER_THREADS": "4096"})
+        self.assertEqual(rows["plain"]["env"], {})
+        # One worker, the engine and two copy streams at the least.
+        self.assertEqual(rows["all"]["spw_threads_started"], 4)
+        self.assertGreaterEqual(rows["plain"]["spw_threads_started"], 4)
+
+
 class TorchBenchCli(unittest.TestCase):
     def test_help_names_the_fields(self):
         r = subprocess.run([BENCH, "torch", "--help"], stdout=subprocess.PIPE, text=True, timeout=60)
