@@ -33,6 +33,12 @@ One JSON line per configuration (with --json):
   step_s              median step time over the measured rounds
   opt_s               median time spent inside optimizer.step()
   torch_step_s        the same median for torch.optim.AdamW in this run
+  trainer_cpu_s       median CPU time (every thread of the trainer) per step
+  daemon_cpu_s        median CPU time spillwayd spent during the step (a
+                      private daemon only)
+  cpu_ratio_vs_torch  (trainer_cpu_s + daemon_cpu_s) / torch's trainer_cpu_s:
+                      less sensitive than the step time to other load on
+                      the machine
   ratio_vs_torch      step_s / torch_step_s (< 1: faster than torch)
   trainer_rss_bytes   the trainer's VmRSS after the measured steps; it
                       includes the pages of the spillway region it maps
@@ -250,6 +256,7 @@ def worker(a, cfg):
         cmd = line.strip()
         if cmd == "step":
             sync()
+            c0 = time.process_time()
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             logits = model(x, mask)
@@ -260,7 +267,8 @@ def worker(a, cfg):
             opt.step()
             sync()
             t2 = time.perf_counter()
-            answer({"step_s": t2 - t0, "opt_s": t2 - t1, "loss": float(loss)})
+            answer({"step_s": t2 - t0, "opt_s": t2 - t1, "cpu_s": time.process_time() - c0,
+                    "loss": float(loss)})
         elif cmd == "mem":
             m = proc_status()
             res = {"rss": m.get("VmRSS", 0), "hwm": m.get("VmHWM", 0),
@@ -403,6 +411,16 @@ def label(cfg):
     return "OffloadAdamW %s/%s%s" % (cfg["tier"], cfg["mode"], "" if v == "default" else " [%s]" % v)
 
 
+def cpu_seconds(pid):
+    """utime + stime of a process, from /proc/PID/stat; None if unreadable."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def median(v):
     s = sorted(v)
     n = len(s)
@@ -448,6 +466,8 @@ def main(argv):
             trainers.append(Trainer(argv, c))
         times = [[] for _ in trainers]
         opt_times = [[] for _ in trainers]
+        cpu_times = [[] for _ in trainers]
+        daemon_times = [[] for _ in trainers]
         losses = [None] * len(trainers)
         for _ in range(a.warmup):
             for t in trainers:
@@ -455,9 +475,14 @@ def main(argv):
         for r in range(a.steps):
             for k in range(len(trainers)):
                 i = (r + k) % len(trainers)
+                d0 = cpu_seconds(daemon.proc.pid) if daemon else None
                 res = trainers[i].ask("step")
+                d1 = cpu_seconds(daemon.proc.pid) if daemon else None
                 times[i].append(res["step_s"])
                 opt_times[i].append(res["opt_s"])
+                cpu_times[i].append(res["cpu_s"])
+                if d0 is not None and d1 is not None:
+                    daemon_times[i].append(d1 - d0)
                 losses[i] = res["loss"]
         mems = [t.ask("mem") for t in trainers]
     finally:
@@ -472,6 +497,7 @@ def main(argv):
         if c["kind"] == "torch":
             base = i
     torch_step = median(times[base]) if base is not None else None
+    torch_cpu = median(cpu_times[base]) if base is not None else None
     torch_rss = mems[base]["rss"] if base is not None else None
     for i, c in enumerate(cfgs):
         m = mems[i]
@@ -491,6 +517,11 @@ def main(argv):
             "step_s": round(step, 4),
             "step_s_each": [round(t, 4) for t in times[i]],
             "opt_s": round(median(opt_times[i]), 4),
+            "trainer_cpu_s": round(median(cpu_times[i]), 4),
+            "daemon_cpu_s": round(median(daemon_times[i]), 4) if daemon_times[i] else None,
+            "cpu_ratio_vs_torch": round((median(cpu_times[i]) + (median(daemon_times[i])
+                                         if daemon_times[i] else 0.0)) / torch_cpu, 3)
+            if torch_cpu else None,
             "torch_step_s": round(torch_step, 4) if torch_step else None,
             "ratio_vs_torch": round(step / torch_step, 3) if torch_step else None,
             "trainer_rss_bytes": m["rss"],

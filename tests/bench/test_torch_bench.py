@@ -50,6 +50,10 @@ class TorchBench(unittest.TestCase):
                                        delta=0.01 * r["ratio_vs_torch"] + 0.002)
                 self.assertEqual(r["torch_rss_bytes"], torch_row["trainer_rss_bytes"])
                 self.assertGreater(r["trainer_rss_bytes"], 0)
+                self.assertGreater(r["trainer_cpu_s"], 0)
+                self.assertTrue(math.isfinite(r["cpu_ratio_vs_torch"]) and r["cpu_ratio_vs_torch"] > 0)
+                if r["optimizer"] == "OffloadAdamW":
+                    self.assertGreaterEqual(r["daemon_cpu_s"], 0)
                 self.assertEqual(r["params"], torch_row["params"])
 
     def test_memory_figures_are_spillways(self):
