@@ -153,6 +153,23 @@ def proc_status(pid="self"):
 # ------------------------------------------------------------------ worker
 
 
+def _threads_cpu():
+    """CPU seconds of this process's threads so far, summed by thread name
+    (libspillway names its pool workers spw-pool)."""
+    out = {}
+    tck = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/stat" % tid) as f:
+                st = f.read()
+        except OSError:
+            continue
+        name = st[st.index("(") + 1:st.rindex(")")]
+        fields = st[st.rindex(")") + 2:].split()
+        out[name] = round(out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tck, 2)
+    return out
+
+
 def _task_count():
     try:
         return len(os.listdir("/proc/self/task"))
@@ -272,6 +289,7 @@ def worker(a, cfg):
         elif cmd == "mem":
             m = proc_status()
             res = {"rss": m.get("VmRSS", 0), "hwm": m.get("VmHWM", 0),
+                   "threads_cpu_s": _threads_cpu(),
                    "shmem": m.get("RssShmem", 0), "region": 0, "locked": False}
             if cfg["kind"] != "torch":
                 import spillway
@@ -524,6 +542,7 @@ def main(argv):
             if torch_cpu else None,
             "torch_step_s": round(torch_step, 4) if torch_step else None,
             "ratio_vs_torch": round(step / torch_step, 3) if torch_step else None,
+            "trainer_threads_cpu_s": m.get("threads_cpu_s"),
             "trainer_rss_bytes": m["rss"],
             "trainer_hwm_bytes": m["hwm"],
             "trainer_shmem_bytes": m["shmem"],

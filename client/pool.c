@@ -151,6 +151,10 @@ static void *worker_main(void *arg)
 	struct worker *w = arg;
 	struct spw__pool *p = w->pool;
 
+	/* Named so that top -H, perf and /proc tell its CPU time from the
+	 * trainer's own threads. */
+	pthread_setname_np(pthread_self(), "spw-pool");
+
 	for (;;) {
 		/* Read the count before looking at the queue: a submit after
 		 * this read changes it, so the sleep below cannot miss it. */

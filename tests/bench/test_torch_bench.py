@@ -54,6 +54,8 @@ class TorchBench(unittest.TestCase):
                 self.assertTrue(math.isfinite(r["cpu_ratio_vs_torch"]) and r["cpu_ratio_vs_torch"] > 0)
                 if r["optimizer"] == "OffloadAdamW":
                     self.assertGreaterEqual(r["daemon_cpu_s"], 0)
+                    # libspillway's threads are named, so their CPU shows.
+                    self.assertIn("spw-pool", r["trainer_threads_cpu_s"])
                 self.assertEqual(r["params"], torch_row["params"])
 
     def test_memory_figures_are_spillways(self):
