@@ -7,12 +7,14 @@
  *   spillway-bench pipeline [--json] [--mode overlapped|exact]
  *                           [--tier resident|nvme] [--socket PATH]
  *                           [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]
- *                           [--steps S] [--threads T]
+ *                           [--steps S] [--threads T] [--device host|cuda]
  *
- * The device is the host backend; its compute is a stand-in: the trainer
- * thread sleeps fwd-ms per layer for forward and bwd-ms for backward, using
- * no CPU, as a GPU would. Each layer is one tensor of N parameters, bf16
- * on the device, bf16 gradients.
+ * The device is the host backend, or with --device cuda (a build with
+ * CUDA, on a GPU host) the GPU: gradients and parameters then live in
+ * device memory and the copies are real DMA. Either way the compute is a
+ * stand-in: the trainer thread sleeps fwd-ms per layer for forward and
+ * bwd-ms for backward, using no CPU, as a GPU would. Each layer is one
+ * tensor of N parameters, bf16 on the device, bf16 gradients.
  *
  *   step_s             a step with spillway, steady state (mean of S steps)
  *   serial_s           backward, then the copies out, then Adam on one
@@ -39,10 +41,16 @@
 
 #include <spillway/spillway.h>
 
+#include "config.h"
+
 #include "bench.h"
 #include "util/localdaemon.h"
 #include "kernels.h"
 #include "pool.h"
+
+#if SPW_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 static const char bench_config[] =
 	"{\n"
@@ -59,7 +67,52 @@ struct cfg {
 	uint64_t params;
 	double fwd_ms, bwd_ms;
 	unsigned threads;
+	bool cuda;
 };
+
+/* Zeroed buffers on the device under test: plain host memory for the
+ * host backend, device memory for cuda. */
+static void *dev_alloc(const struct cfg *c, size_t n)
+{
+#if SPW_HAVE_CUDA
+	if (c->cuda) {
+		void *p = NULL;
+
+		if (cudaMalloc(&p, n) != cudaSuccess)
+			return NULL;
+		if (cudaMemset(p, 0, n) != cudaSuccess) {
+			cudaFree(p);
+			return NULL;
+		}
+		return p;
+	}
+#endif
+	return calloc(1, n);
+}
+
+static void dev_free(const struct cfg *c, void *p)
+{
+#if SPW_HAVE_CUDA
+	if (c->cuda) {
+		if (p)
+			cudaFree(p);
+		return;
+	}
+#endif
+	free(p);
+}
+
+/* Copies n bytes host -> device (to_dev) or device -> host; returns 0 or -EIO. */
+static int dev_copy(const struct cfg *c, void *dst, const void *src, size_t n, bool to_dev)
+{
+#if SPW_HAVE_CUDA
+	if (c->cuda)
+		return cudaMemcpy(dst, src, n, to_dev ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost) ==
+		       cudaSuccess ? 0 : -EIO;
+#endif
+	memcpy(dst, src, n);
+	return 0;
+}
 
 static void sleep_ms(double ms)
 {
@@ -84,7 +137,7 @@ static int measure_parts(const struct cfg *c, struct parts *p)
 {
 	size_t n = c->params * (size_t)c->layers;
 	float *w = calloc(n, 4), *m = calloc(n, 4), *v = calloc(n, 4);
-	uint16_t *g = calloc(n, 2), *gh = calloc(n, 2), *out = calloc(n, 2), *dev = calloc(n, 2);
+	uint16_t *g = dev_alloc(c, n * 2), *gh = calloc(n, 2), *out = calloc(n, 2), *dev = dev_alloc(c, n * 2);
 	struct spw_adamw_hparams hp = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
 					.weight_decay = 0.01f, .grad_scale = 1.0f, .step = 1 };
 	struct spw__pool_opts po = { .threads = c->threads, .numa_node = -1 };
@@ -109,7 +162,8 @@ static int measure_parts(const struct cfg *c, struct parts *p)
 	/* Twice each, keeping the second: the first touches fresh memory. */
 	for (int i = 0; i < 2; i++) {
 		t0 = now_ns();
-		memcpy(gh, g, n * 2);
+		if ((r = dev_copy(c, gh, g, n * 2, false)) < 0)
+			goto out;
 		p->d2h = secs(t0);
 		t0 = now_ns();
 		spw__pool_kernel_submit(pool, &kc);
@@ -119,7 +173,8 @@ static int measure_parts(const struct cfg *c, struct parts *p)
 		spw_kernels()->adamw[SPW_DTYPE_BF16][SPW_DTYPE_BF16](&kc.consts, w, m, v, gh, out, n);
 		p->adam_one = secs(t0);
 		t0 = now_ns();
-		memcpy(dev, out, n * 2);
+		if ((r = dev_copy(c, dev, out, n * 2, true)) < 0)
+			goto out;
 		p->h2d = secs(t0);
 	}
 	/* The compute stand-in as it really runs: nanosleep overshoots a
@@ -135,10 +190,10 @@ out:
 	free(w);
 	free(m);
 	free(v);
-	free(g);
+	dev_free(c, g);
 	free(gh);
 	free(out);
-	free(dev);
+	dev_free(c, dev);
 	return r;
 }
 
@@ -183,7 +238,7 @@ static int run_steps(const struct cfg *c, struct run *rn, uint64_t first, int st
 static const char usage[] =
 	"usage: spillway-bench pipeline [--json] [--mode overlapped|exact] [--tier resident|nvme]\n"
 	"         [--socket PATH] [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]\n"
-	"         [--steps S] [--threads T]\n";
+	"         [--steps S] [--threads T] [--device host|cuda]\n";
 
 int bench_pipeline(int argc, char **argv)
 {
@@ -229,6 +284,8 @@ int bench_pipeline(int argc, char **argv)
 			c.steps = atoi(v);
 		else if (!strcmp(argv[i], "--threads"))
 			c.threads = (unsigned)atoi(v);
+		else if (!strcmp(argv[i], "--device") && (!strcmp(v, "host") || !strcmp(v, "cuda")))
+			c.cuda = !strcmp(v, "cuda");
 		else {
 			return bench_usage(usage, NULL);
 		}
@@ -237,6 +294,23 @@ int bench_pipeline(int argc, char **argv)
 	if (c.layers < 1 || c.layers > 1024 || c.params < 1024 || c.steps < 1) {
 		return bench_usage(usage, NULL);
 	}
+	if (c.cuda && !SPW_HAVE_CUDA) {
+		fprintf(stderr, "spillway-bench pipeline: --device cuda needs a build with CUDA (meson setup -Dcuda=enabled)\n");
+		return 2;
+	}
+	oo.device = c.cuda ? "cuda" : "host";
+#if SPW_HAVE_CUDA
+	if (c.cuda) {
+		int ndev = 0;
+		cudaError_t e = cudaGetDeviceCount(&ndev);
+
+		if (e != cudaSuccess || ndev == 0) {
+			fprintf(stderr, "spillway-bench pipeline: --device cuda: no GPU here (%s); use --device host\n",
+				e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
+			return 1;
+		}
+	}
+#endif
 	/* Compute the largest part: the NVMe tier moves every state page
 	 * through the disk each step, so it gets more. */
 	if (c.fwd_ms < 0)
@@ -281,14 +355,23 @@ int bench_pipeline(int argc, char **argv)
 		goto out;
 	}
 	for (int l = 0; l < c.layers; l++) {
-		rn.grad[l] = malloc(c.params * 2);
-		rn.dev[l] = malloc(c.params * 2);
-		if (!rn.grad[l] || !rn.dev[l])
+		uint16_t *h = calloc(c.params, 2);
+
+		rn.grad[l] = dev_alloc(&c, c.params * 2);
+		rn.dev[l] = dev_alloc(&c, c.params * 2);
+		if (!h || !rn.grad[l] || !rn.dev[l] || dev_copy(&c, rn.dev[l], h, c.params * 2, true) < 0) {
+			free(h);
+			fprintf(stderr, "spillway-bench pipeline: no memory for layer %d on the %s device\n", l,
+				oo.device);
 			goto out;
+		}
 		/* Small, varied gradients, so Adam's arithmetic is ordinary. */
 		for (uint64_t i = 0; i < c.params; i++)
-			rn.grad[l][i] = spw_f32_to_bf16((float)((int)(i % 97) - 48) * 1e-4f);
-		memset(rn.dev[l], 0, c.params * 2);
+			h[i] = spw_f32_to_bf16((float)((int)(i % 97) - 48) * 1e-4f);
+		r = dev_copy(&c, rn.grad[l], h, c.params * 2, true);
+		free(h);
+		if (r < 0)
+			goto out;
 	}
 	/* Added last layer first: the order backward produces them. */
 	for (int l = c.layers - 1; l >= 0; l--) {
@@ -330,13 +413,13 @@ int bench_pipeline(int argc, char **argv)
 	if (p.disk > bound_s)
 		bound_s = p.disk;
 	if (json)
-		printf("{\"bench\":\"pipeline\",\"mode\":\"%s\",\"tier\":\"%s\",\"layers\":%d,\"params\":%ju,"
+		printf("{\"bench\":\"pipeline\",\"device\":\"%s\",\"mode\":\"%s\",\"tier\":\"%s\",\"layers\":%d,\"params\":%ju,"
 		       "\"state_bytes\":%.0f,\"region_bytes\":%ju,\"compute_s\":%.6f,\"transfers_s\":%.6f,"
 		       "\"adam_s\":%.6f,\"disk_s\":%.6f,\"step_s\":%.6f,\"serial_s\":%.6f,"
 		       "\"after_backward_s\":%.6f,\"bound_s\":%.6f,\"overlap_efficiency\":%.3f,"
 		       "\"speedup_vs_after_backward\":%.3f,\"speedup_vs_serial\":%.3f}\n",
-		       c.mode == SPW_OPT_EXACT ? "exact" : "overlapped", c.nvme ? "nvme" : "resident", c.layers,
-		       (uintmax_t)c.params, state_bytes, (uintmax_t)a.region_bytes, p.compute, transfers,
+		       oo.device, c.mode == SPW_OPT_EXACT ? "exact" : "overlapped", c.nvme ? "nvme" : "resident",
+		       c.layers, (uintmax_t)c.params, state_bytes, (uintmax_t)a.region_bytes, p.compute, transfers,
 		       p.adam_pool, p.disk, step_s, serial_s, after_s, bound_s, bound_s / step_s,
 		       after_s / step_s, serial_s / step_s);
 	else
@@ -354,8 +437,8 @@ out:
 		spw_client_detach(rn.c);
 	spw_client_free(rn.c);
 	for (int l = 0; rn.grad && l < c.layers; l++) {
-		free(rn.grad[l]);
-		free(rn.dev[l]);
+		dev_free(&c, rn.grad[l]);
+		dev_free(&c, rn.dev[l]);
 	}
 	free(rn.id);
 	free(rn.grad);

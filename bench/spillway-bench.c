@@ -1,15 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/resource.h>
 
 #include <cjson/cJSON.h>
 #include <spillway/spillway.h>
 
 #include "bench.h"
+#include "util/localdaemon.h"
+
+static int bench_torch(int argc, char **argv);
 
 struct bench {
 	const char *name;
@@ -23,6 +28,7 @@ static const struct bench benches[] = {
 	{ "adam", bench_adam, "fused CPU AdamW vs roofline, unfused and scalar" },
 	{ "pipeline", bench_pipeline, "offload pipeline step vs serial, after-backward and the bound" },
 	{ "swap", bench_swap, "NVMe tier streaming through spillwayd vs fio on the same directory" },
+	{ "torch", bench_torch, "a GPT step with torch.optim.AdamW vs OffloadAdamW (bench/torch_step.py)" },
 };
 
 static int cmp_double(const void *a, const void *b)
@@ -78,6 +84,81 @@ int bench_status_doc(const char *status_path, cJSON **ret)
 	*ret = cJSON_Parse(json);
 	free(json);
 	return *ret ? 0 : -EPROTO;
+}
+
+/* The directory this executable is in, or "" when /proc/self/exe is unreadable. */
+static void exe_dir(char *dir, size_t size)
+{
+	ssize_t n = readlink("/proc/self/exe", dir, size - 1);
+	char *slash;
+
+	if (n <= 0) {
+		dir[0] = '\0';
+		return;
+	}
+	dir[n] = '\0';
+	slash = strrchr(dir, '/');
+	if (slash)
+		*slash = '\0';
+	else
+		dir[0] = '\0';
+}
+
+/*
+ * torch: bench/torch_step.py under Debian's /usr/bin/python3 (its torch;
+ * $SPILLWAY_PYTHON names another interpreter, e.g. a venv with torch 2.x).
+ * The script is found through $SPILLWAY_BENCH_TORCH, beside this executable
+ * (a build tree, where meson copies it) or where meson installs it. In a
+ * build tree the package of that build (../python) goes first on
+ * PYTHONPATH and $SPILLWAYD names the daemon built with it, so the bench
+ * measures this build and not an installed one.
+ */
+static int bench_torch(int argc, char **argv)
+{
+	char dir[PATH_MAX], script[PATH_MAX + 32], pkg[PATH_MAX + 32], path[2 * PATH_MAX + 64];
+	const char *python = getenv("SPILLWAY_PYTHON"), *s = getenv("SPILLWAY_BENCH_TORCH");
+	char **args;
+
+	exe_dir(dir, sizeof(dir));
+	if (!s || !*s) {
+		snprintf(script, sizeof(script), "%s/torch_step.py", dir);
+		s = dir[0] && access(script, R_OK) == 0 ? script : SPW_BENCH_TORCH_SCRIPT;
+	}
+	if (access(s, R_OK) < 0) {
+		fprintf(stderr, "spillway-bench torch: %s: %s (set SPILLWAY_BENCH_TORCH to bench/torch_step.py)\n",
+			s, strerror(errno));
+		return 1;
+	}
+	snprintf(pkg, sizeof(pkg), "%s/../python/spillway/_paths.py", dir);
+	if (dir[0] && access(pkg, R_OK) == 0) {
+		const char *old = getenv("PYTHONPATH");
+
+		snprintf(path, sizeof(path), "%s/../python%s%s", dir, old && *old ? ":" : "", old ? old : "");
+		setenv("PYTHONPATH", path, 1);
+	}
+	local_daemon_locate();
+	/* A sanitized build's library needs its runtimes loaded first in
+	 * python, which is not built with them. */
+	if (SPW_BENCH_PRELOAD[0] && !getenv("LD_PRELOAD")) {
+		setenv("LD_PRELOAD", SPW_BENCH_PRELOAD, 1);
+		if (!getenv("ASAN_OPTIONS"))
+			setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+	}
+	if (!python || !*python)
+		python = "/usr/bin/python3";
+	args = calloc((size_t)argc + 2, sizeof(*args));
+	if (!args)
+		return 1;
+	args[0] = (char *)python;
+	args[1] = (char *)s;
+	for (int i = 1; i < argc; i++)
+		args[i + 1] = argv[i];
+	fflush(stdout);
+	execv(python, args);
+	fprintf(stderr, "spillway-bench torch: cannot run %s: %s (install python3-torch, or set SPILLWAY_PYTHON)\n",
+		python, strerror(errno));
+	free(args);
+	return 1;
 }
 
 static void usage(FILE *f)

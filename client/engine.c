@@ -5,6 +5,12 @@
  * starts their kernels when the pins are back, queues the copy back to the
  * device, unpins, sends read-ahead hints, and parks when another call
  * needs the ring.
+ *
+ * It never spins (docs/pipeline.md, "Threading policy"): when a pass makes
+ * no progress it sleeps in spw__wait_ring() with its eventfd as the extra
+ * fd, which skips the ring's polling window and goes straight to poll()
+ * on the doorbell, the eventfd and the control socket. On a host with few
+ * cores a polling engine would take a core the trainer computes on.
  */
 #include <errno.h>
 #include <poll.h>

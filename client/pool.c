@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * client/pool.c: fixed worker threads pinned to a NUMA node's cores.
+ * client/pool.c: fixed worker threads on a NUMA node's cores.
+ *
+ * Threading policy (docs/pipeline.md, "Threads"): the trainer's own compute
+ * threads come first. The pool takes the cores they leave, pins a worker to
+ * a core only when that core is its own, and polls before sleeping only
+ * then; otherwise idle workers go straight to sleep.
  *
  * The client owns the pool (DESIGN.md: kernels/ does no threads); it runs
  * kernels/ over spans for the offload pipeline, tests/kernels and bench.
@@ -8,9 +13,8 @@
  * Locks: one, the pool's spinlock (queue head/tail and every call's
  * `claimed`). It is held for a few instructions and never while calling out
  * or sleeping, so there is no lock order to keep. A spinlock rather than a
- * mutex because the hot path must make no system call and the workers are
- * pinned one per core; a holder that gets preempted only makes the others
- * yield.
+ * mutex because the hot path must make no system call; a holder that gets
+ * preempted (workers may share cores) only makes the others yield.
  *
  * Futex words (each an event count, bumped after the state it announces):
  *   work_seq  bumped by submit and free; idle workers sleep on it.
@@ -55,6 +59,7 @@ struct spw__pool {
 	atomic_bool stop;
 
 	uint64_t spin_ns;
+	unsigned spin_us;
 	int node;
 	unsigned nthreads;
 	struct worker workers[];
@@ -146,6 +151,10 @@ static void *worker_main(void *arg)
 	struct worker *w = arg;
 	struct spw__pool *p = w->pool;
 
+	/* Named so that top -H, perf and /proc tell its CPU time from the
+	 * trainer's own threads. */
+	pthread_setname_np(pthread_self(), "spw-pool");
+
 	for (;;) {
 		/* Read the count before looking at the queue: a submit after
 		 * this read changes it, so the sleep below cannot miss it. */
@@ -158,7 +167,7 @@ static void *worker_main(void *arg)
 		if (atomic_load(&p->stop))
 			break;
 		until = now_ns() + p->spin_ns;
-		for (unsigned i = 1;; i++) {
+		for (unsigned i = 1; p->spin_ns; i++) {
 			if (atomic_load_explicit(&p->work_seq, memory_order_relaxed) != seq) {
 				moved = true;
 				break;
@@ -214,7 +223,7 @@ void spw__pool_wait(struct spw__pool *p, struct spw__pool_call *c)
 {
 	uint64_t until = now_ns() + p->spin_ns;
 
-	for (unsigned i = 1; !spw__pool_done(c); i++) {
+	for (unsigned i = 1; p->spin_ns && !spw__pool_done(c); i++) {
 		cpu_relax();
 		if (!(i & 63) && now_ns() >= until)
 			break;
@@ -238,6 +247,38 @@ unsigned spw__pool_threads(const struct spw__pool *p)
 int spw__pool_worker_cpu(const struct spw__pool *p, unsigned i)
 {
 	return i < p->nthreads ? p->workers[i].cpu : -EINVAL;
+}
+
+unsigned spw__pool_spin_us(const struct spw__pool *p)
+{
+	return p->spin_us;
+}
+
+struct spw__pool_plan spw__pool_plan(unsigned ncpu, unsigned trainer, unsigned threads, unsigned spin_us)
+{
+	struct spw__pool_plan pl;
+
+	if (ncpu == 0)
+		ncpu = 1;
+	if (trainer == 0)
+		trainer = 1;
+	pl.threads = threads ? threads : ncpu > trainer ? ncpu - trainer : 1;
+	pl.pin = trainer < ncpu && pl.threads <= ncpu - trainer;
+	pl.spin_us = spin_us ? spin_us : pl.pin ? SPW_POOL_SPIN_US : 0;
+	return pl;
+}
+
+unsigned spw__pool_trainer_threads(void)
+{
+	const char *s = getenv("SPILLWAY_TRAINER_THREADS");
+	char *end;
+	unsigned long n;
+
+	if (!s || !*s)
+		return 1;
+	errno = 0;
+	n = strtoul(s, &end, 10);
+	return errno || *end || n < 1 || n > 4096 ? 1 : (unsigned)n;
 }
 
 int spw__pool_node(const struct spw__pool *p)
@@ -292,8 +333,9 @@ int spw__pool_new(const struct spw__pool_opts *opts, struct spw__pool **ret)
 {
 	static const struct spw__pool_opts defaults = { .numa_node = -1 };
 	struct spw__pool *p;
+	struct spw__pool_plan plan;
 	int cpus[CPU_SETSIZE], ncpu, node, r = 0;
-	unsigned nthreads;
+	cpu_set_t all;
 
 	if (!ret)
 		return -EINVAL;
@@ -303,29 +345,38 @@ int spw__pool_new(const struct spw__pool_opts *opts, struct spw__pool **ret)
 	ncpu = node_cpus(&node, cpus, CPU_SETSIZE);
 	if (ncpu < 0)
 		return ncpu;
-	nthreads = opts->threads ? opts->threads : (unsigned)ncpu;
-	if (nthreads > 4096)
+	plan = spw__pool_plan((unsigned)ncpu,
+			      opts->trainer_threads ? opts->trainer_threads : spw__pool_trainer_threads(),
+			      opts->threads, opts->spin_us);
+	if (plan.threads > 4096)
 		return -EINVAL;
-	p = calloc(1, sizeof(*p) + nthreads * sizeof(p->workers[0]));
+	p = calloc(1, sizeof(*p) + plan.threads * sizeof(p->workers[0]));
 	if (!p)
 		return -ENOMEM;
-	p->nthreads = nthreads;
+	p->nthreads = plan.threads;
 	p->node = node;
-	p->spin_ns = (opts->spin_us ? opts->spin_us : 100) * 1000ull;
-	for (unsigned i = 0; i < nthreads; i++) {
+	p->spin_us = plan.spin_us;
+	p->spin_ns = plan.spin_us * 1000ull;
+	CPU_ZERO(&all);
+	for (int i = 0; i < ncpu; i++)
+		CPU_SET(cpus[i], &all);
+	for (unsigned i = 0; i < plan.threads; i++) {
 		struct worker *w = &p->workers[i];
 		pthread_attr_t attr;
 		cpu_set_t one;
 
 		w->pool = p;
-		w->cpu = cpus[i % (unsigned)ncpu];
+		/* Pinned workers take the node's last cores: the trainer's
+		 * threads, started first, tend to hold the first ones. */
+		w->cpu = plan.pin ? cpus[(unsigned)ncpu - plan.threads + i] : -1;
 		CPU_ZERO(&one);
-		CPU_SET(w->cpu, &one);
+		if (plan.pin)
+			CPU_SET(w->cpu, &one);
 		r = -pthread_attr_init(&attr);
 		if (r < 0)
 			goto fail;
-		/* Pinned before it runs, so its stack is first touched on the node. */
-		r = -pthread_attr_setaffinity_np(&attr, sizeof(one), &one);
+		/* Placed before it runs, so its stack is first touched on the node. */
+		r = -pthread_attr_setaffinity_np(&attr, sizeof(cpu_set_t), plan.pin ? &one : &all);
 		if (r == 0)
 			r = -pthread_create(&w->thread, &attr, worker_main, w);
 		pthread_attr_destroy(&attr);

@@ -2,8 +2,8 @@
 /*
  * client/pool.h: the CPU thread pool that runs kernels/ over big spans.
  *
- * Worker threads are created once, each pinned to one core of the chosen
- * NUMA node. A parallel call is a caller-owned struct spw__pool_call (on the
+ * Worker threads are created once, on the cores of the chosen NUMA node
+ * (see spw__pool_plan for how many, and when each gets a core of its own). A parallel call is a caller-owned struct spw__pool_call (on the
  * stack or inside a bigger object): submitting it allocates nothing and,
  * while the workers are awake, makes no system call. Calls queue in FIFO
  * order; each is cut into tiles of call->tile elements that the workers
@@ -14,8 +14,9 @@
  * and every kernel is elementwise or reduces per tile in a fixed order, so
  * a result is bit-identical with 1 or N threads.
  *
- * Idle workers poll for spin_us, then sleep on a futex: an idle pool costs
- * no CPU.
+ * Idle workers sleep on a futex: an idle pool costs no CPU. They poll
+ * for spin_us first only when each has a core the trainer does not use;
+ * a worker that shares a core with the trainer's compute never spins.
  */
 #ifndef SPW_CLIENT_POOL_H
 #define SPW_CLIENT_POOL_H
@@ -30,10 +31,37 @@
 struct spw__pool;
 
 struct spw__pool_opts {
-	unsigned threads;       /* 0: one per allowed core of the node */
+	unsigned threads;       /* 0: the node's allowed cores less the trainer's */
 	int numa_node;          /* -1: the node the creating thread runs on */
-	unsigned spin_us;       /* idle polling before sleeping; 0: 100 us */
+	unsigned spin_us;       /* idle polling before sleeping; 0: the plan's */
+	unsigned trainer_threads; /* compute threads of the trainer itself; 0:
+				   * $SPILLWAY_TRAINER_THREADS, else 1 */
 };
+
+/* Default idle polling of a worker that has a core of its own. */
+#define SPW_POOL_SPIN_US 100u
+
+/*
+ * The pool's shape on ncpu usable cores when the trainer computes with
+ * `trainer` threads of its own:
+ *   threads  `threads` when given, else ncpu - trainer, at least 1;
+ *   pin      each worker pinned to a core of its own, the last cores of
+ *            the node, only when workers and trainer fit (threads +
+ *            trainer <= ncpu); otherwise workers may run on any core of
+ *            the node and the scheduler places them;
+ *   spin_us  `spin_us` when given, else SPW_POOL_SPIN_US when pinned and
+ *            0 otherwise: spinning on a core the trainer computes on
+ *            takes it from the trainer.
+ */
+struct spw__pool_plan {
+	unsigned threads;
+	bool pin;
+	unsigned spin_us;
+};
+struct spw__pool_plan spw__pool_plan(unsigned ncpu, unsigned trainer, unsigned threads, unsigned spin_us);
+
+/* $SPILLWAY_TRAINER_THREADS when it is a number from 1 to 4096, else 1. */
+unsigned spw__pool_trainer_threads(void);
 
 /* Runs elements [begin, end) of a call; tile = begin / call->tile. */
 typedef void (*spw__pool_fn)(void *arg, size_t tile, size_t begin, size_t end);
@@ -70,8 +98,10 @@ struct spw__pool *spw__pool_free(struct spw__pool *p);
 
 unsigned spw__pool_threads(const struct spw__pool *p);
 
-/* The CPU worker i is pinned to, the NUMA node the pool serves. */
+/* The CPU worker i is pinned to (-1: not pinned, any core of the node),
+ * the NUMA node the pool serves, its idle polling in microseconds. */
 int spw__pool_worker_cpu(const struct spw__pool *p, unsigned i);
+unsigned spw__pool_spin_us(const struct spw__pool *p);
 int spw__pool_node(const struct spw__pool *p);
 
 /*

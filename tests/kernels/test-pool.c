@@ -124,6 +124,69 @@ static void noop(void *arg, size_t tile, size_t b, size_t e)
 	atomic_fetch_add((atomic_size_t *)arg, e - b);
 }
 
+/* The threading policy: the trainer's threads first, pinning and polling
+ * only for workers with a core of their own. */
+static void test_plan(void)
+{
+	static const struct {
+		unsigned ncpu, trainer, threads, spin_us;
+		unsigned want_threads;
+		bool want_pin;
+		unsigned want_spin;
+	} t[] = {
+		{ 2, 1, 0, 0, 1, true, SPW_POOL_SPIN_US },      /* one core each */
+		{ 2, 2, 0, 0, 1, false, 0 },                    /* torch on both: share, never spin */
+		{ 2, 8, 0, 0, 1, false, 0 },
+		{ 1, 1, 0, 0, 1, false, 0 },
+		{ 16, 1, 0, 0, 15, true, SPW_POOL_SPIN_US },
+		{ 16, 8, 0, 0, 8, true, SPW_POOL_SPIN_US },
+		{ 4, 0, 0, 0, 3, true, SPW_POOL_SPIN_US },     /* 0: the trainer's own thread */
+		{ 2, 1, 2, 0, 2, false, 0 },                    /* asked for more than is free */
+		{ 16, 2, 4, 0, 4, true, SPW_POOL_SPIN_US },
+		{ 2, 2, 0, 30, 1, false, 30 },                  /* an explicit spin is kept */
+	};
+	struct spw__pool *pool;
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		struct spw__pool_plan pl = spw__pool_plan(t[i].ncpu, t[i].trainer, t[i].threads, t[i].spin_us);
+
+		ASSERT_EQ(pl.threads, t[i].want_threads);
+		ASSERT_EQ(pl.pin, t[i].want_pin);
+		ASSERT_EQ(pl.spin_us, t[i].want_spin);
+	}
+	unsetenv("SPILLWAY_TRAINER_THREADS");
+	ASSERT_EQ(spw__pool_trainer_threads(), 1);
+	setenv("SPILLWAY_TRAINER_THREADS", "3", 1);
+	ASSERT_EQ(spw__pool_trainer_threads(), 3);
+	setenv("SPILLWAY_TRAINER_THREADS", "0", 1);
+	ASSERT_EQ(spw__pool_trainer_threads(), 1);
+	setenv("SPILLWAY_TRAINER_THREADS", "2x", 1);
+	ASSERT_EQ(spw__pool_trainer_threads(), 1);
+
+	/* A trainer that computes on every allowed core: one worker, free to
+	 * run anywhere, that sleeps as soon as it is idle. */
+	setenv("SPILLWAY_TRAINER_THREADS", "4096", 1);
+	ASSERT_OK(spw__pool_new(NULL, &pool));
+	ASSERT_EQ(spw__pool_threads(pool), 1);
+	ASSERT_EQ(spw__pool_worker_cpu(pool, 0), -1);
+	ASSERT_EQ(spw__pool_spin_us(pool), 0);
+	pool = spw__pool_free(pool);
+	/* The option wins over the environment. */
+	{
+		struct spw__pool_opts o = { .numa_node = -1, .trainer_threads = 1, .threads = 1 };
+		cpu_set_t allowed;
+
+		ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+		ASSERT_OK(spw__pool_new(&o, &pool));
+		if (CPU_COUNT(&allowed) >= 2) {
+			ASSERT_TRUE(CPU_ISSET(spw__pool_worker_cpu(pool, 0), &allowed));
+			ASSERT_EQ(spw__pool_spin_us(pool), SPW_POOL_SPIN_US);
+		}
+		pool = spw__pool_free(pool);
+	}
+	unsetenv("SPILLWAY_TRAINER_THREADS");
+}
+
 int main(void)
 {
 	static const unsigned threads[] = { 1, 2, 5 };
@@ -132,6 +195,7 @@ int main(void)
 	struct spw__pool *pool;
 	cpu_set_t allowed;
 
+	test_plan();
 	p0 = xmalloc(N * 4);
 	m0 = xmalloc(N * 4);
 	v0 = xmalloc(N * 4);
@@ -172,8 +236,18 @@ int main(void)
 
 		ASSERT_OK(spw__pool_new(&o, &pool));
 		ASSERT_EQ(spw__pool_threads(pool), threads[t]);
-		for (unsigned i = 0; i < threads[t]; i++)
-			ASSERT_TRUE(CPU_ISSET(spw__pool_worker_cpu(pool, i), &allowed));
+		/* Pinned workers sit on allowed cores; unpinned ones (-1) only
+		 * when the plan for this host says they share cores. */
+		for (unsigned i = 0; i < threads[t]; i++) {
+			int cpu = spw__pool_worker_cpu(pool, i);
+			struct spw__pool_plan pl = spw__pool_plan((unsigned)CPU_COUNT(&allowed),
+								  spw__pool_trainer_threads(), threads[t], 0);
+
+			if (pl.pin)
+				ASSERT_TRUE(cpu >= 0 && CPU_ISSET(cpu, &allowed));
+			else
+				ASSERT_EQ(cpu, -1);
+		}
 		state_init(&st);
 		run(pool, &st);
 		state_same(&st, &ref);
