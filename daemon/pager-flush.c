@@ -16,6 +16,10 @@ static void fsync_done(struct uring_req *req, int res)
 	struct pager *p = f->pager;
 
 	p->fl.fsyncs_left--;
+	if (p->closing) {
+		pager_orphan_done(p);
+		return;
+	}
 	p->st.fsyncs++;
 	if (res < 0) {
 		p->st.errors++;

@@ -127,6 +127,16 @@ static void io_done(struct uring_req *req, int res)
 	struct pslot *sl = (struct pslot *)req;
 	struct pager *p = sl->pager;
 
+	if (p->closing) {
+		/* An orphan: its pages and waiters are gone with the session;
+		 * only the count matters. */
+		if (req->op == URING_READ)
+			p->nreading--;
+		else
+			p->nwriting--;
+		pager_orphan_done(p);
+		return;
+	}
 	if (req->op == URING_READ)
 		read_done(p, sl, sl->page, res);
 	else

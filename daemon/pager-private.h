@@ -119,7 +119,11 @@ struct pager {
 		struct pfsync *reqs;   /* one per swap file */
 	} fl;
 
+	/* pager_close() ran: completions only count down (an orphan), and
+	 * the last one tears the pager down and calls release. */
 	bool closing;
+	void (*release)(void *arg);
+	void *release_arg;
 	char msg[512];
 	struct pager_stats st;    /* counters; the rest is computed in pager_stats() */
 };
@@ -166,6 +170,9 @@ void pager_slot_release(struct pager *p, struct ppage *pg);
 /* A free slot, or one taken from a clean page not needed before `limit`
  * (see pager_policy_victim()); NONE when there is none. */
 uint32_t pager_take_slot(struct pager *p, uint64_t limit);
+
+/* An orphan's request completed: tears it down when it was the last. */
+void pager_orphan_done(struct pager *p);
 
 /* pager-io.c: the page owns its slot; the completion moves the state on. */
 void pager_io_read(struct pager *p, struct ppage *pg);

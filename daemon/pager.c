@@ -585,16 +585,17 @@ fail:
 	return r;
 }
 
-struct pager *pager_free(struct pager *p)
+bool pager_busy(const struct pager *p)
 {
-	bool busy;
+	return p->nreading || p->nwriting || p->fl.fsyncs_left;
+}
 
-	if (!p)
-		return NULL;
-	p->closing = true;
-	for (int i = 0; i < 600 && (p->nreading || p->nwriting || p->fl.fsyncs_left); i++)
-		uring_wait(p->c.uring, 50);
-	busy = p->nreading || p->nwriting || p->fl.fsyncs_left;
+/* Everything the pager holds; nothing of it is in the ring any more. */
+static void destroy(struct pager *p)
+{
+	void (*release)(void *) = p->release;
+	void *arg = p->release_arg;
+
 	if (p->bufreg >= 0)
 		uring_buffer_unregister(p->c.uring, p->bufreg);
 	p->swap = swap_free(p->swap);
@@ -610,15 +611,40 @@ struct pager *pager_free(struct pager *p)
 	free(p->scratch);
 	free(p->waits);
 	free(p->session);
-	/* The kernel still holds requests embedded in these after a drive
-	 * stopped answering for 30 s: leak them rather than let a late
-	 * completion write into freed memory. */
-	if (!busy) {
-		free(p->slots);
-		free(p->fl.reqs);
-		free(p);
+	free(p->slots);
+	free(p->fl.reqs);
+	free(p);
+	if (release)
+		release(arg);
+}
+
+void pager_orphan_done(struct pager *p)
+{
+	if (!pager_busy(p))
+		destroy(p);
+}
+
+struct pager *pager_close(struct pager *p, void (*release)(void *arg), void *arg)
+{
+	if (!p) {
+		if (release)
+			release(arg);
+		return NULL;
 	}
+	p->closing = true;
+	p->release = release;
+	p->release_arg = arg;
+	/* An orphan: the last completion calls destroy(). Requests still
+	 * queued in the ring go out as they are: their file indexes and
+	 * buffers stay registered until then. */
+	if (!pager_busy(p))
+		destroy(p);
 	return NULL;
+}
+
+struct pager *pager_free(struct pager *p)
+{
+	return pager_close(p, NULL, NULL);
 }
 
 /* Introspection. */

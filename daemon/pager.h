@@ -7,8 +7,8 @@
  * which slot. Resident tensors keep a slot per page for their lifetime;
  * swappable tensors have a home in the session's swap files (swap.h) and
  * take a slot only while needed. All disk I/O goes through the daemon's
- * io_uring (uring.h); the pager never blocks on it except in pager_free()
- * and pager_tensor_remove().
+ * io_uring (uring.h); the pager never blocks on it except in
+ * pager_tensor_remove().
  *
  * Page states (enum pager_page_state):
  *
@@ -55,7 +55,7 @@
  * inside uring_reap()/uring_wait() and from pager_unpin(),
  * pager_prefetch(), pager_step() and pager_tensor_remove() (for other,
  * earlier operations), never for the operation being submitted by the same
- * call and never from pager_free(). The callback may read
+ * call and never from pager_close(). The callback may read
  * pager_last_error() and pager_stats(), and must not call anything else in
  * the pager. At most config.max_pending operations are pending at a time.
  *
@@ -104,10 +104,26 @@ struct pager_config {
  * ...). */
 int pager_new(const struct pager_config *c, char *err, size_t errlen, struct pager **ret);
 
-/* Waits for the pager's I/O in flight (bounded: what the kernel still holds
- * points into this memory), delivers no completions, removes the swap files.
- * Accepts NULL; returns NULL. */
+/* Ends the pager without waiting for the disk, and delivers no
+ * completions. With nothing in flight everything goes now: the fixed-buffer
+ * registration, the swap files (unregistered, closed, removed), the page
+ * table; then release(arg) runs (the caller frees the region there). With
+ * I/O in flight (a stalled drive) the pager becomes an orphan: its requests
+ * only count down, and the swap files with their registered file indexes,
+ * the buffer registration and the region stay reserved until the last one
+ * completes, so a late completion never touches freed memory and a file
+ * index is never reused while a request may still use it; then the same
+ * teardown runs, from inside uring_reap(). release may be NULL (then the
+ * caller must keep the region mapped until the ring is idle). Accepts NULL
+ * (release runs at once); returns NULL. */
+struct pager *pager_close(struct pager *p, void (*release)(void *arg), void *arg);
+
+/* pager_close(p, NULL, NULL): for callers that unmap the region only after
+ * the ring is idle (uring_free() waits for it). */
 struct pager *pager_free(struct pager *p);
+
+/* True while the pager has requests in the ring. */
+bool pager_busy(const struct pager *p);
 
 /* Registers a tensor of `bytes` (cut into ceil(bytes / page_size) pages).
  * Swappable pages start ZERO and take swap pages from the session's swap

@@ -224,18 +224,88 @@ int session_attach(struct daemon *d, struct client *owner, const char *name, uin
 	return 0;
 }
 
+/* What outlives a session whose pager is an orphan (I/O in flight when it
+ * ended): the region, which the kernel may still read from or write into,
+ * and its place in the pool figures, until the last request completes. */
+struct region_hold {
+	struct daemon *d;
+	struct region *region;
+	uint64_t bytes;
+	bool locked_counted;
+	char name[SPW_PROTO_MAX_SESSION_NAME + 1];
+};
+
+static unsigned draining; /* sessions ended with I/O in flight, not yet released */
+
+unsigned session_draining(void)
+{
+	return draining;
+}
+
+static void hold_release(struct region_hold *h)
+{
+	h->d->used_bytes -= h->bytes;
+	if (h->locked_counted)
+		h->d->locked_bytes -= h->bytes;
+	region_free(h->region);
+	free(h);
+}
+
+/* The pager's release callback of an orphan: its last request is done. */
+static void orphan_released(void *arg)
+{
+	struct region_hold *h = arg;
+	struct daemon *d = h->d;
+	char a[32];
+
+	draining--;
+	log_info("session %s (ended earlier): its last disk request completed; released %s and its swap files",
+		 h->name, format_bytes(h->bytes, a, sizeof(a)));
+	hold_release(h);
+	daemon_update_status(d);
+}
+
 struct session *session_free(struct session *s)
 {
+	struct region_hold *h;
+
 	if (!s)
 		return NULL;
 	dataplane_stop(s);
-	/* Before the region goes: the kernel may still be reading into it or
-	 * writing from it, and the swap files must go with the session. No
-	 * completion is delivered from here. */
-	s->pager = pager_free(s->pager);
-	s->d->used_bytes -= s->bytes;
-	if (s->locked_counted)
-		s->d->locked_bytes -= s->bytes;
+	h = calloc(1, sizeof(*h));
+	if (h) {
+		*h = (struct region_hold){ s->d, s->region, s->bytes, s->locked_counted, "" };
+		snprintf(h->name, sizeof(h->name), "%s", s->name);
+	}
+	if (s->pager && pager_busy(s->pager)) {
+		/* Never wait for the disk inside the loop: the pager becomes an
+		 * orphan that keeps its files, buffers and this region until
+		 * its requests complete. No completion is delivered. */
+		if (h) {
+			draining++;
+			log_warn("session %s ended with disk I/O in flight; its region and swap files are released when "
+				 "that I/O completes", s->name);
+			s->pager = pager_close(s->pager, orphan_released, h);
+			h = NULL;
+		} else {
+			/* No memory to track it: leak the mapping rather than
+			 * let a late completion touch an unmapped page. */
+			log_error("session %s: out of memory while ending with I/O in flight; leaking its region", s->name);
+			s->pager = pager_close(s->pager, NULL, NULL);
+		}
+		s->region = NULL;
+	} else {
+		s->pager = pager_close(s->pager, NULL, NULL);
+		if (h)
+			hold_release(h);
+		else {
+			s->d->used_bytes -= s->bytes;
+			if (s->locked_counted)
+				s->d->locked_bytes -= s->bytes;
+			region_free(s->region);
+		}
+		s->region = NULL;
+	}
 	list_del(&s->link);
 	for (uint32_t i = 0; s->tnames && i < s->ntnames_cap; i++)
 		free(s->tnames[i]);
@@ -248,7 +318,6 @@ struct session *session_free(struct session *s)
 		close(s->sq_evt);
 	if (s->cq_evt >= 0)
 		close(s->cq_evt);
-	region_free(s->region);
 	free(s->name);
 	free(s);
 	return NULL;

@@ -98,11 +98,15 @@ int session_admit(struct daemon *d, const char *name, uint64_t bytes, char *err,
  * Returns 0, or a negative errno with a sentence in err. */
 int session_attach(struct daemon *d, struct client *owner, const char *name, uint64_t region_bytes,
 		   uint32_t page_size, uint64_t swap_bytes, char *err, size_t errlen);
-/* Releases everything now (the pager first: it waits, bounded, for its I/O
- * and removes the swap files, before the region is unmapped); the poll
- * handle's memory goes in its close cb. Never called on a session that is
- * still attaching. */
+/* Ends the session without waiting: rings, eventfds and names go now, the
+ * poll handle's memory in its close cb. The pager goes now too unless it
+ * has I/O in flight; then it is an orphan that keeps the swap files and the
+ * region (and their place in the pool figures) until its last request
+ * completes (pager_close()). Never called on a session that is still
+ * attaching. */
 struct session *session_free(struct session *s);
+/* Sessions that ended with I/O in flight and still hold their region. */
+unsigned session_draining(void);
 struct session *session_find(struct daemon *d, const char *name);
 
 int session_register(struct session *s, const char *name, uint64_t bytes, bool swappable, uint32_t *id,

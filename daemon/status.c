@@ -198,6 +198,9 @@ static cJSON *build(struct daemon *d, uid_t uid, unsigned max_listed, unsigned *
 	cJSON_AddBoolToObject(x, "hugepages", cfg->pool_hugepages != CONFIG_HUGEPAGES_NEVER && hfree > 0);
 	cJSON_AddNumberToObject(x, "numa_node", d->numa_node);
 	cJSON_AddBoolToObject(x, "locked", d->locked_bytes == d->used_bytes);
+	/* Ended sessions whose disk I/O is still in flight: their regions
+	 * stay in used_bytes until it completes. */
+	cJSON_AddNumberToObject(x, "draining_sessions", session_draining());
 
 	swap_json(o, d);
 

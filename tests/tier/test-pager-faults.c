@@ -199,6 +199,56 @@ static void test_short(void)
 	fx_teardown(&f);
 }
 
+/* A pager closed while its write is stalled becomes an orphan: pager_free()
+ * returns at once with the write still in the ring and the files still
+ * there; a new pager on the same ring does its I/O meanwhile on files of
+ * its own (so the late write cannot land in them: the orphan's file
+ * indexes stay registered); when the held write completes, the orphan
+ * goes, files and all, and the new pager's data is intact. Under ASan a
+ * late completion touching freed memory would abort. */
+static void test_stall_orphan(void)
+{
+	struct fx f;
+	struct pager *p2;
+	uint32_t t, t2, n;
+	char err[256];
+	int s;
+
+	setup(&f, "write:stall=1500@1", "job/stall", 4, &t);
+	s = fx_pin(&f, t, 0);
+	fx_fill(fx_slot(&f, s), PAGE, SEED(7, 0, 0));
+	ASSERT_OK(pager_unpin(f.p, t, 0, true)); /* write-behind: write 1, held */
+	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_WRITING);
+	f.p = pager_free(f.p);
+	ASSERT_UEQ(uring_busy(f.u), 1); /* did not wait for it */
+	ASSERT_UEQ(fx_files_in(f.dir[0]) + fx_files_in(f.dir[1]), 2);
+
+	p2 = fx_pager(&f, "job/after", (uint64_t)64 * PAGE, 0, DEPTH);
+	ASSERT_OK(pager_tensor_add(p2, "params", (uint64_t)2 * SLOTS * PAGE, true, &t2, &n, err, sizeof(err)));
+	ASSERT_UEQ(fx_files_in(f.dir[0]) + fx_files_in(f.dir[1]), 4);
+	for (uint32_t i = 0; i < 2 * SLOTS; i++) {
+		s = fx_pin_p(&f, p2, t2, i, NULL);
+		ASSERT_GE(s, 0);
+		fx_fill(fx_slot(&f, s), PAGE, SEED(8, i, 0));
+		ASSERT_OK(pager_unpin(p2, t2, i, true));
+	}
+	ASSERT_EQ(fx_flush(&f, p2), 0);
+	/* The held write is still out while the new pager worked. */
+	ASSERT_GE(uring_busy(f.u), 1);
+	fx_drain(&f);
+	/* The orphan went with its last request: only the new pager's files. */
+	ASSERT_UEQ(fx_files_in(f.dir[0]) + fx_files_in(f.dir[1]), 2);
+	for (uint32_t i = 0; i < 2 * SLOTS; i++) {
+		s = fx_pin_p(&f, p2, t2, i, NULL);
+		ASSERT_GE(s, 0);
+		if (!fx_check(fx_slot(&f, s), PAGE, SEED(8, i, 0)))
+			TEST_FAIL("page %u of the new pager differs after the orphan's late write", i);
+		ASSERT_OK(pager_unpin(p2, t2, i, false));
+	}
+	f.p = p2;
+	fx_teardown(&f);
+}
+
 int main(void)
 {
 	test_write_error("write:eio@3", -EIO);
@@ -207,5 +257,6 @@ int main(void)
 	test_read_error();
 	test_flip();
 	test_short();
+	test_stall_orphan();
 	return 0;
 }
