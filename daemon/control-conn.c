@@ -34,7 +34,7 @@ void control_client_watch(struct client *c)
 
 	if (c->closing)
 		return;
-	if (c->attaching && !c->tx)
+	if ((c->attaching || c->unregistering) && !c->tx)
 		uv_poll_stop(&c->poll);
 	else
 		uv_poll_start(&c->poll, ev, client_event);
@@ -245,7 +245,7 @@ static void read_frames(struct client *c)
 {
 	/* One request at a time: nothing more is read while a reply is queued
 	 * or an attach is being prepared (replies stay in order). */
-	for (int frames = 0; frames < FRAMES_PER_WAKEUP && !c->closing && !c->tx && !c->attaching;) {
+	for (int frames = 0; frames < FRAMES_PER_WAKEUP && !c->closing && !c->tx && !c->attaching && !c->unregistering;) {
 		struct spw_proto_frame_hdr h;
 		bool in_hdr = c->hdr_len < sizeof(c->hdr);
 		void *dst = in_hdr ? (void *)(c->hdr + c->hdr_len) : (void *)(c->payload + c->payload_got);
@@ -313,7 +313,7 @@ static void client_event(uv_poll_t *h, int status, int events)
 			return;
 		}
 	}
-	if (!c->closing && !c->tx && !c->attaching && (events & (UV_READABLE | UV_DISCONNECT)))
+	if (!c->closing && !c->tx && !c->attaching && !c->unregistering && (events & (UV_READABLE | UV_DISCONNECT)))
 		read_frames(c);
 }
 

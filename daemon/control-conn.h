@@ -33,6 +33,7 @@ struct client {
 	bool closing;
 	bool close_after_tx;
 	bool attaching;        /* waiting for the region: read nothing meanwhile */
+	bool unregistering;    /* waiting for a dying tensor's I/O: the same */
 	uint32_t features;
 	struct session *session;
 

@@ -357,7 +357,28 @@ static void do_unregister(struct client *c, const cJSON *msg)
 		control_reply_error(c, -r, "%s", err);
 		return;
 	}
+	if (r > 0) {
+		/* Dying: its disk I/O is still in flight. The loop goes on;
+		 * the reply comes from control_unregister_done(), and nothing
+		 * more is read from this client until then. */
+		log_debug("unregister in %s: tensor %llu waits for its I/O in flight", c->session->name,
+			  (unsigned long long)id);
+		c->unregistering = true;
+		control_client_watch(c);
+		return;
+	}
 	log_debug("unregister in %s: tensor %llu", c->session->name, (unsigned long long)id);
+	control_send_json(c, control_reply(SPW_MSG_UNREGISTER), NULL, 0);
+}
+
+void control_unregister_done(struct session *s, uint32_t id)
+{
+	struct client *c = s->owner;
+
+	if (!c || !c->unregistering)
+		return;
+	c->unregistering = false;
+	log_debug("unregister in %s: tensor %u, after its I/O drained", s->name, id);
 	control_send_json(c, control_reply(SPW_MSG_UNREGISTER), NULL, 0);
 }
 

@@ -39,7 +39,7 @@ static void flush_round(struct pager *p)
 	p->fl.fsyncing = false;
 	p->fl.err = 0;
 	p->fl.writes_left = 0;
-	for (uint32_t t = 0; t < p->ntensors && !p->fl.err; t++) {
+	for (uint32_t t = 0; p->nfailed && t < p->ntensors && !p->fl.err; t++) {
 		const struct ptensor *te = &p->tensors[t];
 
 		for (uint32_t i = 0; te->used && i < te->npages; i++) {
@@ -54,7 +54,7 @@ static void flush_round(struct pager *p)
 	for (uint32_t s = 0; s < p->c.nslots; s++) {
 		struct ppage *pg = p->slots[s].page;
 
-		if (!pg)
+		if (!pg || p->tensors[pg->tensor].dying)
 			continue;
 		if (pg->state == PAGER_DIRTY && pg->pins == 0) {
 			pager_io_write(p, pg);

@@ -23,6 +23,7 @@ static void start_io(struct pager *p, struct ppage *pg, enum uring_op op)
 		.len = p->c.page_size, .off = off, .complete = io_done,
 	};
 	sl->t0 = now_ns();
+	p->tensors[pg->tensor].nio++;
 	uring_submit(p->c.uring, &sl->req);
 }
 
@@ -102,6 +103,7 @@ static void write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 			p->session, tname(p, pg), pg->index, swap_page_path(p->swap, pg->disk),
 			(unsigned long long)sl->req.off, err_text(res));
 		pg->state = PAGER_FAILED;
+		p->nfailed++;
 		pg->err = res;
 		pg->flags &= (uint8_t)~(F_ONDISK | F_REDIRTY | F_PREFETCHED);
 		/* A pinned page keeps its slot until the last UNPIN. */
@@ -137,11 +139,23 @@ static void io_done(struct uring_req *req, int res)
 		pager_orphan_done(p);
 		return;
 	}
+	struct ppage *pg = sl->page;
+	uint32_t tid = pg->tensor;
+	struct ptensor *t = &p->tensors[tid];
+	bool gone;
+
 	if (req->op == URING_READ)
-		read_done(p, sl, sl->page, res);
+		read_done(p, sl, pg, res);
 	else
-		write_done(p, sl, sl->page, res);
+		write_done(p, sl, pg, res);
+	gone = --t->nio == 0 && t->dying;
+	if (gone)
+		pager_tensor_drop(p, tid);
 	pager_flush_progress(p);
 	pager_sched_pump(p, true);
+	/* Last: the session's reply to the UNREGISTER may end the session
+	 * (a client gone), and with it this pager. */
+	if (gone && p->c.tensor_removed)
+		p->c.tensor_removed(p->c.ctx, tid);
 }
 

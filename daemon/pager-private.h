@@ -52,6 +52,7 @@ struct ptensor {
 	char *name;
 	struct ppage *pages;
 	uint32_t npages;
+	uint32_t nio;             /* its pages' reads and writes in the ring */
 	bool used, swappable, dying;
 };
 
@@ -93,7 +94,10 @@ struct pager {
 	struct cand *scratch;     /* nslots, for choosing write-backs */
 
 	struct ptensor *tensors;
-	uint32_t ntensors;
+	uint32_t ntensors;        /* ids handed out so far (used or free) */
+	uint32_t tensors_cap;
+	uint32_t *free_tids, nfree_tids; /* ids of removed tensors, reused first */
+	uint32_t nfailed;         /* pages FAILED: FLUSH looks for them only when > 0 */
 	uint64_t npages;
 
 	uint32_t *disk_free;
@@ -173,6 +177,8 @@ uint32_t pager_take_slot(struct pager *p, uint64_t limit);
 
 /* An orphan's request completed: tears it down when it was the last. */
 void pager_orphan_done(struct pager *p);
+/* Drops a tensor with nothing in flight: slots, swap pages, id. */
+void pager_tensor_drop(struct pager *p, uint32_t id);
 
 /* pager-io.c: the page owns its slot; the completion moves the state on. */
 void pager_io_read(struct pager *p, struct ppage *pg);

@@ -388,7 +388,9 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 				 p->session, name, (unsigned long long)n, p->nclaim, p->c.nslots);
 			return -ENOMEM;
 		}
-		for (uint32_t s = 0; s < p->c.nslots; s++)
+		/* Clean pages give up their slots too; look for them only
+		 * when the free ones do not suffice. */
+		for (uint32_t s = 0; avail < n && s < p->c.nslots; s++)
 			avail += clean_victim(p->slots[s].page);
 		if (avail < n) {
 			snprintf(err, errlen,
@@ -398,19 +400,25 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 			return -EBUSY;
 		}
 	}
-	for (uint32_t i = 0; i < p->ntensors; i++) {
-		if (!p->tensors[i].used) {
-			tid = i;
-			break;
-		}
-	}
-	if (tid == NONE) {
-		struct ptensor *nt = realloc(p->tensors, (p->ntensors + 1) * sizeof(*nt));
+	if (p->nfree_tids) {
+		tid = p->free_tids[p->nfree_tids - 1];
+	} else {
+		if (p->ntensors == p->tensors_cap) {
+			/* Doubling: registering n tensors costs O(n), not O(n^2). */
+			uint32_t cap = p->tensors_cap ? 2 * p->tensors_cap : 16;
+			struct ptensor *nt = realloc(p->tensors, (size_t)cap * sizeof(*nt));
+			uint32_t *nf;
 
-		if (!nt)
-			return -ENOMEM;
-		p->tensors = nt;
-		tid = p->ntensors++;
+			if (!nt)
+				return -ENOMEM;
+			p->tensors = nt;
+			nf = realloc(p->free_tids, (size_t)cap * sizeof(*nf));
+			if (!nf)
+				return -ENOMEM;
+			p->free_tids = nf;
+			p->tensors_cap = cap;
+		}
+		tid = p->ntensors;
 		p->tensors[tid] = (struct ptensor){ 0 };
 	}
 	r = pager_policy_grow(&p->order, p->npages + n);
@@ -425,6 +433,10 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 		*t = (struct ptensor){ 0 };
 		return -ENOMEM;
 	}
+	if (p->nfree_tids && p->free_tids[p->nfree_tids - 1] == tid)
+		p->nfree_tids--;
+	else
+		p->ntensors++;
 	t->npages = (uint32_t)n;
 	t->swappable = swappable;
 	t->used = true;
@@ -452,12 +464,27 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 	return 0;
 }
 
-static bool tensor_io(const struct ptensor *t)
+void pager_tensor_drop(struct pager *p, uint32_t id)
 {
-	for (uint32_t i = 0; i < t->npages; i++)
-		if (t->pages[i].state == PAGER_READING || t->pages[i].state == PAGER_WRITING)
-			return true;
-	return false;
+	struct ptensor *t = &p->tensors[id];
+
+	for (uint32_t i = 0; i < t->npages; i++) {
+		struct ppage *pg = &t->pages[i];
+
+		if (pg->slot != NONE)
+			pager_slot_release(p, pg);
+		if (pg->state == PAGER_RESIDENT)
+			p->nclaim--;
+		if (pg->state == PAGER_FAILED)
+			p->nfailed--;
+		if (pg->disk != NONE)
+			p->disk_free[p->ndisk_free++] = pg->disk;
+	}
+	p->npages -= t->npages;
+	free(t->name);
+	free(t->pages);
+	*t = (struct ptensor){ 0 };
+	p->free_tids[p->nfree_tids++] = id;
 }
 
 int pager_tensor_remove(struct pager *p, uint32_t id)
@@ -475,31 +502,21 @@ int pager_tensor_remove(struct pager *p, uint32_t id)
 	}
 	/* The learned order points into this tensor's pages. */
 	pager_policy_forget(&p->order);
-	/* Reads ahead and writes behind may be in flight into its slots;
-	 * dying keeps new ones from starting. */
-	t->dying = true;
-	for (int i = 0; i < 600 && tensor_io(t); i++)
-		uring_wait(p->c.uring, 50);
-	if (tensor_io(t)) {
-		pager_set_msg(p, "session '%s': cannot remove tensor '%s': its I/O did not finish in 30 s", p->session, t->name);
-		return -ETIMEDOUT;
+	if (t->nio) {
+		/* Reads ahead and writes behind are in flight into its slots:
+		 * dying keeps new ones from starting, and the last completion
+		 * drops it (pager-io.c). */
+		t->dying = true;
+		return PAGER_PENDING;
 	}
-	for (uint32_t i = 0; i < t->npages; i++) {
-		struct ppage *pg = &t->pages[i];
-
-		if (pg->slot != NONE)
-			pager_slot_release(p, pg);
-		if (pg->state == PAGER_RESIDENT)
-			p->nclaim--;
-		if (pg->disk != NONE)
-			p->disk_free[p->ndisk_free++] = pg->disk;
-	}
-	p->npages -= t->npages;
-	free(t->name);
-	free(t->pages);
-	*t = (struct ptensor){ 0 };
+	pager_tensor_drop(p, id);
 	pager_sched_pump(p, true);
 	return 0;
+}
+
+uint32_t pager_slots_unclaimed(const struct pager *p)
+{
+	return p->c.nslots - p->nclaim;
 }
 
 /* Life cycle. */
@@ -604,6 +621,7 @@ static void destroy(struct pager *p)
 		free(p->tensors[t].pages);
 	}
 	free(p->tensors);
+	free(p->free_tids);
 	pager_policy_free(&p->order);
 	free(p->clock.ref);
 	free(p->disk_free);

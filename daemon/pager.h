@@ -94,6 +94,10 @@ struct pager_config {
 	unsigned queue_depth;     /* the ring's depth: write-behind keeps under half of it (0 = 32) */
 	unsigned max_pending;     /* pending PIN/FLUSH at once, e.g. the CQ size (0 = 1024) */
 	void (*complete)(void *ctx, uint64_t user_data, int32_t res);
+	/* A tensor whose pager_tensor_remove() returned PAGER_PENDING is gone
+	 * (its I/O drained); called from inside uring_reap(), never after
+	 * pager_close(). May be NULL. */
+	void (*tensor_removed)(void *ctx, uint32_t id);
 	void *ctx;
 };
 
@@ -135,11 +139,18 @@ bool pager_busy(const struct pager *p);
 int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swappable, uint32_t *id,
 		     uint32_t *npages, char *err, size_t errlen);
 
-/* Drops a tensor: its slots and swap pages return to the pool, its pages'
- * I/O in flight is waited for (this may run other completions), and the
- * learned order is forgotten (it refers to the tensor). Returns 0, -ENOENT,
- * or -EBUSY when one of its pages is pinned or has a pending PIN. */
+/* Drops a tensor: its slots and swap pages return to the pool and the
+ * learned order is forgotten (it refers to the tensor). Never waits: with
+ * reads ahead or writes behind of its pages in flight the tensor is dying
+ * (no operation finds it, nothing new starts on it) and the call returns
+ * PAGER_PENDING; config.tensor_removed(ctx, id) follows when the last one
+ * completes. Returns 0 (gone now), PAGER_PENDING, -ENOENT, or -EBUSY when
+ * one of its pages is pinned or has a pending PIN. */
 int pager_tensor_remove(struct pager *p, uint32_t id);
+
+/* Slots not claimed by resident or pinned pages (what a resident tensor
+ * could still take), without pager_stats()'s walk over every page. */
+uint32_t pager_slots_unclaimed(const struct pager *p);
 
 /* PIN: returns the slot index (>= 0) when the page is in its slot now,
  * PAGER_PENDING when complete() will deliver the slot index or -errno, or

@@ -9,7 +9,8 @@
  * late write lands the orphan goes, and nothing crashed (the daemon runs
  * under ASan in CI: a late completion touching freed memory aborts it, and
  * the exit status shows it). SIGTERM with a stalled write drains and exits
- * 0 with every swap file gone.
+ * 0 with every swap file gone. UNREGISTER of a tensor with a held write
+ * answers when the write lands, and the loop serves everyone meanwhile.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -306,6 +307,62 @@ static void test_stop_while_stalled(void)
 	raw_session_close(&s);
 }
 
+static double tensors_of(const char *name)
+{
+	cJSON *st = raw_status(d.status);
+	const cJSON *ss = raw_status_session(st, name);
+	double v = ss ? raw_num(ss, "tensors") : -1;
+
+	cJSON_Delete(st);
+	return v;
+}
+
+/* UNREGISTER of a tensor whose write-behind is held: the tensor is dying,
+ * the loop goes on (status answers with the write still out, another
+ * session's ring works), and the reply comes when the write lands. */
+static void test_unregister_while_stalled(void)
+{
+	struct raw_session s, o;
+	char req[128];
+	cJSON *r;
+	int t, to;
+
+	start("write:stall=3000@1");
+	ASSERT_OK(raw_attach(d.control, "drain/unreg", 4 * MiB, PAGE, &s));
+	t = reg(&s, "x", 8ull * MiB);
+	ASSERT_GE(t, 0);
+	write_page(&s, t, 0, 1);
+	ASSERT_TRUE(ring_busy() >= 1);
+	snprintf(req, sizeof(req), "{\"type\":\"unregister\",\"tensor\":%d}", t);
+	ASSERT_OK(raw_send(s.ctl, req));
+	/* Not waited for inside the loop: */
+	ASSERT_TRUE(ring_busy() >= 1);
+	ASSERT_EQ(tensors_of("drain/unreg"), 1);
+	ASSERT_OK(raw_attach(d.control, "drain/other", 2 * MiB, PAGE, &o));
+	to = raw_register(&o, "r", MiB, NULL);
+	ASSERT_GE(to, 0);
+	ASSERT_GE(raw_op(&o, SPW_OP_PIN, 0, (uint32_t)to, 0), 0);
+	ASSERT_EQ(raw_op(&o, SPW_OP_UNPIN, 0, (uint32_t)to, 0), 0);
+	ASSERT_TRUE(ring_busy() >= 1);
+	/* The reply, once the write landed. */
+	r = raw_recv(s.ctl, NULL, NULL, NULL);
+	ASSERT_EQ(raw_reply_errno(r), 0);
+	cJSON_Delete(r);
+	ASSERT_EQ(ring_busy(), 0);
+	ASSERT_EQ(tensors_of("drain/unreg"), 0);
+	ASSERT_EQ(tensors_of("drain/other"), 1);
+	/* Its name and swap are free again. */
+	t = reg(&s, "x", 8ull * MiB);
+	ASSERT_GE(t, 0);
+	write_page(&s, t, 1, 2);
+	read_page(&s, t, 1, 2);
+	raw_session_close(&o);
+	raw_session_close(&s);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	unlink(logpath);
+	ASSERT_UEQ(all_swap_files(), 0);
+}
+
 int main(void)
 {
 	if (access("/var/tmp", W_OK) < 0)
@@ -313,6 +370,7 @@ int main(void)
 	make_dirs();
 	test_kill_while_stalled();
 	test_stop_while_stalled();
+	test_unregister_while_stalled();
 	for (int i = 0; i < 2; i++)
 		ASSERT_EQ(rmdir(dirs[i]), 0);
 	return 0;
