@@ -377,6 +377,7 @@ static void teardown(struct daemon *d)
 	uv_close((uv_handle_t *)&d->watchdog, NULL);
 	uv_close((uv_handle_t *)&d->idle, NULL);
 	uv_close((uv_handle_t *)&d->backlog_timer, NULL);
+	status_stop(d);
 }
 
 static void on_stop(uv_signal_t *h, int signum)

@@ -15,6 +15,7 @@
 #include "pager.h"
 #include "region.h"
 #include "session.h"
+#include "status.h"
 #include "swap.h"
 
 struct session *session_find(struct daemon *d, const char *name)
@@ -131,6 +132,7 @@ static int session_finish(struct session *s)
 		d->locked_bytes += s->bytes;
 		s->locked_counted = true;
 	}
+	status_refresh_soon(d);
 	return 0;
 }
 
@@ -265,6 +267,7 @@ static void orphan_released(void *arg)
 		 h->name, format_bytes(h->bytes, a, sizeof(a)));
 	hold_release(h);
 	daemon_update_status(d);
+	status_refresh_soon(d);
 }
 
 struct session *session_free(struct session *s)
@@ -308,6 +311,8 @@ struct session *session_free(struct session *s)
 		}
 		s->region = NULL;
 	}
+	if (s->swap_bytes)
+		status_refresh_soon(s->d);
 	list_del(&s->link);
 	for (uint32_t i = 0; s->tnames && i < s->ntnames_cap; i++)
 		free(s->tnames[i]);

@@ -363,6 +363,53 @@ static void test_unregister_while_stalled(void)
 	ASSERT_UEQ(all_swap_files(), 0);
 }
 
+/* The status reads the swap directories' figures from a cache the timer
+ * refreshes, not from a scan per request: a swap file that appears is not
+ * in used_bytes at once (up to three tries, in case a refresh falls in
+ * between), and is there after the refresh. */
+static double dir0_used(void)
+{
+	cJSON *st = raw_status(d.status);
+	const cJSON *sd = cJSON_GetObjectItem(cJSON_GetObjectItem(st, "swap"), "dirs");
+	double v = raw_num(cJSON_GetArrayItem(sd, 0), "used_bytes");
+
+	cJSON_Delete(st);
+	ASSERT_TRUE(!isnan(v));
+	return v;
+}
+
+static void test_status_cached(void)
+{
+	char path[3][128];
+	double before, after = 0;
+	bool stale = false;
+
+	start(NULL);
+	before = dir0_used();
+	for (int i = 0; i < 3 && !stale; i++) {
+		int fd;
+
+		snprintf(path[i], sizeof(path[i]), "%s/spillway-cache_%d-0000000%d.swap", dirs[0], i, i);
+		fd = open(path[i], O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+		ASSERT_GE(fd, 0);
+		ASSERT_EQ(fallocate(fd, 0, 0, 4 * MiB), 0);
+		close(fd);
+		stale = dir0_used() < before + (i + 1) * 4.0 * MiB;
+		if (!stale)
+			fprintf(stderr, "status cache: a refresh fell between file and request (try %d)\n", i + 1);
+	}
+	ASSERT_TRUE(stale);
+	for (int i = 0; i < 300 && after < before + 4.0 * MiB; i++) {
+		usleep(10000);
+		after = dir0_used();
+	}
+	ASSERT_TRUE(after >= before + 4.0 * MiB);
+	for (int i = 0; i < 3; i++)
+		unlink(path[i]);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	unlink(logpath);
+}
+
 int main(void)
 {
 	if (access("/var/tmp", W_OK) < 0)
@@ -371,6 +418,7 @@ int main(void)
 	test_kill_while_stalled();
 	test_stop_while_stalled();
 	test_unregister_while_stalled();
+	test_status_cached();
 	for (int i = 0; i < 2; i++)
 		ASSERT_EQ(rmdir(dirs[i]), 0);
 	return 0;
