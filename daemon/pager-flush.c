@@ -45,8 +45,10 @@ static void flush_round(struct pager *p)
 		for (uint32_t i = 0; te->used && i < te->npages; i++) {
 			if (te->pages[i].state == PAGER_FAILED) {
 				p->fl.err = te->pages[i].err;
-				pager_set_msg(p, "session '%s': flush: tensor '%s' page %u was lost by a failed write: %s",
-					p->session, te->name, i, strerror(-p->fl.err));
+				pager_set_msg(p, "session '%s': flush: tensor '%s' page %u was lost by a write that failed "
+					"%u times: %s (check the drive behind that swap dir or free space on it, then "
+					"unregister the tensor and restore it from a checkpoint)",
+					p->session, te->name, i, WRITE_RETRIES + 1, strerror(-p->fl.err));
 				break;
 			}
 		}

@@ -12,7 +12,7 @@
 
 static void io_done(struct uring_req *req, int res);
 
-static void start_io(struct pager *p, struct ppage *pg, enum uring_op op)
+static void start_io(struct pager *p, struct ppage *pg, enum uring_op op, unsigned delay_ms)
 {
 	struct pslot *sl = &p->slots[pg->slot];
 	uint64_t off;
@@ -24,25 +24,31 @@ static void start_io(struct pager *p, struct ppage *pg, enum uring_op op)
 	};
 	sl->t0 = now_ns();
 	p->tensors[pg->tensor].nio++;
-	uring_submit(p->c.uring, &sl->req);
+	uring_submit_after(p->c.uring, &sl->req, delay_ms);
 }
 
 void pager_io_read(struct pager *p, struct ppage *pg)
 {
 	pg->state = PAGER_READING;
 	p->nreading++;
-	start_io(p, pg, URING_READ);
+	start_io(p, pg, URING_READ, 0);
 }
 
-void pager_io_write(struct pager *p, struct ppage *pg)
+static void write_after(struct pager *p, struct ppage *pg, unsigned delay_ms)
 {
 	/* The checksum of what goes out; it becomes the page's only if the
 	 * write succeeds and nobody re-dirtied the page meanwhile. */
 	pg->wcrc = crc32c(0, slot_addr(p, pg->slot), p->c.page_size);
 	pg->state = PAGER_WRITING;
 	pg->flags &= (uint8_t)~F_REDIRTY;
+	start_io(p, pg, URING_WRITE, delay_ms);
+}
+
+void pager_io_write(struct pager *p, struct ppage *pg)
+{
+	pg->wfails = 0;
 	p->nwriting++;
-	start_io(p, pg, URING_WRITE);
+	write_after(p, pg, 0);
 }
 
 static const char *err_text(int res)
@@ -88,20 +94,49 @@ static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int r
 	pager_deliver_page(p, pg, (int32_t)pg->slot);
 }
 
-static void write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int res)
+/* A write failed and may be tried again: the data stays in its slot, the
+ * page stays WRITING (still pinnable, still owed to a FLUSH waiting for
+ * it) and the same write goes out after a backoff. Returns false when the
+ * retries are spent or retrying makes no sense (the tensor is going). */
+static bool write_retry(struct pager *p, struct pslot *sl, struct ppage *pg, int res)
+{
+	unsigned delay = RETRY_MS;
+
+	if (pg->wfails >= WRITE_RETRIES || p->tensors[pg->tensor].dying)
+		return false;
+	for (unsigned i = 0; i < pg->wfails; i++)
+		delay *= 4;
+	pg->wfails++;
+	pager_set_msg(p,
+		"session '%s': write of tensor '%s' page %u to %s (offset %llu) failed: %s; the data stays in its "
+		"slot and the write is retried in %u ms (retry %u of %u)",
+		p->session, tname(p, pg), pg->index, swap_page_path(p->swap, pg->disk),
+		(unsigned long long)sl->req.off, err_text(res), delay, pg->wfails, WRITE_RETRIES);
+	write_after(p, pg, delay);
+	return true;
+}
+
+/* Returns true when the write is out again (a retry): nothing is done yet. */
+static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int res)
 {
 	uint64_t dt = now_ns() - sl->t0;
 	bool flagged = pg->flags & F_FLUSH;
 
+	if (res < 0) {
+		p->st.errors++;
+		if (write_retry(p, sl, pg, res))
+			return true;
+	}
 	p->nwriting--;
 	pg->flags &= (uint8_t)~F_FLUSH;
 	if (res < 0) {
-		p->st.errors++;
 		pager_set_msg(p,
-			"session '%s': write of tensor '%s' page %u to %s (offset %llu) failed: %s; "
-			"the page's data is lost and its PINs will fail (restore it from a checkpoint)",
+			"session '%s': write of tensor '%s' page %u to %s (offset %llu) failed %u times, last: %s; "
+			"the page's data is lost and its PINs will fail (check the drive behind that swap dir "
+			"(dmesg, smartctl) or free space on it, then unregister the tensor and restore it from "
+			"a checkpoint)",
 			p->session, tname(p, pg), pg->index, swap_page_path(p->swap, pg->disk),
-			(unsigned long long)sl->req.off, err_text(res));
+			(unsigned long long)sl->req.off, pg->wfails + 1u, err_text(res));
 		pg->state = PAGER_FAILED;
 		p->nfailed++;
 		pg->err = res;
@@ -120,8 +155,10 @@ static void write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 		pg->state = pg->flags & F_REDIRTY ? PAGER_DIRTY : PAGER_CLEAN;
 		pg->flags &= (uint8_t)~F_REDIRTY;
 	}
+	pg->wfails = 0;
 	if (flagged)
 		p->fl.writes_left--;
+	return false;
 }
 
 static void io_done(struct uring_req *req, int res)
@@ -147,7 +184,7 @@ static void io_done(struct uring_req *req, int res)
 	if (req->op == URING_READ)
 		read_done(p, sl, pg, res);
 	else
-		write_done(p, sl, pg, res);
+		write_done(p, sl, pg, res); /* a retry counts in t->nio anew */
 	gone = --t->nio == 0 && t->dying;
 	if (gone)
 		pager_tensor_drop(p, tid);

@@ -25,6 +25,11 @@
 #define NONE PAGER_POLICY_NONE
 #define NO_LIMIT PAGER_POLICY_NO_LIMIT
 #define MAX_PINS (1u << 24)
+/* A failed write-back is retried this many times, the first after
+ * RETRY_MS and each next one 4x later (50, 200, 800 ms): a transient EIO
+ * or ENOSPC costs a delay, not the page. */
+#define WRITE_RETRIES 3
+#define RETRY_MS 50u
 
 /* ppage.flags */
 #define F_ONDISK     (1u << 0) /* the disk holds a copy whose CRC is in .crc */
@@ -45,6 +50,7 @@ struct ppage {
 	int32_t err;              /* FAILED: the error every later operation gets */
 	uint8_t state;            /* enum pager_page_state */
 	uint8_t flags;
+	uint8_t wfails;           /* failed attempts of the write in flight (retried with backoff) */
 	struct ppage *sw_next;    /* slot-wait queue */
 };
 

@@ -43,8 +43,12 @@ static int bad_id(struct pager *p, const char *op, uint32_t tensor, uint32_t pag
 /* An operation on a page whose write-back failed (FAILED) gets its error. */
 static int lost(struct pager *p, const char *op, const struct ppage *pg)
 {
-	pager_set_msg(p, "session '%s': %s of tensor '%s' page %u: the page was lost when its write to %s failed: %s",
-		      p->session, op, tname(p, pg), pg->index, swap_page_path(p->swap, pg->disk), strerror(-pg->err));
+	pager_set_msg(p,
+		      "session '%s': %s of tensor '%s' page %u: the page was lost when its write to %s failed %u times: "
+		      "%s (check the drive behind that swap dir (dmesg, smartctl) or free space on it, then unregister "
+		      "the tensor and restore it from a checkpoint)",
+		      p->session, op, tname(p, pg), pg->index, swap_page_path(p->swap, pg->disk), WRITE_RETRIES + 1,
+		      strerror(-pg->err));
 	return pg->err;
 }
 

@@ -19,12 +19,17 @@
  *   CLEAN     in slot, same as on disk (or a zero page that was not dirtied).
  *   DIRTY     in slot, newer than disk.
  *   WRITING   in slot, write-back in flight. Still pinnable: the data in the
- *             slot is valid. Unpinned dirty meanwhile, it stays DIRTY.
- *   FAILED    its write-back failed: the data never reached the disk and the
- *             slot copy is discarded. Every later PIN/UNPIN/PREFETCH of it
- *             fails with the error; FLUSH fails too. Only removing the
- *             tensor clears it. (Keeping it dirty in its slot would leak the
- *             slot on a dead drive and stall the session.)
+ *             slot is valid. Unpinned dirty meanwhile, it stays DIRTY. A
+ *             failed write (EIO, ENOSPC) keeps the page WRITING with its
+ *             data in the slot and goes out again after a backoff (50,
+ *             200, 800 ms): one bad write costs a delay, not the page.
+ *   FAILED    its write-back failed 4 times: the data never reached the
+ *             disk and the slot copy is discarded. Every later
+ *             PIN/UNPIN/PREFETCH of it fails with the error, and a message
+ *             naming tensor, page, file and the fix; FLUSH fails too. Only
+ *             removing the tensor clears it. (Keeping it dirty in its slot
+ *             for ever would leak the slot on a dead drive and stall the
+ *             session.)
  *   RESIDENT  a resident tensor's page: always in its slot, never written.
  *
  * A failed READ (EIO, or -EBADMSG when the checksum does not match) fails

@@ -16,18 +16,14 @@
 /* The kernel caps one fixed buffer at 1 GiB. */
 #define FIXED_BUF_MAX (1ull << 30)
 
-/* FAULT_STALLED: a stalled request whose hold is over; it now runs as
- * asked. */
-enum fault_kind { FAULT_NONE, FAULT_EIO, FAULT_ENOSPC, FAULT_SHORT, FAULT_FLIP, FAULT_STALL, FAULT_STALLED };
+enum fault_kind { FAULT_NONE, FAULT_EIO, FAULT_ENOSPC, FAULT_SHORT, FAULT_FLIP, FAULT_STALL };
 
 struct fault_rule {
 	enum uring_op op;
 	enum fault_kind kind;
 	uint64_t nth;
 	bool and_later;
-	/* stall: the kernel reads the timeout from here when the request is
-	 * submitted, so it lives as long as the ring. */
-	struct __kernel_timespec ts;
+	uint64_t stall_ms;
 };
 
 struct fixed_buf {
@@ -108,8 +104,7 @@ static int parse_faults(struct uring *u, const char *spec)
 				r = -EINVAL;
 				break;
 			}
-			f.ts.tv_sec = (long long)(ms / 1000);
-			f.ts.tv_nsec = (long long)(ms % 1000) * 1000000;
+			f.stall_ms = ms;
 		} else if ((size_t)(at - tok) != strlen(op) + 1 + strlen(kind)) {
 			r = -EINVAL;
 			break;
@@ -343,13 +338,14 @@ static bool prep(struct uring *u, struct uring_req *req)
 	if (!sqe)
 		return false;
 
-	if (req->fault == FAULT_EIO || req->fault == FAULT_ENOSPC) {
+	if (req->held) {
+		/* The hold first, as a timeout in the ring; its completion sends
+		 * the transfer itself (handle_cqe), so the request stays busy
+		 * the whole time. The kernel copies the timespec at submission,
+		 * and the request (its home) outlives that. */
+		io_uring_prep_timeout(sqe, (struct __kernel_timespec *)req->hold_ts, 0, 0);
+	} else if (req->fault == FAULT_EIO || req->fault == FAULT_ENOSPC) {
 		io_uring_prep_nop(sqe);
-	} else if (req->fault == FAULT_STALL) {
-		/* The hold first; its completion sends the transfer itself
-		 * (handle_cqe), so the request stays busy the whole time, as
-		 * on a drive that stopped answering. */
-		io_uring_prep_timeout(sqe, &u->faults[req->fault_rule].ts, 0, 0);
 	} else if (req->op == URING_FSYNC) {
 		io_uring_prep_fsync(sqe, file, 0);
 	} else {
@@ -370,7 +366,7 @@ static bool prep(struct uring *u, struct uring_req *req)
 				io_uring_prep_write(sqe, file, addr, len, off);
 		}
 	}
-	if (u->fixed_files && req->fault != FAULT_EIO && req->fault != FAULT_ENOSPC && req->fault != FAULT_STALL)
+	if (u->fixed_files && !req->held && req->fault != FAULT_EIO && req->fault != FAULT_ENOSPC)
 		sqe->flags |= IOSQE_FIXED_FILE;
 	io_uring_sqe_set_data(sqe, req);
 	u->inflight++;
@@ -403,17 +399,40 @@ static void submit_queued(struct uring *u)
 		io_uring_submit(&u->ring);
 }
 
-void uring_submit(struct uring *u, struct uring_req *req)
+static void hold(struct uring_req *req, uint64_t ms)
+{
+	struct __kernel_timespec *ts = (struct __kernel_timespec *)req->hold_ts;
+
+	_Static_assert(sizeof(req->hold_ts) == sizeof(*ts), "hold_ts holds a __kernel_timespec");
+	ts->tv_sec = (long long)(ms / 1000);
+	ts->tv_nsec = (long long)(ms % 1000) * 1000000;
+	req->held = true;
+}
+
+void uring_submit_after(struct uring *u, struct uring_req *req, unsigned delay_ms)
 {
 	req->done = 0;
 	req->next = NULL;
+	req->held = false;
 	req->fault = fault_for(u, req);
+	if (req->fault == FAULT_STALL) {
+		/* A drive that stops answering: held in the ring like a delay. */
+		hold(req, u->faults[req->fault_rule].stall_ms + delay_ms);
+		req->fault = FAULT_NONE;
+	} else if (delay_ms) {
+		hold(req, delay_ms);
+	}
 	/* Keep FIFO order: nothing overtakes what is already waiting. */
 	if (u->queue_head || !prep(u, req)) {
 		queue_push(u, req);
 		return;
 	}
 	io_uring_submit(&u->ring);
+}
+
+void uring_submit(struct uring *u, struct uring_req *req)
+{
+	uring_submit_after(u, req, 0);
 }
 
 static void finish(struct uring *u, struct uring_req *req, int res)
@@ -437,8 +456,8 @@ static void finish(struct uring *u, struct uring_req *req, int res)
 static void handle_cqe(struct uring *u, struct uring_req *req, int res)
 {
 	u->inflight--;
-	if (req->fault == FAULT_STALL) {
-		req->fault = FAULT_STALLED;
+	if (req->held) {
+		req->held = false;
 		queue_push(u, req);
 		return;
 	}

@@ -55,6 +55,8 @@ struct uring_req {
 	uint32_t done;
 	uint8_t fault;
 	uint8_t fault_rule;
+	bool held;             /* a hold (delay or stall) goes first */
+	int64_t hold_ts[2];    /* its struct __kernel_timespec */
 	struct uring_req *next;
 };
 
@@ -97,6 +99,10 @@ void uring_buffer_unregister(struct uring *u, int handle);
 
 /* Queues req. Never fails; the completion reports errors. */
 void uring_submit(struct uring *u, struct uring_req *req);
+/* The same, with the transfer starting delay_ms later (a timeout in the
+ * ring goes first, so the loop never waits and the request counts as busy
+ * meanwhile): for retries with backoff. */
+void uring_submit_after(struct uring *u, struct uring_req *req, unsigned delay_ms);
 
 /* Processes every available completion (running callbacks) and submits
  * what is queued. Returns the number of requests completed. */
