@@ -30,6 +30,23 @@ struct session *session_find(struct daemon *d, const char *name)
 	return NULL;
 }
 
+void session_uid_use(struct daemon *d, uid_t uid, unsigned *sessions, uint64_t *region_bytes, uint64_t *swap_bytes)
+{
+	struct list *p, *t;
+
+	*sessions = 0;
+	*region_bytes = *swap_bytes = 0;
+	list_for_each_safe(p, t, &d->sessions) {
+		struct session *s = list_entry(p, struct session, link);
+
+		if (s->uid != uid)
+			continue;
+		(*sessions)++;
+		*region_bytes += s->bytes;
+		*swap_bytes += s->swap_bytes;
+	}
+}
+
 static int rings_create(struct session *s, uint32_t entries, char *err, size_t errlen)
 {
 	uint32_t cq = entries * 2 > SPW_RING_ENTRIES_MAX ? SPW_RING_ENTRIES_MAX : entries * 2;

@@ -109,6 +109,9 @@ int session_attach(struct daemon *d, struct client *owner, const char *name, uin
  * completes (pager_close()). Never called on a session that is still
  * attaching. */
 struct session *session_free(struct session *s);
+/* What uid's live sessions take now: their number, region and swap bytes
+ * (for the limits.*_per_uid checks at attach). */
+void session_uid_use(struct daemon *d, uid_t uid, unsigned *sessions, uint64_t *region_bytes, uint64_t *swap_bytes);
 /* Sessions that ended with I/O in flight and still hold their region. */
 unsigned session_draining(void);
 struct session *session_find(struct daemon *d, const char *name);
