@@ -30,6 +30,7 @@ static void start_io(struct pager *p, struct ppage *pg, enum uring_op op, unsign
 void pager_io_read(struct pager *p, struct ppage *pg)
 {
 	pg->state = PAGER_READING;
+	pager_page_sync(p, pg);
 	p->nreading++;
 	start_io(p, pg, URING_READ, 0);
 }
@@ -41,6 +42,7 @@ static void write_after(struct pager *p, struct ppage *pg, unsigned delay_ms)
 	pg->wcrc = crc32c(0, slot_addr(p, pg->slot), p->c.page_size);
 	pg->state = PAGER_WRITING;
 	pg->flags &= (uint8_t)~F_REDIRTY;
+	pager_page_sync(p, pg);
 	start_io(p, pg, URING_WRITE, delay_ms);
 }
 
@@ -86,11 +88,12 @@ static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int r
 		pager_slot_release(p, pg);
 		pg->state = PAGER_DISK;
 		pg->flags &= (uint8_t)~F_PREFETCHED;
-		pager_pin_put(p, pg, n);
+		pager_pin_put(p, pg, n); /* syncs */
 		pager_deliver_page(p, pg, res);
 		return;
 	}
 	pg->state = PAGER_CLEAN;
+	pager_page_sync(p, pg);
 	pager_deliver_page(p, pg, (int32_t)pg->slot);
 }
 
@@ -155,6 +158,7 @@ static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 		pg->state = pg->flags & F_REDIRTY ? PAGER_DIRTY : PAGER_CLEAN;
 		pg->flags &= (uint8_t)~F_REDIRTY;
 	}
+	pager_page_sync(p, pg);
 	pg->wfails = 0;
 	if (flagged)
 		p->fl.writes_left--;

@@ -36,6 +36,8 @@
 #define F_PREFETCHED (1u << 1) /* brought in ahead of use, not pinned since */
 #define F_REDIRTY    (1u << 2) /* unpinned dirty while its write was in flight */
 #define F_FLUSH      (1u << 3) /* the running FLUSH waits for this page's write */
+#define F_DIRTYLIST  (1u << 4) /* on pager.dirty: dirty, unpinned, in a slot, tensor not dying */
+#define F_SPARE      (1u << 5) /* counted in pager.nspare: clean, unpinned, in a slot, not prefetched */
 
 struct ppage {
 	uint32_t slot;            /* NONE when it has none */
@@ -52,6 +54,7 @@ struct ppage {
 	uint8_t flags;
 	uint8_t wfails;           /* failed attempts of the write in flight (retried with backoff) */
 	struct ppage *sw_next;    /* slot-wait queue */
+	struct ppage *dl_prev, *dl_next; /* pager.dirty */
 };
 
 struct ptensor {
@@ -120,6 +123,14 @@ struct pager {
 
 	uint32_t nreading, nwriting;
 
+	/* Kept up to date by pager_page_sync() at every change of a page's
+	 * state, pins, slot or flags, so the scheduler never scans every
+	 * slot per operation: the write-back candidates, and how many slots
+	 * read-ahead could take without waiting. */
+	struct ppage *dirty;      /* F_DIRTYLIST pages */
+	uint32_t ndirty;
+	uint32_t nspare;          /* F_SPARE pages */
+
 	struct {
 		bool active, fsyncing;
 		uint32_t head, tail;   /* this round's waiters */
@@ -168,6 +179,7 @@ static inline bool clean_victim(const struct ppage *pg)
 }
 
 /* pager.c */
+void pager_page_sync(struct pager *p, struct ppage *pg);
 __attribute__((format(printf, 2, 3)))
 void pager_set_msg(struct pager *p, const char *fmt, ...);
 uint32_t pager_wait_alloc(struct pager *p, uint64_t user_data);

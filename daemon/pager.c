@@ -104,12 +104,79 @@ void pager_deliver_page(struct pager *p, struct ppage *pg, int32_t res)
 	pager_deliver_list(p, head, res);
 }
 
+/* The page's place in the scheduler's indexes, from what it is now. */
+void pager_page_sync(struct pager *p, struct ppage *pg)
+{
+	bool in_slot = pg->slot != NONE && pg->pins == 0;
+	bool dirty = in_slot && pg->state == PAGER_DIRTY && !p->tensors[pg->tensor].dying;
+	bool spare = in_slot && pg->state == PAGER_CLEAN && !(pg->flags & F_PREFETCHED);
+
+	if (dirty != !!(pg->flags & F_DIRTYLIST)) {
+		if (dirty) {
+			pg->dl_prev = NULL;
+			pg->dl_next = p->dirty;
+			if (p->dirty)
+				p->dirty->dl_prev = pg;
+			p->dirty = pg;
+			p->ndirty++;
+			pg->flags |= F_DIRTYLIST;
+		} else {
+			if (pg->dl_prev)
+				pg->dl_prev->dl_next = pg->dl_next;
+			else
+				p->dirty = pg->dl_next;
+			if (pg->dl_next)
+				pg->dl_next->dl_prev = pg->dl_prev;
+			pg->dl_prev = pg->dl_next = NULL;
+			p->ndirty--;
+			pg->flags &= (uint8_t)~F_DIRTYLIST;
+		}
+	}
+	if (spare != !!(pg->flags & F_SPARE)) {
+		if (spare) {
+			p->nspare++;
+			pg->flags |= F_SPARE;
+		} else {
+			p->nspare--;
+			pg->flags &= (uint8_t)~F_SPARE;
+		}
+	}
+}
+
+int pager_check(const struct pager *p)
+{
+	uint32_t dirty = 0, spare = 0, listed = 0;
+
+	for (uint32_t s = 0; s < p->c.nslots; s++) {
+		const struct ppage *pg = p->slots[s].page;
+
+		if (!pg || pg->pins)
+			continue;
+		if (pg->state == PAGER_DIRTY && !p->tensors[pg->tensor].dying) {
+			dirty++;
+			if (!(pg->flags & F_DIRTYLIST))
+				return -EUCLEAN;
+		}
+		if (pg->state == PAGER_CLEAN && !(pg->flags & F_PREFETCHED)) {
+			spare++;
+			if (!(pg->flags & F_SPARE))
+				return -EUCLEAN;
+		}
+	}
+	for (const struct ppage *pg = p->dirty; pg; pg = pg->dl_next) {
+		if (++listed > p->ndirty || (pg->dl_next && pg->dl_next->dl_prev != pg))
+			return -EUCLEAN;
+	}
+	return dirty == p->ndirty && listed == p->ndirty && spare == p->nspare ? 0 : -EUCLEAN;
+}
+
 /* Claims: see "Slots and -ENOMEM" in pager.h. */
 
 static void pin_get(struct pager *p, struct ppage *pg)
 {
 	if (pg->pins++ == 0)
 		p->nclaim++;
+	pager_page_sync(p, pg);
 }
 
 void pager_pin_put(struct pager *p, struct ppage *pg, uint32_t n)
@@ -117,6 +184,7 @@ void pager_pin_put(struct pager *p, struct ppage *pg, uint32_t n)
 	pg->pins -= n;
 	if (n && pg->pins == 0)
 		p->nclaim--;
+	pager_page_sync(p, pg);
 }
 
 /* Slots. */
@@ -126,6 +194,7 @@ void pager_slot_assign(struct pager *p, uint32_t s, struct ppage *pg)
 	p->slots[s].page = pg;
 	p->clock.ref[s] = 1;
 	pg->slot = s;
+	pager_page_sync(p, pg);
 }
 
 void pager_slot_release(struct pager *p, struct ppage *pg)
@@ -133,6 +202,7 @@ void pager_slot_release(struct pager *p, struct ppage *pg)
 	p->slots[pg->slot].page = NULL;
 	p->free_slots[p->nfree++] = pg->slot;
 	pg->slot = NONE;
+	pager_page_sync(p, pg);
 }
 
 /* Only an unpinned clean page gives up its slot at once: a dirty one is
@@ -158,6 +228,7 @@ uint32_t pager_take_slot(struct pager *p, uint64_t limit)
 	pg->slot = NONE;
 	pg->state = pg->flags & F_ONDISK ? PAGER_DISK : PAGER_ZERO;
 	pg->flags &= (uint8_t)~F_PREFETCHED;
+	pager_page_sync(p, pg);
 	p->slots[s].page = NULL;
 	p->st.evictions++;
 	return s;
@@ -181,6 +252,7 @@ static void pin_accept(struct pager *p, struct ppage *pg, bool in_slot)
 	else
 		p->st.pin_hits++;
 	pg->flags &= (uint8_t)~F_PREFETCHED;
+	pager_page_sync(p, pg);
 }
 
 int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_data)
@@ -251,6 +323,7 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 			wait_release(p, w);
 			memset(slot_addr(p, s), 0, p->c.page_size);
 			pg->state = PAGER_CLEAN;
+			pager_page_sync(p, pg);
 			p->st.zero_fills++;
 			pager_sched_pump(p, false);
 			return (int)s;
@@ -311,7 +384,7 @@ int pager_unpin(struct pager *p, uint32_t tensor, uint32_t page, bool dirty)
 	}
 	if (dirty) {
 		if (pg->state == PAGER_CLEAN)
-			pg->state = PAGER_DIRTY;
+			pg->state = PAGER_DIRTY; /* synced by the pin_put below */
 		else if (pg->state == PAGER_WRITING)
 			pg->flags |= F_REDIRTY;
 	}
@@ -348,7 +421,7 @@ int pager_prefetch(struct pager *p, uint32_t tensor, uint32_t page)
 	pager_slot_assign(p, s, pg);
 	pg->flags |= F_PREFETCHED;
 	p->st.prefetches++;
-	pager_io_read(p, pg);
+	pager_io_read(p, pg); /* syncs */
 	return 0;
 }
 
@@ -511,6 +584,8 @@ int pager_tensor_remove(struct pager *p, uint32_t id)
 		 * dying keeps new ones from starting, and the last completion
 		 * drops it (pager-io.c). */
 		t->dying = true;
+		for (uint32_t i = 0; i < t->npages; i++)
+			pager_page_sync(p, &t->pages[i]);
 		return PAGER_PENDING;
 	}
 	pager_tensor_drop(p, id);

@@ -253,6 +253,10 @@ struct pager_stats {
 
 void pager_stats(const struct pager *p, struct pager_stats *st);
 
+/* For tests: 0 when the pager's incremental indexes (the dirty list, the
+ * spare count) agree with a full scan of its slots, else -EUCLEAN. */
+int pager_check(const struct pager *p);
+
 /* stats.errors without the walk over every page pager_stats() does: cheap
  * enough to check after every reap, to log a failed write-back (which no
  * pending operation reports) when it happens. */
