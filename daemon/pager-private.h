@@ -38,6 +38,7 @@
 #define F_FLUSH      (1u << 3) /* the running FLUSH waits for this page's write */
 #define F_DIRTYLIST  (1u << 4) /* on pager.dirty: dirty, unpinned, in a slot, tensor not dying */
 #define F_SPARE      (1u << 5) /* counted in pager.nspare: clean, unpinned, in a slot, not prefetched */
+#define F_CLEANLIST  (1u << 6) /* on pager.clean: clean, unpinned, in a slot (an eviction candidate) */
 
 struct ppage {
 	uint32_t slot;            /* NONE when it has none */
@@ -55,6 +56,7 @@ struct ppage {
 	uint8_t wfails;           /* failed attempts of the write in flight (retried with backoff) */
 	struct ppage *sw_next;    /* slot-wait queue */
 	struct ppage *dl_prev, *dl_next; /* pager.dirty */
+	struct ppage *cl_prev, *cl_next; /* pager.clean */
 };
 
 struct ptensor {
@@ -129,6 +131,8 @@ struct pager {
 	 * read-ahead could take without waiting. */
 	struct ppage *dirty;      /* F_DIRTYLIST pages */
 	uint32_t ndirty;
+	struct ppage *clean;      /* F_CLEANLIST pages: what the planned eviction chooses among */
+	uint32_t nclean;
 	uint32_t nspare;          /* F_SPARE pages */
 
 	struct {

@@ -110,6 +110,7 @@ void pager_page_sync(struct pager *p, struct ppage *pg)
 	bool in_slot = pg->slot != NONE && pg->pins == 0;
 	bool dirty = in_slot && pg->state == PAGER_DIRTY && !p->tensors[pg->tensor].dying;
 	bool spare = in_slot && pg->state == PAGER_CLEAN && !(pg->flags & F_PREFETCHED);
+	bool clean = in_slot && pg->state == PAGER_CLEAN;
 
 	if (dirty != !!(pg->flags & F_DIRTYLIST)) {
 		if (dirty) {
@@ -132,6 +133,27 @@ void pager_page_sync(struct pager *p, struct ppage *pg)
 			pg->flags &= (uint8_t)~F_DIRTYLIST;
 		}
 	}
+	if (clean != !!(pg->flags & F_CLEANLIST)) {
+		if (clean) {
+			pg->cl_prev = NULL;
+			pg->cl_next = p->clean;
+			if (p->clean)
+				p->clean->cl_prev = pg;
+			p->clean = pg;
+			p->nclean++;
+			pg->flags |= F_CLEANLIST;
+		} else {
+			if (pg->cl_prev)
+				pg->cl_prev->cl_next = pg->cl_next;
+			else
+				p->clean = pg->cl_next;
+			if (pg->cl_next)
+				pg->cl_next->cl_prev = pg->cl_prev;
+			pg->cl_prev = pg->cl_next = NULL;
+			p->nclean--;
+			pg->flags &= (uint8_t)~F_CLEANLIST;
+		}
+	}
 	if (spare != !!(pg->flags & F_SPARE)) {
 		if (spare) {
 			p->nspare++;
@@ -145,7 +167,7 @@ void pager_page_sync(struct pager *p, struct ppage *pg)
 
 int pager_check(const struct pager *p)
 {
-	uint32_t dirty = 0, spare = 0, listed = 0;
+	uint32_t dirty = 0, spare = 0, clean = 0, listed = 0, clisted = 0;
 
 	for (uint32_t s = 0; s < p->c.nslots; s++) {
 		const struct ppage *pg = p->slots[s].page;
@@ -162,7 +184,18 @@ int pager_check(const struct pager *p)
 			if (!(pg->flags & F_SPARE))
 				return -EUCLEAN;
 		}
+		if (pg->state == PAGER_CLEAN) {
+			clean++;
+			if (!(pg->flags & F_CLEANLIST))
+				return -EUCLEAN;
+		}
 	}
+	for (const struct ppage *pg = p->clean; pg; pg = pg->cl_next) {
+		if (++clisted > p->nclean || (pg->cl_next && pg->cl_next->cl_prev != pg) || !clean_victim(pg))
+			return -EUCLEAN;
+	}
+	if (clean != p->nclean || clisted != p->nclean)
+		return -EUCLEAN;
 	for (const struct ppage *pg = p->dirty; pg; pg = pg->dl_next) {
 		if (++listed > p->ndirty || (pg->dl_next && pg->dl_next->dl_prev != pg))
 			return -EUCLEAN;
@@ -214,6 +247,27 @@ static const struct pager_order_page *slot_candidate(const void *ctx, uint32_t s
 	return clean_victim(pg) ? &pg->ord : NULL;
 }
 
+/* pager_policy_victim() with a plan, over the clean unpinned pages only
+ * (pager.clean) rather than every slot: the furthest next use, if after
+ * limit. Ties go to the lowest slot, as the scan over slots did. */
+static uint32_t planned_victim(const struct pager *p, uint64_t limit)
+{
+	uint32_t best = NONE;
+	uint64_t best_key = 0;
+
+	for (const struct ppage *pg = p->clean; pg; pg = pg->cl_next) {
+		uint64_t k = pager_policy_next_use(&p->order, &pg->ord);
+
+		if (limit != NO_LIMIT && k <= limit)
+			continue;
+		if (best == NONE || k > best_key || (k == best_key && pg->slot < best)) {
+			best = pg->slot;
+			best_key = k;
+		}
+	}
+	return best;
+}
+
 uint32_t pager_take_slot(struct pager *p, uint64_t limit)
 {
 	struct ppage *pg;
@@ -221,7 +275,12 @@ uint32_t pager_take_slot(struct pager *p, uint64_t limit)
 
 	if (p->nfree)
 		return p->free_slots[--p->nfree];
-	s = pager_policy_victim(&p->order, &p->clock, p->c.nslots, limit, slot_candidate, p);
+	if (!p->nclean)
+		return NONE; /* nothing evictable: no need to look */
+	if (p->order.plan_ok)
+		s = planned_victim(p, limit);
+	else
+		s = pager_policy_victim(&p->order, &p->clock, p->c.nslots, limit, slot_candidate, p);
 	if (s == NONE)
 		return NONE;
 	pg = p->slots[s].page;
