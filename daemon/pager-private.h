@@ -8,6 +8,7 @@
  *   pager-io.c      reads and writes of one page, their completions, CRC-32C
  *   pager-sched.c   slot waiters, write-back, read-ahead, write-behind
  *   pager-flush.c   the FLUSH state machine (writes, then fsync every file)
+ *   pager-index.c   dirty and clean page lists kept at every page change
  */
 #ifndef SPW_DAEMON_PAGER_PRIVATE_H
 #define SPW_DAEMON_PAGER_PRIVATE_H
@@ -182,8 +183,10 @@ static inline bool clean_victim(const struct ppage *pg)
 	return pg && pg->pins == 0 && pg->state == PAGER_CLEAN;
 }
 
-/* pager.c */
+/* pager-index.c */
 void pager_page_sync(struct pager *p, struct ppage *pg);
+
+/* pager.c */
 __attribute__((format(printf, 2, 3)))
 void pager_set_msg(struct pager *p, const char *fmt, ...);
 uint32_t pager_wait_alloc(struct pager *p, uint64_t user_data);
