@@ -254,6 +254,7 @@ struct region_hold {
 	uint64_t bytes;
 	bool locked_counted;
 	char name[SPW_PROTO_MAX_SESSION_NAME + 1];
+	uv_work_t work;
 };
 
 static unsigned draining; /* sessions ended with I/O in flight, not yet released */
@@ -263,13 +264,40 @@ unsigned session_draining(void)
 	return draining;
 }
 
+/* On a threadpool thread: unmapping (and unlocking) gigabytes takes time
+ * the loop must not spend. Touches only the region. */
+static void unmap_work(uv_work_t *w)
+{
+	struct region_hold *h = w->data;
+
+	h->region = region_free(h->region);
+}
+
+static void unmap_done(uv_work_t *w, int status)
+{
+	struct region_hold *h = w->data;
+
+	/* Cancelled (it never is once queued on a running loop): do it here. */
+	if (h->region)
+		region_free(h->region);
+	free(h);
+	(void)status;
+}
+
+/* The pool figures drop now; the region goes on the threadpool (inline at
+ * shutdown, when the loop may no longer run to finish the work). */
 static void hold_release(struct region_hold *h)
 {
 	h->d->used_bytes -= h->bytes;
 	if (h->locked_counted)
 		h->d->locked_bytes -= h->bytes;
-	region_free(h->region);
-	free(h);
+	h->locked_counted = false;
+	h->bytes = 0;
+	h->work.data = h;
+	if (!h->region || h->d->stopping || uv_queue_work(&h->d->loop, &h->work, unmap_work, unmap_done) < 0) {
+		region_free(h->region);
+		free(h);
+	}
 }
 
 /* The pager's release callback of an orphan: its last request is done. */
@@ -296,7 +324,7 @@ struct session *session_free(struct session *s)
 	dataplane_stop(s);
 	h = calloc(1, sizeof(*h));
 	if (h) {
-		*h = (struct region_hold){ s->d, s->region, s->bytes, s->locked_counted, "" };
+		*h = (struct region_hold){ .d = s->d, .region = s->region, .bytes = s->bytes, .locked_counted = s->locked_counted };
 		snprintf(h->name, sizeof(h->name), "%s", s->name);
 	}
 	if (s->pager && pager_busy(s->pager)) {
