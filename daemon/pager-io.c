@@ -23,8 +23,31 @@ static void start_io(struct pager *p, struct ppage *pg, enum uring_op op, unsign
 		.len = p->c.page_size, .off = off, .complete = io_done,
 	};
 	sl->t0 = now_ns();
-	p->tensors[pg->tensor].nio++;
 	uring_submit_after(p->c.uring, &sl->req, delay_ms);
+}
+
+/* Off the loop thread: touches only the slot's job fields and its page. */
+static void crc_fn(struct pager_job *j)
+{
+	struct pslot *sl = (struct pslot *)((char *)j - offsetof(struct pslot, job));
+
+	sl->job_crc = crc32c(0, sl->job_addr, sl->job_len);
+}
+
+/* A checksum of slot sl's page, then done() on the loop thread. */
+static void crc_job(struct pager *p, struct pslot *sl, void (*done)(struct pager_job *j))
+{
+	sl->job.fn = crc_fn;
+	sl->job.done = done;
+	sl->job_addr = slot_addr(p, (uint32_t)(sl - p->slots));
+	sl->job_len = p->c.page_size;
+	p->njobs++;
+	if (p->c.offload) {
+		p->c.offload(p->c.ctx, &sl->job);
+	} else {
+		crc_fn(&sl->job);
+		done(&sl->job);
+	}
 }
 
 void pager_io_read(struct pager *p, struct ppage *pg)
@@ -32,18 +55,41 @@ void pager_io_read(struct pager *p, struct ppage *pg)
 	pg->state = PAGER_READING;
 	pager_page_sync(p, pg);
 	p->nreading++;
+	p->tensors[pg->tensor].nio++;
 	start_io(p, pg, URING_READ, 0);
+}
+
+static void write_crc_done(struct pager_job *j)
+{
+	struct pslot *sl = (struct pslot *)((char *)j - offsetof(struct pslot, job));
+	struct pager *p = sl->pager;
+
+	p->njobs--;
+	if (p->closing) {
+		/* An orphan: the write is not worth starting now. */
+		p->nwriting--;
+		pager_orphan_done(p);
+		return;
+	}
+	/* It becomes the page's checksum only if the write succeeds and
+	 * nobody re-dirtied the page meanwhile. */
+	sl->page->wcrc = sl->job_crc;
+	start_io(p, sl->page, URING_WRITE, sl->job_delay);
 }
 
 static void write_after(struct pager *p, struct ppage *pg, unsigned delay_ms)
 {
-	/* The checksum of what goes out; it becomes the page's only if the
-	 * write succeeds and nobody re-dirtied the page meanwhile. */
-	pg->wcrc = crc32c(0, slot_addr(p, pg->slot), p->c.page_size);
+	struct pslot *sl = &p->slots[pg->slot];
+
 	pg->state = PAGER_WRITING;
 	pg->flags &= (uint8_t)~F_REDIRTY;
 	pager_page_sync(p, pg);
-	start_io(p, pg, URING_WRITE, delay_ms);
+	/* Counted from now: the tensor is not dropped under its checksum. */
+	p->tensors[pg->tensor].nio++;
+	sl->job_delay = delay_ms;
+	/* The checksum of what goes out, off the loop: CPU time the loop
+	 * owes every other session. */
+	crc_job(p, sl, write_crc_done);
 }
 
 void pager_io_write(struct pager *p, struct ppage *pg)
@@ -58,14 +104,13 @@ static const char *err_text(int res)
 	return res == -EBADMSG ? "checksum mismatch" : strerror(-res);
 }
 
-static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int res)
+/* got: the checksum of what the read brought (when res is 0). */
+static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int res, uint32_t got)
 {
 	uint64_t dt = now_ns() - sl->t0;
 
 	p->nreading--;
 	if (res == 0) {
-		uint32_t got = crc32c(0, slot_addr(p, pg->slot), p->c.page_size);
-
 		p->st.reads++;
 		p->st.read_bytes += p->c.page_size;
 		p->st.read_ns += dt;
@@ -165,6 +210,40 @@ static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 	return false;
 }
 
+/* What follows every transfer's end: the tensor's count, a dying tensor's
+ * drop, FLUSH, the scheduler, and last the UNREGISTER reply. */
+static void io_finish(struct pager *p, struct ppage *pg)
+{
+	uint32_t tid = pg->tensor;
+	bool gone = --p->tensors[tid].nio == 0 && p->tensors[tid].dying;
+
+	if (gone)
+		pager_tensor_drop(p, tid);
+	pager_flush_progress(p);
+	pager_sched_pump(p, true);
+	/* Last: the session's reply to the UNREGISTER may end the session
+	 * (a client gone), and with it this pager. */
+	if (gone && p->c.tensor_removed)
+		p->c.tensor_removed(p->c.ctx, tid);
+}
+
+static void read_crc_done(struct pager_job *j)
+{
+	struct pslot *sl = (struct pslot *)((char *)j - offsetof(struct pslot, job));
+	struct pager *p = sl->pager;
+
+	p->njobs--;
+	if (p->closing) {
+		p->nreading--;
+		pager_orphan_done(p);
+		return;
+	}
+	struct ppage *pg = sl->page; /* a failed check frees the slot */
+
+	read_done(p, sl, pg, 0, sl->job_crc);
+	io_finish(p, pg);
+}
+
 static void io_done(struct uring_req *req, int res)
 {
 	struct pslot *sl = (struct pslot *)req;
@@ -180,23 +259,16 @@ static void io_done(struct uring_req *req, int res)
 		pager_orphan_done(p);
 		return;
 	}
-	struct ppage *pg = sl->page;
-	uint32_t tid = pg->tensor;
-	struct ptensor *t = &p->tensors[tid];
-	bool gone;
+	if (req->op == URING_READ && res == 0) {
+		/* Checked off the loop; the page stays READING meanwhile. */
+		crc_job(p, sl, read_crc_done);
+		return;
+	}
+	struct ppage *pg = sl->page; /* a failure frees the slot */
 
 	if (req->op == URING_READ)
-		read_done(p, sl, pg, res);
+		read_done(p, sl, pg, res, 0);
 	else
 		write_done(p, sl, pg, res); /* a retry counts in t->nio anew */
-	gone = --t->nio == 0 && t->dying;
-	if (gone)
-		pager_tensor_drop(p, tid);
-	pager_flush_progress(p);
-	pager_sched_pump(p, true);
-	/* Last: the session's reply to the UNREGISTER may end the session
-	 * (a client gone), and with it this pager. */
-	if (gone && p->c.tensor_removed)
-		p->c.tensor_removed(p->c.ctx, tid);
+	io_finish(p, pg);
 }
-

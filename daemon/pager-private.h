@@ -75,6 +75,13 @@ struct pslot {
 	struct pager *pager;
 	struct ppage *page;   /* owner, NULL when free */
 	uint64_t t0;
+	/* The checksum job of this slot's transfer (one at a time, like the
+	 * transfer): what it reads, and what it found. Only these are
+	 * touched off the loop thread. */
+	struct pager_job job;
+	const uint8_t *job_addr;
+	uint32_t job_len, job_crc;
+	unsigned job_delay;   /* a write: its backoff once the checksum is known */
 };
 
 struct pfsync {
@@ -125,6 +132,7 @@ struct pager {
 	struct pager_order order;
 
 	uint32_t nreading, nwriting;
+	uint32_t njobs;           /* checksum jobs off the loop; an orphan waits for them too */
 
 	/* Kept up to date by pager_page_sync() at every change of a page's
 	 * state, pins, slot or flags, so the scheduler never scans every

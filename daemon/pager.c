@@ -643,7 +643,7 @@ fail:
 
 bool pager_busy(const struct pager *p)
 {
-	return p->nreading || p->nwriting || p->fl.fsyncs_left;
+	return p->nreading || p->nwriting || p->fl.fsyncs_left || p->njobs;
 }
 
 /* Everything the pager holds; nothing of it is in the ring any more. */

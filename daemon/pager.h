@@ -83,6 +83,16 @@
 struct uring;
 struct pager;
 
+/* CPU work the pager hands off the loop (the CRC-32C of a page written or
+ * read): fn runs on some thread, then done back on the loop thread. The
+ * job lives in the pager's memory until done has run; space is the
+ * offloader's own (a uv_work_t, say). */
+struct pager_job {
+	void (*fn)(struct pager_job *j);
+	void (*done)(struct pager_job *j);
+	_Alignas(16) unsigned char space[256];
+};
+
 /* pager_pin()/pager_flush(): the result will come through config.complete. */
 #define PAGER_PENDING INT_MAX
 
@@ -103,6 +113,9 @@ struct pager_config {
 	 * (its I/O drained); called from inside uring_reap(), never after
 	 * pager_close(). May be NULL. */
 	void (*tensor_removed)(void *ctx, uint32_t id);
+	/* Runs j->fn elsewhere and j->done on this thread later (or both at
+	 * once, in order, when it cannot). NULL: both inline. */
+	void (*offload)(void *ctx, struct pager_job *j);
 	void *ctx;
 };
 

@@ -86,6 +86,37 @@ fail:
 	return r;
 }
 
+/* The pager's checksums run on the libuv threadpool: a 4 MiB page costs
+ * the better part of a millisecond of CPU that the loop owes every other
+ * session. */
+static void job_work(uv_work_t *w)
+{
+	struct pager_job *j = w->data;
+
+	j->fn(j);
+}
+
+static void job_after(uv_work_t *w, int status)
+{
+	struct pager_job *j = w->data;
+
+	(void)status; /* never cancelled */
+	j->done(j);
+}
+
+static void session_offload(void *ctx, struct pager_job *j)
+{
+	struct session *s = ctx;
+	uv_work_t *w = (uv_work_t *)(void *)j->space;
+
+	_Static_assert(sizeof(uv_work_t) <= sizeof(j->space), "pager_job.space holds a uv_work_t");
+	w->data = j;
+	if (uv_queue_work(&s->d->loop, w, job_work, job_after) < 0) {
+		j->fn(j);
+		j->done(j);
+	}
+}
+
 /* The page table over the mapped region, and the swap files when the
  * session has swap. At most one completion per CQ entry can be pending, so
  * the pager never owes more completions than the CQ can take. */
@@ -106,6 +137,7 @@ static int pager_create(struct session *s, char *err, size_t errlen)
 		.max_pending = s->layout.cq_entries,
 		.complete = dataplane_complete,
 		.tensor_removed = session_tensor_removed,
+		.offload = session_offload,
 		.ctx = s,
 	};
 	char perr[640];

@@ -128,11 +128,16 @@ static double status_num(const char *path)
 	return v;
 }
 
+/* Disk work under way: in the ring, or a session's read or write whose
+ * checksum is being computed. */
 static double ring_busy(void)
 {
 	cJSON *st = raw_status(d.status);
 	double v = raw_num(st, "swap.uring.inflight") + raw_num(st, "swap.uring.queued");
+	const cJSON *ss;
 
+	cJSON_ArrayForEach(ss, cJSON_GetObjectItem(st, "sessions"))
+		v += raw_num(ss, "tier.reads_inflight") + raw_num(ss, "tier.writes_inflight");
 	cJSON_Delete(st);
 	return v;
 }

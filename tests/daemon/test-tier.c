@@ -157,13 +157,18 @@ static double tier(const char *session, const char *key)
 	return v;
 }
 
-/* Waits until the daemon's ring has nothing in flight or queued. */
+/* Waits until the daemon's ring has nothing in flight or queued, and no
+ * session has a read or write under way (a checksum on the threadpool, a
+ * retry about to go out). */
 static void ring_idle(void)
 {
 	for (int i = 0; i < 1000; i++) {
 		cJSON *st = raw_status(d.status);
 		double busy = raw_num(st, "swap.uring.inflight") + raw_num(st, "swap.uring.queued");
+		const cJSON *ss;
 
+		cJSON_ArrayForEach(ss, cJSON_GetObjectItem(st, "sessions"))
+			busy += raw_num(ss, "tier.reads_inflight") + raw_num(ss, "tier.writes_inflight");
 		cJSON_Delete(st);
 		if (busy == 0)
 			return;
