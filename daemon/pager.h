@@ -7,8 +7,8 @@
  * which slot. Resident tensors keep a slot per page for their lifetime;
  * swappable tensors have a home in the session's swap files (swap.h) and
  * take a slot only while needed. All disk I/O goes through the daemon's
- * io_uring (uring.h); the pager never blocks on it except in
- * pager_tensor_remove().
+ * io_uring (uring.h); the pager never blocks on it. Page checksums run
+ * through config.offload (the daemon's threadpool).
  *
  * Page states (enum pager_page_state):
  *
