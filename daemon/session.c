@@ -30,6 +30,8 @@ struct session *session_find(struct daemon *d, const char *name)
 	return NULL;
 }
 
+static void holds_uid_use(uid_t uid, uint64_t *region_bytes, uint64_t *swap_bytes);
+
 void session_uid_use(struct daemon *d, uid_t uid, unsigned *sessions, uint64_t *region_bytes, uint64_t *swap_bytes)
 {
 	struct list *p, *t;
@@ -45,6 +47,8 @@ void session_uid_use(struct daemon *d, uid_t uid, unsigned *sessions, uint64_t *
 		*region_bytes += s->bytes;
 		*swap_bytes += s->swap_bytes;
 	}
+	/* Ended sessions still draining hold their region and swap files. */
+	holds_uid_use(uid, region_bytes, swap_bytes);
 }
 
 static int rings_create(struct session *s, uint32_t entries, char *err, size_t errlen)
@@ -287,9 +291,28 @@ struct region_hold {
 	bool locked_counted;
 	char name[SPW_PROTO_MAX_SESSION_NAME + 1];
 	uv_work_t work;
+	/* While draining: on the holds list, counted against its uid. */
+	struct list link;
+	uid_t uid;
+	uint64_t swap_bytes;
 };
 
 static unsigned draining; /* sessions ended with I/O in flight, not yet released */
+static struct list holds = { &holds, &holds };
+
+static void holds_uid_use(uid_t uid, uint64_t *region_bytes, uint64_t *swap_bytes)
+{
+	struct list *p, *t;
+
+	list_for_each_safe(p, t, &holds) {
+		const struct region_hold *h = list_entry(p, struct region_hold, link);
+
+		if (h->uid == uid) {
+			*region_bytes += h->bytes;
+			*swap_bytes += h->swap_bytes;
+		}
+	}
+}
 
 unsigned session_draining(void)
 {
@@ -340,6 +363,7 @@ static void orphan_released(void *arg)
 	char a[32];
 
 	draining--;
+	list_del(&h->link);
 	log_info("session %s (ended earlier): its last disk request completed; released %s and its swap files",
 		 h->name, format_bytes(h->bytes, a, sizeof(a)));
 	hold_release(h);
@@ -356,7 +380,8 @@ struct session *session_free(struct session *s)
 	dataplane_stop(s);
 	h = calloc(1, sizeof(*h));
 	if (h) {
-		*h = (struct region_hold){ .d = s->d, .region = s->region, .bytes = s->bytes, .locked_counted = s->locked_counted };
+		*h = (struct region_hold){ .d = s->d, .region = s->region, .bytes = s->bytes,
+					   .locked_counted = s->locked_counted, .uid = s->uid, .swap_bytes = s->swap_bytes };
 		snprintf(h->name, sizeof(h->name), "%s", s->name);
 	}
 	if (s->pager && pager_busy(s->pager)) {
@@ -365,6 +390,7 @@ struct session *session_free(struct session *s)
 		 * its requests complete. No completion is delivered. */
 		if (h) {
 			draining++;
+			list_add_tail(&holds, &h->link);
 			log_warn("session %s ended with disk I/O in flight; its region and swap files are released when "
 				 "that I/O completes", s->name);
 			s->pager = pager_close(s->pager, orphan_released, h);

@@ -71,6 +71,7 @@ static void start(const char *faults)
 		 " \"session\": {\"page_size\": \"1MiB\", \"ring_entries\": 64},"
 		 " \"swap\": {\"dirs\": [{\"path\": \"%s\", \"max_bytes\": \"1GiB\"}, {\"path\": \"%s\", \"max_bytes\": \"1GiB\"}], \"queue_depth\": 16,"
 		 "   \"session_bytes\": \"32MiB\"},"
+		 " \"limits\": {\"region_bytes_per_uid\": \"8MiB\"},"
 		 " \"log\": {\"level\": \"info\"}}",
 		 dirs[0], dirs[1]);
 	snprintf(logpath, sizeof(logpath), "%s/spillwayd.log", dirs[0]);
@@ -272,12 +273,26 @@ static void test_kill_while_stalled(void)
 	ASSERT_EQ(raw_op(&b, SPW_OP_FLUSH, 0, 0, 0), 0);
 	for (uint32_t i = 0; i < 8; i++)
 		read_page(&b, t, i, 100 + i);
+	/* The orphan's region still counts against its uid's share. */
+	{
+		struct raw_session c;
+
+		ASSERT_EQ(raw_attach(d.control, "drain/c", 2 * MiB, PAGE, &c), -EDQUOT);
+		ASSERT_CONTAINS(c.message, "limits.region_bytes_per_uid");
+		ASSERT_CONTAINS(c.message, "hold 8.0 MiB");
+	}
 
 	/* The late write lands in the orphan's file; then the orphan goes. */
 	ASSERT_TRUE(wait_for(status_num, "pool.draining_sessions", 0, 15000));
 	ASSERT_UEQ(all_swap_files(), 2);
 	ASSERT_EQ(status_num("pool.used_bytes"), 4.0 * MiB);
 	ASSERT_CONTAINS(read_log(), "its last disk request completed");
+	{
+		struct raw_session c;
+
+		ASSERT_OK(raw_attach(d.control, "drain/c", 2 * MiB, PAGE, &c));
+		raw_session_close(&c);
+	}
 	/* b's pages 0-3 come from its disk file again: untouched. */
 	for (uint32_t i = 0; i < 8; i++)
 		read_page(&b, t, i, 100 + i);
