@@ -23,6 +23,7 @@ static void fsync_done(struct uring_req *req, int res)
 	p->st.fsyncs++;
 	if (res < 0) {
 		p->st.errors++;
+		pager_errors_all++;
 		if (!p->fl.err) {
 			p->fl.err = res;
 			pager_set_msg(p, "session '%s': fsync of %s failed: %s", p->session,

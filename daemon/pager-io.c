@@ -123,6 +123,7 @@ static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int r
 		uint32_t n = pg->npending;
 
 		p->st.errors++;
+		pager_errors_all++;
 		pager_set_msg(p, "session '%s': read of tensor '%s' page %u from %s (offset %llu) failed: %s%s",
 			p->session, tname(p, pg), pg->index, swap_page_path(p->swap, pg->disk),
 			(unsigned long long)sl->req.off, err_text(res),
@@ -172,6 +173,7 @@ static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 
 	if (res < 0) {
 		p->st.errors++;
+		pager_errors_all++;
 		if (write_retry(p, sl, pg, res))
 			return true;
 	}

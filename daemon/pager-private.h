@@ -191,6 +191,9 @@ static inline bool clean_victim(const struct ppage *pg)
 	return pg && pg->pins == 0 && pg->state == PAGER_CLEAN;
 }
 
+/* pager.c: every pager's errors together (see pager_errors_total()). */
+extern uint64_t pager_errors_all;
+
 /* pager-index.c */
 void pager_page_sync(struct pager *p, struct ppage *pg);
 

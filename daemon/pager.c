@@ -771,3 +771,10 @@ uint64_t pager_error_count(const struct pager *p)
 {
 	return p->st.errors;
 }
+
+uint64_t pager_errors_all;
+
+uint64_t pager_errors_total(void)
+{
+	return pager_errors_all;
+}

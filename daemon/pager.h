@@ -274,5 +274,8 @@ int pager_check(const struct pager *p);
  * enough to check after every reap, to log a failed write-back (which no
  * pending operation reports) when it happens. */
 uint64_t pager_error_count(const struct pager *p);
+/* The errors of every pager in the process together: when it has not
+ * moved, no pager needs looking at. */
+uint64_t pager_errors_total(void);
 
 #endif
