@@ -8,6 +8,7 @@
  * indexes against a full scan in the tests.
  */
 #include <errno.h>
+#include <string.h>
 
 #include "pager-private.h"
 
@@ -18,6 +19,22 @@ void pager_page_sync(struct pager *p, struct ppage *pg)
 	bool dirty = in_slot && pg->state == PAGER_DIRTY && !p->tensors[pg->tensor].dying;
 	bool spare = in_slot && pg->state == PAGER_CLEAN && !(pg->flags & F_PREFETCHED);
 	bool clean = in_slot && pg->state == PAGER_CLEAN;
+	bool pinned = pg->pins > pg->npending, ondisk = pg->flags & F_ONDISK;
+
+	if (pg->cstate != pg->state) {
+		if (pg->cstate != CSTATE_NONE)
+			p->by_state[pg->cstate]--;
+		p->by_state[pg->state]++;
+		pg->cstate = pg->state;
+	}
+	if (pinned != !!(pg->counted & C_PINNED)) {
+		p->npinned += pinned ? 1 : (uint64_t)-1;
+		pg->counted ^= C_PINNED;
+	}
+	if (ondisk != !!(pg->counted & C_ONDISK)) {
+		p->nondisk += ondisk ? 1 : (uint64_t)-1;
+		pg->counted ^= C_ONDISK;
+	}
 
 	if (dirty != !!(pg->flags & F_DIRTYLIST)) {
 		if (dirty) {
@@ -74,7 +91,28 @@ void pager_page_sync(struct pager *p, struct ppage *pg)
 
 int pager_check(const struct pager *p)
 {
-	uint32_t dirty = 0, spare = 0, clean = 0, listed = 0, clisted = 0;
+	uint32_t dirty = 0, spare = 0, clean = 0, listed = 0, clisted = 0, used = 0;
+	uint64_t by_state[PAGER__STATES] = { 0 }, pinned = 0, ondisk = 0;
+
+	for (uint32_t t = 0; t < p->ntensors; t++) {
+		const struct ptensor *te = &p->tensors[t];
+
+		if (!te->used)
+			continue;
+		used++;
+		for (uint32_t i = 0; i < te->npages; i++) {
+			const struct ppage *pg = &te->pages[i];
+
+			by_state[pg->state]++;
+			pinned += pg->pins > pg->npending;
+			ondisk += !!(pg->flags & F_ONDISK);
+			if (pg->cstate != pg->state)
+				return -EUCLEAN;
+		}
+	}
+	if (used != p->ntensors_used || pinned != p->npinned || ondisk != p->nondisk ||
+	    memcmp(by_state, p->by_state, sizeof(by_state)))
+		return -EUCLEAN;
 
 	for (uint32_t s = 0; s < p->c.nslots; s++) {
 		const struct ppage *pg = p->slots[s].page;

@@ -41,6 +41,11 @@
 #define F_SPARE      (1u << 5) /* counted in pager.nspare: clean, unpinned, in a slot, not prefetched */
 #define F_CLEANLIST  (1u << 6) /* on pager.clean: clean, unpinned, in a slot (an eviction candidate) */
 
+/* ppage.counted */
+#define C_PINNED     (1u << 0) /* in pager.npinned: a delivered pin (pins > npending) */
+#define C_ONDISK     (1u << 1) /* in pager.nondisk: F_ONDISK */
+#define CSTATE_NONE  0xffu
+
 struct ppage {
 	uint32_t slot;            /* NONE when it has none */
 	uint32_t disk;            /* swap page, NONE for resident pages */
@@ -55,6 +60,8 @@ struct ppage {
 	uint8_t state;            /* enum pager_page_state */
 	uint8_t flags;
 	uint8_t wfails;           /* failed attempts of the write in flight (retried with backoff) */
+	uint8_t cstate;           /* the state pager.by_state counts it in; CSTATE_NONE before the first sync */
+	uint8_t counted;          /* C_* : what pager's counters count it as */
 	struct ppage *sw_next;    /* slot-wait queue */
 	struct ppage *dl_prev, *dl_next; /* pager.dirty */
 	struct ppage *cl_prev, *cl_next; /* pager.clean */
@@ -143,6 +150,11 @@ struct pager {
 	struct ppage *clean;      /* F_CLEANLIST pages: what the planned eviction chooses among */
 	uint32_t nclean;
 	uint32_t nspare;          /* F_SPARE pages */
+	/* The page counts pager_stats() reports (status asks per request):
+	 * kept by pager_page_sync() too, never walked. */
+	uint64_t by_state[PAGER__STATES];
+	uint64_t npinned, nondisk;
+	uint32_t ntensors_used;
 
 	struct {
 		bool active, fsyncing;

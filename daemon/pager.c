@@ -101,6 +101,7 @@ void pager_deliver_page(struct pager *p, struct ppage *pg, int32_t res)
 
 	pg->wait_head = pg->wait_tail = NONE;
 	pg->npending = 0;
+	pager_page_sync(p, pg);
 	pager_deliver_list(p, head, res);
 }
 
@@ -233,6 +234,7 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 	}
 	if (pg->state == PAGER_RESIDENT) {
 		pg->pins++;
+		pager_page_sync(p, pg);
 		p->st.pins++;
 		p->st.pin_hits++;
 		return (int)pg->slot;
@@ -263,6 +265,7 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 		pin_accept(p, pg, true);
 		pager_wait_append(p, &pg->wait_head, &pg->wait_tail, w);
 		pg->npending++;
+		pager_page_sync(p, pg);
 		pager_sched_pump(p, false);
 		return PAGER_PENDING;
 
@@ -302,6 +305,7 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 	pg->state = PAGER_SLOTWAIT;
 	pager_wait_append(p, &pg->wait_head, &pg->wait_tail, w);
 	pg->npending++;
+	pager_page_sync(p, pg);
 	if (p->sw_tail)
 		p->sw_tail->sw_next = pg;
 	else
@@ -330,6 +334,7 @@ int pager_unpin(struct pager *p, uint32_t tensor, uint32_t page, bool dirty)
 	}
 	if (pg->state == PAGER_RESIDENT) {
 		pg->pins--;
+		pager_page_sync(p, pg);
 		return 0;
 	}
 	if (pg->state == PAGER_FAILED) {
@@ -474,6 +479,7 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 		p->nfree_tids--;
 	else
 		p->ntensors++;
+	p->ntensors_used++;
 	t->npages = (uint32_t)n;
 	t->swappable = swappable;
 	t->used = true;
@@ -483,8 +489,9 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 		*pg = (struct ppage){
 			.slot = NONE, .disk = NONE, .ord = { NONE, NONE },
 			.wait_head = NONE, .wait_tail = NONE, .tensor = tid, .index = i,
-			.state = swappable ? PAGER_ZERO : PAGER_RESIDENT,
+			.state = swappable ? PAGER_ZERO : PAGER_RESIDENT, .cstate = CSTATE_NONE,
 		};
+		pager_page_sync(p, pg);
 		if (swappable) {
 			pg->disk = p->disk_free[--p->ndisk_free];
 		} else {
@@ -516,8 +523,15 @@ void pager_tensor_drop(struct pager *p, uint32_t id)
 			p->nfailed--;
 		if (pg->disk != NONE)
 			p->disk_free[p->ndisk_free++] = pg->disk;
+		/* Out of the counts (no slot, no pin by now). */
+		p->by_state[pg->cstate]--;
+		if (pg->counted & C_ONDISK)
+			p->nondisk--;
+		if (pg->counted & C_PINNED)
+			p->npinned--;
 	}
 	p->npages -= t->npages;
+	p->ntensors_used--;
 	free(t->name);
 	free(t->pages);
 	*t = (struct ptensor){ 0 };
@@ -742,27 +756,13 @@ void pager_stats(const struct pager *p, struct pager_stats *st)
 	st->plan_length = p->order.plan_ok ? p->order.plan_len : 0;
 	st->resyncs = p->order.resyncs;
 	st->divergences = p->order.divergences;
-	st->tensors = 0;
-	st->pages = 0;
-	memset(st->pages_by_state, 0, sizeof(st->pages_by_state));
-	st->pages_pinned = 0;
-	st->bytes_on_disk = 0;
-	for (uint32_t t = 0; t < p->ntensors; t++) {
-		const struct ptensor *te = &p->tensors[t];
-
-		if (!te->used)
-			continue;
-		st->tensors++;
-		for (uint32_t i = 0; i < te->npages; i++) {
-			const struct ppage *pg = &te->pages[i];
-
-			st->pages++;
-			st->pages_by_state[pg->state]++;
-			st->pages_pinned += pg->pins > pg->npending;
-			if (pg->flags & F_ONDISK)
-				st->bytes_on_disk += p->c.page_size;
-		}
-	}
+	/* Counted as pages change (pager_page_sync()), not walked: a status
+	 * request costs the same for 10 pages as for 10 million. */
+	st->tensors = p->ntensors_used;
+	st->pages = p->npages;
+	memcpy(st->pages_by_state, p->by_state, sizeof(st->pages_by_state));
+	st->pages_pinned = p->npinned;
+	st->bytes_on_disk = p->nondisk * p->c.page_size;
 	st->swap_bytes = p->ndisk * p->c.page_size;
 	st->swap_assigned_bytes = (p->ndisk - p->ndisk_free) * p->c.page_size;
 }

@@ -270,9 +270,9 @@ void pager_stats(const struct pager *p, struct pager_stats *st);
  * spare count) agree with a full scan of its slots, else -EUCLEAN. */
 int pager_check(const struct pager *p);
 
-/* stats.errors without the walk over every page pager_stats() does: cheap
- * enough to check after every reap, to log a failed write-back (which no
- * pending operation reports) when it happens. */
+/* stats.errors alone: checked after a reap that counted a new error, to
+ * log a failed write-back (which no pending operation reports) when it
+ * happens. */
 uint64_t pager_error_count(const struct pager *p);
 /* The errors of every pager in the process together: when it has not
  * moved, no pager needs looking at. */
