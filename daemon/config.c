@@ -522,6 +522,27 @@ static int k_swap_session_bytes(struct perr *e, struct config *c, const cJSON *v
 	return 0;
 }
 
+/* limits.*: one function per key, as for every other section. */
+#define LIMIT_UINT(fn, field, lo, hi) \
+	static int fn(struct perr *e, struct config *c, const cJSON *v, const char *key) \
+	{ \
+		uint64_t x = 0; \
+		int r = get_uint(e, v, key, lo, hi, &x); \
+		if (r == 0) \
+			c->field = (uint32_t)x; \
+		return r; \
+	}
+#define LIMIT_SIZE(fn, field) \
+	static int fn(struct perr *e, struct config *c, const cJSON *v, const char *key) \
+	{ \
+		return get_size(e, v, key, 0, &c->field); \
+	}
+LIMIT_UINT(k_limits_sessions, limits_sessions_per_uid, 1, 1000000)
+LIMIT_UINT(k_limits_connections, limits_connections_per_uid, 1, 1000000)
+LIMIT_UINT(k_limits_hello_timeout, limits_hello_timeout_ms, 0, 3600000)
+LIMIT_SIZE(k_limits_region_bytes, limits_region_bytes_per_uid)
+LIMIT_SIZE(k_limits_swap_bytes, limits_swap_bytes_per_uid)
+
 struct key {
 	const char *name;
 	key_fn fn;
@@ -546,6 +567,9 @@ static const struct section sections[] = {
 	{ "log", KEYS({ "level", k_log_level }) },
 	{ "swap", KEYS({ "dirs", k_swap_dirs }, { "queue_depth", k_swap_queue_depth }, { "sqpoll", k_swap_sqpoll },
 		       { "prefetch_window", k_swap_prefetch_window }, { "session_bytes", k_swap_session_bytes }) },
+	{ "limits", KEYS({ "sessions_per_uid", k_limits_sessions }, { "connections_per_uid", k_limits_connections },
+			 { "region_bytes_per_uid", k_limits_region_bytes }, { "swap_bytes_per_uid", k_limits_swap_bytes },
+			 { "hello_timeout_ms", k_limits_hello_timeout }) },
 };
 
 static void list_keys(const struct section *s, char *buf, size_t len)
@@ -622,6 +646,9 @@ static int set_defaults(struct perr *e, struct config *c)
 	c->swap_sqpoll = false;
 	c->swap_prefetch_window = 8;
 	c->swap_session_bytes = CONFIG_DEFAULT_SWAP_SESSION_BYTES;
+	c->limits_sessions_per_uid = CONFIG_DEFAULT_SESSIONS_PER_UID;
+	c->limits_connections_per_uid = CONFIG_DEFAULT_CONNECTIONS_PER_UID;
+	c->limits_hello_timeout_ms = CONFIG_DEFAULT_HELLO_TIMEOUT_MS;
 	(void)e;
 	return 0;
 }
@@ -703,7 +730,7 @@ int config_parse(const char *json, size_t len, const char *origin, struct config
 				if (!strcmp(sec->string, sections[i].name))
 					s = &sections[i];
 			if (!s) {
-				r = fail(&e, "unknown key %s (the top level takes: socket, pool, session, ring, log, swap)",
+				r = fail(&e, "unknown key %s (the top level takes: socket, pool, session, ring, log, swap, limits)",
 					 sec->string);
 				goto out;
 			}

@@ -25,6 +25,13 @@
 
 #define FRAMES_PER_WAKEUP 16
 #define MAX_RX_FDS 16
+/* A payload buffer starts this small and doubles as bytes arrive, so a
+ * header that claims 64 KiB costs nothing until 64 KiB come. */
+#define PAYLOAD_FIRST 4096u
+
+/* Closes connections that said no hello within limits.hello_timeout_ms:
+ * one timer for all of them, running only while one is waiting. */
+static uv_timer_t *hello_timer;
 
 static void client_event(uv_poll_t *h, int status, int events);
 
@@ -34,7 +41,7 @@ void control_client_watch(struct client *c)
 
 	if (c->closing)
 		return;
-	if (c->attaching && !c->tx)
+	if ((c->attaching || c->unregistering) && !c->tx)
 		uv_poll_stop(&c->poll);
 	else
 		uv_poll_start(&c->poll, ev, client_event);
@@ -78,10 +85,18 @@ void control_client_close(struct client *c, const char *why)
 	uv_close((uv_handle_t *)&c->poll, client_freed);
 }
 
+static void timer_freed(uv_handle_t *h)
+{
+	free(h);
+}
+
 void control_close_all(struct daemon *d)
 {
 	struct list *p, *t;
 
+	if (hello_timer)
+		uv_close((uv_handle_t *)hello_timer, timer_freed);
+	hello_timer = NULL;
 	list_for_each_safe(p, t, &d->clients)
 		control_client_close(list_entry(p, struct client, link), "detached: spillwayd is shutting down");
 }
@@ -245,11 +260,11 @@ static void read_frames(struct client *c)
 {
 	/* One request at a time: nothing more is read while a reply is queued
 	 * or an attach is being prepared (replies stay in order). */
-	for (int frames = 0; frames < FRAMES_PER_WAKEUP && !c->closing && !c->tx && !c->attaching;) {
+	for (int frames = 0; frames < FRAMES_PER_WAKEUP && !c->closing && !c->tx && !c->attaching && !c->unregistering;) {
 		struct spw_proto_frame_hdr h;
 		bool in_hdr = c->hdr_len < sizeof(c->hdr);
 		void *dst = in_hdr ? (void *)(c->hdr + c->hdr_len) : (void *)(c->payload + c->payload_got);
-		size_t want = in_hdr ? sizeof(c->hdr) - c->hdr_len : c->payload_len - c->payload_got;
+		size_t want = in_hdr ? sizeof(c->hdr) - c->hdr_len : c->payload_cap - c->payload_got;
 		ssize_t r = recv_some(c, dst, want);
 
 		if (r == -EAGAIN)
@@ -276,7 +291,8 @@ static void read_frames(struct client *c)
 					       SPW_PROTO_MAX_FRAME);
 				return;
 			}
-			c->payload = malloc((size_t)h.len + 1);
+			c->payload_cap = h.len < PAYLOAD_FIRST ? h.len : PAYLOAD_FIRST;
+			c->payload = malloc((size_t)c->payload_cap + 1);
 			if (!c->payload) {
 				control_client_close(c, "out of memory");
 				return;
@@ -286,6 +302,17 @@ static void read_frames(struct client *c)
 			continue;
 		}
 		c->payload_got += (uint32_t)r;
+		if (c->payload_got == c->payload_cap && c->payload_cap < c->payload_len) {
+			uint32_t cap = c->payload_cap * 2 < c->payload_len ? c->payload_cap * 2 : c->payload_len;
+			char *n = realloc(c->payload, (size_t)cap + 1);
+
+			if (!n) {
+				control_client_close(c, "out of memory");
+				return;
+			}
+			c->payload = n;
+			c->payload_cap = cap;
+		}
 		if (c->payload_got < c->payload_len)
 			continue;
 		c->payload[c->payload_len] = '\0';
@@ -313,8 +340,74 @@ static void client_event(uv_poll_t *h, int status, int events)
 			return;
 		}
 	}
-	if (!c->closing && !c->tx && !c->attaching && (events & (UV_READABLE | UV_DISCONNECT)))
+	if (!c->closing && !c->tx && !c->attaching && !c->unregistering && (events & (UV_READABLE | UV_DISCONNECT)))
 		read_frames(c);
+}
+
+static void hello_sweep(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+	uint32_t ms = d->cfg->limits_hello_timeout_ms;
+	uint64_t now = uv_now(&d->loop);
+	bool waiting = false;
+	struct list *p, *n;
+
+	list_for_each_safe(p, n, &d->clients) {
+		struct client *c = list_entry(p, struct client, link);
+
+		if (c->hello || c->closing)
+			continue;
+		if (!ms || now - c->accepted_ms < ms) {
+			waiting = true;
+			continue;
+		}
+		/* A reply already queued (to a request before hello) is the
+		 * one it never read: just hang up. */
+		if (c->tx)
+			control_client_close(c, "sent no hello within limits.hello_timeout_ms");
+		else
+			protocol_error(c, ETIMEDOUT, "no hello within %u ms (limits.hello_timeout_ms); send hello first",
+				       ms);
+	}
+	if (!waiting)
+		uv_timer_stop(t);
+}
+
+/* Runs the sweep while a connection waits for its hello. */
+static void hello_watch(struct daemon *d)
+{
+	uint32_t ms = d->cfg->limits_hello_timeout_ms, period;
+
+	if (!ms || d->stopping)
+		return;
+	if (!hello_timer) {
+		hello_timer = malloc(sizeof(*hello_timer));
+		if (!hello_timer || uv_timer_init(&d->loop, hello_timer) < 0) {
+			free(hello_timer);
+			hello_timer = NULL;
+			return;
+		}
+		hello_timer->data = d;
+	}
+	if (uv_is_active((uv_handle_t *)hello_timer))
+		return;
+	/* A quarter of the deadline: a connection goes at most 25% late. */
+	period = ms / 4 < 10 ? 10 : ms / 4 > 1000 ? 1000 : ms / 4;
+	uv_timer_start(hello_timer, hello_sweep, period, period);
+}
+
+/* limits.connections_per_uid: the connections uid holds besides c. */
+static unsigned uid_connections(struct daemon *d, const struct client *c)
+{
+	unsigned n = 0;
+	struct list *p, *t;
+
+	list_for_each_safe(p, t, &d->clients) {
+		const struct client *o = list_entry(p, struct client, link);
+
+		n += o != c && o->uid == c->uid && !o->closing;
+	}
+	return n;
 }
 
 static void client_new(struct daemon *d, int fd)
@@ -342,9 +435,22 @@ static void client_new(struct daemon *d, int fd)
 	c->uid = cred.uid;
 	c->gid = cred.gid;
 	c->pid = cred.pid;
+	c->accepted_ms = uv_now(&d->loop);
 	list_add_tail(&d->clients, &c->link);
 	log_debug("client %u (uid %u, pid %d): connected", c->id, (unsigned)c->uid, (int)c->pid);
 	control_client_watch(c);
+	{
+		unsigned n = uid_connections(d, c);
+
+		if (n >= d->cfg->limits_connections_per_uid) {
+			protocol_error(c, EDQUOT, "uid %u already has %u control connections open, the most "
+				       "limits.connections_per_uid (%u) allows; close some or raise "
+				       "limits.connections_per_uid in %s", (unsigned)c->uid, n,
+				       d->cfg->limits_connections_per_uid, d->cfg->origin);
+			return;
+		}
+	}
+	hello_watch(d);
 }
 
 int control_listen(struct daemon *d)

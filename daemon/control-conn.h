@@ -33,6 +33,7 @@ struct client {
 	bool closing;
 	bool close_after_tx;
 	bool attaching;        /* waiting for the region: read nothing meanwhile */
+	bool unregistering;    /* waiting for a dying tensor's I/O: the same */
 	uint32_t features;
 	struct session *session;
 
@@ -41,6 +42,8 @@ struct client {
 	size_t hdr_len;
 	char *payload;
 	uint32_t payload_len, payload_got;
+	uint32_t payload_cap;  /* grows as bytes arrive, not from the header's claim */
+	uint64_t accepted_ms;  /* uv_now() at accept: limits.hello_timeout_ms counts from it */
 	char close_reason[256];
 	uint8_t *tx;           /* the reply not yet fully written */
 	size_t tx_len, tx_off;

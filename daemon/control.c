@@ -142,6 +142,55 @@ static uint64_t swap_default(struct daemon *d, const char *name, uint32_t page_s
 	return fits;
 }
 
+/* limits.*_per_uid at attach: refuses (replying) with the limit, the
+ * figures and the key to raise; a swap size the attach did not name is cut
+ * to what the uid has left instead. Returns 0 or -EDQUOT. */
+static int uid_limits(struct client *c, const char *name, uint64_t bytes, uint32_t page_size, bool have_swap,
+		      uint64_t *swap)
+{
+	const struct config *cfg = c->d->cfg;
+	uint64_t region_used, swap_used;
+	unsigned sessions;
+	char a[32], b[32], u[32];
+
+	session_uid_use(c->d, c->uid, &sessions, &region_used, &swap_used);
+	if (sessions >= cfg->limits_sessions_per_uid) {
+		control_reply_error(c, EDQUOT, "attach %s: uid %u already has %u sessions, the most limits.sessions_per_uid "
+			    "(%u) allows; detach one or raise limits.sessions_per_uid in %s", name, (unsigned)c->uid,
+			    sessions, cfg->limits_sessions_per_uid, cfg->origin);
+		return -EDQUOT;
+	}
+	if (cfg->limits_region_bytes_per_uid &&
+	    (region_used > cfg->limits_region_bytes_per_uid || bytes > cfg->limits_region_bytes_per_uid - region_used)) {
+		control_reply_error(c, EDQUOT, "attach %s: region %s would exceed limits.region_bytes_per_uid (%s; uid %u's "
+			    "sessions hold %s); ask for less, detach a session or raise limits.region_bytes_per_uid in %s",
+			    name, format_bytes(bytes, a, sizeof(a)), format_bytes(cfg->limits_region_bytes_per_uid, b, sizeof(b)),
+			    (unsigned)c->uid, format_bytes(region_used, u, sizeof(u)), cfg->origin);
+		return -EDQUOT;
+	}
+	if (cfg->limits_swap_bytes_per_uid) {
+		uint64_t left = swap_used < cfg->limits_swap_bytes_per_uid ? cfg->limits_swap_bytes_per_uid - swap_used : 0;
+
+		if (!have_swap && *swap > left) {
+			/* Whole pages on every drive: swap files round up. */
+			uint64_t unit = (uint64_t)page_size * (c->d->nswap_dirs ? c->d->nswap_dirs : 1);
+
+			left -= left % unit;
+			log_info("attach %s: uid %u has %s of limits.swap_bytes_per_uid left; the session gets that much swap",
+				 name, (unsigned)c->uid, format_bytes(left, a, sizeof(a)));
+			*swap = left;
+		} else if (*swap > left) {
+			control_reply_error(c, EDQUOT, "attach %s: swap_bytes %s would exceed limits.swap_bytes_per_uid (%s; "
+				    "uid %u's sessions hold %s); ask for less, detach a session or raise "
+				    "limits.swap_bytes_per_uid in %s", name, format_bytes(*swap, a, sizeof(a)),
+				    format_bytes(cfg->limits_swap_bytes_per_uid, b, sizeof(b)), (unsigned)c->uid,
+				    format_bytes(swap_used, u, sizeof(u)), cfg->origin);
+			return -EDQUOT;
+		}
+	}
+	return 0;
+}
+
 static void do_attach(struct client *c, const cJSON *msg)
 {
 	struct daemon *d = c->d;
@@ -190,9 +239,11 @@ static void do_attach(struct client *c, const cJSON *msg)
 	/* Whole slots; bytes <= 2^53, so rounding up cannot overflow. */
 	bytes = (bytes + page_size - 1) / page_size * page_size;
 	other = session_find(d, name);
-	if (other && other->uid != c->uid && c->uid != 0) {
-		control_reply_error(c, EPERM, "attach %s: the session belongs to uid %u; uid %u may not attach to it", name,
-			    (unsigned)other->uid, (unsigned)c->uid);
+	if (other && other->uid != c->uid) {
+		/* Names belong to the uid that holds them; who that is stays
+		 * its business. */
+		control_reply_error(c, EPERM, "attach %s: the name is held by another user's session; pick another name "
+			    "(session names are owned per uid)", name);
 		return;
 	}
 	if (other) {
@@ -213,6 +264,8 @@ static void do_attach(struct client *c, const cJSON *msg)
 	}
 	if (!have_swap)
 		swap = d->nswap_dirs ? swap_default(d, name, (uint32_t)page_size) : 0;
+	if (uid_limits(c, name, bytes, (uint32_t)page_size, have_swap, &swap) < 0)
+		return;
 	r = session_attach(d, c, name, bytes, (uint32_t)page_size, swap, err, sizeof(err));
 	if (r < 0) {
 		control_reply_error(c, -r, "%s", err);
@@ -357,7 +410,28 @@ static void do_unregister(struct client *c, const cJSON *msg)
 		control_reply_error(c, -r, "%s", err);
 		return;
 	}
+	if (r > 0) {
+		/* Dying: its disk I/O is still in flight. The loop goes on;
+		 * the reply comes from control_unregister_done(), and nothing
+		 * more is read from this client until then. */
+		log_debug("unregister in %s: tensor %llu waits for its I/O in flight", c->session->name,
+			  (unsigned long long)id);
+		c->unregistering = true;
+		control_client_watch(c);
+		return;
+	}
 	log_debug("unregister in %s: tensor %llu", c->session->name, (unsigned long long)id);
+	control_send_json(c, control_reply(SPW_MSG_UNREGISTER), NULL, 0);
+}
+
+void control_unregister_done(struct session *s, uint32_t id)
+{
+	struct client *c = s->owner;
+
+	if (!c || !c->unregistering)
+		return;
+	c->unregistering = false;
+	log_debug("unregister in %s: tensor %u, after its I/O drained", s->name, id);
 	control_send_json(c, control_reply(SPW_MSG_UNREGISTER), NULL, 0);
 }
 

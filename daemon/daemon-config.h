@@ -26,6 +26,9 @@ enum config_hugepages {
 #define CONFIG_DEFAULT_MAX_TENSORS 65536u
 #define CONFIG_DEFAULT_MAX_GARBAGE 1000u
 #define CONFIG_DEFAULT_SWAP_SESSION_BYTES (4ull << 30)
+#define CONFIG_DEFAULT_SESSIONS_PER_UID 64u
+#define CONFIG_DEFAULT_CONNECTIONS_PER_UID 256u
+#define CONFIG_DEFAULT_HELLO_TIMEOUT_MS 10000u
 
 struct config_swap_dir {
 	char *path;
@@ -63,6 +66,13 @@ struct config {
 	bool swap_sqpoll;
 	uint32_t swap_prefetch_window;
 	uint64_t swap_session_bytes; /* a session's swap when its attach names none */
+
+	/* Fair shares per uid (limits.*); 0 bytes: no cap of its own. */
+	uint32_t limits_sessions_per_uid;
+	uint32_t limits_connections_per_uid;
+	uint64_t limits_region_bytes_per_uid;
+	uint64_t limits_swap_bytes_per_uid;
+	uint32_t limits_hello_timeout_ms; /* 0: no deadline */
 };
 
 /*

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "notify.h"
 #include "region.h"
+#include "session.h"
 #include "spw-proto.h"
 #include "status.h"
 #include "safedir.h"
@@ -289,6 +290,49 @@ static void swap_locks_release(struct daemon *d)
 	swap_locks = NULL;
 }
 
+/* Shutdown with sessions still draining (ended with I/O in flight): the
+ * ring's poll handle stays open until their last request completes, or
+ * until this timer gives up on a drive that does not answer. */
+#define DRAIN_TIMEOUT_MS 30000
+static uv_timer_t *drain_timer;
+
+static void free_handle(uv_handle_t *h)
+{
+	free(h);
+}
+
+static void drain_end(struct daemon *d)
+{
+	if (d->uring_poll.loop && !uv_is_closing((uv_handle_t *)&d->uring_poll))
+		uv_close((uv_handle_t *)&d->uring_poll, NULL);
+	if (drain_timer && !uv_is_closing((uv_handle_t *)drain_timer))
+		uv_close((uv_handle_t *)drain_timer, free_handle);
+	drain_timer = NULL;
+}
+
+/* Every DRAIN_CHECK_MS: done when the last ended session let go (its
+ * last request may end off the ring, a checksum on the threadpool), or
+ * given up after DRAIN_TIMEOUT_MS. */
+#define DRAIN_CHECK_MS 50
+static uint64_t drain_waited_ms;
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+
+	if (!session_draining()) {
+		drain_end(d);
+		return;
+	}
+	drain_waited_ms += DRAIN_CHECK_MS;
+	if (drain_waited_ms < DRAIN_TIMEOUT_MS)
+		return;
+	log_warn("shutdown: %u ended session%s still wait%s for the disk after %d s; exiting without them",
+		 session_draining(), session_draining() == 1 ? "" : "s", session_draining() == 1 ? "s" : "",
+		 DRAIN_TIMEOUT_MS / 1000);
+	drain_end(d);
+}
+
 static void on_uring(uv_poll_t *h, int status, int events)
 {
 	struct daemon *d = h->data;
@@ -296,6 +340,8 @@ static void on_uring(uv_poll_t *h, int status, int events)
 	/* Completions post CQEs and ring client doorbells from in here. */
 	if (uring_reap(d->uring))
 		dataplane_log_tier_errors(d);
+	if (d->stopping && !session_draining())
+		drain_end(d);
 	(void)status;
 	(void)events;
 }
@@ -368,8 +414,17 @@ static void teardown(struct daemon *d)
 	/* Frees every pager (bounded waits for their I/O) before the ring's
 	 * poll handle goes; the ring itself is freed after the loop. */
 	control_close_all(d);
-	if (d->uring_poll.loop)
-		uv_close((uv_handle_t *)&d->uring_poll, NULL);
+	if (session_draining() && d->uring_poll.loop && (drain_timer = malloc(sizeof(*drain_timer)))) {
+		/* Sessions whose I/O is still in flight keep the ring's poll
+		 * handle, and so the loop, going until it drains (bounded). */
+		log_info("shutdown: %u ended session%s wait%s for disk I/O in flight", session_draining(),
+			 session_draining() == 1 ? "" : "s", session_draining() == 1 ? "s" : "");
+		uv_timer_init(&d->loop, drain_timer);
+		drain_timer->data = d;
+		uv_timer_start(drain_timer, on_drain_timeout, DRAIN_CHECK_MS, DRAIN_CHECK_MS);
+	} else {
+		drain_end(d);
+	}
 	if (d->control.poll.loop)
 		uv_close((uv_handle_t *)&d->control.poll, NULL);
 	if (d->status.poll.loop)
@@ -384,6 +439,7 @@ static void teardown(struct daemon *d)
 	uv_close((uv_handle_t *)&d->watchdog, NULL);
 	uv_close((uv_handle_t *)&d->idle, NULL);
 	uv_close((uv_handle_t *)&d->backlog_timer, NULL);
+	status_stop(d);
 }
 
 static void on_stop(uv_signal_t *h, int signum)

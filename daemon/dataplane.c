@@ -154,7 +154,14 @@ static void cq_post(struct session *s, uint64_t user_data, int32_t res)
 
 void dataplane_log_tier_errors(struct daemon *d)
 {
+	static uint64_t seen;
 	struct list *p, *t;
+
+	/* After every reap: look at the sessions only when some pager
+	 * counted a new error, not at every session for every completion. */
+	if (pager_errors_total() == seen)
+		return;
+	seen = pager_errors_total();
 
 	list_for_each_safe(p, t, &d->sessions) {
 		struct session *s = list_entry(p, struct session, link);

@@ -16,9 +16,14 @@ static void fsync_done(struct uring_req *req, int res)
 	struct pager *p = f->pager;
 
 	p->fl.fsyncs_left--;
+	if (p->closing) {
+		pager_orphan_done(p);
+		return;
+	}
 	p->st.fsyncs++;
 	if (res < 0) {
 		p->st.errors++;
+		pager_errors_all++;
 		if (!p->fl.err) {
 			p->fl.err = res;
 			pager_set_msg(p, "session '%s': fsync of %s failed: %s", p->session,
@@ -35,14 +40,16 @@ static void flush_round(struct pager *p)
 	p->fl.fsyncing = false;
 	p->fl.err = 0;
 	p->fl.writes_left = 0;
-	for (uint32_t t = 0; t < p->ntensors && !p->fl.err; t++) {
+	for (uint32_t t = 0; p->nfailed && t < p->ntensors && !p->fl.err; t++) {
 		const struct ptensor *te = &p->tensors[t];
 
 		for (uint32_t i = 0; te->used && i < te->npages; i++) {
 			if (te->pages[i].state == PAGER_FAILED) {
 				p->fl.err = te->pages[i].err;
-				pager_set_msg(p, "session '%s': flush: tensor '%s' page %u was lost by a failed write: %s",
-					p->session, te->name, i, strerror(-p->fl.err));
+				pager_set_msg(p, "session '%s': flush: tensor '%s' page %u was lost by a write that failed "
+					"%u times: %s (check the drive behind that swap dir or free space on it, then "
+					"unregister the tensor and restore it from a checkpoint)",
+					p->session, te->name, i, WRITE_RETRIES + 1, strerror(-p->fl.err));
 				break;
 			}
 		}
@@ -50,7 +57,7 @@ static void flush_round(struct pager *p)
 	for (uint32_t s = 0; s < p->c.nslots; s++) {
 		struct ppage *pg = p->slots[s].page;
 
-		if (!pg)
+		if (!pg || p->tensors[pg->tensor].dying)
 			continue;
 		if (pg->state == PAGER_DIRTY && pg->pins == 0) {
 			pager_io_write(p, pg);

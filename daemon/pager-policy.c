@@ -19,6 +19,9 @@ int pager_policy_grow(struct pager_order *o, uint64_t pages)
 		want = UINT32_MAX - 1;
 	if (want <= o->cap)
 		return 0;
+	/* Doubling: registering many small tensors one by one stays linear. */
+	if (want < 2ull * o->cap)
+		want = 2ull * o->cap < UINT32_MAX - 1 ? 2ull * o->cap : UINT32_MAX - 1;
 	a = realloc(o->rec, want * sizeof(*a));
 	if (!a)
 		return -ENOMEM;

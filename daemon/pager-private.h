@@ -8,6 +8,7 @@
  *   pager-io.c      reads and writes of one page, their completions, CRC-32C
  *   pager-sched.c   slot waiters, write-back, read-ahead, write-behind
  *   pager-flush.c   the FLUSH state machine (writes, then fsync every file)
+ *   pager-index.c   dirty and clean page lists kept at every page change
  */
 #ifndef SPW_DAEMON_PAGER_PRIVATE_H
 #define SPW_DAEMON_PAGER_PRIVATE_H
@@ -25,12 +26,25 @@
 #define NONE PAGER_POLICY_NONE
 #define NO_LIMIT PAGER_POLICY_NO_LIMIT
 #define MAX_PINS (1u << 24)
+/* A failed write-back is retried this many times, the first after
+ * RETRY_MS and each next one 4x later (50, 200, 800 ms): a transient EIO
+ * or ENOSPC costs a delay, not the page. */
+#define WRITE_RETRIES 3
+#define RETRY_MS 50u
 
 /* ppage.flags */
 #define F_ONDISK     (1u << 0) /* the disk holds a copy whose CRC is in .crc */
 #define F_PREFETCHED (1u << 1) /* brought in ahead of use, not pinned since */
 #define F_REDIRTY    (1u << 2) /* unpinned dirty while its write was in flight */
 #define F_FLUSH      (1u << 3) /* the running FLUSH waits for this page's write */
+#define F_DIRTYLIST  (1u << 4) /* on pager.dirty: dirty, unpinned, in a slot, tensor not dying */
+#define F_SPARE      (1u << 5) /* counted in pager.nspare: clean, unpinned, in a slot, not prefetched */
+#define F_CLEANLIST  (1u << 6) /* on pager.clean: clean, unpinned, in a slot (an eviction candidate) */
+
+/* ppage.counted */
+#define C_PINNED     (1u << 0) /* in pager.npinned: a delivered pin (pins > npending) */
+#define C_ONDISK     (1u << 1) /* in pager.nondisk: F_ONDISK */
+#define CSTATE_NONE  0xffu
 
 struct ppage {
 	uint32_t slot;            /* NONE when it has none */
@@ -45,13 +59,19 @@ struct ppage {
 	int32_t err;              /* FAILED: the error every later operation gets */
 	uint8_t state;            /* enum pager_page_state */
 	uint8_t flags;
+	uint8_t wfails;           /* failed attempts of the write in flight (retried with backoff) */
+	uint8_t cstate;           /* the state pager.by_state counts it in; CSTATE_NONE before the first sync */
+	uint8_t counted;          /* C_* : what pager's counters count it as */
 	struct ppage *sw_next;    /* slot-wait queue */
+	struct ppage *dl_prev, *dl_next; /* pager.dirty */
+	struct ppage *cl_prev, *cl_next; /* pager.clean */
 };
 
 struct ptensor {
 	char *name;
 	struct ppage *pages;
 	uint32_t npages;
+	uint32_t nio;             /* its pages' reads and writes in the ring */
 	bool used, swappable, dying;
 };
 
@@ -62,6 +82,14 @@ struct pslot {
 	struct pager *pager;
 	struct ppage *page;   /* owner, NULL when free */
 	uint64_t t0;
+	/* The checksum job of this slot's transfer (one at a time, like the
+	 * transfer): what it reads, and what it found. Only these are
+	 * touched off the loop thread. */
+	struct pager_job job;
+	const uint8_t *job_addr;
+	uint32_t job_len, job_crc;
+	bool job_fault;        /* the checksum hit a punched page */
+	unsigned job_delay;   /* a write: its backoff once the checksum is known */
 };
 
 struct pfsync {
@@ -93,7 +121,10 @@ struct pager {
 	struct cand *scratch;     /* nslots, for choosing write-backs */
 
 	struct ptensor *tensors;
-	uint32_t ntensors;
+	uint32_t ntensors;        /* ids handed out so far (used or free) */
+	uint32_t tensors_cap;
+	uint32_t *free_tids, nfree_tids; /* ids of removed tensors, reused first */
+	uint32_t nfailed;         /* pages FAILED: FLUSH looks for them only when > 0 */
 	uint64_t npages;
 
 	uint32_t *disk_free;
@@ -109,6 +140,22 @@ struct pager {
 	struct pager_order order;
 
 	uint32_t nreading, nwriting;
+	uint32_t njobs;           /* checksum jobs off the loop; an orphan waits for them too */
+
+	/* Kept up to date by pager_page_sync() at every change of a page's
+	 * state, pins, slot or flags, so the scheduler never scans every
+	 * slot per operation: the write-back candidates, and how many slots
+	 * read-ahead could take without waiting. */
+	struct ppage *dirty;      /* F_DIRTYLIST pages */
+	uint32_t ndirty;
+	struct ppage *clean;      /* F_CLEANLIST pages: what the planned eviction chooses among */
+	uint32_t nclean;
+	uint32_t nspare;          /* F_SPARE pages */
+	/* The page counts pager_stats() reports (status asks per request):
+	 * kept by pager_page_sync() too, never walked. */
+	uint64_t by_state[PAGER__STATES];
+	uint64_t npinned, nondisk;
+	uint32_t ntensors_used;
 
 	struct {
 		bool active, fsyncing;
@@ -119,7 +166,11 @@ struct pager {
 		struct pfsync *reqs;   /* one per swap file */
 	} fl;
 
+	/* pager_close() ran: completions only count down (an orphan), and
+	 * the last one tears the pager down and calls release. */
 	bool closing;
+	void (*release)(void *arg);
+	void *release_arg;
 	char msg[512];
 	struct pager_stats st;    /* counters; the rest is computed in pager_stats() */
 };
@@ -153,6 +204,12 @@ static inline bool clean_victim(const struct ppage *pg)
 	return pg && pg->pins == 0 && pg->state == PAGER_CLEAN;
 }
 
+/* pager.c: every pager's errors together (see pager_errors_total()). */
+extern uint64_t pager_errors_all;
+
+/* pager-index.c */
+void pager_page_sync(struct pager *p, struct ppage *pg);
+
 /* pager.c */
 __attribute__((format(printf, 2, 3)))
 void pager_set_msg(struct pager *p, const char *fmt, ...);
@@ -168,6 +225,11 @@ void pager_slot_release(struct pager *p, struct ppage *pg);
 /* A free slot, or one taken from a clean page not needed before `limit`
  * (see pager_policy_victim()); NONE when there is none. */
 uint32_t pager_take_slot(struct pager *p, uint64_t limit);
+
+/* An orphan's request completed: tears it down when it was the last. */
+void pager_orphan_done(struct pager *p);
+/* Drops a tensor with nothing in flight: slots, swap pages, id. */
+void pager_tensor_drop(struct pager *p, uint32_t id);
 
 /* pager-io.c: the page owns its slot; the completion moves the state on. */
 void pager_io_read(struct pager *p, struct ppage *pg);

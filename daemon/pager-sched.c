@@ -25,15 +25,13 @@ static uint32_t start_writebacks(struct pager *p, uint32_t n, uint64_t after, ui
 {
 	uint32_t m = 0, started = 0;
 
-	if (n == 0)
+	if (n == 0 || !p->ndirty)
 		return 0;
-	for (uint32_t s = 0; s < p->c.nslots; s++) {
-		struct ppage *pg = p->slots[s].page;
+	/* Only the dirty unpinned pages (pager.dirty), not every slot. */
+	for (struct ppage *pg = p->dirty; pg; pg = pg->dl_next) {
 		uint64_t k;
 
-		if (!pg || pg->pins || pg->state != PAGER_DIRTY || p->tensors[pg->tensor].dying)
-			continue;
-		k = p->order.plan_ok ? pager_policy_next_use(&p->order, &pg->ord) : (uint64_t)!p->clock.ref[s];
+		k = p->order.plan_ok ? pager_policy_next_use(&p->order, &pg->ord) : (uint64_t)!p->clock.ref[pg->slot];
 		if (p->order.plan_ok && after != NO_LIMIT && k <= after)
 			continue;
 		p->scratch[m++] = (struct cand){ pg, k };
@@ -71,6 +69,7 @@ static void serve_slot_waiters(struct pager *p)
 			pager_deliver_page(p, pg, -EFAULT);
 		} else {
 			pg->state = PAGER_CLEAN;
+			pager_page_sync(p, pg);
 			p->st.zero_fills++;
 			pager_deliver_page(p, pg, (int32_t)s);
 		}
@@ -117,19 +116,15 @@ static void write_behind(struct pager *p)
 	uint32_t busy = uring_busy(p->c.uring), n;
 	uint64_t after = NO_LIMIT;
 
-	uint32_t spare = p->nfree;
+	/* Slots the read-ahead can take without waiting (kept by
+	 * pager_page_sync(), not counted here). While there are enough,
+	 * writes keep to half the ring so that reads (a PIN may be waiting
+	 * for one) always find room; when they run short, the next reads
+	 * will wait for these writes anyway, so use all of it. */
+	uint32_t spare = p->nfree + p->nspare;
 
-	if (busy >= depth)
+	if (busy >= depth || !p->ndirty)
 		return;
-	/* Slots the read-ahead can take without waiting. While there are
-	 * enough, writes keep to half the ring so that reads (a PIN may be
-	 * waiting for one) always find room; when they run short, the next
-	 * reads will wait for these writes anyway, so use all of it. */
-	for (uint32_t s = 0; s < p->c.nslots && spare < 2 * p->c.prefetch_window; s++) {
-		const struct ppage *pg = p->slots[s].page;
-
-		spare += clean_victim(pg) && !(pg->flags & F_PREFETCHED);
-	}
 	if (spare >= 2 * p->c.prefetch_window) {
 		if (p->nwriting >= half)
 			return;

@@ -44,8 +44,12 @@ static int bad_id(struct pager *p, const char *op, uint32_t tensor, uint32_t pag
 /* An operation on a page whose write-back failed (FAILED) gets its error. */
 static int lost(struct pager *p, const char *op, const struct ppage *pg)
 {
-	pager_set_msg(p, "session '%s': %s of tensor '%s' page %u: the page was lost when its write to %s failed: %s",
-		      p->session, op, tname(p, pg), pg->index, swap_page_path(p->swap, pg->disk), strerror(-pg->err));
+	pager_set_msg(p,
+		      "session '%s': %s of tensor '%s' page %u: the page was lost when its write to %s failed %u times: "
+		      "%s (check the drive behind that swap dir (dmesg, smartctl) or free space on it, then unregister "
+		      "the tensor and restore it from a checkpoint)",
+		      p->session, op, tname(p, pg), pg->index, swap_page_path(p->swap, pg->disk), WRITE_RETRIES + 1,
+		      strerror(-pg->err));
 	return pg->err;
 }
 
@@ -98,6 +102,7 @@ void pager_deliver_page(struct pager *p, struct ppage *pg, int32_t res)
 
 	pg->wait_head = pg->wait_tail = NONE;
 	pg->npending = 0;
+	pager_page_sync(p, pg);
 	pager_deliver_list(p, head, res);
 }
 
@@ -119,6 +124,7 @@ static void pin_get(struct pager *p, struct ppage *pg)
 {
 	if (pg->pins++ == 0)
 		p->nclaim++;
+	pager_page_sync(p, pg);
 }
 
 void pager_pin_put(struct pager *p, struct ppage *pg, uint32_t n)
@@ -126,6 +132,7 @@ void pager_pin_put(struct pager *p, struct ppage *pg, uint32_t n)
 	pg->pins -= n;
 	if (n && pg->pins == 0)
 		p->nclaim--;
+	pager_page_sync(p, pg);
 }
 
 /* Slots. */
@@ -135,6 +142,7 @@ void pager_slot_assign(struct pager *p, uint32_t s, struct ppage *pg)
 	p->slots[s].page = pg;
 	p->clock.ref[s] = 1;
 	pg->slot = s;
+	pager_page_sync(p, pg);
 }
 
 void pager_slot_release(struct pager *p, struct ppage *pg)
@@ -142,6 +150,7 @@ void pager_slot_release(struct pager *p, struct ppage *pg)
 	p->slots[pg->slot].page = NULL;
 	p->free_slots[p->nfree++] = pg->slot;
 	pg->slot = NONE;
+	pager_page_sync(p, pg);
 }
 
 /* Only an unpinned clean page gives up its slot at once: a dirty one is
@@ -153,6 +162,27 @@ static const struct pager_order_page *slot_candidate(const void *ctx, uint32_t s
 	return clean_victim(pg) ? &pg->ord : NULL;
 }
 
+/* pager_policy_victim() with a plan, over the clean unpinned pages only
+ * (pager.clean) rather than every slot: the furthest next use, if after
+ * limit. Ties go to the lowest slot, as the scan over slots did. */
+static uint32_t planned_victim(const struct pager *p, uint64_t limit)
+{
+	uint32_t best = NONE;
+	uint64_t best_key = 0;
+
+	for (const struct ppage *pg = p->clean; pg; pg = pg->cl_next) {
+		uint64_t k = pager_policy_next_use(&p->order, &pg->ord);
+
+		if (limit != NO_LIMIT && k <= limit)
+			continue;
+		if (best == NONE || k > best_key || (k == best_key && pg->slot < best)) {
+			best = pg->slot;
+			best_key = k;
+		}
+	}
+	return best;
+}
+
 uint32_t pager_take_slot(struct pager *p, uint64_t limit)
 {
 	struct ppage *pg;
@@ -160,13 +190,19 @@ uint32_t pager_take_slot(struct pager *p, uint64_t limit)
 
 	if (p->nfree)
 		return p->free_slots[--p->nfree];
-	s = pager_policy_victim(&p->order, &p->clock, p->c.nslots, limit, slot_candidate, p);
+	if (!p->nclean)
+		return NONE; /* nothing evictable: no need to look */
+	if (p->order.plan_ok)
+		s = planned_victim(p, limit);
+	else
+		s = pager_policy_victim(&p->order, &p->clock, p->c.nslots, limit, slot_candidate, p);
 	if (s == NONE)
 		return NONE;
 	pg = p->slots[s].page;
 	pg->slot = NONE;
 	pg->state = pg->flags & F_ONDISK ? PAGER_DISK : PAGER_ZERO;
 	pg->flags &= (uint8_t)~F_PREFETCHED;
+	pager_page_sync(p, pg);
 	p->slots[s].page = NULL;
 	p->st.evictions++;
 	return s;
@@ -190,6 +226,7 @@ static void pin_accept(struct pager *p, struct ppage *pg, bool in_slot)
 	else
 		p->st.pin_hits++;
 	pg->flags &= (uint8_t)~F_PREFETCHED;
+	pager_page_sync(p, pg);
 }
 
 int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_data)
@@ -210,6 +247,7 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 	}
 	if (pg->state == PAGER_RESIDENT) {
 		pg->pins++;
+		pager_page_sync(p, pg);
 		p->st.pins++;
 		p->st.pin_hits++;
 		return (int)pg->slot;
@@ -240,6 +278,7 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 		pin_accept(p, pg, true);
 		pager_wait_append(p, &pg->wait_head, &pg->wait_tail, w);
 		pg->npending++;
+		pager_page_sync(p, pg);
 		pager_sched_pump(p, false);
 		return PAGER_PENDING;
 
@@ -264,6 +303,7 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 				return pager_region_gone(p, "pin", pg);
 			}
 			pg->state = PAGER_CLEAN;
+			pager_page_sync(p, pg);
 			p->st.zero_fills++;
 			pager_sched_pump(p, false);
 			return (int)s;
@@ -282,6 +322,7 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 	pg->state = PAGER_SLOTWAIT;
 	pager_wait_append(p, &pg->wait_head, &pg->wait_tail, w);
 	pg->npending++;
+	pager_page_sync(p, pg);
 	if (p->sw_tail)
 		p->sw_tail->sw_next = pg;
 	else
@@ -310,6 +351,7 @@ int pager_unpin(struct pager *p, uint32_t tensor, uint32_t page, bool dirty)
 	}
 	if (pg->state == PAGER_RESIDENT) {
 		pg->pins--;
+		pager_page_sync(p, pg);
 		return 0;
 	}
 	if (pg->state == PAGER_FAILED) {
@@ -324,7 +366,7 @@ int pager_unpin(struct pager *p, uint32_t tensor, uint32_t page, bool dirty)
 	}
 	if (dirty) {
 		if (pg->state == PAGER_CLEAN)
-			pg->state = PAGER_DIRTY;
+			pg->state = PAGER_DIRTY; /* synced by the pin_put below */
 		else if (pg->state == PAGER_WRITING)
 			pg->flags |= F_REDIRTY;
 	}
@@ -361,7 +403,7 @@ int pager_prefetch(struct pager *p, uint32_t tensor, uint32_t page)
 	pager_slot_assign(p, s, pg);
 	pg->flags |= F_PREFETCHED;
 	p->st.prefetches++;
-	pager_io_read(p, pg);
+	pager_io_read(p, pg); /* syncs */
 	return 0;
 }
 
@@ -405,7 +447,9 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 				 p->session, name, (unsigned long long)n, p->nclaim, p->c.nslots);
 			return -ENOMEM;
 		}
-		for (uint32_t s = 0; s < p->c.nslots; s++)
+		/* Clean pages give up their slots too; look for them only
+		 * when the free ones do not suffice. */
+		for (uint32_t s = 0; avail < n && s < p->c.nslots; s++)
 			avail += clean_victim(p->slots[s].page);
 		if (avail < n) {
 			snprintf(err, errlen,
@@ -415,19 +459,25 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 			return -EBUSY;
 		}
 	}
-	for (uint32_t i = 0; i < p->ntensors; i++) {
-		if (!p->tensors[i].used) {
-			tid = i;
-			break;
-		}
-	}
-	if (tid == NONE) {
-		struct ptensor *nt = realloc(p->tensors, (p->ntensors + 1) * sizeof(*nt));
+	if (p->nfree_tids) {
+		tid = p->free_tids[p->nfree_tids - 1];
+	} else {
+		if (p->ntensors == p->tensors_cap) {
+			/* Doubling: registering n tensors costs O(n), not O(n^2). */
+			uint32_t cap = p->tensors_cap ? 2 * p->tensors_cap : 16;
+			struct ptensor *nt = realloc(p->tensors, (size_t)cap * sizeof(*nt));
+			uint32_t *nf;
 
-		if (!nt)
-			return -ENOMEM;
-		p->tensors = nt;
-		tid = p->ntensors++;
+			if (!nt)
+				return -ENOMEM;
+			p->tensors = nt;
+			nf = realloc(p->free_tids, (size_t)cap * sizeof(*nf));
+			if (!nf)
+				return -ENOMEM;
+			p->free_tids = nf;
+			p->tensors_cap = cap;
+		}
+		tid = p->ntensors;
 		p->tensors[tid] = (struct ptensor){ 0 };
 	}
 	r = pager_policy_grow(&p->order, p->npages + n);
@@ -442,6 +492,11 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 		*t = (struct ptensor){ 0 };
 		return -ENOMEM;
 	}
+	if (p->nfree_tids && p->free_tids[p->nfree_tids - 1] == tid)
+		p->nfree_tids--;
+	else
+		p->ntensors++;
+	p->ntensors_used++;
 	t->npages = (uint32_t)n;
 	t->swappable = swappable;
 	t->used = true;
@@ -451,8 +506,9 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 		*pg = (struct ppage){
 			.slot = NONE, .disk = NONE, .ord = { NONE, NONE },
 			.wait_head = NONE, .wait_tail = NONE, .tensor = tid, .index = i,
-			.state = swappable ? PAGER_ZERO : PAGER_RESIDENT,
+			.state = swappable ? PAGER_ZERO : PAGER_RESIDENT, .cstate = CSTATE_NONE,
 		};
+		pager_page_sync(p, pg);
 		if (swappable) {
 			pg->disk = p->disk_free[--p->ndisk_free];
 		} else {
@@ -479,12 +535,34 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 	return 0;
 }
 
-static bool tensor_io(const struct ptensor *t)
+void pager_tensor_drop(struct pager *p, uint32_t id)
 {
-	for (uint32_t i = 0; i < t->npages; i++)
-		if (t->pages[i].state == PAGER_READING || t->pages[i].state == PAGER_WRITING)
-			return true;
-	return false;
+	struct ptensor *t = &p->tensors[id];
+
+	for (uint32_t i = 0; i < t->npages; i++) {
+		struct ppage *pg = &t->pages[i];
+
+		if (pg->slot != NONE)
+			pager_slot_release(p, pg);
+		if (pg->state == PAGER_RESIDENT)
+			p->nclaim--;
+		if (pg->state == PAGER_FAILED)
+			p->nfailed--;
+		if (pg->disk != NONE)
+			p->disk_free[p->ndisk_free++] = pg->disk;
+		/* Out of the counts (no slot, no pin by now). */
+		p->by_state[pg->cstate]--;
+		if (pg->counted & C_ONDISK)
+			p->nondisk--;
+		if (pg->counted & C_PINNED)
+			p->npinned--;
+	}
+	p->npages -= t->npages;
+	p->ntensors_used--;
+	free(t->name);
+	free(t->pages);
+	*t = (struct ptensor){ 0 };
+	p->free_tids[p->nfree_tids++] = id;
 }
 
 int pager_tensor_remove(struct pager *p, uint32_t id)
@@ -502,31 +580,23 @@ int pager_tensor_remove(struct pager *p, uint32_t id)
 	}
 	/* The learned order points into this tensor's pages. */
 	pager_policy_forget(&p->order);
-	/* Reads ahead and writes behind may be in flight into its slots;
-	 * dying keeps new ones from starting. */
-	t->dying = true;
-	for (int i = 0; i < 600 && tensor_io(t); i++)
-		uring_wait(p->c.uring, 50);
-	if (tensor_io(t)) {
-		pager_set_msg(p, "session '%s': cannot remove tensor '%s': its I/O did not finish in 30 s", p->session, t->name);
-		return -ETIMEDOUT;
+	if (t->nio) {
+		/* Reads ahead and writes behind are in flight into its slots:
+		 * dying keeps new ones from starting, and the last completion
+		 * drops it (pager-io.c). */
+		t->dying = true;
+		for (uint32_t i = 0; i < t->npages; i++)
+			pager_page_sync(p, &t->pages[i]);
+		return PAGER_PENDING;
 	}
-	for (uint32_t i = 0; i < t->npages; i++) {
-		struct ppage *pg = &t->pages[i];
-
-		if (pg->slot != NONE)
-			pager_slot_release(p, pg);
-		if (pg->state == PAGER_RESIDENT)
-			p->nclaim--;
-		if (pg->disk != NONE)
-			p->disk_free[p->ndisk_free++] = pg->disk;
-	}
-	p->npages -= t->npages;
-	free(t->name);
-	free(t->pages);
-	*t = (struct ptensor){ 0 };
+	pager_tensor_drop(p, id);
 	pager_sched_pump(p, true);
 	return 0;
+}
+
+uint32_t pager_slots_unclaimed(const struct pager *p)
+{
+	return p->c.nslots - p->nclaim;
 }
 
 /* Life cycle. */
@@ -612,16 +682,17 @@ fail:
 	return r;
 }
 
-struct pager *pager_free(struct pager *p)
+bool pager_busy(const struct pager *p)
 {
-	bool busy;
+	return p->nreading || p->nwriting || p->fl.fsyncs_left || p->njobs;
+}
 
-	if (!p)
-		return NULL;
-	p->closing = true;
-	for (int i = 0; i < 600 && (p->nreading || p->nwriting || p->fl.fsyncs_left); i++)
-		uring_wait(p->c.uring, 50);
-	busy = p->nreading || p->nwriting || p->fl.fsyncs_left;
+/* Everything the pager holds; nothing of it is in the ring any more. */
+static void destroy(struct pager *p)
+{
+	void (*release)(void *) = p->release;
+	void *arg = p->release_arg;
+
 	if (p->bufreg >= 0)
 		uring_buffer_unregister(p->c.uring, p->bufreg);
 	p->swap = swap_free(p->swap);
@@ -630,6 +701,7 @@ struct pager *pager_free(struct pager *p)
 		free(p->tensors[t].pages);
 	}
 	free(p->tensors);
+	free(p->free_tids);
 	pager_policy_free(&p->order);
 	free(p->clock.ref);
 	free(p->disk_free);
@@ -637,15 +709,40 @@ struct pager *pager_free(struct pager *p)
 	free(p->scratch);
 	free(p->waits);
 	free(p->session);
-	/* The kernel still holds requests embedded in these after a drive
-	 * stopped answering for 30 s: leak them rather than let a late
-	 * completion write into freed memory. */
-	if (!busy) {
-		free(p->slots);
-		free(p->fl.reqs);
-		free(p);
+	free(p->slots);
+	free(p->fl.reqs);
+	free(p);
+	if (release)
+		release(arg);
+}
+
+void pager_orphan_done(struct pager *p)
+{
+	if (!pager_busy(p))
+		destroy(p);
+}
+
+struct pager *pager_close(struct pager *p, void (*release)(void *arg), void *arg)
+{
+	if (!p) {
+		if (release)
+			release(arg);
+		return NULL;
 	}
+	p->closing = true;
+	p->release = release;
+	p->release_arg = arg;
+	/* An orphan: the last completion calls destroy(). Requests still
+	 * queued in the ring go out as they are: their file indexes and
+	 * buffers stay registered until then. */
+	if (!pager_busy(p))
+		destroy(p);
 	return NULL;
+}
+
+struct pager *pager_free(struct pager *p)
+{
+	return pager_close(p, NULL, NULL);
 }
 
 /* Introspection. */
@@ -686,27 +783,13 @@ void pager_stats(const struct pager *p, struct pager_stats *st)
 	st->plan_length = p->order.plan_ok ? p->order.plan_len : 0;
 	st->resyncs = p->order.resyncs;
 	st->divergences = p->order.divergences;
-	st->tensors = 0;
-	st->pages = 0;
-	memset(st->pages_by_state, 0, sizeof(st->pages_by_state));
-	st->pages_pinned = 0;
-	st->bytes_on_disk = 0;
-	for (uint32_t t = 0; t < p->ntensors; t++) {
-		const struct ptensor *te = &p->tensors[t];
-
-		if (!te->used)
-			continue;
-		st->tensors++;
-		for (uint32_t i = 0; i < te->npages; i++) {
-			const struct ppage *pg = &te->pages[i];
-
-			st->pages++;
-			st->pages_by_state[pg->state]++;
-			st->pages_pinned += pg->pins > pg->npending;
-			if (pg->flags & F_ONDISK)
-				st->bytes_on_disk += p->c.page_size;
-		}
-	}
+	/* Counted as pages change (pager_page_sync()), not walked: a status
+	 * request costs the same for 10 pages as for 10 million. */
+	st->tensors = p->ntensors_used;
+	st->pages = p->npages;
+	memcpy(st->pages_by_state, p->by_state, sizeof(st->pages_by_state));
+	st->pages_pinned = p->npinned;
+	st->bytes_on_disk = p->nondisk * p->c.page_size;
 	st->swap_bytes = p->ndisk * p->c.page_size;
 	st->swap_assigned_bytes = (p->ndisk - p->ndisk_free) * p->c.page_size;
 }
@@ -714,4 +797,11 @@ void pager_stats(const struct pager *p, struct pager_stats *st)
 uint64_t pager_error_count(const struct pager *p)
 {
 	return p->st.errors;
+}
+
+uint64_t pager_errors_all;
+
+uint64_t pager_errors_total(void)
+{
+	return pager_errors_all;
 }

@@ -7,8 +7,8 @@
  * which slot. Resident tensors keep a slot per page for their lifetime;
  * swappable tensors have a home in the session's swap files (swap.h) and
  * take a slot only while needed. All disk I/O goes through the daemon's
- * io_uring (uring.h); the pager never blocks on it except in pager_free()
- * and pager_tensor_remove().
+ * io_uring (uring.h); the pager never blocks on it. Page checksums run
+ * through config.offload (the daemon's threadpool).
  *
  * Page states (enum pager_page_state):
  *
@@ -19,12 +19,17 @@
  *   CLEAN     in slot, same as on disk (or a zero page that was not dirtied).
  *   DIRTY     in slot, newer than disk.
  *   WRITING   in slot, write-back in flight. Still pinnable: the data in the
- *             slot is valid. Unpinned dirty meanwhile, it stays DIRTY.
- *   FAILED    its write-back failed: the data never reached the disk and the
- *             slot copy is discarded. Every later PIN/UNPIN/PREFETCH of it
- *             fails with the error; FLUSH fails too. Only removing the
- *             tensor clears it. (Keeping it dirty in its slot would leak the
- *             slot on a dead drive and stall the session.)
+ *             slot is valid. Unpinned dirty meanwhile, it stays DIRTY. A
+ *             failed write (EIO, ENOSPC) keeps the page WRITING with its
+ *             data in the slot and goes out again after a backoff (50,
+ *             200, 800 ms): one bad write costs a delay, not the page.
+ *   FAILED    its write-back failed 4 times: the data never reached the
+ *             disk and the slot copy is discarded. Every later
+ *             PIN/UNPIN/PREFETCH of it fails with the error, and a message
+ *             naming tensor, page, file and the fix; FLUSH fails too. Only
+ *             removing the tensor clears it. (Keeping it dirty in its slot
+ *             for ever would leak the slot on a dead drive and stall the
+ *             session.)
  *   RESIDENT  a resident tensor's page: always in its slot, never written.
  *
  * A failed READ (EIO, or -EBADMSG when the checksum does not match) fails
@@ -55,7 +60,7 @@
  * inside uring_reap()/uring_wait() and from pager_unpin(),
  * pager_prefetch(), pager_step() and pager_tensor_remove() (for other,
  * earlier operations), never for the operation being submitted by the same
- * call and never from pager_free(). The callback may read
+ * call and never from pager_close(). The callback may read
  * pager_last_error() and pager_stats(), and must not call anything else in
  * the pager. At most config.max_pending operations are pending at a time.
  *
@@ -78,6 +83,16 @@
 struct uring;
 struct pager;
 
+/* CPU work the pager hands off the loop (the CRC-32C of a page written or
+ * read): fn runs on some thread, then done back on the loop thread. The
+ * job lives in the pager's memory until done has run; space is the
+ * offloader's own (a uv_work_t, say). */
+struct pager_job {
+	void (*fn)(struct pager_job *j);
+	void (*done)(struct pager_job *j);
+	_Alignas(16) unsigned char space[256];
+};
+
 /* pager_pin()/pager_flush(): the result will come through config.complete. */
 #define PAGER_PENDING INT_MAX
 
@@ -94,6 +109,13 @@ struct pager_config {
 	unsigned queue_depth;     /* the ring's depth: write-behind keeps under half of it (0 = 32) */
 	unsigned max_pending;     /* pending PIN/FLUSH at once, e.g. the CQ size (0 = 1024) */
 	void (*complete)(void *ctx, uint64_t user_data, int32_t res);
+	/* A tensor whose pager_tensor_remove() returned PAGER_PENDING is gone
+	 * (its I/O drained); called from inside uring_reap(), never after
+	 * pager_close(). May be NULL. */
+	void (*tensor_removed)(void *ctx, uint32_t id);
+	/* Runs j->fn elsewhere and j->done on this thread later (or both at
+	 * once, in order, when it cannot). NULL: both inline. */
+	void (*offload)(void *ctx, struct pager_job *j);
 	void *ctx;
 };
 
@@ -104,10 +126,26 @@ struct pager_config {
  * ...). */
 int pager_new(const struct pager_config *c, char *err, size_t errlen, struct pager **ret);
 
-/* Waits for the pager's I/O in flight (bounded: what the kernel still holds
- * points into this memory), delivers no completions, removes the swap files.
- * Accepts NULL; returns NULL. */
+/* Ends the pager without waiting for the disk, and delivers no
+ * completions. With nothing in flight everything goes now: the fixed-buffer
+ * registration, the swap files (unregistered, closed, removed), the page
+ * table; then release(arg) runs (the caller frees the region there). With
+ * I/O in flight (a stalled drive) the pager becomes an orphan: its requests
+ * only count down, and the swap files with their registered file indexes,
+ * the buffer registration and the region stay reserved until the last one
+ * completes, so a late completion never touches freed memory and a file
+ * index is never reused while a request may still use it; then the same
+ * teardown runs, from inside uring_reap(). release may be NULL (then the
+ * caller must keep the region mapped until the ring is idle). Accepts NULL
+ * (release runs at once); returns NULL. */
+struct pager *pager_close(struct pager *p, void (*release)(void *arg), void *arg);
+
+/* pager_close(p, NULL, NULL): for callers that unmap the region only after
+ * the ring is idle (uring_free() waits for it). */
 struct pager *pager_free(struct pager *p);
+
+/* True while the pager has requests in the ring. */
+bool pager_busy(const struct pager *p);
 
 /* Registers a tensor of `bytes` (cut into ceil(bytes / page_size) pages).
  * Swappable pages start ZERO and take swap pages from the session's swap
@@ -119,11 +157,18 @@ struct pager *pager_free(struct pager *p);
 int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swappable, uint32_t *id,
 		     uint32_t *npages, char *err, size_t errlen);
 
-/* Drops a tensor: its slots and swap pages return to the pool, its pages'
- * I/O in flight is waited for (this may run other completions), and the
- * learned order is forgotten (it refers to the tensor). Returns 0, -ENOENT,
- * or -EBUSY when one of its pages is pinned or has a pending PIN. */
+/* Drops a tensor: its slots and swap pages return to the pool and the
+ * learned order is forgotten (it refers to the tensor). Never waits: with
+ * reads ahead or writes behind of its pages in flight the tensor is dying
+ * (no operation finds it, nothing new starts on it) and the call returns
+ * PAGER_PENDING; config.tensor_removed(ctx, id) follows when the last one
+ * completes. Returns 0 (gone now), PAGER_PENDING, -ENOENT, or -EBUSY when
+ * one of its pages is pinned or has a pending PIN. */
 int pager_tensor_remove(struct pager *p, uint32_t id);
+
+/* Slots not claimed by resident or pinned pages (what a resident tensor
+ * could still take), without pager_stats()'s walk over every page. */
+uint32_t pager_slots_unclaimed(const struct pager *p);
 
 /* PIN: returns the slot index (>= 0) when the page is in its slot now,
  * PAGER_PENDING when complete() will deliver the slot index or -errno, or
@@ -221,9 +266,16 @@ struct pager_stats {
 
 void pager_stats(const struct pager *p, struct pager_stats *st);
 
-/* stats.errors without the walk over every page pager_stats() does: cheap
- * enough to check after every reap, to log a failed write-back (which no
- * pending operation reports) when it happens. */
+/* For tests: 0 when the pager's incremental indexes (the dirty list, the
+ * spare count) agree with a full scan of its slots, else -EUCLEAN. */
+int pager_check(const struct pager *p);
+
+/* stats.errors alone: checked after a reap that counted a new error, to
+ * log a failed write-back (which no pending operation reports) when it
+ * happens. */
 uint64_t pager_error_count(const struct pager *p);
+/* The errors of every pager in the process together: when it has not
+ * moved, no pager needs looking at. */
+uint64_t pager_errors_total(void);
 
 #endif

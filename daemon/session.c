@@ -16,6 +16,7 @@
 #include "region.h"
 #include "safemem.h"
 #include "session.h"
+#include "status.h"
 #include "swap.h"
 
 struct session *session_find(struct daemon *d, const char *name)
@@ -28,6 +29,27 @@ struct session *session_find(struct daemon *d, const char *name)
 			return s;
 	}
 	return NULL;
+}
+
+static void holds_uid_use(uid_t uid, uint64_t *region_bytes, uint64_t *swap_bytes);
+
+void session_uid_use(struct daemon *d, uid_t uid, unsigned *sessions, uint64_t *region_bytes, uint64_t *swap_bytes)
+{
+	struct list *p, *t;
+
+	*sessions = 0;
+	*region_bytes = *swap_bytes = 0;
+	list_for_each_safe(p, t, &d->sessions) {
+		struct session *s = list_entry(p, struct session, link);
+
+		if (s->uid != uid)
+			continue;
+		(*sessions)++;
+		*region_bytes += s->bytes;
+		*swap_bytes += s->swap_bytes;
+	}
+	/* Ended sessions still draining hold their region and swap files. */
+	holds_uid_use(uid, region_bytes, swap_bytes);
 }
 
 static int rings_create(struct session *s, uint32_t entries, char *err, size_t errlen)
@@ -69,6 +91,37 @@ fail:
 	return r;
 }
 
+/* The pager's checksums run on the libuv threadpool: a 4 MiB page costs
+ * the better part of a millisecond of CPU that the loop owes every other
+ * session. */
+static void job_work(uv_work_t *w)
+{
+	struct pager_job *j = w->data;
+
+	j->fn(j);
+}
+
+static void job_after(uv_work_t *w, int status)
+{
+	struct pager_job *j = w->data;
+
+	(void)status; /* never cancelled */
+	j->done(j);
+}
+
+static void session_offload(void *ctx, struct pager_job *j)
+{
+	struct session *s = ctx;
+	uv_work_t *w = (uv_work_t *)(void *)j->space;
+
+	_Static_assert(sizeof(uv_work_t) <= sizeof(j->space), "pager_job.space holds a uv_work_t");
+	w->data = j;
+	if (uv_queue_work(&s->d->loop, w, job_work, job_after) < 0) {
+		j->fn(j);
+		j->done(j);
+	}
+}
+
 /* The page table over the mapped region, and the swap files when the
  * session has swap. At most one completion per CQ entry can be pending, so
  * the pager never owes more completions than the CQ can take. */
@@ -88,6 +141,8 @@ static int pager_create(struct session *s, char *err, size_t errlen)
 		.queue_depth = d->uring_depth,
 		.max_pending = s->layout.cq_entries,
 		.complete = dataplane_complete,
+		.tensor_removed = session_tensor_removed,
+		.offload = session_offload,
 		.ctx = s,
 	};
 	char perr[640];
@@ -131,6 +186,7 @@ static int session_finish(struct session *s)
 		d->locked_bytes += s->bytes;
 		s->locked_counted = true;
 	}
+	status_refresh_soon(d);
 	return 0;
 }
 
@@ -199,6 +255,7 @@ int session_attach(struct daemon *d, struct client *owner, const char *name, uin
 	s->nslots = (uint32_t)(region_bytes / page_size);
 	s->swap_bytes = swap_bytes;
 	s->max_tensors = d->cfg->session_max_tensors;
+	s->unregistering = UINT32_MAX;
 	s->max_garbage = d->cfg->session_max_garbage;
 	s->poll = (control_client_features(owner) & SPW_FEAT_RING_POLL) != 0;
 	s->ropts = (struct region_opts){
@@ -225,22 +282,147 @@ int session_attach(struct daemon *d, struct client *owner, const char *name, uin
 	return 0;
 }
 
+/* What outlives a session whose pager is an orphan (I/O in flight when it
+ * ended): the region, which the kernel may still read from or write into,
+ * and its place in the pool figures, until the last request completes. */
+struct region_hold {
+	struct daemon *d;
+	struct region *region;
+	uint64_t bytes;
+	bool locked_counted;
+	char name[SPW_PROTO_MAX_SESSION_NAME + 1];
+	uv_work_t work;
+	/* While draining: on the holds list, counted against its uid. */
+	struct list link;
+	uid_t uid;
+	uint64_t swap_bytes;
+};
+
+static unsigned draining; /* sessions ended with I/O in flight, not yet released */
+static struct list holds = { &holds, &holds };
+
+static void holds_uid_use(uid_t uid, uint64_t *region_bytes, uint64_t *swap_bytes)
+{
+	struct list *p, *t;
+
+	list_for_each_safe(p, t, &holds) {
+		const struct region_hold *h = list_entry(p, struct region_hold, link);
+
+		if (h->uid == uid) {
+			*region_bytes += h->bytes;
+			*swap_bytes += h->swap_bytes;
+		}
+	}
+}
+
+unsigned session_draining(void)
+{
+	return draining;
+}
+
+/* On a threadpool thread: unmapping (and unlocking) gigabytes takes time
+ * the loop must not spend. Touches only the region. */
+static void unmap_work(uv_work_t *w)
+{
+	struct region_hold *h = w->data;
+
+	h->region = region_free(h->region);
+}
+
+static void unmap_done(uv_work_t *w, int status)
+{
+	struct region_hold *h = w->data;
+
+	/* Cancelled (it never is once queued on a running loop): do it here. */
+	if (h->region)
+		region_free(h->region);
+	free(h);
+	(void)status;
+}
+
+/* The pool figures drop now; the region goes on the threadpool (inline at
+ * shutdown, when the loop may no longer run to finish the work). */
+static void hold_release(struct region_hold *h)
+{
+	h->d->used_bytes -= h->bytes;
+	if (h->locked_counted)
+		h->d->locked_bytes -= h->bytes;
+	h->locked_counted = false;
+	h->bytes = 0;
+	h->work.data = h;
+	if (!h->region || h->d->stopping || uv_queue_work(&h->d->loop, &h->work, unmap_work, unmap_done) < 0) {
+		region_free(h->region);
+		free(h);
+	}
+}
+
+/* The pager's release callback of an orphan: its last request is done. */
+static void orphan_released(void *arg)
+{
+	struct region_hold *h = arg;
+	struct daemon *d = h->d;
+	char a[32];
+
+	draining--;
+	list_del(&h->link);
+	log_info("session %s (ended earlier): its last disk request completed; released %s and its swap files",
+		 h->name, format_bytes(h->bytes, a, sizeof(a)));
+	hold_release(h);
+	daemon_update_status(d);
+	status_refresh_soon(d);
+}
+
 struct session *session_free(struct session *s)
 {
+	struct region_hold *h;
+
 	if (!s)
 		return NULL;
 	dataplane_stop(s);
-	/* Before the region goes: the kernel may still be reading into it or
-	 * writing from it, and the swap files must go with the session. No
-	 * completion is delivered from here. */
-	s->pager = pager_free(s->pager);
-	s->d->used_bytes -= s->bytes;
-	if (s->locked_counted)
-		s->d->locked_bytes -= s->bytes;
+	h = calloc(1, sizeof(*h));
+	if (h) {
+		*h = (struct region_hold){ .d = s->d, .region = s->region, .bytes = s->bytes,
+					   .locked_counted = s->locked_counted, .uid = s->uid, .swap_bytes = s->swap_bytes };
+		snprintf(h->name, sizeof(h->name), "%s", s->name);
+	}
+	if (s->pager && pager_busy(s->pager)) {
+		/* Never wait for the disk inside the loop: the pager becomes an
+		 * orphan that keeps its files, buffers and this region until
+		 * its requests complete. No completion is delivered. */
+		if (h) {
+			draining++;
+			list_add_tail(&holds, &h->link);
+			log_warn("session %s ended with disk I/O in flight; its region and swap files are released when "
+				 "that I/O completes", s->name);
+			s->pager = pager_close(s->pager, orphan_released, h);
+			h = NULL;
+		} else {
+			/* No memory to track it: leak the mapping rather than
+			 * let a late completion touch an unmapped page. */
+			log_error("session %s: out of memory while ending with I/O in flight; leaking its region", s->name);
+			s->pager = pager_close(s->pager, NULL, NULL);
+		}
+		s->region = NULL;
+	} else {
+		s->pager = pager_close(s->pager, NULL, NULL);
+		if (h)
+			hold_release(h);
+		else {
+			s->d->used_bytes -= s->bytes;
+			if (s->locked_counted)
+				s->d->locked_bytes -= s->bytes;
+			region_free(s->region);
+		}
+		s->region = NULL;
+	}
+	if (s->swap_bytes)
+		status_refresh_soon(s->d);
 	list_del(&s->link);
 	for (uint32_t i = 0; s->tnames && i < s->ntnames_cap; i++)
 		free(s->tnames[i]);
 	free(s->tnames);
+	free(s->tname_next);
+	free(s->name_heads);
 	if (s->rings)
 		munmap(s->rings, s->layout.bytes);
 	if (s->rings_fd >= 0) {
@@ -253,7 +435,6 @@ struct session *session_free(struct session *s)
 		close(s->sq_evt);
 	if (s->cq_evt >= 0)
 		close(s->cq_evt);
-	region_free(s->region);
 	free(s->name);
 	free(s);
 	return NULL;
@@ -264,14 +445,78 @@ const char *session_tensor_name(const struct session *s, uint32_t id)
 	return id < s->ntnames_cap ? s->tnames[id] : NULL;
 }
 
+/* Tensor names are looked up through a hash (FNV-1a, chained by id), so
+ * registering the 65,536th tensor costs what the first did. */
+#define NO_ID UINT32_MAX
+
+static uint32_t name_hash(const char *name)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *name; name++)
+		h = (h ^ (uint8_t)*name) * 16777619u;
+	return h;
+}
+
+static uint32_t name_find(const struct session *s, const char *name)
+{
+	if (!s->name_buckets)
+		return NO_ID;
+	for (uint32_t id = s->name_heads[name_hash(name) & (s->name_buckets - 1)]; id != NO_ID; id = s->tname_next[id])
+		if (!strcmp(s->tnames[id], name))
+			return id;
+	return NO_ID;
+}
+
+static void name_link(struct session *s, uint32_t id)
+{
+	uint32_t *head = &s->name_heads[name_hash(s->tnames[id]) & (s->name_buckets - 1)];
+
+	s->tname_next[id] = *head;
+	*head = id;
+}
+
+static void name_unlink(struct session *s, uint32_t id)
+{
+	uint32_t *at = &s->name_heads[name_hash(s->tnames[id]) & (s->name_buckets - 1)];
+
+	while (*at != id)
+		at = &s->tname_next[*at];
+	*at = s->tname_next[id];
+}
+
+/* Keeps the chains short: at most one name per bucket on average. */
+static int names_rehash(struct session *s, uint32_t want)
+{
+	uint32_t n = s->name_buckets ? s->name_buckets : 64;
+	uint32_t *heads;
+
+	if (want <= s->name_buckets)
+		return 0;
+	while (n < want)
+		n *= 2;
+	heads = malloc((size_t)n * sizeof(*heads));
+	if (!heads)
+		return -ENOMEM;
+	memset(heads, 0xff, (size_t)n * sizeof(*heads));
+	free(s->name_heads);
+	s->name_heads = heads;
+	s->name_buckets = n;
+	for (uint32_t id = 0; id < s->ntnames_cap; id++)
+		if (s->tnames[id])
+			name_link(s, id);
+	return 0;
+}
+
 /* Makes room for the name of tensor id (the pager hands out ids from 0). */
 static int names_reserve(struct session *s, uint32_t id)
 {
 	uint32_t cap = s->ntnames_cap ? s->ntnames_cap : 16;
+	uint32_t *nx;
 	char **n;
 
 	if (id < s->ntnames_cap)
-		return 0;
+		return names_rehash(s, s->ntensors + 1);
 	while (cap <= id)
 		cap *= 2;
 	n = realloc(s->tnames, (size_t)cap * sizeof(*n));
@@ -279,23 +524,26 @@ static int names_reserve(struct session *s, uint32_t id)
 		return -ENOMEM;
 	memset(n + s->ntnames_cap, 0, (size_t)(cap - s->ntnames_cap) * sizeof(*n));
 	s->tnames = n;
+	nx = realloc(s->tname_next, (size_t)cap * sizeof(*nx));
+	if (!nx)
+		return -ENOMEM;
+	s->tname_next = nx;
 	s->ntnames_cap = cap;
-	return 0;
+	return names_rehash(s, s->ntensors + 1);
 }
 
 int session_register(struct session *s, const char *name, uint64_t bytes, bool swappable, uint32_t *id,
 		     uint32_t *npages, char *err, size_t errlen)
 {
 	char perr[512], *copy;
-	uint32_t tid, n;
+	uint32_t tid, n, other = name_find(s, name);
 	int r;
 
-	for (uint32_t i = 0; i < s->ntnames_cap; i++) {
-		if (s->tnames[i] && !strcmp(s->tnames[i], name)) {
-			snprintf(err, errlen, "register %s in %s: a tensor of that name is already registered (id %u); "
-				 "unregister it first or pick another name", name, s->name, i);
-			return -EEXIST;
-		}
+	if (other != NO_ID) {
+		snprintf(err, errlen, "register %s in %s: a tensor of that name is already registered (id %u)%s; "
+			 "unregister it first or pick another name", name, s->name, other,
+			 other == s->unregistering ? ", being unregistered" : "");
+		return -EEXIST;
 	}
 	if (s->ntensors >= s->max_tensors) {
 		snprintf(err, errlen, "register %s in %s: the session already has %u tensors (session.max_tensors); "
@@ -304,16 +552,15 @@ int session_register(struct session *s, const char *name, uint64_t bytes, bool s
 	}
 	if (!swappable) {
 		uint64_t need = (bytes + s->page_size - 1) / s->page_size;
-		struct pager_stats st;
+		uint32_t left = pager_slots_unclaimed(s->pager);
 		char a[32], b[32], c[32];
 
-		pager_stats(s->pager, &st);
-		if (need > st.nslots - st.slots_claimed) {
+		if (need > left) {
 			snprintf(err, errlen, "register %s in %s: %s needs %llu slots of %s, %u of %u are free (not "
 				 "held by resident or pinned pages); attach with a larger region_bytes (now %s), unregister "
 				 "something or register it \"swappable\"",
 				 name, s->name, format_bytes(bytes, a, sizeof(a)), (unsigned long long)need,
-				 format_bytes(s->page_size, b, sizeof(b)), st.nslots - st.slots_claimed, st.nslots,
+				 format_bytes(s->page_size, b, sizeof(b)), left, s->nslots,
 				 format_bytes(s->region->bytes, c, sizeof(c)));
 			return -ENOSPC;
 		}
@@ -333,11 +580,13 @@ int session_register(struct session *s, const char *name, uint64_t bytes, bool s
 		return r;
 	}
 	if (names_reserve(s, tid) < 0) {
+		/* Nothing of it is in flight yet: it goes at once. */
 		pager_tensor_remove(s->pager, tid);
 		free(copy);
 		goto oom;
 	}
 	s->tnames[tid] = copy;
+	name_link(s, tid);
 	s->ntensors++;
 	*id = tid;
 	*npages = n;
@@ -347,12 +596,20 @@ oom:
 	return -ENOMEM;
 }
 
+static void name_drop(struct session *s, uint32_t id)
+{
+	name_unlink(s, id);
+	free(s->tnames[id]);
+	s->tnames[id] = NULL;
+	s->ntensors--;
+}
+
 int session_unregister(struct session *s, uint32_t id, char *err, size_t errlen)
 {
 	const char *name = session_tensor_name(s, id);
 	int r;
 
-	if (!name) {
+	if (!name || id == s->unregistering) {
 		snprintf(err, errlen, "unregister in %s: no tensor with id %u", s->name, id);
 		return -ENOENT;
 	}
@@ -362,12 +619,29 @@ int session_unregister(struct session *s, uint32_t id, char *err, size_t errlen)
 			 "first", name, s->name);
 		return r;
 	}
+	if (r == PAGER_PENDING) {
+		/* Its reads ahead or writes behind are still in flight: the
+		 * reply comes from session_tensor_removed(). */
+		s->unregistering = id;
+		return 1;
+	}
 	if (r < 0) {
 		snprintf(err, errlen, "unregister %s in %s: %s", name, s->name, strerror(-r));
 		return r;
 	}
-	free(s->tnames[id]);
-	s->tnames[id] = NULL;
-	s->ntensors--;
+	name_drop(s, id);
 	return 0;
+}
+
+/* The pager's tensor_removed callback: a dying tensor's last I/O is done. */
+void session_tensor_removed(void *ctx, uint32_t id)
+{
+	struct session *s = ctx;
+
+	if (id < s->ntnames_cap && s->tnames[id])
+		name_drop(s, id);
+	if (id == s->unregistering) {
+		s->unregistering = NO_ID;
+		control_unregister_done(s, id);
+	}
 }

@@ -60,9 +60,13 @@ struct session {
 	uint64_t errors_logged;  /* the pager's error count last logged */
 
 	char **tnames;          /* by tensor id (the pager's); NULL: free id */
+	uint32_t *tname_next;   /* by tensor id: the next id in its hash chain */
 	uint32_t ntnames_cap;
-	uint32_t ntensors;      /* registered */
+	uint32_t *name_heads;   /* hash of tnames: the first id per bucket, UINT32_MAX none */
+	uint32_t name_buckets;  /* a power of two */
+	uint32_t ntensors;      /* registered (dying ones included) */
 	uint32_t max_tensors;
+	uint32_t unregistering; /* the tensor id whose UNREGISTER reply waits for its I/O, or UINT32_MAX */
 
 	/* Rings: the memfd is shared; everything below it is the daemon's own
 	 * and the only copy it trusts. */
@@ -98,16 +102,29 @@ int session_admit(struct daemon *d, const char *name, uint64_t bytes, char *err,
  * Returns 0, or a negative errno with a sentence in err. */
 int session_attach(struct daemon *d, struct client *owner, const char *name, uint64_t region_bytes,
 		   uint32_t page_size, uint64_t swap_bytes, char *err, size_t errlen);
-/* Releases everything now (the pager first: it waits, bounded, for its I/O
- * and removes the swap files, before the region is unmapped); the poll
- * handle's memory goes in its close cb. Never called on a session that is
- * still attaching. */
+/* Ends the session without waiting: rings, eventfds and names go now, the
+ * poll handle's memory in its close cb. The pager goes now too unless it
+ * has I/O in flight; then it is an orphan that keeps the swap files and the
+ * region (and their place in the pool figures) until its last request
+ * completes (pager_close()). Never called on a session that is still
+ * attaching. */
 struct session *session_free(struct session *s);
+/* What uid's live sessions take now: their number, region and swap bytes
+ * (for the limits.*_per_uid checks at attach). */
+void session_uid_use(struct daemon *d, uid_t uid, unsigned *sessions, uint64_t *region_bytes, uint64_t *swap_bytes);
+/* Sessions that ended with I/O in flight and still hold their region. */
+unsigned session_draining(void);
 struct session *session_find(struct daemon *d, const char *name);
 
 int session_register(struct session *s, const char *name, uint64_t bytes, bool swappable, uint32_t *id,
 		     uint32_t *npages, char *err, size_t errlen);
+/* Returns 0 (gone), -errno with a sentence in err, or 1 when the tensor
+ * is dying: control_unregister_done() follows once its I/O drained. */
 int session_unregister(struct session *s, uint32_t id, char *err, size_t errlen);
+/* control.c: the UNREGISTER reply for a tensor that was dying, now gone. */
+void control_unregister_done(struct session *s, uint32_t id);
+/* pager_config.tensor_removed for the session's pager. */
+void session_tensor_removed(void *ctx, uint32_t id);
 /* The tensor's name, or NULL for an unknown id. */
 const char *session_tensor_name(const struct session *s, uint32_t id);
 

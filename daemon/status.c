@@ -84,6 +84,64 @@ static void tier_json(cJSON *o, const struct session *s)
 	cJSON_AddNumberToObject(t, "checksum_errors", (double)st.checksum_errors);
 }
 
+/* Per swap directory, from the last refresh. */
+#define REFRESH_MS 1000
+static struct {
+	int64_t used;  /* -errno when unreadable */
+	double free;   /* -1 when unreadable */
+} dir_cache[CONFIG_MAX_SWAP_DIRS];
+static bool cache_valid;
+static uv_timer_t *refresh_timer;
+
+static void refresh(struct daemon *d)
+{
+	for (unsigned i = 0; i < d->nswap_dirs && i < CONFIG_MAX_SWAP_DIRS; i++) {
+		struct statvfs v;
+
+		dir_cache[i].used = swap_dir_used(d->swap_dirs[i].path);
+		dir_cache[i].free = statvfs(d->swap_dirs[i].path, &v) == 0 ? (double)v.f_bavail * (double)v.f_frsize : -1.0;
+	}
+	cache_valid = true;
+}
+
+static void on_refresh(uv_timer_t *t)
+{
+	refresh(t->data);
+}
+
+static void timer_freed(uv_handle_t *h)
+{
+	free(h);
+}
+
+void status_refresh_soon(struct daemon *d)
+{
+	/* At shutdown the timer is gone and must stay so: the loop ends when
+	 * its handles do. */
+	if (!d->nswap_dirs || d->stopping)
+		return;
+	if (!refresh_timer) {
+		/* Made on first need, so there is no timer without swap. */
+		refresh_timer = malloc(sizeof(*refresh_timer));
+		if (!refresh_timer || uv_timer_init(&d->loop, refresh_timer) < 0) {
+			free(refresh_timer);
+			refresh_timer = NULL;
+			cache_valid = false; /* the next request refreshes */
+			return;
+		}
+		refresh_timer->data = d;
+	}
+	uv_timer_start(refresh_timer, on_refresh, 0, REFRESH_MS);
+}
+
+void status_stop(struct daemon *d)
+{
+	if (refresh_timer)
+		uv_close((uv_handle_t *)refresh_timer, timer_freed);
+	refresh_timer = NULL;
+	(void)d;
+}
+
 /* The daemon's swap directories and its one ring. */
 static void swap_json(cJSON *o, struct daemon *d)
 {
@@ -93,16 +151,18 @@ static void swap_json(cJSON *o, struct daemon *d)
 	cJSON_AddNumberToObject(x, "session_bytes", (double)d->cfg->swap_session_bytes);
 	cJSON_AddNumberToObject(x, "prefetch_window", d->cfg->swap_prefetch_window);
 	arr = cJSON_AddArrayToObject(x, "dirs");
-	for (unsigned i = 0; i < d->nswap_dirs; i++) {
+	if (d->nswap_dirs && !cache_valid) {
+		/* Only before the first refresh (or without a timer). */
+		refresh(d);
+		status_refresh_soon(d);
+	}
+	for (unsigned i = 0; i < d->nswap_dirs && i < CONFIG_MAX_SWAP_DIRS; i++) {
 		cJSON *e = cJSON_CreateObject();
-		struct statvfs v;
-		int64_t used = swap_dir_used(d->swap_dirs[i].path);
 
 		cJSON_AddStringToObject(e, "path", d->swap_dirs[i].path);
 		cJSON_AddNumberToObject(e, "max_bytes", (double)d->swap_dirs[i].max_bytes);
-		cJSON_AddNumberToObject(e, "used_bytes", used < 0 ? -1.0 : (double)used);
-		cJSON_AddNumberToObject(e, "free_bytes",
-					statvfs(d->swap_dirs[i].path, &v) == 0 ? (double)v.f_bavail * (double)v.f_frsize : -1.0);
+		cJSON_AddNumberToObject(e, "used_bytes", dir_cache[i].used < 0 ? -1.0 : (double)dir_cache[i].used);
+		cJSON_AddNumberToObject(e, "free_bytes", dir_cache[i].free);
 		cJSON_AddItemToArray(arr, e);
 	}
 	u = cJSON_AddObjectToObject(x, "uring");
@@ -198,6 +258,9 @@ static cJSON *build(struct daemon *d, uid_t uid, unsigned max_listed, unsigned *
 	cJSON_AddBoolToObject(x, "hugepages", cfg->pool_hugepages != CONFIG_HUGEPAGES_NEVER && hfree > 0);
 	cJSON_AddNumberToObject(x, "numa_node", d->numa_node);
 	cJSON_AddBoolToObject(x, "locked", d->locked_bytes == d->used_bytes);
+	/* Ended sessions whose disk I/O is still in flight: their regions
+	 * stay in used_bytes until it completes. */
+	cJSON_AddNumberToObject(x, "draining_sessions", session_draining());
 
 	swap_json(o, d);
 

@@ -16,13 +16,14 @@
 /* The kernel caps one fixed buffer at 1 GiB. */
 #define FIXED_BUF_MAX (1ull << 30)
 
-enum fault_kind { FAULT_NONE, FAULT_EIO, FAULT_ENOSPC, FAULT_SHORT, FAULT_FLIP };
+enum fault_kind { FAULT_NONE, FAULT_EIO, FAULT_ENOSPC, FAULT_SHORT, FAULT_FLIP, FAULT_STALL };
 
 struct fault_rule {
 	enum uring_op op;
 	enum fault_kind kind;
 	uint64_t nth;
 	bool and_later;
+	uint64_t stall_ms;
 };
 
 struct fixed_buf {
@@ -66,10 +67,10 @@ static int parse_faults(struct uring *u, const char *spec)
 	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		struct fault_rule f = { 0 };
 		char op[8], kind[8], *end;
-		const char *at = strchr(tok, '@');
+		const char *at = strchr(tok, '@'), *eq = strchr(tok, '=');
 
 		if (u->nfaults == sizeof(u->faults) / sizeof(u->faults[0]) || !at ||
-		    sscanf(tok, "%7[a-z]:%7[a-z]@", op, kind) != 2) {
+		    sscanf(tok, "%7[a-z]:%7[a-z]", op, kind) != 2 || (eq && eq > at)) {
 			r = -EINVAL;
 			break;
 		}
@@ -89,7 +90,22 @@ static int parse_faults(struct uring *u, const char *spec)
 			f.kind = FAULT_SHORT;
 		else if (!strcmp(kind, "flip") && f.op == URING_READ)
 			f.kind = FAULT_FLIP;
+		else if (!strcmp(kind, "stall") && eq)
+			f.kind = FAULT_STALL;
 		else {
+			r = -EINVAL;
+			break;
+		}
+		/* Only stall takes an argument: "=<ms>", 1 ms to 10 minutes. */
+		if (eq) {
+			unsigned long ms = strtoul(eq + 1, &end, 10);
+
+			if (f.kind != FAULT_STALL || end != at || ms == 0 || ms > 600000 || eq[1] < '0' || eq[1] > '9') {
+				r = -EINVAL;
+				break;
+			}
+			f.stall_ms = ms;
+		} else if ((size_t)(at - tok) != strlen(op) + 1 + strlen(kind)) {
 			r = -EINVAL;
 			break;
 		}
@@ -105,7 +121,7 @@ static int parse_faults(struct uring *u, const char *spec)
 	return r;
 }
 
-static uint8_t fault_for(struct uring *u, const struct uring_req *req)
+static uint8_t fault_for(struct uring *u, struct uring_req *req)
 {
 	uint64_t n;
 
@@ -114,8 +130,10 @@ static uint8_t fault_for(struct uring *u, const struct uring_req *req)
 	n = ++u->seen[req->op];
 	for (unsigned i = 0; i < u->nfaults; i++) {
 		const struct fault_rule *f = &u->faults[i];
-		if (f->op == req->op && (n == f->nth || (f->and_later && n > f->nth)))
+		if (f->op == req->op && (n == f->nth || (f->and_later && n > f->nth))) {
+			req->fault_rule = (uint8_t)i;
 			return (uint8_t)f->kind;
+		}
 	}
 	return FAULT_NONE;
 }
@@ -320,7 +338,13 @@ static bool prep(struct uring *u, struct uring_req *req)
 	if (!sqe)
 		return false;
 
-	if (req->fault == FAULT_EIO || req->fault == FAULT_ENOSPC) {
+	if (req->held) {
+		/* The hold first, as a timeout in the ring; its completion sends
+		 * the transfer itself (handle_cqe), so the request stays busy
+		 * the whole time. The kernel copies the timespec at submission,
+		 * and the request (its home) outlives that. */
+		io_uring_prep_timeout(sqe, (struct __kernel_timespec *)req->hold_ts, 0, 0);
+	} else if (req->fault == FAULT_EIO || req->fault == FAULT_ENOSPC) {
 		io_uring_prep_nop(sqe);
 	} else if (req->op == URING_FSYNC) {
 		io_uring_prep_fsync(sqe, file, 0);
@@ -342,7 +366,7 @@ static bool prep(struct uring *u, struct uring_req *req)
 				io_uring_prep_write(sqe, file, addr, len, off);
 		}
 	}
-	if (u->fixed_files && req->fault != FAULT_EIO && req->fault != FAULT_ENOSPC)
+	if (u->fixed_files && !req->held && req->fault != FAULT_EIO && req->fault != FAULT_ENOSPC)
 		sqe->flags |= IOSQE_FIXED_FILE;
 	io_uring_sqe_set_data(sqe, req);
 	u->inflight++;
@@ -375,17 +399,40 @@ static void submit_queued(struct uring *u)
 		io_uring_submit(&u->ring);
 }
 
-void uring_submit(struct uring *u, struct uring_req *req)
+static void hold(struct uring_req *req, uint64_t ms)
+{
+	struct __kernel_timespec *ts = (struct __kernel_timespec *)req->hold_ts;
+
+	_Static_assert(sizeof(req->hold_ts) == sizeof(*ts), "hold_ts holds a __kernel_timespec");
+	ts->tv_sec = (long long)(ms / 1000);
+	ts->tv_nsec = (long long)(ms % 1000) * 1000000;
+	req->held = true;
+}
+
+void uring_submit_after(struct uring *u, struct uring_req *req, unsigned delay_ms)
 {
 	req->done = 0;
 	req->next = NULL;
+	req->held = false;
 	req->fault = fault_for(u, req);
+	if (req->fault == FAULT_STALL) {
+		/* A drive that stops answering: held in the ring like a delay. */
+		hold(req, u->faults[req->fault_rule].stall_ms + delay_ms);
+		req->fault = FAULT_NONE;
+	} else if (delay_ms) {
+		hold(req, delay_ms);
+	}
 	/* Keep FIFO order: nothing overtakes what is already waiting. */
 	if (u->queue_head || !prep(u, req)) {
 		queue_push(u, req);
 		return;
 	}
 	io_uring_submit(&u->ring);
+}
+
+void uring_submit(struct uring *u, struct uring_req *req)
+{
+	uring_submit_after(u, req, 0);
 }
 
 static void finish(struct uring *u, struct uring_req *req, int res)
@@ -409,6 +456,11 @@ static void finish(struct uring *u, struct uring_req *req, int res)
 static void handle_cqe(struct uring *u, struct uring_req *req, int res)
 {
 	u->inflight--;
+	if (req->held) {
+		req->held = false;
+		queue_push(u, req);
+		return;
+	}
 	if (req->fault == FAULT_EIO || req->fault == FAULT_ENOSPC) {
 		finish(u, req, req->fault == FAULT_EIO ? -EIO : -ENOSPC);
 		return;

@@ -14,13 +14,16 @@
  * environment variable SPILLWAY_FAULTS is set at uring_new() time, chosen
  * requests fail deterministically. Rules are comma-separated,
  * "<op>:<fault>@<n>" or "@<n>+" (that one and every later one), where op is
- * read|write, fault is eio|enospc|short|flip, and n counts that op's
- * requests from 1 in submission order:
- *     SPILLWAY_FAULTS="write:eio@3,read:flip@2+,read:short@1"
+ * read|write, fault is eio|enospc|short|flip|stall=<ms>, and n counts that
+ * op's requests from 1 in submission order:
+ *     SPILLWAY_FAULTS="write:eio@3,read:flip@2+,read:short@1,write:stall=500@2"
  * eio/enospc complete the request with that error without touching the
  * disk; short makes the first transfer stop halfway (the remainder is then
  * resubmitted, as for a real short transfer); flip flips one byte of what a
- * read returned, which the pager's checksum must catch.
+ * read returned, which the pager's checksum must catch; stall holds the
+ * request in the kernel for <ms> milliseconds (1 to 600000) before its
+ * transfer starts, as a drive that stops answering would: it counts as in
+ * flight all that time.
  */
 #ifndef SPW_DAEMON_URING_H
 #define SPW_DAEMON_URING_H
@@ -51,6 +54,9 @@ struct uring_req {
 	/* Engine's own, not to be touched by the caller. */
 	uint32_t done;
 	uint8_t fault;
+	uint8_t fault_rule;
+	bool held;             /* a hold (delay or stall) goes first */
+	int64_t hold_ts[2];    /* its struct __kernel_timespec */
 	struct uring_req *next;
 };
 
@@ -93,6 +99,10 @@ void uring_buffer_unregister(struct uring *u, int handle);
 
 /* Queues req. Never fails; the completion reports errors. */
 void uring_submit(struct uring *u, struct uring_req *req);
+/* The same, with the transfer starting delay_ms later (a timeout in the
+ * ring goes first, so the loop never waits and the request counts as busy
+ * meanwhile): for retries with backoff. */
+void uring_submit_after(struct uring *u, struct uring_req *req, unsigned delay_ms);
 
 /* Processes every available completion (running callbacks) and submits
  * what is queued. Returns the number of requests completed. */

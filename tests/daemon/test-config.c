@@ -154,6 +154,51 @@ static void test_refusals(void)
 	}
 }
 
+/* limits.*: fair shares per uid, validated like every other key. */
+static const struct bad bad_limits[] = {
+	{ "{\"limits\": {\"sessions_per_uid\": 0}}", "limits.sessions_per_uid", "0 is out of range" },
+	{ "{\"limits\": {\"sessions_per_uid\": \"4\"}}", "limits.sessions_per_uid", "wrong type" },
+	{ "{\"limits\": {\"connections_per_uid\": 0}}", "limits.connections_per_uid", "out of range" },
+	{ "{\"limits\": {\"connections_per_uid\": 2000000}}", "limits.connections_per_uid", "out of range" },
+	{ "{\"limits\": {\"region_bytes_per_uid\": \"lots\"}}", "limits.region_bytes_per_uid", "not a size" },
+	{ "{\"limits\": {\"swap_bytes_per_uid\": -1}}", "limits.swap_bytes_per_uid", "not a whole" },
+	{ "{\"limits\": {\"hello_timeout_ms\": 3600001}}", "limits.hello_timeout_ms", "out of range" },
+	{ "{\"limits\": {\"hello_timeout\": 5}}", "unknown key limits.hello_timeout", "hello_timeout_ms" },
+	{ "{\"limits\": 5}", "limits", "expected an object" },
+};
+
+static void test_limits(void)
+{
+	static const char good[] = "{\"limits\": {\"sessions_per_uid\": 3, \"connections_per_uid\": 7, "
+				   "\"region_bytes_per_uid\": \"2GiB\", \"swap_bytes_per_uid\": \"1TiB\", "
+				   "\"hello_timeout_ms\": 0}}";
+	struct config *c = NULL;
+	char err[1024] = "";
+
+	for (size_t i = 0; i < sizeof(bad_limits) / sizeof(bad_limits[0]); i++) {
+		int r = config_parse(bad_limits[i].json, strlen(bad_limits[i].json), "test.json", &c, err, sizeof(err));
+
+		if (r != -EINVAL || c)
+			TEST_FAIL("config %s was accepted (r=%d)", bad_limits[i].json, r);
+		ASSERT_CONTAINS(err, bad_limits[i].needle1);
+		ASSERT_CONTAINS(err, bad_limits[i].needle2);
+	}
+	ASSERT_OK(config_parse("{}", 2, "empty", &c, err, sizeof(err)));
+	ASSERT_UEQ(c->limits_sessions_per_uid, CONFIG_DEFAULT_SESSIONS_PER_UID);
+	ASSERT_UEQ(c->limits_connections_per_uid, CONFIG_DEFAULT_CONNECTIONS_PER_UID);
+	ASSERT_UEQ(c->limits_region_bytes_per_uid, 0);
+	ASSERT_UEQ(c->limits_swap_bytes_per_uid, 0);
+	ASSERT_UEQ(c->limits_hello_timeout_ms, 10000);
+	c = config_free(c);
+	ASSERT_OK(config_parse(good, strlen(good), "good", &c, err, sizeof(err)));
+	ASSERT_UEQ(c->limits_sessions_per_uid, 3);
+	ASSERT_UEQ(c->limits_connections_per_uid, 7);
+	ASSERT_UEQ(c->limits_region_bytes_per_uid, 2ull << 30);
+	ASSERT_UEQ(c->limits_swap_bytes_per_uid, 1ull << 40);
+	ASSERT_UEQ(c->limits_hello_timeout_ms, 0);
+	config_free(c);
+}
+
 static void test_swap_dir_count(void)
 {
 	char json[4096];
@@ -276,6 +321,7 @@ int main(void)
 {
 	test_refusals();
 	test_strict_accepts();
+	test_limits();
 	test_swap_dir_count();
 	test_defaults_and_good();
 	test_sizes();

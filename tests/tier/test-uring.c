@@ -7,7 +7,9 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -180,7 +182,9 @@ static void test_faults(void)
 static void test_bad_fault_spec(void)
 {
 	struct uring *u = NULL;
-	const char *bad[] = { "read:eio", "read:bogus@1", "fsync:eio@1", "write:flip@1", "read:eio@0", "read:eio@2x" };
+	const char *bad[] = { "read:eio", "read:bogus@1", "fsync:eio@1", "write:flip@1", "read:eio@0", "read:eio@2x",
+			      "write:stall@1", "write:stall=@1", "write:stall=0@1", "write:stall=5x@1", "write:eio=5@1",
+			      "write:stall=700000@1" };
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		setenv("SPILLWAY_FAULTS", bad[i], 1);
@@ -188,6 +192,53 @@ static void test_bad_fault_spec(void)
 		ASSERT_TRUE(u == NULL);
 	}
 	unsetenv("SPILLWAY_FAULTS");
+}
+
+/* A stalled request stays in flight for its hold, then runs as asked:
+ * the requests around it are not held, and its data still lands. */
+static void test_stall(void)
+{
+	struct fixture f;
+	struct page_io io[3];
+	struct timespec t0, t1;
+	double ms;
+
+	setup(&f, "write:stall=300@2");
+	fill_random(f.region, (size_t)PAGE * 3, 3);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (int i = 0; i < 3; i++) {
+		io[i] = (struct page_io){
+			.req = { .op = URING_WRITE, .file = f.file, .addr = f.region + (size_t)i * PAGE,
+				 .len = PAGE, .off = (uint64_t)i * PAGE, .complete = on_done },
+		};
+		uring_submit(f.u, &io[i].req);
+	}
+	for (int spins = 0; (!io[0].done || !io[2].done) && spins < 1000; spins++)
+		ASSERT_GE(uring_wait(f.u, 10), 0);
+	ASSERT_TRUE(io[0].done && io[2].done);
+	/* The others are done and the held one is still busy. */
+	ASSERT_TRUE(!io[1].done);
+	ASSERT_UEQ(uring_busy(f.u), 1);
+	for (int spins = 0; !io[1].done && spins < 1000; spins++)
+		ASSERT_GE(uring_wait(f.u, 10), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	ASSERT_TRUE(io[1].done);
+	ASSERT_EQ(io[1].res, 0);
+	ASSERT_UEQ(uring_busy(f.u), 0);
+	fprintf(stderr, "stall: held request completed after %.0f ms\n", ms);
+	/* What it wrote is there. */
+	memset(f.region + (size_t)PAGE * 4, 0, PAGE);
+	io[0] = (struct page_io){
+		.req = { .op = URING_READ, .file = f.file, .addr = f.region + (size_t)PAGE * 4, .len = PAGE,
+			 .off = PAGE, .complete = on_done },
+	};
+	uring_submit(f.u, &io[0].req);
+	for (int spins = 0; !io[0].done && spins < 1000; spins++)
+		ASSERT_GE(uring_wait(f.u, 10), 0);
+	ASSERT_EQ(io[0].res, 0);
+	ASSERT_EQ(memcmp(f.region + PAGE, f.region + (size_t)PAGE * 4, PAGE), 0);
+	teardown(&f);
 }
 
 static void test_crc32c(void)
@@ -204,5 +255,6 @@ int main(void)
 	test_bad_fault_spec();
 	test_round_trip();
 	test_faults();
+	test_stall();
 	return 0;
 }

@@ -163,11 +163,15 @@ static inline int fx_pin_p(struct fx *f, struct pager *p, uint32_t t, uint32_t p
 
 	if (pending)
 		*pending = r == PAGER_PENDING;
+	/* The scheduler's incremental indexes agree with a full scan. */
+	ASSERT_OK(pager_check(p));
 	if (r != PAGER_PENDING) {
 		ASSERT_TRUE(!f->done[ud]); /* an immediate answer never also completes */
 		return r;
 	}
-	return fx_wait(f, ud);
+	r = fx_wait(f, ud);
+	ASSERT_OK(pager_check(p));
+	return r;
 }
 
 static inline int fx_pin(struct fx *f, uint32_t t, uint32_t pg)
@@ -189,6 +193,8 @@ static inline void fx_drain(struct fx *f)
 	for (int i = 0; i < 2000 && uring_busy(f->u); i++)
 		ASSERT_GE(uring_wait(f->u, 10), 0);
 	ASSERT_UEQ(uring_busy(f->u), 0);
+	if (f->p)
+		ASSERT_OK(pager_check(f->p));
 }
 
 static inline uint8_t *fx_slot(struct fx *f, int slot)
