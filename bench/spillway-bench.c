@@ -17,12 +17,15 @@ struct bench {
 	const char *what;
 };
 
+int bench_tenants(int argc, char **argv); /* bench-tenants.c (belongs in bench.h) */
+
 /* Each benchmark file adds its line here. */
 static const struct bench benches[] = {
 	{ "ring", bench_ring, "data-plane round trip vs a unix socket" },
 	{ "adam", bench_adam, "fused CPU AdamW vs roofline, unfused and scalar" },
 	{ "pipeline", bench_pipeline, "offload pipeline step vs serial, after-backward and the bound" },
 	{ "swap", bench_swap, "NVMe tier streaming through spillwayd vs fio on the same directory" },
+	{ "tenants", bench_tenants, "one session's step alone vs beside hostile and busy tenants" },
 };
 
 static int cmp_double(const void *a, const void *b)
