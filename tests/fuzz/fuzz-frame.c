@@ -36,15 +36,14 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "fuzz.h"
 #include "spw-proto.h"
 #include "util/unixsock.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define STREAM_MAX (3 * (SPW_PROTO_MAX_FRAME + 8)) /* what one socket buffer surely holds */
 #define FD_SCAN 256 /* descriptors are numbered lowest first: a leak lands below this */
 
-#define FUZZ_CHECK(cond, ...)                                                           \
+#define FRAME_CHECK(cond, ...)                                                           \
 	do {                                                                            \
 		if (!(cond)) {                                                          \
 			fprintf(stderr, "fuzz-frame: invariant broken: %s: ", #cond);  \
@@ -94,7 +93,7 @@ static size_t feed(int sock, const uint8_t *s, size_t n, unsigned nsend)
 		for (unsigned i = 0; i < nsend; i++)
 			sent[i] = p[i % 2];
 		struct iovec v = { .iov_base = (void *)s, .iov_len = 1 };
-		FUZZ_CHECK(fd_sendmsg(sock, &v, 1, sent, nsend, MSG_DONTWAIT) == 1, "descriptors with the first byte");
+		FRAME_CHECK(fd_sendmsg(sock, &v, 1, sent, nsend, MSG_DONTWAIT) == 1, "descriptors with the first byte");
 		done = 1;
 	}
 	if (p[0] >= 0) {
@@ -139,7 +138,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	s = data + 2;
 	n = size - 2 < STREAM_MAX ? size - 2 : STREAM_MAX;
 
-	FUZZ_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair: %s", strerror(errno));
+	FRAME_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair: %s", strerror(errno));
 	{
 		int big = 4 * STREAM_MAX;
 		setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
@@ -153,27 +152,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		int expect = model(s + off, sent - off, cap);
 		int r = spw_proto_recv(sv[1], buf, cap, want_null ? NULL : fds, want_null ? NULL : &got);
 
-		FUZZ_CHECK(r == expect, "frame %d at offset %zu of %zu: decoder %d, rules %d", frame, off, sent, r, expect);
+		FRAME_CHECK(r == expect, "frame %d at offset %zu of %zu: decoder %d, rules %d", frame, off, sent, r, expect);
 		if (!want_null) {
 			unsigned should = frame == 0 && r > 0 && sent > 0 ? (nsend < cap_fds ? nsend : cap_fds) : 0;
 
-			FUZZ_CHECK(got == should, "frame %d: %u descriptors returned, %u expected", frame, got, should);
+			FRAME_CHECK(got == should, "frame %d: %u descriptors returned, %u expected", frame, got, should);
 			for (unsigned i = 0; i < got; i++) {
-				FUZZ_CHECK(fcntl(fds[i], F_GETFD) == FD_CLOEXEC, "descriptor %d returned closed or without "
+				FRAME_CHECK(fcntl(fds[i], F_GETFD) == FD_CLOEXEC, "descriptor %d returned closed or without "
 					   "O_CLOEXEC", fds[i]);
 				close(fds[i]);
 			}
 		}
 		if (r <= 0)
 			break;
-		FUZZ_CHECK(buf[r] == '\0', "payload of frame %d not NUL-terminated", frame);
-		FUZZ_CHECK(memcmp(buf, s + off + sizeof(struct spw_proto_frame_hdr), (size_t)r) == 0,
+		FRAME_CHECK(buf[r] == '\0', "payload of frame %d not NUL-terminated", frame);
+		FRAME_CHECK(memcmp(buf, s + off + sizeof(struct spw_proto_frame_hdr), (size_t)r) == 0,
 			   "payload of frame %d differs from the bytes sent", frame);
 		off += sizeof(struct spw_proto_frame_hdr) + (size_t)r;
 	}
 	close(sv[0]);
 	close(sv[1]);
-	FUZZ_CHECK(open_fds() == baseline, "%d descriptors open after the input, %d before: the decoder leaked",
+	FRAME_CHECK(open_fds() == baseline, "%d descriptors open after the input, %d before: the decoder leaked",
 		   open_fds(), baseline);
 	return 0;
 }
