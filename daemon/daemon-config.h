@@ -63,6 +63,10 @@ struct config {
 	bool swap_sqpoll;
 	uint32_t swap_prefetch_window;
 	uint64_t swap_session_bytes; /* a session's swap when its attach names none */
+
+	/* Prometheus endpoint (metrics-server.c): NULL is off. Read at start. */
+	char *metrics_listen;
+	bool metrics_allow_remote;
 };
 
 /*
