@@ -83,8 +83,8 @@ static void put_value(struct mtext *t, double v)
 		snprintf(num, sizeof(num), v > 0 ? "+Inf" : "-Inf");
 	else if (v == floor(v) && fabs(v) <= 9007199254740992.0)
 		snprintf(num, sizeof(num), "%.0f", v);
-	else
-		snprintf(num, sizeof(num), "%.17g", v);
+	else if (snprintf(num, sizeof(num), "%.15g", v) > 0 && strtod(num, NULL) != v)
+		snprintf(num, sizeof(num), "%.17g", v); /* the shortest of the two that reads back exactly */
 	puts_(t, num);
 }
 

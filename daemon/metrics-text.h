@@ -27,7 +27,8 @@ void mtext_family(struct mtext *t, const char *name, const char *type, const cha
 
 /* One sample: name{k1="v1",...} value. The labels are NULL-terminated
  * pairs of const char * (key, value). Values print exactly when they are
- * whole numbers (counters up to 2^53), else with 17 significant digits;
+ * whole numbers (counters up to 2^53), else with 15 significant digits,
+ * or 17 when 15 do not read back as the same double;
  * NaN and infinities as the format spells them. */
 void mtext_sample(struct mtext *t, const char *name, double value, ...) __attribute__((sentinel));
 

@@ -216,6 +216,7 @@ static void test_text(void)
 	mtext_sample(&t, "spillway_x_total", INFINITY, NULL);
 	mtext_sample(&t, "spillway_x_total", -INFINITY, NULL);
 	mtext_sample(&t, "spillway_x_total", 1e300, NULL);
+	mtext_sample(&t, "spillway_x_total", 0.1 + 0.2 - 0.2, NULL); /* not 0.1: needs 17 digits */
 	s = mtext_take(&t, &len);
 	ASSERT_TRUE(s != NULL);
 	ASSERT_UEQ(len, strlen(s));
@@ -227,7 +228,8 @@ static void test_text(void)
 			"spillway_x_total NaN\n"
 			"spillway_x_total +Inf\n"
 			"spillway_x_total -Inf\n"
-			"spillway_x_total 1.0000000000000001e+300\n");
+			"spillway_x_total 1e+300\n"
+			"spillway_x_total 0.10000000000000003\n");
 	free(s);
 	ASSERT_TRUE(t.buf == NULL && t.len == 0);
 	s = mtext_take(&t, &len); /* empty text: an empty string, not NULL */
