@@ -185,6 +185,7 @@ static void handle(struct mconn *c, const struct http_request *req)
 {
 	char *text;
 	size_t len = 0;
+	uint64_t t0;
 
 	if (strcmp(req->method, "GET")) {
 		respond(c, 405, NULL, NULL, 0, "Allow: GET\r\n");
@@ -194,7 +195,9 @@ static void handle(struct mconn *c, const struct http_request *req)
 		respond(c, 404, NULL, NULL, 0, NULL);
 		return;
 	}
+	t0 = uv_hrtime();
 	text = metrics_render(c->srv->d, &len);
+	log_debug("metrics: rendered %zu bytes in %.0f us", len, (double)(uv_hrtime() - t0) / 1e3);
 	if (!text) {
 		respond(c, 500, NULL, NULL, 0, NULL);
 		return;
