@@ -112,11 +112,18 @@ static double num0(const cJSON *o, const char *key)
 	return isnan(v) ? 0 : v;
 }
 
+/* A string of the document, control bytes made '?' in place: names and
+ * paths reach the terminal, and an escape sequence in one must not. */
 static const char *str(const cJSON *o, const char *key)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
 
-	return cJSON_IsString(v) ? v->valuestring : "-";
+	if (!cJSON_IsString(v))
+		return "-";
+	for (char *p = v->valuestring; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+	return v->valuestring;
 }
 
 static const struct prev *prev_find(const char *name)

@@ -328,6 +328,29 @@ static void promtool_check(const char *text)
 	fprintf(stderr, "promtool check metrics: exit %d\n", WEXITSTATUS(r));
 }
 
+/* The same text through prometheus_client's parser (metrics-parse.py). */
+static void python_check(const char *text, const char *dir)
+{
+	char path[320], cmd[1200];
+	FILE *f;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/scrape-py.txt", d.dir);
+	f = fopen(path, "we");
+	ASSERT_TRUE(f != NULL);
+	fputs(text, f);
+	fclose(f);
+	/* dir holds a quote and a backslash: pass it through the
+	 * environment, not the shell's quoting. */
+	setenv("SPW_TEST_SWAPDIR", dir, 1);
+	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 '%s' '%s' job/metrics-0 \"$SPW_TEST_SWAPDIR\" >&2", METRICS_PARSE_PY,
+		 path);
+	r = system(cmd);
+	ASSERT_TRUE(WIFEXITED(r));
+	if (WEXITSTATUS(r) != 77)
+		ASSERT_EQ(WEXITSTATUS(r), 0);
+}
+
 static void test_hostile(void)
 {
 	size_t len = 0, n;
@@ -469,6 +492,7 @@ int main(void)
 		ASSERT_TRUE(value_of(text, series) == 64 * MiB);
 	}
 	promtool_check(text);
+	python_check(text, dir);
 	free(text);
 
 	test_hostile();
