@@ -9,6 +9,13 @@
  * headers, a body or pipelined requests, is ignored). The parser is strict
  * where leniency has bitten HTTP servers before: CRLF line ends only, no
  * NUL or other control bytes, no obsolete line folding, a bounded size.
+ *
+ * Why not libmicrohttpd: driving it from the libuv loop means its
+ * external-select mode (fd sets or epoll handed over each iteration, its
+ * own timeouts merged with the loop's), and it brings a whole HTTP server
+ * (POST processors, chunked bodies, TLS hooks) for one GET. This reader is
+ * small enough to read in one sitting, has no state between calls, and is
+ * a fuzz target (tests/fuzz/fuzz-http.c).
  */
 #ifndef SPW_DAEMON_HTTP_H
 #define SPW_DAEMON_HTTP_H
