@@ -3,6 +3,7 @@
  * spillwayctl: the operator's view of spillwayd.
  *
  *   spillwayctl [--socket-dir DIR | --status PATH] status [--json]
+ *   spillwayctl [--socket-dir DIR | --status PATH] top [--iterations N] (ctl-top.c)
  */
 #include <errno.h>
 #include <getopt.h>
@@ -14,6 +15,7 @@
 #include <cjson/cJSON.h>
 #include <spillway/spillway.h>
 #include "util/bytes.h"
+#include "ctl-top.h"
 
 static void usage(FILE *f)
 {
@@ -23,6 +25,7 @@ static void usage(FILE *f)
 		"commands:\n"
 		"  status          sessions, pool and daemon figures as a table\n"
 		"  status --json   the daemon's status document as it sent it\n"
+		"  top             a live view, refreshed every second (top --help)\n"
 		"\n"
 		"options:\n"
 		"  --socket-dir DIR   the daemon whose sockets live in DIR (DIR/status.sock)\n"
@@ -294,6 +297,8 @@ int main(int argc, char **argv)
 	cJSON *doc;
 	int opt, r;
 
+	if (ctl_top_wanted(argc, argv))
+		return ctl_top_main(argc, argv);
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'd':

@@ -17,6 +17,7 @@
 #include "daemon-config.h"
 #include "json-strict.h"
 #include "log.h"
+#include "metrics-addr.h"
 #include "spw-proto.h"
 #include "spw-ring.h"
 #include "util/json.h"
@@ -543,6 +544,29 @@ LIMIT_UINT(k_limits_hello_timeout, limits_hello_timeout_ms, 0, 3600000)
 LIMIT_SIZE(k_limits_region_bytes, limits_region_bytes_per_uid)
 LIMIT_SIZE(k_limits_swap_bytes, limits_swap_bytes_per_uid)
 
+static int k_metrics_listen(struct perr *e, struct config *c, const cJSON *v, const char *key)
+{
+	char d[96], why[160];
+	struct metrics_addr a;
+
+	if (cJSON_IsNull(v)) {
+		free(c->metrics_listen);
+		c->metrics_listen = NULL;
+		return 0;
+	}
+	if (!cJSON_IsString(v))
+		return fail(e, "%s: %s has the wrong type; expected \"ADDRESS:PORT\", a unix socket path or null", key,
+			    describe(v, d, sizeof(d)));
+	if (metrics_addr_parse(v->valuestring, &a, why, sizeof(why)) < 0)
+		return fail(e, "%s: %s %s", key, describe(v, d, sizeof(d)), why);
+	return set_str(&c->metrics_listen, v->valuestring);
+}
+
+static int k_metrics_allow_remote(struct perr *e, struct config *c, const cJSON *v, const char *key)
+{
+	return get_bool(e, v, key, &c->metrics_allow_remote);
+}
+
 struct key {
 	const char *name;
 	key_fn fn;
@@ -570,6 +594,7 @@ static const struct section sections[] = {
 	{ "limits", KEYS({ "sessions_per_uid", k_limits_sessions }, { "connections_per_uid", k_limits_connections },
 			 { "region_bytes_per_uid", k_limits_region_bytes }, { "swap_bytes_per_uid", k_limits_swap_bytes },
 			 { "hello_timeout_ms", k_limits_hello_timeout }) },
+	{ "metrics", KEYS({ "listen", k_metrics_listen }, { "allow_remote", k_metrics_allow_remote }) },
 };
 
 static void list_keys(const struct section *s, char *buf, size_t len)
@@ -667,6 +692,14 @@ static int check_whole(struct perr *e, struct config *c, bool seen_session_max)
 		return fail(e, "session.page_size (%s) exceeds pool.session_max_bytes (%s); no session could hold one page",
 			    format_bytes(c->session_page_size, a, sizeof(a)),
 			    format_bytes(c->pool_session_max_bytes, b, sizeof(b)));
+	if (c->metrics_listen) {
+		struct metrics_addr m;
+
+		if (metrics_addr_parse(c->metrics_listen, &m, a, sizeof(a)) == 0 && !m.loopback && !c->metrics_allow_remote)
+			return fail(e, "metrics.listen: \"%s\" is not a loopback address; the metrics name every session "
+				       "to whoever connects: set metrics.allow_remote: true to serve it anyway, or listen "
+				       "on 127.0.0.1", c->metrics_listen);
+	}
 	if (!c->socket_dir)
 		return fail(e, "socket.dir is not set and $XDG_RUNTIME_DIR is unset or unusable; set socket.dir "
 			       "or run with XDG_RUNTIME_DIR");
@@ -730,7 +763,7 @@ int config_parse(const char *json, size_t len, const char *origin, struct config
 				if (!strcmp(sec->string, sections[i].name))
 					s = &sections[i];
 			if (!s) {
-				r = fail(&e, "unknown key %s (the top level takes: socket, pool, session, ring, log, swap, limits)",
+				r = fail(&e, "unknown key %s (the top level takes: socket, pool, session, ring, log, swap, limits, metrics)",
 					 sec->string);
 				goto out;
 			}
@@ -813,6 +846,7 @@ struct config *config_free(struct config *c)
 	free(c->socket_dir);
 	free(c->socket_group);
 	free(c->pool_gpu);
+	free(c->metrics_listen);
 	free(c);
 	return NULL;
 }

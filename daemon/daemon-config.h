@@ -73,6 +73,10 @@ struct config {
 	uint64_t limits_region_bytes_per_uid;
 	uint64_t limits_swap_bytes_per_uid;
 	uint32_t limits_hello_timeout_ms; /* 0: no deadline */
+
+	/* Prometheus endpoint (metrics-server.c): NULL is off. Read at start. */
+	char *metrics_listen;
+	bool metrics_allow_remote;
 };
 
 /*

@@ -17,6 +17,7 @@
 #include "daemon.h"
 #include "dataplane.h"
 #include "log.h"
+#include "metrics.h"
 #include "notify.h"
 #include "region.h"
 #include "session.h"
@@ -414,6 +415,7 @@ static void teardown(struct daemon *d)
 	/* Frees every pager (bounded waits for their I/O) before the ring's
 	 * poll handle goes; the ring itself is freed after the loop. */
 	control_close_all(d);
+	metrics_stop(d);
 	if (session_draining() && d->uring_poll.loop && (drain_timer = malloc(sizeof(*drain_timer)))) {
 		/* Sessions whose I/O is still in flight keep the ring's poll
 		 * handle, and so the loop, going until it drains (bounded). */
@@ -483,6 +485,9 @@ static void on_reload(uv_signal_t *h, int signum)
 	if ((n->socket_group == NULL) != (o->socket_group == NULL) ||
 	    (n->socket_group && strcmp(n->socket_group, o->socket_group)))
 		log_warn("SIGHUP: socket.group changed; restart spillwayd to apply");
+	if ((n->metrics_listen == NULL) != (o->metrics_listen == NULL) ||
+	    (n->metrics_listen && strcmp(n->metrics_listen, o->metrics_listen)))
+		log_warn("SIGHUP: metrics.listen changed; restart spillwayd to apply");
 	n->socket_mode = o->socket_mode;
 	tmp = n->socket_group;
 	n->socket_group = o->socket_group;
@@ -601,6 +606,9 @@ int daemon_run(struct config *cfg, const char *config_path)
 	if (r < 0)
 		goto out;
 	r = status_listen(d);
+	if (r < 0)
+		goto out;
+	r = metrics_start(d);
 	if (r < 0)
 		goto out;
 	uv_signal_start(&d->sig_term, on_stop, SIGTERM);
