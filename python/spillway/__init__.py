@@ -12,13 +12,13 @@ import ctypes
 import json
 import os
 
-from ._lib import SpillwayError, load, library_path  # noqa: F401
+from ._lib import SpillwayError, load, library_path, library_version  # noqa: F401
 from . import _lib as L
 
 __all__ = ["SpillwayError", "Session", "Optimizer", "StepResult", "socket_path", "status",
-           "from_deepspeed_config", "library_path", "DeepSpeedConfigError", "SpillwaySettings"]
+           "from_deepspeed_config", "library_path", "library_version", "DeepSpeedConfigError", "SpillwaySettings"]
 
-__version__ = "0.1.0"
+__version__ = L.VERSION
 
 
 def _check(r, what=None, msg=None):

@@ -102,7 +102,12 @@ ALL_CHUNKS = 0xFFFFFFFF
 # ---------------------------------------------------------------- loading
 
 _vp = ctypes.c_void_p
+# The package's version; the library it loads must be the same release
+# (load() refuses another one, naming both).
+VERSION = "0.1.0"
+
 _PROTOS = {
+    "spw_version": (ctypes.c_char_p, []),
     "spw_strerror": (ctypes.c_char_p, [ctypes.c_int]),
     "spw_client_last_error": (ctypes.c_char_p, [_vp]),
     "spw_client_new": (ctypes.c_int, [ctypes.POINTER(ClientOpts), ctypes.POINTER(_vp)]),
@@ -184,6 +189,13 @@ def load():
         if missing:
             tried.append("%s (from %s): lacks %s" % (path, origin, ", ".join(missing)))
             continue
+        cdll.spw_version.restype, cdll.spw_version.argtypes = ctypes.c_char_p, []
+        got = decode(cdll.spw_version())
+        if got != VERSION:
+            tried.append("%s (from %s): is libspillway %s; this spillway package is %s (install both "
+                         "from one build, or set SPILLWAY_LIB to the matching library)"
+                         % (path, origin, got, VERSION))
+            continue
         for name, (res, args) in list(_PROTOS.items()) + list(_OPTIONAL.items()):
             if not hasattr(cdll, name):
                 continue
@@ -201,6 +213,11 @@ def load():
 def library_path():
     load()
     return _lib_path
+
+
+def library_version():
+    """The loaded libspillway's spw_version()."""
+    return decode(load().spw_version())
 
 
 def has(name):

@@ -79,9 +79,14 @@ class _Entry:
 
 
 def _spw_name(idx, name):
+    """The tensor name spillway shows for parameter idx: its torch name made
+    to fit the name rule (docs/api.md, Names: visible ASCII but '"' and '\\',
+    no "..", at most 200 bytes). The index keeps names apart that map alike."""
     s = "%d:%s" % (idx, name)
-    s = "".join(ch if 32 < ord(ch) < 127 else "_" for ch in s)
-    return s[:200]
+    s = "".join(ch if 32 < ord(ch) < 127 and ch not in '"\\' else "_" for ch in s)[:200]
+    while ".." in s:
+        s = s.replace("..", "._")
+    return s
 
 
 class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
@@ -320,6 +325,13 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         groups = [dict(lr=float(g["lr"]), beta1=float(g["betas"][0]), beta2=float(g["betas"][1]),
                        eps=float(g["eps"]), weight_decay=float(g["weight_decay"]))
                   for g in self.param_groups]
+        # The pool sizes itself around the trainer's compute threads
+        # (docs/pipeline.md, Threading policy): torch's intra-op threads on
+        # a CPU trainer, one launcher thread on a GPU. A value the user set
+        # stays.
+        if "SPILLWAY_TRAINER_THREADS" not in os.environ:
+            os.environ["SPILLWAY_TRAINER_THREADS"] = str(
+                max(1, torch.get_num_threads()) if device == "host" else 1)
         opt = _SpwOptimizer(self._session, groups, mode=self.mode, tier=self.tier, accumulation=1,
                             clip_coef=float(self.clip_coef or 0.0),
                             max_norm=float(self.max_grad_norm or 0.0),

@@ -88,6 +88,47 @@ class DropIn(unittest.TestCase):
         finally:
             oa.close()
 
+    def test_any_parameter_name(self):
+        # Module names are any string without '.': quotes, backslashes,
+        # spaces and non-ASCII reach spillway's tensor names, whose rule
+        # (printable ASCII, no quote, backslash or '..') they must not break.
+        a = nn.Sequential()
+        a.add_module('q"uote', nn.Linear(4, 3))
+        a.add_module("back\\slash dir/", nn.Linear(3, 3))
+        a.add_module("\u00e9t\u00e9", nn.Linear(3, 2))
+        b = copy.deepcopy(a)
+        # (name, tensor) pairs may carry any name at all, '..' included.
+        named = [(n if i else "../" + n + "..", p) for i, (n, p) in enumerate(a.named_parameters())]
+        oa = OffloadAdamW(named, lr=1e-2, socket=self.d.control)
+        ob = torch.optim.AdamW(b.parameters(), lr=1e-2)
+        try:
+            for x, y in data(3, 24):
+                x = x[:, :4]
+                for m, o in ((a, oa), (b, ob)):
+                    o.zero_grad()
+                    nn.functional.mse_loss(m(x), y).backward()
+                    o.step()
+            for pa, pb in zip(a.parameters(), b.parameters()):
+                self.assertTrue(torch.allclose(pa, pb, rtol=RTOL, atol=ATOL))
+        finally:
+            oa.close()
+
+    def test_trainer_threads(self):
+        # The pool fits around torch's own threads (docs/pipeline.md,
+        # Threading policy); a value the user set is left alone.
+        import os
+        saved = os.environ.pop("SPILLWAY_TRAINER_THREADS", None)
+        try:
+            OffloadAdamW(net().parameters(), socket=self.d.control).close()
+            self.assertEqual(os.environ["SPILLWAY_TRAINER_THREADS"], str(torch.get_num_threads()))
+            os.environ["SPILLWAY_TRAINER_THREADS"] = "7"
+            OffloadAdamW(net().parameters(), socket=self.d.control).close()
+            self.assertEqual(os.environ["SPILLWAY_TRAINER_THREADS"], "7")
+        finally:
+            os.environ.pop("SPILLWAY_TRAINER_THREADS", None)
+            if saved is not None:
+                os.environ["SPILLWAY_TRAINER_THREADS"] = saved
+
     def test_one_cycle_cycle_momentum(self):
         a = net()
         b = copy.deepcopy(a)
