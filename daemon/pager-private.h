@@ -8,6 +8,7 @@
  *   pager-io.c      reads and writes of one page, their completions, CRC-32C
  *   pager-sched.c   slot waiters, write-back, read-ahead, write-behind
  *   pager-flush.c   the FLUSH state machine (writes, then fsync every file)
+ *   pager-slots.c   waiters for a page, slots assigned, released, taken
  *   pager-index.c   dirty and clean page lists kept at every page change
  */
 #ifndef SPW_DAEMON_PAGER_PRIVATE_H
@@ -215,11 +216,14 @@ __attribute__((format(printf, 2, 3)))
 void pager_set_msg(struct pager *p, const char *fmt, ...);
 /* -EFAULT with a message: op on pg found no memory behind its slot. */
 int pager_region_gone(struct pager *p, const char *op, const struct ppage *pg);
+void pager_pin_put(struct pager *p, struct ppage *pg, uint32_t n);
+/* pager-slots.c */
 uint32_t pager_wait_alloc(struct pager *p, uint64_t user_data);
+/* Returns an unused waiter to the pool (not delivered). */
+void pager_wait_release(struct pager *p, uint32_t w);
 void pager_wait_append(struct pager *p, uint32_t *head, uint32_t *tail, uint32_t w);
 void pager_deliver_list(struct pager *p, uint32_t head, int32_t res);
 void pager_deliver_page(struct pager *p, struct ppage *pg, int32_t res);
-void pager_pin_put(struct pager *p, struct ppage *pg, uint32_t n);
 void pager_slot_assign(struct pager *p, uint32_t s, struct ppage *pg);
 void pager_slot_release(struct pager *p, struct ppage *pg);
 /* A free slot, or one taken from a clean page not needed before `limit`
