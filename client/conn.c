@@ -295,6 +295,14 @@ static bool add_num(cJSON *o, const char *key, double v)
 	return o && cJSON_AddNumberToObject(o, key, v);
 }
 
+/* A request that succeeded: its reply freed, the last error cleared. */
+static int request_done(spw_client *c, cJSON *reply)
+{
+	cJSON_Delete(reply);
+	c->errmsg[0] = '\0';
+	return 0;
+}
+
 SPW_EXPORT int spw_client_connect(spw_client *c, const char *socket_path)
 {
 	struct timeval tv;
@@ -362,9 +370,7 @@ SPW_EXPORT int spw_client_connect(spw_client *c, const char *socket_path)
 		goto fail;
 	}
 	c->features = features;
-	cJSON_Delete(reply);
-	c->errmsg[0] = '\0';
-	return 0;
+	return request_done(c, reply);
 
 fail:
 	cJSON_Delete(reply);
@@ -539,9 +545,7 @@ SPW_EXPORT int spw_client_attach(spw_client *c, const struct spw_attach_opts *ca
 	c->numa_node = cJSON_IsNumber(numa) && numa->valuedouble >= 0 && numa->valuedouble < 65536 ?
 			       (int32_t)numa->valuedouble : -1;
 	c->attached = true;
-	cJSON_Delete(reply);
-	c->errmsg[0] = '\0';
-	return 0;
+	return request_done(c, reply);
 
 fail_session:
 	/* The daemon has a session for us that we cannot use; closing the

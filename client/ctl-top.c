@@ -13,7 +13,7 @@
  * them; the first frame shows the daemon's averages since attach.
  */
 #include <errno.h>
-#include <getopt.h>
+#include <stdbool.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -300,16 +300,6 @@ static void draw(const cJSON *doc, double dt, int rows_max)
 	free(rows);
 }
 
-static void resolve_path(const char *dir, const char *status, char *path, size_t len)
-{
-	if (dir)
-		snprintf(path, len, "%s/status.sock", dir);
-	else if (status)
-		snprintf(path, len, "%s", status);
-	else if (spw_socket_path(SPW_SOCKET_STATUS, path, len) < 0)
-		snprintf(path, len, "/run/spillway/status.sock");
-}
-
 /* Waits up to ms for a key (terminal) or a signal; handles the key. */
 static bool wait_key(int ms)
 {
@@ -350,89 +340,31 @@ static bool wait_key(int ms)
 	}
 }
 
-bool ctl_top_wanted(int argc, char **argv)
+int ctl_top_main(const char *path, const char *iterations_arg, const char *sort)
 {
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--socket-dir") || !strcmp(argv[i], "--status")) {
-			i++;
-			continue;
-		}
-		if (argv[i][0] == '-')
-			continue;
-		return !strcmp(argv[i], "top");
-	}
-	return false;
-}
-
-static void usage(FILE *f)
-{
-	fprintf(f, "usage: spillwayctl [--socket-dir DIR | --status PATH] top [--iterations N] [--sort KEY]\n"
-		   "  a live view refreshed every second; keys: s or > next sort key, < previous, q quit\n"
-		   "  --iterations N   stop after N refreshes (0: until q or a signal)\n"
-		   "  --sort KEY       name, region, read, write or hit%% (default name)\n"
-		   "  not on a terminal, prints a plain table per refresh\n");
-}
-
-int ctl_top_main(int argc, char **argv)
-{
-	static const struct option longopts[] = {
-		{ "socket-dir", required_argument, NULL, 'd' },
-		{ "status", required_argument, NULL, 's' },
-		{ "iterations", required_argument, NULL, 'n' },
-		{ "sort", required_argument, NULL, 'k' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
-	const char *dir = NULL, *status = NULL;
 	struct sigaction sa = { .sa_handler = on_signal };
-	char path[4096], *end;
 	long iterations = 0;
-	int opt, rc = 0, sig;
+	char *end;
+	int rc = 0, sig;
 
-	optind = 1;
-	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		switch (opt) {
-		case 'd':
-			dir = optarg;
-			break;
-		case 's':
-			status = optarg;
-			break;
-		case 'n':
-			errno = 0;
-			iterations = strtol(optarg, &end, 10);
-			if (errno || *end || iterations < 0) {
-				fprintf(stderr, "spillwayctl top: --iterations %s is not a count\n", optarg);
-				return 2;
-			}
-			break;
-		case 'k':
-			top.sort = SORT__N;
-			for (int i = 0; i < SORT__N; i++)
-				if (!strcmp(optarg, sort_names[i]) || (i == SORT_HIT && !strcmp(optarg, "hit")))
-					top.sort = i;
-			if (top.sort == SORT__N) {
-				fprintf(stderr, "spillwayctl top: --sort %s: use name, region, read, write or hit%%\n", optarg);
-				return 2;
-			}
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
+	if (iterations_arg) {
+		errno = 0;
+		iterations = strtol(iterations_arg, &end, 10);
+		if (errno || *end || iterations < 0 || end == iterations_arg) {
+			fprintf(stderr, "spillwayctl top: --iterations %s is not a count\n", iterations_arg);
 			return 2;
 		}
 	}
-	if (optind != argc - 1 || strcmp(argv[optind], "top")) {
-		usage(stderr);
-		return 2;
+	if (sort) {
+		top.sort = SORT__N;
+		for (int i = 0; i < SORT__N; i++)
+			if (!strcmp(sort, sort_names[i]) || (i == SORT_HIT && !strcmp(sort, "hit")))
+				top.sort = i;
+		if (top.sort == SORT__N) {
+			fprintf(stderr, "spillwayctl top: --sort %s: use name, region, read, write or hit%%\n", sort);
+			return 2;
+		}
 	}
-	if (dir && status) {
-		fprintf(stderr, "spillwayctl: give --socket-dir or --status, not both\n");
-		return 2;
-	}
-	resolve_path(dir, status, path, sizeof(path));
 
 	/* No SA_RESTART: a signal ends the wait in poll(). */
 	sigemptyset(&sa.sa_mask);

@@ -1,19 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ctl-top.h: spillwayctl top (ctl-top.c), a live view of the status
- * socket. spillwayctl's main() hands the whole command line over when
- * ctl_top_wanted() says the command is "top".
+ * socket. spillwayctl's main() reads the command line (one parser for
+ * every command) and hands over what top needs.
  */
 #ifndef SPW_CTL_TOP_H
 #define SPW_CTL_TOP_H
 
-#include <stdbool.h>
-
-/* True when the first argument that is not an option (or an option's
- * value) is "top". */
-bool ctl_top_wanted(int argc, char **argv);
-/* Runs top; returns the exit status (0, 1 on errors, 2 on usage, 128+N
- * after signal N). */
-int ctl_top_main(int argc, char **argv);
+/* Runs top on the status socket at path; iterations and sort are the
+ * options' text as given (NULL: until q or a signal; by name). Returns the
+ * exit status (0, 1 on errors, 2 for a bad option value, 128+N after
+ * signal N). */
+int ctl_top_main(const char *path, const char *iterations, const char *sort);
 
 #endif

@@ -25,12 +25,15 @@ static void usage(FILE *f)
 		"commands:\n"
 		"  status          sessions, pool and daemon figures as a table\n"
 		"  status --json   the daemon's status document as it sent it\n"
-		"  top             a live view, refreshed every second (top --help)\n"
+		"  top             a live view, refreshed every second; keys: s or > next sort\n"
+		"                  key, < previous, q quit; off a terminal, a plain table a refresh\n"
 		"\n"
 		"options:\n"
 		"  --socket-dir DIR   the daemon whose sockets live in DIR (DIR/status.sock)\n"
 		"  --status PATH      the daemon's status socket\n"
-		"  --json             print JSON instead of a table\n"
+		"  --json             status: print JSON instead of a table\n"
+		"  --iterations N     top: stop after N refreshes (0: until q or a signal)\n"
+		"  --sort KEY         top: name, region, read, write or hit%% (default name)\n"
 		"  -h, --help         this text\n"
 		"  --version          print the version\n"
 		"\n"
@@ -282,23 +285,25 @@ static int print_table(const cJSON *doc)
 
 int main(int argc, char **argv)
 {
+	/* One command line for every command; a command refuses the options
+	 * of another. */
 	static const struct option longopts[] = {
 		{ "socket-dir", required_argument, NULL, 'd' },
 		{ "status", required_argument, NULL, 's' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "iterations", required_argument, NULL, 'n' },
+		{ "sort", required_argument, NULL, 'k' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
-	const char *dir = NULL, *status = NULL, *cmd;
+	const char *dir = NULL, *status = NULL, *cmd, *iterations = NULL, *sort = NULL;
 	char path[4096];
 	char *json = NULL;
-	bool as_json = false;
+	bool as_json = false, top;
 	cJSON *doc;
 	int opt, r;
 
-	if (ctl_top_wanted(argc, argv))
-		return ctl_top_main(argc, argv);
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'd':
@@ -309,6 +314,12 @@ int main(int argc, char **argv)
 			break;
 		case 'j':
 			as_json = true;
+			break;
+		case 'n':
+			iterations = optarg;
+			break;
+		case 'k':
+			sort = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -326,7 +337,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	cmd = argv[optind++];
-	if (strcmp(cmd, "status") != 0) {
+	top = !strcmp(cmd, "top");
+	if (strcmp(cmd, "status") != 0 && !top) {
 		fprintf(stderr, "spillwayctl: unknown command '%s'\n", cmd);
 		usage(stderr);
 		return 2;
@@ -334,6 +346,11 @@ int main(int argc, char **argv)
 	/* getopt_long permutes, so "status --json" was already consumed. */
 	if (optind < argc) {
 		fprintf(stderr, "spillwayctl: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	if (top ? as_json : iterations || sort) {
+		fprintf(stderr, "spillwayctl %s: %s is an option of '%s'\n", cmd,
+			top ? "--json" : iterations ? "--iterations" : "--sort", top ? "status" : "top");
 		return 2;
 	}
 	if (dir && status) {
@@ -351,6 +368,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "spillwayctl: cannot build the status socket path: %s\n", spw_strerror(r));
 		return 1;
 	}
+	if (top)
+		return ctl_top_main(path, iterations, sort);
 
 	r = spw_status_fetch(path, &json);
 	if (r == -ENOENT || r == -ECONNREFUSED) {

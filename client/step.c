@@ -143,6 +143,27 @@ static void plan_job(spw_optimizer *o, struct chunk *ch, enum spw_dtype gdt)
 	}
 }
 
+/* The tensor a call inside an open step names, or NULL with *r set: the
+ * optimizer broken, no step open, no such tensor (with the message). */
+static struct tensor *open_step_tensor(spw_optimizer *o, const char *op, uint32_t tensor, int *r)
+{
+	if (!o) {
+		*r = -EINVAL;
+		return NULL;
+	}
+	if ((*r = spw__opt_broken(o)) < 0)
+		return NULL;
+	if (!o->in_step) {
+		*r = spw__opt_error(o, -EPROTO, "%s: no step is open (call spw_optimizer_begin first)", op);
+		return NULL;
+	}
+	if (tensor >= o->ntensors) {
+		*r = spw__opt_error(o, -EINVAL, "%s: no tensor %u (the optimizer has %u)", op, tensor, o->ntensors);
+		return NULL;
+	}
+	return &o->tensors[tensor];
+}
+
 SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint32_t chunk,
 					const void *grad, size_t bytes, enum spw_type type,
 					void *stream)
@@ -153,15 +174,8 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 	size_t es;
 	int r;
 
-	if (!o)
-		return -EINVAL;
-	if ((r = spw__opt_broken(o)) < 0)
+	if (!(t = open_step_tensor(o, "grad_ready", tensor, &r)))
 		return r;
-	if (!o->in_step)
-		return spw__opt_error(o, -EPROTO, "grad_ready: no step is open (call spw_optimizer_begin first)");
-	if (tensor >= o->ntensors)
-		return spw__opt_error(o, -EINVAL, "grad_ready: no tensor %u (the optimizer has %u)", tensor, o->ntensors);
-	t = &o->tensors[tensor];
 	if (t->frozen)
 		return spw__opt_error(o, -EINVAL, "grad_ready %s: the tensor is frozen (it takes no gradients)", t->name);
 	if (chunk != SPW_ALL_CHUNKS && chunk >= t->nchunks)
@@ -277,16 +291,8 @@ SPW_EXPORT int spw_optimizer_grad_none(spw_optimizer *o, uint32_t tensor)
 	struct tensor *t;
 	int r;
 
-	if (!o)
-		return -EINVAL;
-	if ((r = spw__opt_broken(o)) < 0)
+	if (!(t = open_step_tensor(o, "grad_none", tensor, &r)))
 		return r;
-	if (!o->in_step)
-		return spw__opt_error(o, -EPROTO, "grad_none: no step is open (call spw_optimizer_begin first)");
-	if (tensor >= o->ntensors)
-		return spw__opt_error(o, -EINVAL, "grad_none: no tensor %u (the optimizer has %u)", tensor,
-				      o->ntensors);
-	t = &o->tensors[tensor];
 	if (t->frozen)
 		return spw__opt_error(o, -EINVAL, "grad_none %s: the tensor is frozen (it takes no gradients)",
 				      t->name);

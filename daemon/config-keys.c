@@ -104,19 +104,8 @@ static int k_pool_require_locked(struct perr *e, struct config *c, const cJSON *
 
 static int k_pool_hugepages(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	char d[96];
-	const char *s = NULL;
-	int r = cfg_string(e, v, key, &s);
-
-	if (r < 0)
-		return r;
-	for (int i = CONFIG_HUGEPAGES_AUTO; i <= CONFIG_HUGEPAGES_NEVER; i++) {
-		if (!strcmp(s, config_hugepages_name(i))) {
-			c->pool_hugepages = i;
-			return 0;
-		}
-	}
-	return cfg_fail(e, "%s: %s is not one of \"auto\", \"always\", \"never\"", key, cfg_describe(v, d, sizeof(d)));
+	return cfg_choice(e, v, key, config_hugepages_name, CONFIG_HUGEPAGES_AUTO, CONFIG_HUGEPAGES_NEVER,
+			  &c->pool_hugepages);
 }
 
 static int k_pool_numa_node(struct perr *e, struct config *c, const cJSON *v, const char *key)
@@ -228,17 +217,7 @@ static int k_ring_poll_us(struct perr *e, struct config *c, const cJSON *v, cons
 
 static int k_log_level(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
-	char d[96];
-	const char *s = NULL;
-	int r = cfg_string(e, v, key, &s);
-
-	if (r < 0)
-		return r;
-	r = log_level_from_string(s);
-	if (r < 0)
-		return cfg_fail(e, "%s: %s is not one of \"error\", \"warn\", \"info\", \"debug\"", key, cfg_describe(v, d, sizeof(d)));
-	c->log_level = r;
-	return 0;
+	return cfg_choice(e, v, key, log_level_name, LOG_LVL_ERROR, LOG_LVL_DEBUG, &c->log_level);
 }
 
 static int k_swap_dirs(struct perr *e, struct config *c, const cJSON *v, const char *key)

@@ -41,6 +41,10 @@ int cfg_bool(struct perr *e, const cJSON *v, const char *key, bool *ret);
 int cfg_string(struct perr *e, const cJSON *v, const char *key, const char **ret);
 /* An absolute path of at most maxlen bytes. */
 int cfg_path(struct perr *e, const cJSON *v, const char *key, size_t maxlen, const char **ret);
+/* A string that is one of name(lo)..name(hi): its number in *ret, or a
+ * refusal listing them. */
+int cfg_choice(struct perr *e, const cJSON *v, const char *key, const char *(*name)(int), int lo, int hi,
+	       int *ret);
 /* Replaces *dst with a copy of s: 0 or -ENOMEM. */
 int cfg_set_str(char **dst, const char *s);
 

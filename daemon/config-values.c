@@ -186,3 +186,25 @@ int cfg_path(struct perr *e, const cJSON *v, const char *key, size_t maxlen, con
 	*ret = s;
 	return 0;
 }
+
+int cfg_choice(struct perr *e, const cJSON *v, const char *key, const char *(*name)(int), int lo, int hi,
+	       int *ret)
+{
+	char d[96], list[160];
+	const char *s = NULL;
+	size_t o = 0;
+	int r = cfg_string(e, v, key, &s);
+
+	if (r < 0)
+		return r;
+	for (int i = lo; i <= hi; i++) {
+		if (!strcmp(s, name(i))) {
+			*ret = i;
+			return 0;
+		}
+	}
+	list[0] = '\0';
+	for (int i = lo; i <= hi && o < sizeof(list); i++)
+		o += (size_t)snprintf(list + o, sizeof(list) - o, "%s\"%s\"", i > lo ? ", " : "", name(i));
+	return cfg_fail(e, "%s: %s is not one of %s", key, cfg_describe(v, d, sizeof(d)), list);
+}

@@ -18,11 +18,26 @@ static bool tchar(unsigned char c)
 	       (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
+enum crlf { CRLF_OK, CRLF_MORE, CRLF_BAD };
+
+/* The CRLF that ends a line, at b[*i] (advanced past what it read). */
+static enum crlf crlf(const unsigned char *b, size_t lim, size_t *i)
+{
+	for (const char *want = "\r\n"; *want; want++) {
+		if (*i == lim)
+			return CRLF_MORE;
+		if (b[(*i)++] != (unsigned char)*want)
+			return CRLF_BAD;
+	}
+	return CRLF_OK;
+}
+
 enum http_verdict http_parse(const char *buf, size_t len, size_t max, struct http_request *req)
 {
 	static const char version[] = "HTTP/1.";
 	const unsigned char *b = (const unsigned char *)buf;
 	size_t lim = len < max ? len : max, i = 0, n = 0;
+	enum crlf r = CRLF_MORE;
 	bool query = false;
 
 	memset(req, 0, sizeof(*req));
@@ -70,14 +85,8 @@ enum http_verdict http_parse(const char *buf, size_t len, size_t max, struct htt
 		return HTTP_BAD;
 	req->minor = b[i] == '0' ? 0 : 1;
 	i++;
-	if (i == lim)
-		goto more;
-	if (b[i++] != '\r')
-		return HTTP_BAD;
-	if (i == lim)
-		goto more;
-	if (b[i++] != '\n')
-		return HTTP_BAD;
+	if ((r = crlf(b, lim, &i)) != CRLF_OK)
+		goto stop;
 	/* field-name ":" value CRLF ... CRLF. A line starting with a space
 	 * (obsolete folding) or a bare LF fails the tchar test. */
 	for (;;) {
@@ -103,15 +112,12 @@ enum http_verdict http_parse(const char *buf, size_t len, size_t max, struct htt
 		 * no other control, no DEL. */
 		while (i < lim && (b[i] == '\t' || (b[i] >= 0x20 && b[i] != 0x7f)))
 			i++;
-		if (i == lim)
-			goto more;
-		if (b[i++] != '\r')
-			return HTTP_BAD;
-		if (i == lim)
-			goto more;
-		if (b[i++] != '\n')
-			return HTTP_BAD;
+		if ((r = crlf(b, lim, &i)) != CRLF_OK)
+			goto stop;
 	}
+stop:
+	if (r == CRLF_BAD)
+		return HTTP_BAD;
 more:
 	return len >= max ? HTTP_TOO_LARGE : HTTP_NEED_MORE;
 }

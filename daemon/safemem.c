@@ -79,76 +79,56 @@ static void arm(struct guard *g, const void *a, size_t an, const void *b, size_t
 }
 
 /* The sigsetjmp must sit in the frame that stays live while the access
- * runs, so each accessor has its own; the access itself goes through
- * volatile-qualified state so nothing is kept in registers across the
- * jump. */
+ * runs, so each accessor expands it in its own frame (a macro, not a
+ * function); what the access writes goes through volatile-qualified state
+ * so nothing is kept in registers across the jump. Returns from the
+ * accessor with -EFAULT when the access faults. */
+#define GUARDED(a, an, b, bn, access)                   \
+	do {                                            \
+		struct guard g_;                        \
+		if (safemem_init() < 0)                 \
+			return init_error;              \
+		arm(&g_, (a), (an), (b), (bn));         \
+		if (sigsetjmp(g_.jb, 1))                \
+			return -EFAULT;                 \
+		current = &g_;                          \
+		access;                                 \
+		current = NULL;                         \
+	} while (0)
+
 int safemem_copy(void *dst, const void *src, size_t n)
 {
-	struct guard g;
-
-	if (safemem_init() < 0)
-		return init_error;
-	if (n == 0)
-		return 0;
-	arm(&g, dst, n, src, n);
-	if (sigsetjmp(g.jb, 1))
-		return -EFAULT;
-	current = &g;
-	memcpy(dst, src, n);
-	current = NULL;
-	return 0;
+	if (n)
+		GUARDED(dst, n, src, n, memcpy(dst, src, n));
+	return safemem_init();
 }
 
 int safemem_zero(void *p, size_t n)
 {
-	struct guard g;
-
-	if (safemem_init() < 0)
-		return init_error;
-	if (n == 0)
-		return 0;
-	arm(&g, p, n, NULL, 0);
-	if (sigsetjmp(g.jb, 1))
-		return -EFAULT;
-	current = &g;
-	memset(p, 0, n);
-	current = NULL;
-	return 0;
+	if (n)
+		GUARDED(p, n, NULL, 0, memset(p, 0, n));
+	return safemem_init();
 }
 
 int safemem_crc32c(uint32_t *crc, const void *p, size_t n)
 {
-	struct guard g;
 	volatile uint32_t c = *crc;
 
-	if (safemem_init() < 0)
-		return init_error;
-	arm(&g, p, n, NULL, 0);
-	if (sigsetjmp(g.jb, 1))
-		return -EFAULT;
-	current = &g;
-	c = crc32c(c, p, n);
-	current = NULL;
+	GUARDED(p, n, NULL, 0, c = crc32c(c, p, n));
 	*crc = c;
 	return 0;
 }
 
 int safemem_probe(const void *p, size_t n)
 {
-	struct guard g;
 	const volatile uint8_t *b = p;
 
-	if (safemem_init() < 0)
-		return init_error;
-	arm(&g, p, n, NULL, 0);
-	if (sigsetjmp(g.jb, 1))
-		return -EFAULT;
-	current = &g;
-	for (size_t o = 0; o < n; o += 4096)
-		(void)b[o];
-	if (n)
-		(void)b[n - 1];
-	current = NULL;
+	GUARDED(p, n, NULL, 0, {
+		for (size_t o = 0; o < n; o += 4096)
+			(void)b[o];
+		if (n)
+			(void)b[n - 1];
+	});
 	return 0;
 }
 

@@ -114,6 +114,15 @@ int main(void)
 	snprintf(cmd, sizeof(cmd), "'%s' top extra 2>&1", ctl);
 	out = run(cmd, &st);
 	ASSERT_EQ(st, 2);
+	/* One command line for all commands: each refuses another's options. */
+	snprintf(cmd, sizeof(cmd), "'%s' top --json 2>&1", ctl);
+	out = run(cmd, &st);
+	ASSERT_EQ(st, 2);
+	ASSERT_CONTAINS(out, "--json is an option of 'status'");
+	snprintf(cmd, sizeof(cmd), "'%s' status --sort name 2>&1", ctl);
+	out = run(cmd, &st);
+	ASSERT_EQ(st, 2);
+	ASSERT_CONTAINS(out, "--sort is an option of 'top'");
 	printf("ok\n");
 	return 0;
 }
