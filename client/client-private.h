@@ -74,6 +74,7 @@ struct spw_client {
 	uint32_t page_size, slots;
 	int32_t numa_node;
 	bool locked, hugepages;
+	uint64_t swap_bytes;     /* what the daemon reserved (attach reply) */
 	void *region;            /* region_bytes mapped shared */
 	void *rings;
 	size_t rings_bytes;

@@ -290,6 +290,9 @@ static cJSON *new_request(const char *type)
 
 /* cJSON_Add*ToObject return NULL on failure; collecting them here lets a
  * request be built in straight lines and checked once. */
+/* What the daemon takes in an ATTACH (control.c: 2^50). */
+#define SPW__SWAP_BYTES_MAX (1ull << 50)
+
 static bool add_num(cJSON *o, const char *key, double v)
 {
 	return o && cJSON_AddNumberToObject(o, key, v);
@@ -461,12 +464,19 @@ SPW_EXPORT int spw_client_attach(spw_client *c, const struct spw_attach_opts *ca
 	if (opts->region_bytes == 0 || opts->region_bytes > (uint64_t)UINT32_MAX * page_size)
 		return spw__error(c, -EINVAL, "attach %s: a region of %llu bytes is empty or over 2^32 pages of %u bytes",
 				  opts->session, (unsigned long long)opts->region_bytes, page_size);
+	if (opts->flags & ~SPW_ATTACH_SWAP_BYTES)
+		return spw__error(c, -EINVAL, "attach %s: flags 0x%x are not SPW_ATTACH_* flags this library knows",
+				  opts->session, opts->flags & ~SPW_ATTACH_SWAP_BYTES);
+	if ((opts->flags & SPW_ATTACH_SWAP_BYTES) && opts->swap_bytes > SPW__SWAP_BYTES_MAX)
+		return spw__error(c, -EINVAL, "attach %s: swap_bytes %llu is over 2^50", opts->session,
+				  (unsigned long long)opts->swap_bytes);
 	want_bytes = (opts->region_bytes + page_size - 1) / page_size * page_size;
 	snprintf(c->session, sizeof(c->session), "%s", opts->session);
 
 	req = new_request(SPW_MSG_ATTACH);
 	if (!req || !cJSON_AddStringToObject(req, "session", opts->session) ||
-	    !add_num(req, "region_bytes", (double)want_bytes) || !add_num(req, "page_size", page_size)) {
+	    !add_num(req, "region_bytes", (double)want_bytes) || !add_num(req, "page_size", page_size) ||
+	    ((opts->flags & SPW_ATTACH_SWAP_BYTES) && !add_num(req, "swap_bytes", (double)opts->swap_bytes))) {
 		cJSON_Delete(req);
 		return spw__error(c, -ENOMEM, "attach: out of memory");
 	}
@@ -539,6 +549,9 @@ SPW_EXPORT int spw_client_attach(spw_client *c, const struct spw_attach_opts *ca
 	}
 
 	c->slots = slots;
+	/* Older daemons do not say; their sessions have what swap.session_bytes gave. */
+	if (json_u64(reply, "swap_bytes", &c->swap_bytes) < 0)
+		c->swap_bytes = 0;
 	c->locked = json_flag(reply, "locked");
 	c->hugepages = json_flag(reply, "hugepages");
 	numa = cJSON_GetObjectItemCaseSensitive(reply, "numa_node");
@@ -600,6 +613,7 @@ SPW_EXPORT int spw_client_info(const spw_client *c, struct spw_session_info *inf
 	all.numa_node = c->numa_node;
 	all.locked = c->locked;
 	all.hugepages = c->hugepages;
+	all.swap_bytes = c->swap_bytes;
 	return spw__info_out(info, &all, sizeof(all), SPW__SESSION_INFO_SIZE_VER0,
 			     "struct spw_session_info", NULL, 0);
 }

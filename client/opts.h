@@ -35,8 +35,8 @@
  * it was: offsetof(struct ..., the first added field) once there is one.
  */
 #define SPW__CLIENT_OPTS_SIZE_VER0 sizeof(struct spw_client_opts)
-#define SPW__ATTACH_OPTS_SIZE_VER0 sizeof(struct spw_attach_opts)
-#define SPW__SESSION_INFO_SIZE_VER0 sizeof(struct spw_session_info)
+#define SPW__ATTACH_OPTS_SIZE_VER0 offsetof(struct spw_attach_opts, swap_bytes)
+#define SPW__SESSION_INFO_SIZE_VER0 offsetof(struct spw_session_info, swap_bytes)
 /* wait_timeout_ms came after the first version (spillway.h). */
 #define SPW__OPTIMIZER_OPTS_SIZE_VER0 offsetof(struct spw_optimizer_opts, wait_timeout_ms)
 #define SPW__STEP_RESULT_SIZE_VER0 sizeof(struct spw_step_result)

@@ -18,6 +18,8 @@ sleep 2
 if kill -0 "$demo_train_pid" 2>/dev/null; then
 	say "while training: spillwayctl status"
 	build-demo/client/spillwayctl status || true
+	say "while training: spillwayctl top --iterations 2 (off a terminal: a table a second)"
+	build-demo/client/spillwayctl top --iterations 2 || true
 fi
 
 wait "$demo_train_pid" && demo_rc=0 || demo_rc=$?
@@ -27,3 +29,28 @@ if [ "$demo_rc" -ne 0 ]; then
 	echo "train-mlp failed with status $demo_rc" >&2
 	exit 1
 fi
+
+# The same counters as Prometheus scrapes them (metrics.listen in the
+# demo's config is a unix socket; a TCP address such as 127.0.0.1:9464
+# works the same with curl).
+say "metrics: GET /metrics on $demo_dir/metrics.sock (a few of the families)"
+/usr/bin/python3 - "$demo_dir/metrics.sock" <<'PY' || true
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(5)
+s.connect(sys.argv[1])
+s.sendall(b"GET /metrics HTTP/1.1\r\nHost: demo\r\nConnection: close\r\n\r\n")
+data = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    data += b
+head, _, body = data.decode().partition("\r\n\r\n")
+print(head.splitlines()[0], "-", len(body.splitlines()), "lines")
+want = ("spillway_pool_bytes", "spillway_swap_read_bytes_total", "spillway_swap_write_bytes_total",
+        "spillway_prefetch_hits_total", "spillway_evictions_total", "spillway_sessions")
+for line in body.splitlines():
+    if line.startswith(want):
+        print("  " + line)
+PY

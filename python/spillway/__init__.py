@@ -60,9 +60,11 @@ class Session:
 
     name: "job/rank" ([A-Za-z0-9._/-]); socket: the control socket (None:
     $SPILLWAY_SOCKET or the default path); region_bytes: pinned memory to
-    reserve; page_size: 0 for the daemon's default (4 MiB)."""
+    reserve; page_size: 0 for the daemon's default (4 MiB); swap_bytes: NVMe
+    swap to reserve, exactly (0: none, a resident-only session; None: the
+    daemon's swap.session_bytes)."""
 
-    def __init__(self, name, region_bytes, page_size=0, socket=None, reply_timeout_ms=0):
+    def __init__(self, name, region_bytes, page_size=0, socket=None, reply_timeout_ms=0, swap_bytes=None):
         lib = L.load()
         self.name = name
         self.socket = socket or socket_path("control")
@@ -86,6 +88,8 @@ class Session:
             raise SpillwayError(r, "cannot reach spillwayd: " + msg)
         a = L.AttachOpts(size=ctypes.sizeof(L.AttachOpts), session=name.encode(),
                          region_bytes=int(region_bytes), page_size=int(page_size))
+        if swap_bytes is not None:
+            a.swap_bytes, a.flags = int(swap_bytes), L.ATTACH_SWAP_BYTES
         r = lib.spw_client_attach(c, ctypes.byref(a))
         if r < 0:
             msg = L.decode(lib.spw_client_last_error(c))
@@ -106,7 +110,8 @@ class Session:
         _check(L.lib.spw_client_info(self.handle, ctypes.byref(i)), "session info")
         return {"region_bytes": i.region_bytes, "page_size": i.page_size, "slots": i.slots,
                 "sq_entries": i.sq_entries, "cq_entries": i.cq_entries, "features": i.features,
-                "numa_node": i.numa_node, "locked": bool(i.locked), "hugepages": bool(i.hugepages)}
+                "numa_node": i.numa_node, "locked": bool(i.locked), "hugepages": bool(i.hugepages),
+                "swap_bytes": i.swap_bytes}
 
     def close(self):
         """Detaches (cleanly when possible) and frees the client."""

@@ -46,14 +46,18 @@ class ClientOpts(ctypes.Structure):
 
 class AttachOpts(ctypes.Structure):
     _fields_ = [("size", c_size_t), ("session", ctypes.c_char_p),
-                ("region_bytes", u64), ("page_size", u32)]
+                ("region_bytes", u64), ("page_size", u32),
+                ("swap_bytes", u64), ("flags", u32)]
+
+
+ATTACH_SWAP_BYTES = 1 << 0
 
 
 class SessionInfo(ctypes.Structure):
     _fields_ = [("size", c_size_t), ("region_bytes", u64), ("page_size", u32),
                 ("slots", u32), ("sq_entries", u32), ("cq_entries", u32),
                 ("features", u32), ("numa_node", i32), ("locked", u8),
-                ("hugepages", u8), ("reserved", u8 * 6)]
+                ("hugepages", u8), ("reserved", u8 * 6), ("swap_bytes", u64)]
 
 
 class ParamGroup(ctypes.Structure):

@@ -59,3 +59,14 @@ def check_hparams(lr, betas, eps, weight_decay, where):
     if not ok:
         raise ValueError("OffloadAdamW: %s: invalid hyperparameters lr=%r betas=%r eps=%r "
                          "weight_decay=%r" % (where, lr, betas, eps, weight_decay))
+
+
+def spw_name(idx, name):
+    """The tensor name spillway shows for parameter idx: its torch name made
+    to fit the name rule (docs/api.md, Names: visible ASCII but '"' and '\\',
+    no "..", at most 200 bytes). The index keeps names apart that map alike."""
+    s = "%d:%s" % (idx, name)
+    s = "".join(ch if 32 < ord(ch) < 127 and ch not in '"\\' else "_" for ch in s)[:200]
+    while ".." in s:
+        s = s.replace("..", "._")
+    return s

@@ -47,7 +47,7 @@ from . import Session, SpillwayError
 from . import _lib as L
 from ._torch_amp import AmpMixin
 from ._torch_checks import _TYPES, f32 as _f32, check_flags as _check_flags, \
-    check_hparams as _check_hparams, check_param as _check_param
+    check_hparams as _check_hparams, check_param as _check_param, spw_name
 from ._torch_state import LiveState, StateMixin
 
 __all__ = ["OffloadAdamW"]
@@ -76,17 +76,6 @@ class _Entry:
         self.handed = self.src = self.src_version = None
         self.backwards = 0
         self.none = False
-
-
-def _spw_name(idx, name):
-    """The tensor name spillway shows for parameter idx: its torch name made
-    to fit the name rule (docs/api.md, Names: visible ASCII but '"' and '\\',
-    no "..", at most 200 bytes). The index keeps names apart that map alike."""
-    s = "%d:%s" % (idx, name)
-    s = "".join(ch if 32 < ord(ch) < 127 and ch not in '"\\' else "_" for ch in s)[:200]
-    while ".." in s:
-        s = s.replace("..", "._")
-    return s
 
 
 class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
@@ -315,13 +304,22 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         psz, region = self._layout(entries)
         if self._region_bytes:
             region = self._region_bytes
+        # The swap the state needs on the NVMe tier (every page of p, m, v
+        # and, in exact mode, the gradient store); none on the cpu tier.
+        swap = 0
+        if self.tier == "nvme":
+            k = 4 if self.mode == "exact" else 3
+            swap = sum(-(-e.numel * 4 // psz) for e in entries) * k * psz
         if self._own_session:
-            if self._session is not None and self._session.info()["region_bytes"] < region:
-                self._session.close()
-                self._session = None
+            if self._session is not None:
+                info = self._session.info()
+                if info["region_bytes"] < region or info["swap_bytes"] < swap:
+                    self._session.close()
+                    self._session = None
             if self._session is None:
                 self._session = Session(self._session_name, region_bytes=region, page_size=psz,
-                                        socket=self._socket, reply_timeout_ms=self._timeout_ms())
+                                        socket=self._socket, reply_timeout_ms=self._timeout_ms(),
+                                        swap_bytes=swap)
         groups = [dict(lr=float(g["lr"]), beta1=float(g["betas"][0]), beta2=float(g["betas"][1]),
                        eps=float(g["eps"]), weight_decay=float(g["weight_decay"]))
                   for g in self.param_groups]
@@ -348,7 +346,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                     init = snap[0]
                 else:
                     init = e.p.detach().to("cpu", torch.float32).contiguous().view(-1)
-                e.tid = opt.add(_spw_name(idx[e], e.name), e.group, e.numel, init.data_ptr(),
+                e.tid = opt.add(spw_name(idx[e], e.name), e.group, e.numel, init.data_ptr(),
                                 e.p.data_ptr(), _TYPES[e.p.dtype])
             for e in entries:
                 snap = snapshot.get(e) if snapshot else None

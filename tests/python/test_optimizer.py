@@ -103,6 +103,24 @@ class Parity(unittest.TestCase):
         worst = train_pair(self, self.d.control, tier, mode, accum, clip)
         self.figures.append(("tier=%s mode=%s accum=%d clip=%s" % (tier, mode, accum, clip), worst))
 
+    def test_session_swap_sized_by_tier(self):
+        # The optimizer's own session asks for the swap its tier needs:
+        # none on the cpu tier, every state page (p, m, v) on nvme.
+        if not self.swap_ok:
+            self.skipTest("daemon refuses swappable tensors: " + self.swap_why)
+        for tier in ("cpu", "nvme"):
+            m = Net()
+            opt = OffloadAdamW(m.parameters(), tier=tier, socket=self.d.control)
+            try:
+                got = opt._session.info()["swap_bytes"]
+                numel = sum(p.numel() for p in m.parameters())
+                if tier == "cpu":
+                    self.assertEqual(got, 0)
+                else:
+                    self.assertGreaterEqual(got, 3 * 4 * numel)
+            finally:
+                opt.close()
+
 
 def _add_cases():
     for tier in ("cpu", "nvme"):

@@ -178,7 +178,16 @@ struct spw_attach_opts {
 	const char *session;   /* "job/rank": [A-Za-z0-9._/-], no leading '/' or '.', no ".." */
 	uint64_t region_bytes; /* pinned memory to reserve, rounded up to whole pages */
 	uint32_t page_size;    /* power of two in [64 KiB, 64 MiB]; 0 = 4 MiB */
+	/* Added after the first version (an older caller's struct ends
+	 * above; it gets the daemon's default swap). */
+	uint64_t swap_bytes;   /* with SPW_ATTACH_SWAP_BYTES: the swap to reserve, exactly;
+				* 0 is a resident-only session that reserves none */
+	uint32_t flags;        /* SPW_ATTACH_* */
 };
+
+/* spw_attach_opts.flags: swap_bytes says how much swap the session gets.
+ * Without it the daemon gives its swap.session_bytes (or what fits). */
+#define SPW_ATTACH_SWAP_BYTES (1u << 0)
 
 /*
  * Attaches the session named opts->session: the daemon reserves
@@ -191,6 +200,7 @@ struct spw_attach_opts {
  * the daemon); -E2BIG for an opts->size as spw_client_new() refuses;
  * -ENOTCONN when c is not connected; -EALREADY when c already has a
  * session attached.
+ * -EINVAL also for flags the library does not know.
  * The daemon refuses with -EBUSY when another client holds the session,
  * -EPERM when the session belongs to another uid, -EDQUOT when region_bytes
  * exceeds the per-session cap (pool.session_max_bytes), -ENOSPC when the
@@ -228,6 +238,8 @@ struct spw_session_info {
 	uint8_t locked;         /* region is mlocked */
 	uint8_t hugepages;      /* region is hugepage-backed */
 	uint8_t reserved[6];
+	/* Added after the first version. */
+	uint64_t swap_bytes;    /* NVMe-tier swap the daemon reserved for the session */
 };
 
 /*
