@@ -17,12 +17,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <time.h>
 
 #include "pager-policy.h"
 #include "pager.h"
 #include "swap.h"
 #include "uring.h"
+#include "util/clock.h"
 
 #define NONE PAGER_POLICY_NONE
 #define NO_LIMIT PAGER_POLICY_NO_LIMIT
@@ -176,13 +176,6 @@ struct pager {
 	struct pager_stats st;    /* counters; the rest is computed in pager_stats() */
 };
 
-static inline uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static inline uint8_t *slot_addr(const struct pager *p, uint32_t s)
 {
