@@ -17,6 +17,8 @@
 
 #include "harness.h"
 #include "raw.h"
+#include "util/json.h"
+#include "util/names.h"
 #include "test.h"
 
 int raw_send(int fd, const char *json)
@@ -311,20 +313,25 @@ const cJSON *raw_status_session(const cJSON *st, const char *name)
 	return NULL;
 }
 
+int raw_swap_files(const char *dir)
+{
+	DIR *dp = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	if (!dp)
+		return -errno;
+	while ((de = readdir(dp)))
+		n += swapfile_name_match(de->d_name);
+	closedir(dp);
+	return n;
+}
+
 double raw_num(const cJSON *o, const char *path)
 {
-	char key[64];
-	const char *p = path;
+	const cJSON *v = json_path(o, path);
 
-	while (o && *p) {
-		size_t n = strcspn(p, ".");
-		snprintf(key, sizeof(key), "%.*s", (int)n, p);
-		o = cJSON_GetObjectItem(o, key);
-		p += n;
-		if (*p == '.')
-			p++;
-	}
-	return cJSON_IsNumber(o) ? o->valuedouble : NAN;
+	return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
 static struct spw_test_daemon *guarded;

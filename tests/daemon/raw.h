@@ -80,6 +80,10 @@ const cJSON *raw_status_session(const cJSON *st, const char *name);
 /* A number at a dotted path ("pool.used_bytes"); NaN when absent. */
 double raw_num(const cJSON *o, const char *path);
 
+/* spillwayd's swap files in dir (the util/names.h rule), or -errno when
+ * dir cannot be read. */
+int raw_swap_files(const char *dir);
+
 /* On abort (a failed assertion), SIGKILL the daemon too, so a failing
  * test never leaves a spillwayd behind holding meson's output pipe. */
 struct spw_test_daemon;

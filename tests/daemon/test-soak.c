@@ -316,24 +316,6 @@ static int failures;
 		}                                                          \
 	} while (0)
 
-static int count_swap_files(const char *dir)
-{
-	DIR *dd = opendir(dir);
-	struct dirent *e;
-	int n = 0;
-
-	if (!dd)
-		return -errno;
-	while ((e = readdir(dd))) {
-		size_t l = strlen(e->d_name);
-
-		if (!strncmp(e->d_name, "spillway-", 9) && l > 5 && !strcmp(e->d_name + l - 5, ".swap"))
-			n++;
-	}
-	closedir(dd);
-	return n;
-}
-
 /* The status document, or NULL when the daemon does not answer (no
  * assertion: the caller says what that means). */
 static cJSON *try_status(void)
@@ -369,7 +351,7 @@ static bool measure(struct leftovers *l)
 	l->locked = raw_num(st, "pool.locked_bytes");
 	cJSON_Delete(st);
 	l->fds = raw_count_fds(d.pid);
-	l->swap_files = count_swap_files(d.dir);
+	l->swap_files = raw_swap_files(d.dir);
 	return true;
 }
 

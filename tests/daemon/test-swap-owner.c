@@ -21,20 +21,6 @@
 
 static char swapdir[64], logpath[128];
 
-static unsigned swap_files(void)
-{
-	DIR *dp = opendir(swapdir);
-	struct dirent *de;
-	unsigned n = 0;
-
-	ASSERT_TRUE(dp != NULL);
-	while ((de = readdir(dp)))
-		if (!strncmp(de->d_name, "spillway-", 9) && strstr(de->d_name, ".swap"))
-			n++;
-	closedir(dp);
-	return n;
-}
-
 static const char *config(char *buf, size_t len)
 {
 	snprintf(buf, len,
@@ -94,7 +80,7 @@ int main(void)
 	ASSERT_OK(with_log(&a, false));
 	raw_guard(&a);
 	ASSERT_OK(raw_attach(a.control, "owner/0", 4 * MiB, 1 * MiB, &s));
-	ASSERT_UEQ(swap_files(), 1);
+	ASSERT_UEQ((unsigned)raw_swap_files(swapdir), 1);
 
 	/* Same swap dir, another socket dir: refused, naming the holder. */
 	r = with_log(&b, true);
@@ -106,7 +92,7 @@ int main(void)
 	ASSERT_CONTAINS(read_log(), want);
 	ASSERT_CONTAINS(read_log(), "own swap.dirs");
 	/* ... and the first daemon's live file is still there, in use. */
-	ASSERT_UEQ(swap_files(), 1);
+	ASSERT_UEQ((unsigned)raw_swap_files(swapdir), 1);
 	ASSERT_EQ(raw_op(&s, SPW_OP_NOP, 0, 0, 0), 0);
 
 	/* A daemon killed outright leaves its files; the lock went with it,
@@ -114,7 +100,7 @@ int main(void)
 	spw_test_daemon_kill(&a);
 	spw_test_daemon_cleanup(&a);
 	raw_session_close(&s);
-	ASSERT_UEQ(swap_files(), 1);
+	ASSERT_UEQ((unsigned)raw_swap_files(swapdir), 1);
 	ASSERT_OK(with_log(&c, false));
 	raw_guard(&c);
 	/* Listening comes before the start is done: a status reply means the
@@ -122,7 +108,7 @@ int main(void)
 	cJSON_Delete(raw_status(c.status));
 	ASSERT_CONTAINS(read_log(), "removed stale swap file spillway-owner_0-");
 	ASSERT_CONTAINS(read_log(), want);
-	ASSERT_UEQ(swap_files(), 0);
+	ASSERT_UEQ((unsigned)raw_swap_files(swapdir), 0);
 	ASSERT_EQ(spw_test_daemon_stop(&c), 0);
 
 	/* A clean shutdown takes its lock file along: nothing is left. */

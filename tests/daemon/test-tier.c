@@ -44,28 +44,15 @@ static void make_dirs(void)
 	}
 }
 
-static unsigned swap_files(const char *dir)
-{
-	DIR *dp = opendir(dir);
-	struct dirent *de;
-	unsigned n = 0;
-
-	ASSERT_TRUE(dp != NULL);
-	while ((de = readdir(dp)))
-		n += !strncmp(de->d_name, "spillway-", 9) && strstr(de->d_name, ".swap") != NULL;
-	closedir(dp);
-	return n;
-}
-
 static unsigned all_swap_files(void)
 {
-	return swap_files(dirs[0]) + swap_files(dirs[1]);
+	return (unsigned)raw_swap_files(dirs[0]) + (unsigned)raw_swap_files(dirs[1]);
 }
 
 static void remove_dirs(void)
 {
 	for (int i = 0; i < 2; i++) {
-		ASSERT_UEQ(swap_files(dirs[i]), 0); /* nothing left behind */
+		ASSERT_UEQ((unsigned)raw_swap_files(dirs[i]), 0); /* nothing left behind */
 		ASSERT_EQ(rmdir(dirs[i]), 0);
 	}
 }
@@ -249,7 +236,7 @@ static void test_bit_exact(void)
 	ASSERT_OK(raw_attach(d.control, "tier/exact", 8 * MiB, PAGE, &s));
 	ASSERT_UEQ(s.slots, 8);
 	ASSERT_UEQ(all_swap_files(), 2);
-	ASSERT_UEQ(swap_files(dirs[0]), 1);
+	ASSERT_UEQ((unsigned)raw_swap_files(dirs[0]), 1);
 	t = reg(&s, "big", 64ull * MiB, "swappable", &pages);
 	ASSERT_GE(t, 0);
 	ASSERT_UEQ(pages, 64);
