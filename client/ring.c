@@ -432,10 +432,18 @@ static int sync_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor
 		if (got == 0) {
 			/* Keep waiting through signals: returning now would
 			 * leave this operation in flight with nobody to
-			 * receive its completion. */
+			 * receive its completion. A daemon that answers nothing
+			 * within reply_timeout_ms (stopped, wedged) leaves it so
+			 * anyway: the client is abandoned, as after a control
+			 * reply that never came, rather than wait for ever. */
 			do
-				err = wait_cq(c, -1, -1);
+				err = wait_cq(c, (int)c->reply_timeout_ms, -1);
 			while (err == -EINTR);
+			if (err == -ETIMEDOUT)
+				return spw__dead(c, spw__error(c, err,
+					"session %s: spillwayd sent no completion within %u ms (stopped or wedged?); "
+					"the client is abandoned: free it and attach again", c->session,
+					c->reply_timeout_ms));
 			if (err < 0)
 				return err;
 		}

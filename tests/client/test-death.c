@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,12 +117,40 @@ static void test_next_call(void)
 	spw_test_daemon_cleanup(&d);
 }
 
+/* A stopped daemon (SIGSTOP, a wedged process): a synchronous ring call
+ * gives up after reply_timeout_ms with -ETIMEDOUT naming the session, and
+ * the client is abandoned (its operation may still complete later), so
+ * every later call fails at once. The daemon itself goes on. */
+static void test_stopped_daemon(void)
+{
+	struct spw_client_opts o = { .size = sizeof(o), .reply_timeout_ms = 300 };
+	struct spw_attach_opts a = { .size = sizeof(a), .session = "job/stopped", .region_bytes = 8u << 20 };
+	spw_client *c = NULL;
+	uint32_t t;
+
+	ASSERT_OK(spw_test_daemon_start(&d, NULL));
+	ASSERT_OK(spw_client_new(&o, &c));
+	ASSERT_OK(spw_client_connect(c, d.control));
+	ASSERT_OK(spw_client_attach(c, &a));
+	ASSERT_OK(spw_tensor_register(c, "w", 1u << 20, SPW_TENSOR_RESIDENT, &t, NULL));
+	ASSERT_EQ(kill(d.pid, SIGSTOP), 0);
+	ASSERT_EQ(spw_pin(c, t, 0, NULL), -ETIMEDOUT);
+	fprintf(stderr, "pin on a stopped daemon: %s\n", spw_client_last_error(c));
+	ASSERT_CONTAINS(spw_client_last_error(c), "job/stopped");
+	ASSERT_CONTAINS(spw_client_last_error(c), "300 ms");
+	ASSERT_EQ(kill(d.pid, SIGCONT), 0);
+	ASSERT_EQ(spw_nop(c), -ETIMEDOUT);
+	c = spw_client_free(c);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
 	if (!getenv("SPILLWAYD"))
 		SKIP("spillwayd is not built yet");
 	test_blocked_call();
 	test_next_call();
+	test_stopped_daemon();
 	printf("ok\n");
 	return 0;
 }

@@ -346,11 +346,14 @@ SPW_EXPORT int spw_reap(spw_client *c, struct spw_completion *out, unsigned max,
 /* The data plane: synchronous conveniences */
 
 /*
- * Each submits one operation and waits without limit for its own
- * completion; completions of other operations that arrive meanwhile are
- * kept for spw_reap(). They fail like spw_submit_*() and spw_reap(), and
- * return the operation's own error (its completion's res) when the daemon
- * refused it.
+ * Each submits one operation and waits for its own completion;
+ * completions of other operations that arrive meanwhile are kept for
+ * spw_reap(). They fail like spw_submit_*() and spw_reap(), and return the
+ * operation's own error (its completion's res) when the daemon refused it.
+ * A daemon that completes nothing for reply_timeout_ms (spw_client_opts;
+ * stopped or wedged) gets -ETIMEDOUT with a sentence naming the session,
+ * and the client is abandoned (the operation may still complete): every
+ * later call returns -ETIMEDOUT; free it and attach again.
  *
  * spw_nop() returns 0. spw_pin() returns the slot index (>= 0) and, when
  * ret_ptr is not NULL, stores the page's address in *ret_ptr (untouched on
