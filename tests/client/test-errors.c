@@ -249,8 +249,16 @@ static void test_info(void)
 	for (size_t i = 0; i < sizeof(buf.guard); i++)
 		ASSERT_UEQ(buf.guard[i], 0xCC);
 
+	/* A caller of the first version (before swap_bytes): filled that far,
+	 * nothing after it written. */
 	memset(&buf, 0xCC, sizeof(buf));
-	buf.info.size = sizeof(buf.info) - 8;
+	buf.info.size = offsetof(struct spw_session_info, swap_bytes);
+	ASSERT_OK(spw_client_info(c, &buf.info));
+	ASSERT_UEQ(buf.info.page_size, 4 * MiB);
+	ASSERT_UEQ(buf.info.swap_bytes, 0xCCCCCCCCCCCCCCCCull);
+
+	memset(&buf, 0xCC, sizeof(buf));
+	buf.info.size = offsetof(struct spw_session_info, swap_bytes) - 8;
 	ASSERT_EQ(spw_client_info(c, &buf.info), -EINVAL);
 	ASSERT_UEQ(buf.info.region_bytes, 0xCCCCCCCCCCCCCCCCull);
 	buf.info.size = 1u << 16;
