@@ -85,7 +85,9 @@ static int32_t execute(struct session *s, const struct spw_sqe *sqe)
 		r = 0;
 		break;
 	case SPW_OP_PIN:
-		r = pager_pin(s->pager, sqe->tensor, sqe->page, sqe->user_data);
+		r = sqe->flags & SPW_PIN_OVERWRITE ?
+			    pager_pin_overwrite(s->pager, sqe->tensor, sqe->page, sqe->user_data) :
+			    pager_pin(s->pager, sqe->tensor, sqe->page, sqe->user_data);
 		if (r == PAGER_PENDING) {
 			s->pending++;
 			s->garbage = 0;

@@ -41,6 +41,7 @@
 #define F_DIRTYLIST  (1u << 4) /* on pager.dirty: dirty, unpinned, in a slot, tensor not dying */
 #define F_SPARE      (1u << 5) /* counted in pager.nspare: clean, unpinned, in a slot, not prefetched */
 #define F_CLEANLIST  (1u << 6) /* on pager.clean: clean, unpinned, in a slot (an eviction candidate) */
+#define F_OVERWRITE  (1u << 7) /* waits for a slot to be rewritten whole: no read when it comes */
 
 /* ppage.counted */
 #define C_PINNED     (1u << 0) /* in pager.npinned: a delivered pin (pins > npending) */
@@ -210,6 +211,9 @@ void pager_set_msg(struct pager *p, const char *fmt, ...);
 /* -EFAULT with a message: op on pg found no memory behind its slot. */
 int pager_region_gone(struct pager *p, const char *op, const struct ppage *pg);
 void pager_pin_put(struct pager *p, struct ppage *pg, uint32_t n);
+/* pg's contents are about to be rewritten whole (a PIN for overwrite):
+ * dirty from now on, whatever its UNPIN says; counted. */
+void pager_overwrite(struct pager *p, struct ppage *pg);
 /* pager-slots.c */
 uint32_t pager_wait_alloc(struct pager *p, uint64_t user_data);
 /* Returns an unused waiter to the pool (not delivered). */

@@ -58,7 +58,10 @@ static void serve_slot_waiters(struct pager *p)
 		pg->sw_next = NULL;
 		p->nslotwait--;
 		pager_slot_assign(p, s, pg);
-		if (pg->flags & F_ONDISK) {
+		if (pg->flags & F_OVERWRITE) {
+			pager_overwrite(p, pg);
+			pager_deliver_page(p, pg, (int32_t)s);
+		} else if (pg->flags & F_ONDISK) {
 			pager_io_read(p, pg);
 		} else if (safemem_zero(slot_addr(p, s), p->c.page_size) < 0) {
 			uint32_t n = pg->npending;

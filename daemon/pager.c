@@ -103,7 +103,21 @@ static void pin_accept(struct pager *p, struct ppage *pg, bool in_slot)
 	pager_page_sync(p, pg);
 }
 
-int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_data)
+/* A page about to be rewritten whole: its contents become whatever the
+ * slot holds (the caller's own region, never another session's), so it is
+ * dirty from now on, however it is unpinned. */
+void pager_overwrite(struct pager *p, struct ppage *pg)
+{
+	if (pg->state == PAGER_WRITING)
+		pg->flags |= F_REDIRTY;
+	else
+		pg->state = PAGER_DIRTY;
+	pg->flags &= (uint8_t)~F_OVERWRITE;
+	p->st.overwrites++;
+	pager_page_sync(p, pg);
+}
+
+static int pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_data, bool rewrite)
 {
 	struct ppage *pg = lookup(p, tensor, page);
 	uint32_t w, s;
@@ -140,6 +154,8 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 	case PAGER_DIRTY:
 	case PAGER_WRITING:
 		pin_accept(p, pg, true);
+		if (rewrite)
+			pager_overwrite(p, pg);
 		p->clock.ref[pg->slot] = 1;
 		pager_sched_pump(p, false);
 		return (int)pg->slot;
@@ -169,6 +185,13 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 	s = pager_take_slot(p, NO_LIMIT);
 	if (s != NONE) {
 		pager_slot_assign(p, s, pg);
+		if (rewrite) {
+			/* Nothing to read or zero: the caller writes it all. */
+			pager_wait_release(p, w);
+			pager_overwrite(p, pg);
+			pager_sched_pump(p, false);
+			return (int)s;
+		}
 		if (pg->state == PAGER_ZERO) {
 			pager_wait_release(p, w);
 			if (safemem_zero(slot_addr(p, s), p->c.page_size) < 0) {
@@ -191,8 +214,10 @@ int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_dat
 	}
 	/* No slot free or clean: wait for write-back to clean one. The claim
 	 * check above guarantees one will come. */
-	if (pg->state == PAGER_DISK)
+	if (pg->state == PAGER_DISK && !rewrite)
 		p->st.misses++;
+	if (rewrite)
+		pg->flags |= F_OVERWRITE; /* the slot, when it comes, is not read into */
 	pg->state = PAGER_SLOTWAIT;
 	pager_wait_append(p, &pg->wait_head, &pg->wait_tail, w);
 	pg->npending++;
@@ -210,6 +235,16 @@ busy:
 	pager_set_msg(p, "session '%s': pin of tensor '%s' page %u refused: %u operations already pending", p->session,
 		tname(p, pg), page, p->npending);
 	return -EBUSY;
+}
+
+int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_data)
+{
+	return pin(p, tensor, page, user_data, false);
+}
+
+int pager_pin_overwrite(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_data)
+{
+	return pin(p, tensor, page, user_data, true);
 }
 
 int pager_unpin(struct pager *p, uint32_t tensor, uint32_t page, bool dirty)

@@ -177,6 +177,14 @@ uint32_t pager_slots_unclaimed(const struct pager *p);
  * the page's stored error (FAILED). Pins count: each PIN needs an UNPIN. */
 int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_data);
 
+/* PIN for overwrite: the caller rewrites the whole page, so a page on disk
+ * (or never written) gets its slot with no read and no zeroing; the slot
+ * holds stale bytes of this session's own region until the caller writes
+ * them. From this PIN on the page is dirty, whatever its UNPIN says: what
+ * the slot holds then is the page's data. Other PINs of the page meanwhile
+ * see those bytes too. Returns as pager_pin(). */
+int pager_pin_overwrite(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_data);
+
 /* UNPIN, marking the page dirty (it will be written back) or clean. Returns
  * 0, -EINVAL when not pinned (a pending PIN does not count), or the page's
  * error when it FAILED (the pin is released all the same). */
@@ -246,6 +254,7 @@ struct pager_stats {
 	uint64_t prefetch_hits;       /* in slot or reading because of a prefetch */
 	uint64_t misses;              /* had to start a read (or wait for a slot to read into) */
 	uint64_t zero_fills;          /* ZERO page: slot memset, no read */
+	uint64_t overwrites;          /* PINs for overwrite: slot handed out with no read */
 	uint64_t enomem;              /* refused: every slot claimed */
 	/* Policy. */
 	uint64_t prefetches;          /* reads started ahead of a PIN (plan or PREFETCH op) */

@@ -36,6 +36,10 @@ int spw_sqe_check(const struct spw_sqe *sqe)
 	if (sqe->reserved0 || sqe->reserved1 || sqe->reserved2)
 		return -EINVAL;
 	switch (sqe->opcode) {
+	case SPW_OP_PIN:
+		if (sqe->flags & ~SPW_PIN_OVERWRITE)
+			return -EINVAL;
+		break;
 	case SPW_OP_UNPIN:
 		if (sqe->flags & ~SPW_UNPIN_DIRTY)
 			return -EINVAL;

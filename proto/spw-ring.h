@@ -45,6 +45,13 @@ enum spw_op {
 	SPW_OP__COUNT
 };
 
+/* sqe.flags for PIN: the caller rewrites the whole page before its
+ * UNPIN, so the daemon hands a slot without reading the page (its bytes
+ * are stale ones of the session's own region) and the page is dirty from
+ * then on, whatever the UNPIN says. Saves the read of a page about to be
+ * overwritten (a gradient store's first arrival). */
+#define SPW_PIN_OVERWRITE (1u << 0)
+
 /* sqe.flags for UNPIN */
 #define SPW_UNPIN_CLEAN 0u
 #define SPW_UNPIN_DIRTY (1u << 0)

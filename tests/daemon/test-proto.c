@@ -189,7 +189,13 @@ static void test_sqe_check(void)
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
 	s = (struct spw_sqe){ .opcode = SPW_OP_NOP, .reserved2 = 1 };
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
-	s = (struct spw_sqe){ .opcode = SPW_OP_PIN, .flags = SPW_UNPIN_DIRTY };
+	/* PIN takes OVERWRITE (bit 0, the same bit as UNPIN's DIRTY) and
+	 * nothing else; NOP takes no flag. */
+	s = (struct spw_sqe){ .opcode = SPW_OP_PIN, .flags = SPW_PIN_OVERWRITE };
+	ASSERT_OK(spw_sqe_check(&s));
+	s = (struct spw_sqe){ .opcode = SPW_OP_PIN, .flags = 2 };
+	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
+	s = (struct spw_sqe){ .opcode = SPW_OP_NOP, .flags = 1 };
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
 	s = (struct spw_sqe){ .opcode = SPW_OP_UNPIN, .flags = SPW_UNPIN_DIRTY };
 	ASSERT_OK(spw_sqe_check(&s));

@@ -18,6 +18,8 @@ static bool valid_by_the_rules(const struct spw_sqe *e)
 {
 	if (e->opcode >= SPW_OP__COUNT || e->reserved0 || e->reserved1 || e->reserved2)
 		return false;
+	if (e->opcode == SPW_OP_PIN)
+		return (e->flags & ~SPW_PIN_OVERWRITE) == 0;
 	return e->opcode == SPW_OP_UNPIN ? (e->flags & ~SPW_UNPIN_DIRTY) == 0 : e->flags == 0;
 }
 

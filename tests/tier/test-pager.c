@@ -104,6 +104,77 @@ static void test_round_trip(void)
 	fx_teardown(&f);
 }
 
+/* A PIN for overwrite (the caller rewrites the whole page, e.g. a
+ * gradient store's first arrival): a page on disk gets a slot at once with
+ * no read, its old contents are gone, and what the slot holds at UNPIN is
+ * the page's data, written back even after a clean UNPIN. */
+static void test_overwrite(void)
+{
+	struct fx f;
+	struct pager_stats s0, s1;
+	uint32_t order[NPAGES], t, n;
+	char err[256];
+	int slot;
+
+	fx_setup(&f, NULL, 1, PAGE, SLOTS, DEPTH);
+	f.p = fx_pager(&f, "job/ow", (uint64_t)NPAGES * PAGE, 0, DEPTH);
+	ASSERT_OK(pager_tensor_add(f.p, "grads", (uint64_t)NPAGES * PAGE, true, &t, &n, err, sizeof(err)));
+	for (uint32_t i = 0; i < NPAGES; i++)
+		order[i] = i;
+	step(&f, t, order, NPAGES, 3, 0); /* every page written; the early ones evicted to disk */
+	fx_drain(&f);
+	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_DISK);
+
+	pager_stats(f.p, &s0);
+	slot = pager_pin_overwrite(f.p, t, 0, fx_ud(&f));
+	ASSERT_GE(slot, 0); /* at once: nothing to read */
+	pager_stats(f.p, &s1);
+	ASSERT_UEQ(s1.reads, s0.reads);
+	ASSERT_UEQ(s1.overwrites, s0.overwrites + 1);
+	ASSERT_OK(pager_check(f.p));
+	fx_fill(fx_slot(&f, slot), PAGE, SEED(3, 0, 9));
+	ASSERT_OK(pager_unpin(f.p, t, 0, false)); /* clean, yet the new data is the page's */
+	ASSERT_TRUE(pager_page_state(f.p, t, 0) == PAGER_DIRTY || pager_page_state(f.p, t, 0) == PAGER_WRITING);
+
+	/* Push it out to disk and read it back: the overwritten data. */
+	for (uint32_t i = 1; i < NPAGES; i++) {
+		slot = fx_pin(&f, t, i);
+		ASSERT_GE(slot, 0);
+		ASSERT_OK(pager_unpin(f.p, t, i, false));
+	}
+	fx_drain(&f);
+	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_DISK);
+	slot = fx_pin(&f, t, 0);
+	ASSERT_GE(slot, 0);
+	ASSERT_TRUE(fx_check(fx_slot(&f, slot), PAGE, SEED(3, 0, 9)));
+	ASSERT_OK(pager_unpin(f.p, t, 0, false));
+
+	/* With every slot busy the overwrite waits for one like any PIN,
+	 * and still reads nothing. */
+	for (uint32_t i = 1; i <= SLOTS; i++)
+		ASSERT_GE(fx_pin(&f, t, i), 0);
+	pager_stats(f.p, &s0);
+	{
+		uint64_t ud = fx_ud(&f);
+
+		ASSERT_EQ(pager_pin_overwrite(f.p, t, 0, ud), -ENOMEM); /* all claimed: refused as any PIN */
+		ASSERT_OK(pager_unpin(f.p, t, SLOTS, true));
+		ud = fx_ud(&f);
+		slot = pager_pin_overwrite(f.p, t, 0, ud);
+		if (slot == PAGER_PENDING)
+			slot = fx_wait(&f, ud);
+		ASSERT_GE(slot, 0);
+	}
+	pager_stats(f.p, &s1);
+	ASSERT_UEQ(s1.reads, s0.reads);
+	ASSERT_OK(pager_unpin(f.p, t, 0, true));
+	for (uint32_t i = 1; i < SLOTS; i++)
+		ASSERT_OK(pager_unpin(f.p, t, i, false));
+	fx_drain(&f);
+	ASSERT_OK(pager_check(f.p));
+	fx_teardown(&f);
+}
+
 /* After one recorded step, the next steps in the same order never make a
  * PIN start its own read: each page is already in its slot or on its way. */
 static void test_order_learning(void)
@@ -384,5 +455,6 @@ int main(void)
 	test_flush();
 	test_resident();
 	test_two_sessions();
+	test_overwrite();
 	return 0;
 }
