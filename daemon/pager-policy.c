@@ -34,6 +34,13 @@ int pager_policy_grow(struct pager_order *o, uint64_t pages)
 	if (!n)
 		return -ENOMEM;
 	o->nxt = n;
+	for (int k = 0; k < 2; k++) {
+		uint8_t **ow = k ? &o->plan_ow : &o->rec_ow, *m = realloc(*ow, want);
+
+		if (!m)
+			return -ENOMEM;
+		*ow = m;
+	}
 	o->cap = (uint32_t)want;
 	return 0;
 }
@@ -43,6 +50,9 @@ void pager_policy_free(struct pager_order *o)
 	free(o->rec);
 	free(o->plan);
 	free(o->nxt);
+	free(o->rec_ow);
+	free(o->plan_ow);
+	o->rec_ow = o->plan_ow = NULL;
 	o->rec = o->plan = NULL;
 	o->nxt = NULL;
 	o->cap = o->rec_len = o->plan_len = 0;
@@ -112,12 +122,29 @@ void pager_policy_follow(struct pager_order *o, struct pager_order_page *pg)
 		o->plan_ok = false;
 }
 
+static void record(struct pager_order *o, struct pager_order_page *pg, bool overwrite)
+{
+	if (o->rec_len < o->cap) {
+		o->rec_ow[o->rec_len] = overwrite;
+		o->rec[o->rec_len++] = pg;
+	} else {
+		o->rec_overflow = true;
+	}
+}
+
 void pager_policy_record(struct pager_order *o, struct pager_order_page *pg)
 {
-	if (o->rec_len < o->cap)
-		o->rec[o->rec_len++] = pg;
-	else
-		o->rec_overflow = true;
+	record(o, pg, false);
+}
+
+void pager_policy_record_overwrite(struct pager_order *o, struct pager_order_page *pg)
+{
+	record(o, pg, true);
+}
+
+bool pager_policy_overwrite_at(const struct pager_order *o, uint64_t i)
+{
+	return o->plan_ok && o->plan_len && o->plan_ow[i % o->plan_len];
 }
 
 /* Only the plan's pages hold positions (every function here keeps it so):
@@ -139,9 +166,13 @@ void pager_policy_step(struct pager_order *o)
 		o->plan_ok = false;
 	} else if (o->rec_len) {
 		clear_plan(o);
+		uint8_t *ow = o->plan_ow;
+
 		tmp = o->plan;
 		o->plan = o->rec;
 		o->rec = tmp;
+		o->plan_ow = o->rec_ow;
+		o->rec_ow = ow;
 		o->plan_len = o->rec_len;
 		/* Backwards, so each page's .first holds its next occurrence. */
 		for (uint32_t i = o->plan_len; i-- > 0;) {

@@ -30,6 +30,7 @@ struct pager_order_page {
 /* The recording of this step and the plan learned from the last one. */
 struct pager_order {
 	struct pager_order_page **rec, **plan;
+	uint8_t *rec_ow, *plan_ow; /* per position: the access rewrites the page whole (no read needed) */
 	uint32_t *nxt;            /* plan position -> next position of the same page, NONE */
 	uint32_t cap, rec_len, plan_len, cursor, consec_div;
 	bool rec_overflow, plan_ok;
@@ -55,6 +56,13 @@ struct pager_order_page *pager_policy_at(const struct pager_order *o, uint64_t i
 /* An access: the plan's cursor follows it, then it is recorded. */
 void pager_policy_follow(struct pager_order *o, struct pager_order_page *pg);
 void pager_policy_record(struct pager_order *o, struct pager_order_page *pg);
+/* The same for an access that rewrites the page whole (a PIN for
+ * overwrite): the plan then knows there is nothing to read ahead there. */
+void pager_policy_record_overwrite(struct pager_order *o, struct pager_order_page *pg);
+
+/* Whether the access at position i of the plan (as pager_policy_at())
+ * rewrites its page whole; false when there is no plan. */
+bool pager_policy_overwrite_at(const struct pager_order *o, uint64_t i);
 
 /* STEP: the recording becomes the plan (an empty one keeps the old plan; an
  * overflowed one leaves none) and a new recording starts. */

@@ -90,7 +90,8 @@ static void prefetch_ahead(struct pager *p)
 		struct ppage *pg = page_of(pager_policy_at(&p->order, i));
 		uint32_t s;
 
-		if (pg->state != PAGER_DISK || p->tensors[pg->tensor].dying)
+		/* A page rewritten whole there needs no read. */
+		if (pg->state != PAGER_DISK || p->tensors[pg->tensor].dying || pager_policy_overwrite_at(&p->order, i))
 			continue;
 		/* Only evict what is needed later than what comes in. When
 		 * only dirty pages qualify, clean enough of them for the rest

@@ -87,10 +87,13 @@ void pager_pin_put(struct pager *p, struct ppage *pg, uint32_t n)
 /* Every accepted PIN: the plan and the recording follow it, it counts, and
  * a page already in (or on its way into) a slot is a hit, credited to the
  * prefetcher when a PREFETCH brought it. */
-static void pin_accept(struct pager *p, struct ppage *pg, bool in_slot)
+static void pin_accept(struct pager *p, struct ppage *pg, bool in_slot, bool rewrite)
 {
 	pager_policy_follow(&p->order, &pg->ord);
-	pager_policy_record(&p->order, &pg->ord);
+	if (rewrite)
+		pager_policy_record_overwrite(&p->order, &pg->ord);
+	else
+		pager_policy_record(&p->order, &pg->ord);
 	pin_get(p, pg);
 	p->st.pins++;
 	if (!in_slot)
@@ -153,7 +156,7 @@ static int pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_da
 	case PAGER_CLEAN:
 	case PAGER_DIRTY:
 	case PAGER_WRITING:
-		pin_accept(p, pg, true);
+		pin_accept(p, pg, true, rewrite);
 		if (rewrite)
 			pager_overwrite(p, pg);
 		p->clock.ref[pg->slot] = 1;
@@ -165,7 +168,7 @@ static int pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_da
 		w = pager_wait_alloc(p, user_data);
 		if (w == NONE)
 			goto busy;
-		pin_accept(p, pg, true);
+		pin_accept(p, pg, true, rewrite);
 		pager_wait_append(p, &pg->wait_head, &pg->wait_tail, w);
 		pg->npending++;
 		pager_page_sync(p, pg);
@@ -181,7 +184,7 @@ static int pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_da
 		goto busy;
 	/* Follow the plan first, so the eviction below sees where the step
 	 * is now. */
-	pin_accept(p, pg, false);
+	pin_accept(p, pg, false, rewrite);
 	s = pager_take_slot(p, NO_LIMIT);
 	if (s != NONE) {
 		pager_slot_assign(p, s, pg);

@@ -404,6 +404,40 @@ static void test_learner(void)
 	pager_policy_free(&m.o);
 }
 
+/* Accesses that rewrite a page whole (an exact-mode gradient store's first
+ * arrival) are marked in the plan at their positions, wrapping into the
+ * next step like the plan itself, so read-ahead can pass them over; the
+ * marks follow the recording, not the page: the same page read later in
+ * the step is not marked there. */
+static void test_overwrite_marks(void)
+{
+	struct sim m;
+
+	sim_init(&m, 4, 4);
+	ASSERT_TRUE(!pager_policy_overwrite_at(&m.o, 0)); /* no plan yet */
+	/* Phase A writes g0, g1; phase B reads them back with p0, p1. */
+	pager_policy_record_overwrite(&m.o, &m.pages[0].ord);
+	pager_policy_record_overwrite(&m.o, &m.pages[1].ord);
+	pager_policy_record(&m.o, &m.pages[0].ord);
+	pager_policy_record(&m.o, &m.pages[2].ord);
+	pager_policy_record(&m.o, &m.pages[1].ord);
+	pager_policy_record(&m.o, &m.pages[3].ord);
+	pager_policy_step(&m.o);
+	ASSERT_TRUE(m.o.plan_ok);
+	for (uint64_t i = 0; i < 12; i++)
+		ASSERT_TRUE(pager_policy_overwrite_at(&m.o, i) == (i % 6 < 2));
+	ASSERT_TRUE(pager_policy_at(&m.o, 2) == &m.pages[0].ord);
+	/* The next step records plain reads only: the marks go with it. */
+	for (unsigned i = 0; i < 4; i++)
+		pager_policy_record(&m.o, &m.pages[i].ord);
+	pager_policy_step(&m.o);
+	for (uint64_t i = 0; i < 8; i++)
+		ASSERT_TRUE(!pager_policy_overwrite_at(&m.o, i));
+	pager_policy_forget(&m.o);
+	ASSERT_TRUE(!pager_policy_overwrite_at(&m.o, 0));
+	pager_policy_free(&m.o);
+}
+
 int main(void)
 {
 	test_cyclic();
@@ -413,5 +447,6 @@ int main(void)
 	test_limit();
 	test_clock();
 	test_learner();
+	test_overwrite_marks();
 	return 0;
 }
