@@ -119,7 +119,7 @@ static void hint_ahead(spw_optimizer *o, const struct chunk *ch)
 		if (c->hinted_step == o->hint_step)
 			continue;
 		for (unsigned r = 0; r < R__N; r++) {
-			if (r == R_G && !c->t->has_g)
+			if (r == R_G && (!c->t->has_g || c->g_spent))
 				continue;
 			if (o->hints_inflight + o->ring_reserved + 1 > o->ring_cap)
 				return;
@@ -171,9 +171,15 @@ static bool admit(spw_optimizer *o)
 		j->scopy = j->cbuf >= 0 ? o->sbuf[j->cbuf] : NULL;
 		j->t_pin = now_ns();
 		for (unsigned r = 0; r < R__N; r++) {
+			/* A first arrival rewrites its store page whole: the
+			 * daemon need not read it (SPW_PIN_OVERWRITE). */
+			bool rewrite = r == R_G && j->kind == JOB_GRAD && j->first;
+
 			if (!(j->roles & (1u << r)))
 				continue;
-			if (spw__submit_op(o->c, SPW_OP_PIN, 0, tensor_id(j, r), j->ch->index,
+			if (rewrite)
+				j->ch->g_spent = false;
+			if (spw__submit_op(o->c, SPW_OP_PIN, rewrite ? SPW_PIN_OVERWRITE : 0, tensor_id(j, r), j->ch->index,
 					   (uint64_t)(uintptr_t)j | r) < 0) {
 				engine_fatal(o, spw_client_last_error(o->c)[0] ? -ECONNRESET : -EIO, "pin");
 				return true;
@@ -216,6 +222,8 @@ static void kernels_done(spw_optimizer *o, struct job *j)
 
 	if (j->want_norm)
 		ch->sumsq = spw__sumsq_fold(ch->partial, (ch->n + TILE - 1) / TILE);
+	if (j->kind == JOB_ADAM_STORE || j->kind == JOB_GRAD_ADAM)
+		ch->g_spent = true;
 	if (j->kind != JOB_GRAD && j->kind != JOB_FETCH) {
 		ch->zeroed = true;
 		atomic_fetch_add_explicit(&o->st_chunks, 1, memory_order_relaxed);

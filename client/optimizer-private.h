@@ -123,6 +123,9 @@ struct chunk {
 	bool zeroed;            /* moments initialised (engine, between jobs) */
 	bool ordered;           /* in this step's arrival order (lock) */
 	uint64_t hinted_step;   /* engine */
+	/* The gradient store's page was consumed by Adam and its next use
+	 * rewrites it (a first arrival): nothing there to read ahead (engine). */
+	bool g_spent;
 	double sumsq;           /* this step's gradient square sum (written by the engine) */
 	double *partial;        /* per tile */
 	struct job job;         /* one at a time per chunk */
