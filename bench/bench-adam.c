@@ -313,6 +313,13 @@ static void run_cfg(struct spw__pool *pool, struct bufs *b, const float *g32, co
 	struct job j = { .b = b, .grad = c->grad, .copy = c->copy };
 	double t[KINDS][64], pps[KINDS], mn[KINDS], mx[KINDS];
 	size_t bpp = 3 * 8 + spw_dtype_size(c->grad) + spw_dtype_size(c->copy);
+	/* The unfused path's bytes: Adam's, plus the unscale pass (read and
+	 * write the gradient) and the cast pass (read p, write the copy).
+	 * Memory-bound, the speedup fusion can reach is their ratio. */
+	size_t unfused_bpp = 3 * 8 + spw_dtype_size(c->grad) +
+			     (c->loss_scale > 0 ? 2 * spw_dtype_size(c->grad) : 0) +
+			     (c->copy != SPW_DTYPE_NONE ? 4 + spw_dtype_size(c->copy) : 0);
+	double ceiling = (double)unfused_bpp / (double)bpp;
 	size_t saved_n = b->n;
 
 	b->n = c->n;
@@ -340,9 +347,10 @@ static void run_cfg(struct spw__pool *pool, struct bufs *b, const float *g32, co
 			printf("\"%sparams_per_s\":%.4g,\"%sparams_per_s_min\":%.4g,\"%sparams_per_s_max\":%.4g,",
 			       kind_names[k], pps[k], kind_names[k], mn[k], kind_names[k], mx[k]);
 		printf("\"scalar_params\":%zu,\"gbytes_per_s\":%.2f,\"roofline_gbytes_per_s\":%.2f,\"roofline_fraction\":%.3f,"
-		       "\"speedup_vs_unfused\":%.3f,\"speedup_vs_scalar\":%.2f}\n",
+		       "\"speedup_vs_unfused\":%.3f,\"fusion_ceiling\":%.3f,\"of_fusion_ceiling\":%.3f,"
+		       "\"speedup_vs_scalar\":%.2f}\n",
 		       scalar_n(c->n), pps[FUSED] * (double)bpp * 1e-9, pps[ROOF] * (double)bpp * 1e-9, pps[FUSED] / pps[ROOF],
-		       pps[FUSED] / pps[UNFUSED], pps[FUSED] / pps[SCALAR]);
+		       pps[FUSED] / pps[UNFUSED], ceiling, pps[FUSED] / pps[UNFUSED] / ceiling, pps[FUSED] / pps[SCALAR]);
 	} else {
 		printf("adam %s n=%zu threads=%u grad=%s copy=%s: %.3f Gparam/s (%.1f GB/s), "
 		       "roofline %.3f (%.2f), unfused %.3f (x%.2f), scalar %.3f (x%.1f)\n",
