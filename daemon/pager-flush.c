@@ -66,6 +66,8 @@ static void flush_round(struct pager *p)
 			continue;
 		}
 		pg->flags |= F_FLUSH;
+		/* The FLUSH waits for it: ahead of background I/O. */
+		uring_hurry(p->c.uring, &p->slots[s].req);
 		p->fl.writes_left++;
 	}
 }
@@ -87,7 +89,7 @@ void pager_flush_progress(struct pager *p)
 			struct pfsync *f = &p->fl.reqs[i];
 
 			f->req = (struct uring_req){ .op = URING_FSYNC, .file = swap_file_index(p->swap, i),
-						     .complete = fsync_done };
+						     .complete = fsync_done, .urgent = true };
 			f->t0 = now_ns();
 			uring_submit(p->c.uring, &f->req);
 		}

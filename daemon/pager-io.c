@@ -12,6 +12,16 @@
 
 static void io_done(struct uring_req *req, int res);
 
+/* Someone waits for this transfer: a PIN of the page, a FLUSH, or (for a
+ * write) a PIN waiting for any slot, which a write-back frees. The ring
+ * sends these before read-ahead and write-behind, whoever's they are. */
+static bool urgent(const struct pager *p, const struct ppage *pg, enum uring_op op)
+{
+	if (op == URING_READ)
+		return pg->npending > 0;
+	return pg->npending > 0 || (pg->flags & F_FLUSH) || p->nslotwait > 0;
+}
+
 static void start_io(struct pager *p, struct ppage *pg, enum uring_op op, unsigned delay_ms)
 {
 	struct pslot *sl = &p->slots[pg->slot];
@@ -20,7 +30,7 @@ static void start_io(struct pager *p, struct ppage *pg, enum uring_op op, unsign
 
 	sl->req = (struct uring_req){
 		.op = op, .file = file, .addr = slot_addr(p, pg->slot),
-		.len = p->c.page_size, .off = off, .complete = io_done,
+		.len = p->c.page_size, .off = off, .complete = io_done, .urgent = urgent(p, pg, op),
 	};
 	sl->t0 = now_ns();
 	uring_submit_after(p->c.uring, &sl->req, delay_ms);

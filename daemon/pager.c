@@ -169,6 +169,9 @@ static int pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_da
 		if (w == NONE)
 			goto busy;
 		pin_accept(p, pg, true, rewrite);
+		/* A read-ahead now has a PIN waiting for it. */
+		if (pg->state == PAGER_READING)
+			uring_hurry(p->c.uring, &p->slots[pg->slot].req);
 		pager_wait_append(p, &pg->wait_head, &pg->wait_tail, w);
 		pg->npending++;
 		pager_page_sync(p, pg);

@@ -37,7 +37,10 @@ struct uring {
 	int evfd;
 	unsigned depth;
 	unsigned inflight;
-	struct uring_req *queue_head, *queue_tail;
+	/* What waits for room in the ring, one FIFO per class: [0] someone
+	 * waits for these (a PIN, a FLUSH, a slot), [1] background (read-ahead,
+	 * write-behind). The first goes out first. */
+	struct uring_req *queue_head[2], *queue_tail[2];
 
 	int *files;             /* plain fds; also tells which registered slots are taken */
 	unsigned max_files;
@@ -375,28 +378,61 @@ static bool prep(struct uring *u, struct uring_req *req)
 
 static void queue_push(struct uring *u, struct uring_req *req)
 {
+	unsigned c = !req->urgent;
+
 	req->next = NULL;
-	if (u->queue_tail)
-		u->queue_tail->next = req;
+	if (u->queue_tail[c])
+		u->queue_tail[c]->next = req;
 	else
-		u->queue_head = req;
-	u->queue_tail = req;
+		u->queue_head[c] = req;
+	u->queue_tail[c] = req;
+	req->queued = (uint8_t)(1 + c);
 	u->st.queued++;
+}
+
+static bool anything_queued(const struct uring *u)
+{
+	return u->queue_head[0] || u->queue_head[1];
 }
 
 static void submit_queued(struct uring *u)
 {
 	bool any = false;
 
-	while (u->queue_head && prep(u, u->queue_head)) {
-		u->queue_head = u->queue_head->next;
-		if (!u->queue_head)
-			u->queue_tail = NULL;
-		u->st.queued--;
-		any = true;
+	for (unsigned c = 0; c < 2; c++) {
+		while (u->queue_head[c] && prep(u, u->queue_head[c])) {
+			u->queue_head[c]->queued = 0;
+			u->queue_head[c] = u->queue_head[c]->next;
+			if (!u->queue_head[c])
+				u->queue_tail[c] = NULL;
+			u->st.queued--;
+			any = true;
+		}
+		if (u->queue_head[c])
+			break; /* the ring is full: the next class waits too */
 	}
 	if (any)
 		io_uring_submit(&u->ring);
+}
+
+void uring_hurry(struct uring *u, struct uring_req *req)
+{
+	struct uring_req **pp = &u->queue_head[1], *prev = NULL;
+
+	req->urgent = true;
+	if (req->queued != 2)
+		return; /* in the ring already, or in the first queue */
+	while (*pp && *pp != req) {
+		prev = *pp;
+		pp = &(*pp)->next;
+	}
+	if (!*pp)
+		return;
+	*pp = req->next;
+	if (u->queue_tail[1] == req)
+		u->queue_tail[1] = prev;
+	u->st.queued--;
+	queue_push(u, req);
 }
 
 static void hold(struct uring_req *req, uint64_t ms)
@@ -413,6 +449,7 @@ void uring_submit_after(struct uring *u, struct uring_req *req, unsigned delay_m
 {
 	req->done = 0;
 	req->next = NULL;
+	req->queued = 0;
 	req->held = false;
 	req->fault = fault_for(u, req);
 	if (req->fault == FAULT_STALL) {
@@ -422,8 +459,9 @@ void uring_submit_after(struct uring *u, struct uring_req *req, unsigned delay_m
 	} else if (delay_ms) {
 		hold(req, delay_ms);
 	}
-	/* Keep FIFO order: nothing overtakes what is already waiting. */
-	if (u->queue_head || !prep(u, req)) {
+	/* FIFO within a class: nothing overtakes what already waits in its
+	 * own class or a more urgent one. */
+	if (u->queue_head[0] || (!req->urgent && u->queue_head[1]) || !prep(u, req)) {
 		queue_push(u, req);
 		return;
 	}
@@ -519,7 +557,7 @@ int uring_wait(struct uring *u, int timeout_ms)
 	struct pollfd pfd = { .fd = u->evfd, .events = POLLIN };
 	int r;
 
-	if (!u->inflight && !u->queue_head)
+	if (!u->inflight && !anything_queued(u))
 		return 0;
 	submit_queued(u);
 	r = poll(&pfd, 1, timeout_ms);

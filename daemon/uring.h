@@ -5,8 +5,10 @@
  *
  * Requests are owned by the caller (embedded in a page record, say) and
  * never allocated here. uring_submit() never fails: what does not fit in
- * the submission queue waits in a FIFO and goes out as completions free
- * room. A short read or write is resubmitted for the remainder, so a
+ * the submission queue waits and goes out as completions free room, the
+ * urgent requests (someone waits for them) before the background ones,
+ * each class in FIFO order; across sessions this is what keeps one
+ * tenant's write-behind from delaying another's PIN. A short read or write is resubmitted for the remainder, so a
  * request's completion callback sees either the whole length done (res 0)
  * or a negative errno.
  *
@@ -50,12 +52,16 @@ struct uring_req {
 	 * the fsync completed) and -errno otherwise. The request may be
 	 * resubmitted from inside the callback. */
 	void (*complete)(struct uring_req *req, int res);
+	/* Someone waits for this one (a PIN, a FLUSH, a slot): when the ring
+	 * is full it goes out before every background request waiting. */
+	bool urgent;
 
 	/* Engine's own, not to be touched by the caller. */
 	uint32_t done;
 	uint8_t fault;
 	uint8_t fault_rule;
 	bool held;             /* a hold (delay or stall) goes first */
+	uint8_t queued;        /* waiting for room: 0 no, 1 urgent class, 2 background */
 	int64_t hold_ts[2];    /* its struct __kernel_timespec */
 	struct uring_req *next;
 };
@@ -103,6 +109,11 @@ void uring_submit(struct uring *u, struct uring_req *req);
  * ring goes first, so the loop never waits and the request counts as busy
  * meanwhile): for retries with backoff. */
 void uring_submit_after(struct uring *u, struct uring_req *req, unsigned delay_ms);
+
+/* req became urgent (a PIN now waits for its read): if it still waits
+ * for room in the background class, it moves to the end of the urgent
+ * one; in every case its later resubmissions are urgent. */
+void uring_hurry(struct uring *u, struct uring_req *req);
 
 /* Processes every available completion (running callbacks) and submits
  * what is queued. Returns the number of requests completed. */

@@ -249,6 +249,57 @@ static void test_crc32c(void)
 	ASSERT_UEQ(crc32c(crc32c(0, "1234", 4), "56789", 5), 0xe3069283u);
 }
 
+/* Completion order, one request in the ring at a time. */
+static int seq;
+struct ordered_io {
+	struct uring_req req;
+	int at;
+};
+
+static void on_ordered(struct uring_req *req, int res)
+{
+	ASSERT_EQ(res, 0);
+	((struct ordered_io *)req)->at = seq++;
+}
+
+/* With the ring full, urgent requests (someone waits for them) go out
+ * before background ones queued earlier, FIFO within each class; a
+ * background request hurried while it waits moves to the urgent class. */
+static void test_priority(void)
+{
+	struct fixture f;
+	struct uring *u;
+	struct ordered_io io[6];
+	int file;
+
+	setup(&f, NULL);
+	ASSERT_OK(uring_new(1, false, 2, 2, &u));
+	file = uring_file_register(u, f.fd);
+	ASSERT_GE(file, 0);
+	for (int i = 0; i < 6; i++)
+		io[i] = (struct ordered_io){
+			.req = { .op = URING_READ, .file = file, .addr = f.region + (size_t)i * PAGE, .len = PAGE,
+				 .off = (uint64_t)i * PAGE, .complete = on_ordered, .urgent = i == 3 || i == 4 },
+			.at = -1,
+		};
+	/* 0 takes the one place; 1, 2 (background) wait; then 3, 4 (urgent)
+	 * and 5 (background, hurried while it waits). */
+	for (int i = 0; i < 6; i++)
+		uring_submit(u, &io[i].req);
+	uring_hurry(u, &io[5].req);
+	for (int spins = 0; uring_busy(u) && spins < 1000; spins++)
+		ASSERT_GE(uring_wait(u, 1000), 0);
+	ASSERT_EQ(io[0].at, 0);
+	ASSERT_EQ(io[3].at, 1);
+	ASSERT_EQ(io[4].at, 2);
+	ASSERT_EQ(io[5].at, 3);
+	ASSERT_EQ(io[1].at, 4);
+	ASSERT_EQ(io[2].at, 5);
+	uring_file_unregister(u, file);
+	u = uring_free(u);
+	teardown(&f);
+}
+
 int main(void)
 {
 	test_crc32c();
@@ -256,5 +307,6 @@ int main(void)
 	test_round_trip();
 	test_faults();
 	test_stall();
+	test_priority();
 	return 0;
 }
