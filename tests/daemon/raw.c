@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -311,6 +312,38 @@ const cJSON *raw_status_session(const cJSON *st, const char *name)
 			return s;
 	}
 	return NULL;
+}
+
+void raw_start_logged(struct spw_test_daemon *d, const char *config, const char *logpath, const char *faults)
+{
+	int saved, fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+
+	ASSERT_GE(fd, 0);
+	saved = dup(2);
+	ASSERT_GE(saved, 0);
+	ASSERT_GE(dup2(fd, 2), 0);
+	if (faults)
+		setenv("SPILLWAY_FAULTS", faults, 1);
+	ASSERT_OK(spw_test_daemon_start(d, config));
+	unsetenv("SPILLWAY_FAULTS");
+	dup2(saved, 2);
+	close(saved);
+	close(fd);
+	raw_guard(d);
+}
+
+char *raw_read_file(const char *path)
+{
+	static char buf[1 << 20];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	ASSERT_GE(fd, 0);
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	ASSERT_GE(n, 0);
+	buf[n] = '\0';
+	return buf;
 }
 
 int raw_swap_files(const char *dir)

@@ -84,6 +84,15 @@ double raw_num(const cJSON *o, const char *path);
  * dir cannot be read. */
 int raw_swap_files(const char *dir);
 
+/* spw_test_daemon_start(d, config) with the daemon's stderr going to
+ * logpath (truncated) and SPILLWAY_FAULTS=faults (NULL: none) in its
+ * environment only; then raw_guard(d). Fails the test on error. */
+void raw_start_logged(struct spw_test_daemon *d, const char *config, const char *logpath, const char *faults);
+
+/* The file at path (its first MiB), NUL-terminated, in a static buffer
+ * the next call reuses. Fails the test when it cannot be read. */
+char *raw_read_file(const char *path);
+
 /* On abort (a failed assertion), SIGKILL the daemon too, so a failing
  * test never leaves a spillwayd behind holding meson's output pipe. */
 struct spw_test_daemon;

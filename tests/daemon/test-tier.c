@@ -63,7 +63,6 @@ static void remove_dirs(void)
 static void start(const char *faults, const char *swap_extra)
 {
 	char cfg[2048];
-	int saved, fd;
 
 	snprintf(cfg, sizeof(cfg),
 		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0666\"},"
@@ -74,33 +73,12 @@ static void start(const char *faults, const char *swap_extra)
 		 " \"log\": {\"level\": \"info\"}}",
 		 dirs[0], dirs[1], swap_extra ? ", " : "", swap_extra ? swap_extra : "");
 	snprintf(logpath, sizeof(logpath), "%s/spillwayd.log", dirs[0]);
-	fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-	ASSERT_GE(fd, 0);
-	saved = dup(2);
-	ASSERT_GE(saved, 0);
-	ASSERT_GE(dup2(fd, 2), 0);
-	if (faults)
-		setenv("SPILLWAY_FAULTS", faults, 1);
-	ASSERT_OK(spw_test_daemon_start(&d, cfg));
-	unsetenv("SPILLWAY_FAULTS");
-	dup2(saved, 2);
-	close(saved);
-	close(fd);
-	raw_guard(&d);
+	raw_start_logged(&d, cfg, logpath, faults);
 }
 
 static char *read_log(void)
 {
-	static char buf[1 << 20];
-	int fd = open(logpath, O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-
-	ASSERT_GE(fd, 0);
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	ASSERT_GE(n, 0);
-	buf[n] = '\0';
-	return buf;
+	return raw_read_file(logpath);
 }
 
 static void stop(void)
