@@ -89,7 +89,7 @@ void pager_flush_progress(struct pager *p)
 			struct pfsync *f = &p->fl.reqs[i];
 
 			f->req = (struct uring_req){ .op = URING_FSYNC, .file = swap_file_index(p->swap, i),
-						     .complete = fsync_done, .urgent = true };
+						     .complete = fsync_done, .urgent = true, .owner = &p->owner };
 			f->t0 = now_ns();
 			uring_submit(p->c.uring, &f->req);
 		}

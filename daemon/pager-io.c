@@ -31,6 +31,7 @@ static void start_io(struct pager *p, struct ppage *pg, enum uring_op op, unsign
 	sl->req = (struct uring_req){
 		.op = op, .file = file, .addr = slot_addr(p, pg->slot),
 		.len = p->c.page_size, .off = off, .complete = io_done, .urgent = urgent(p, pg, op),
+		.owner = &p->owner,
 	};
 	sl->t0 = now_ns();
 	uring_submit_after(p->c.uring, &sl->req, delay_ms);

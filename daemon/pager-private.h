@@ -115,6 +115,7 @@ struct pager {
 	char *session;
 	struct swap *swap;
 	int bufreg;
+	struct uring_owner owner; /* this session's turn in the shared ring */
 
 	struct pslot *slots;
 	uint32_t *free_slots, nfree;

@@ -37,10 +37,13 @@ struct uring {
 	int evfd;
 	unsigned depth;
 	unsigned inflight;
-	/* What waits for room in the ring, one FIFO per class: [0] someone
-	 * waits for these (a PIN, a FLUSH, a slot), [1] background (read-ahead,
-	 * write-behind). The first goes out first. */
-	struct uring_req *queue_head[2], *queue_tail[2];
+	/* What waits for room in the ring, per class: [0] someone waits for
+	 * these (a PIN, a FLUSH, a slot), [1] background (read-ahead,
+	 * write-behind); the first class goes out first. Within a class each
+	 * owner (a session) has its own FIFO, and the owners with something
+	 * waiting take turns: one request each, round and round. */
+	struct uring_owner *active_head[2], *active_tail[2];
+	struct uring_owner anyone; /* the owner of requests that name none */
 
 	int *files;             /* plain fds; also tells which registered slots are taken */
 	unsigned max_files;
@@ -376,23 +379,57 @@ static bool prep(struct uring *u, struct uring_req *req)
 	return true;
 }
 
+static struct uring_owner *owner_of(struct uring *u, const struct uring_req *req)
+{
+	return req->owner ? req->owner : &u->anyone;
+}
+
+/* The owner joins the end of the class's turns (it has something waiting). */
+static void owner_list(struct uring *u, struct uring_owner *o, unsigned c)
+{
+	if (o->listed[c])
+		return;
+	o->listed[c] = true;
+	o->next[c] = NULL;
+	if (u->active_tail[c])
+		u->active_tail[c]->next[c] = o;
+	else
+		u->active_head[c] = o;
+	u->active_tail[c] = o;
+}
+
+/* The first owner in the class's turns leaves them (nothing left, or its
+ * turn is over and it goes to the end). */
+static void owner_unlist_first(struct uring *u, unsigned c)
+{
+	struct uring_owner *o = u->active_head[c];
+
+	u->active_head[c] = o->next[c];
+	if (!u->active_head[c])
+		u->active_tail[c] = NULL;
+	o->listed[c] = false;
+	o->next[c] = NULL;
+}
+
 static void queue_push(struct uring *u, struct uring_req *req)
 {
 	unsigned c = !req->urgent;
+	struct uring_owner *o = owner_of(u, req);
 
 	req->next = NULL;
-	if (u->queue_tail[c])
-		u->queue_tail[c]->next = req;
+	if (o->tail[c])
+		o->tail[c]->next = req;
 	else
-		u->queue_head[c] = req;
-	u->queue_tail[c] = req;
+		o->head[c] = req;
+	o->tail[c] = req;
 	req->queued = (uint8_t)(1 + c);
 	u->st.queued++;
+	owner_list(u, o, c);
 }
 
 static bool anything_queued(const struct uring *u)
 {
-	return u->queue_head[0] || u->queue_head[1];
+	return u->active_head[0] || u->active_head[1];
 }
 
 static void submit_queued(struct uring *u)
@@ -400,15 +437,24 @@ static void submit_queued(struct uring *u)
 	bool any = false;
 
 	for (unsigned c = 0; c < 2; c++) {
-		while (u->queue_head[c] && prep(u, u->queue_head[c])) {
-			u->queue_head[c]->queued = 0;
-			u->queue_head[c] = u->queue_head[c]->next;
-			if (!u->queue_head[c])
-				u->queue_tail[c] = NULL;
+		struct uring_owner *o;
+
+		while ((o = u->active_head[c]) && prep(u, o->head[c])) {
+			struct uring_req *req = o->head[c];
+
+			req->queued = 0;
+			o->head[c] = req->next;
+			if (!o->head[c])
+				o->tail[c] = NULL;
 			u->st.queued--;
 			any = true;
+			/* Its turn is over: to the end of the line, if it
+			 * still has something waiting. */
+			owner_unlist_first(u, c);
+			if (o->head[c])
+				owner_list(u, o, c);
 		}
-		if (u->queue_head[c])
+		if (u->active_head[c])
 			break; /* the ring is full: the next class waits too */
 	}
 	if (any)
@@ -417,11 +463,12 @@ static void submit_queued(struct uring *u)
 
 void uring_hurry(struct uring *u, struct uring_req *req)
 {
-	struct uring_req **pp = &u->queue_head[1], *prev = NULL;
+	struct uring_owner *o = owner_of(u, req);
+	struct uring_req **pp = &o->head[1], *prev = NULL;
 
 	req->urgent = true;
 	if (req->queued != 2)
-		return; /* in the ring already, or in the first queue */
+		return; /* in the ring already, or in the first class */
 	while (*pp && *pp != req) {
 		prev = *pp;
 		pp = &(*pp)->next;
@@ -429,9 +476,23 @@ void uring_hurry(struct uring *u, struct uring_req *req)
 	if (!*pp)
 		return;
 	*pp = req->next;
-	if (u->queue_tail[1] == req)
-		u->queue_tail[1] = prev;
+	if (o->tail[1] == req)
+		o->tail[1] = prev;
 	u->st.queued--;
+	if (!o->head[1]) {
+		/* Nothing left in the background class: out of its turns. */
+		struct uring_owner **op = &u->active_head[1], *oprev = NULL;
+
+		while (*op != o) {
+			oprev = *op;
+			op = &(*op)->next[1];
+		}
+		*op = o->next[1];
+		if (u->active_tail[1] == o)
+			u->active_tail[1] = oprev;
+		o->listed[1] = false;
+		o->next[1] = NULL;
+	}
 	queue_push(u, req);
 }
 
@@ -461,7 +522,7 @@ void uring_submit_after(struct uring *u, struct uring_req *req, unsigned delay_m
 	}
 	/* FIFO within a class: nothing overtakes what already waits in its
 	 * own class or a more urgent one. */
-	if (u->queue_head[0] || (!req->urgent && u->queue_head[1]) || !prep(u, req)) {
+	if (u->active_head[0] || (!req->urgent && u->active_head[1]) || !prep(u, req)) {
 		queue_push(u, req);
 		return;
 	}

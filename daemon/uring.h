@@ -7,8 +7,9 @@
  * never allocated here. uring_submit() never fails: what does not fit in
  * the submission queue waits and goes out as completions free room, the
  * urgent requests (someone waits for them) before the background ones,
- * each class in FIFO order; across sessions this is what keeps one
- * tenant's write-behind from delaying another's PIN. A short read or write is resubmitted for the remainder, so a
+ * and within a class the owners (sessions) take turns, each in FIFO order:
+ * what keeps one tenant's write-behind from delaying another's PIN, and one
+ * busy tenant from taking the whole ring. A short read or write is resubmitted for the remainder, so a
  * request's completion callback sees either the whole length done (res 0)
  * or a negative errno.
  *
@@ -42,6 +43,15 @@ enum uring_op {
 	URING_FSYNC,
 };
 
+/* Whose requests these are (a session's pager): when the ring is full,
+ * the owners with requests waiting take turns within each class. Owned and
+ * zero-initialised by the caller; it must outlive its waiting requests. */
+struct uring_owner {
+	struct uring_req *head[2], *tail[2];
+	struct uring_owner *next[2];
+	bool listed[2];
+};
+
 struct uring_req {
 	enum uring_op op;
 	int file;        /* from uring_file_register() */
@@ -55,6 +65,7 @@ struct uring_req {
 	/* Someone waits for this one (a PIN, a FLUSH, a slot): when the ring
 	 * is full it goes out before every background request waiting. */
 	bool urgent;
+	struct uring_owner *owner; /* NULL: the ring's own catch-all owner */
 
 	/* Engine's own, not to be touched by the caller. */
 	uint32_t done;

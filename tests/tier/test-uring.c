@@ -276,6 +276,7 @@ static void test_priority(void)
 	ASSERT_OK(uring_new(1, false, 2, 2, &u));
 	file = uring_file_register(u, f.fd);
 	ASSERT_GE(file, 0);
+	seq = 0;
 	for (int i = 0; i < 6; i++)
 		io[i] = (struct ordered_io){
 			.req = { .op = URING_READ, .file = file, .addr = f.region + (size_t)i * PAGE, .len = PAGE,
@@ -300,6 +301,42 @@ static void test_priority(void)
 	teardown(&f);
 }
 
+/* Owners take turns within a class: owner A queues four background
+ * requests, then B two; with one place in the ring they go out A B A B A
+ * A, not A's four first. */
+static void test_turns(void)
+{
+	struct fixture f;
+	struct uring *u;
+	struct uring_owner a = { 0 }, b = { 0 };
+	struct ordered_io io[7];
+	static const int want[7] = { 0, 1, 5, 2, 6, 3, 4 };
+	int file;
+
+	setup(&f, NULL);
+	ASSERT_OK(uring_new(1, false, 2, 2, &u));
+	file = uring_file_register(u, f.fd);
+	ASSERT_GE(file, 0);
+	seq = 0;
+	for (int i = 0; i < 7; i++)
+		io[i] = (struct ordered_io){
+			.req = { .op = URING_READ, .file = file, .addr = f.region + (size_t)i * PAGE, .len = PAGE,
+				 .off = (uint64_t)i * PAGE, .complete = on_ordered, .owner = i < 5 ? &a : &b },
+			.at = -1,
+		};
+	/* 0 takes the place; A's 1-4 wait, then B's 5 and 6. */
+	for (int i = 0; i < 7; i++)
+		uring_submit(u, &io[i].req);
+	for (int spins = 0; uring_busy(u) && spins < 1000; spins++)
+		ASSERT_GE(uring_wait(u, 1000), 0);
+	for (int k = 0; k < 7; k++)
+		if (io[want[k]].at != k)
+			TEST_FAIL("request %d went out %d-th, expected %d-th", want[k], io[want[k]].at, k);
+	uring_file_unregister(u, file);
+	u = uring_free(u);
+	teardown(&f);
+}
+
 int main(void)
 {
 	test_crc32c();
@@ -308,5 +345,6 @@ int main(void)
 	test_faults();
 	test_stall();
 	test_priority();
+	test_turns();
 	return 0;
 }
