@@ -51,11 +51,22 @@ struct opts {
 	double gib;      /* tensor size per pass */
 	int pairs;
 	unsigned window; /* PINs in flight */
+	int sessions;    /* sessions streaming at once, each its share of the bytes */
 };
 
 struct pass {
 	double write_gbs, read_gbs;
 	double bytes, cpu_s; /* for the daemon's CPU per GB */
+	/* With several sessions: the slowest session's rate over the fastest's. */
+	double write_fairness, read_fairness;
+};
+
+/* One session's pass, as a child reports it: its bytes and when (the
+ * monotonic clock, shared by every process) each phase began and ended. */
+struct share {
+	int r;
+	double write_bytes, read_bytes, cpu_s;
+	uint64_t w0, w1, r1;
 };
 
 /* ---- the daemon's status ---- */
@@ -167,30 +178,39 @@ static int stream(spw_client *c, uint32_t t, uint32_t npages, uint32_t page_size
 	return 0;
 }
 
-static int spillway_pass(const struct local_daemon *d, const struct opts *o, uint32_t page_size, int round,
-			 struct pass *out)
+/* One session's write then read pass over `total` bytes; with go >= 0 it
+ * waits for a byte there (every session starts together) after telling
+ * ready. */
+static void one_session(const struct local_daemon *d, const struct opts *o, uint32_t page_size, const char *name,
+			uint64_t total, int ready, int go, struct share *out)
 {
-	uint64_t total = (uint64_t)(o->gib * (1ull << 30)) / page_size * page_size;
-	struct spw_attach_opts ao = { .size = sizeof(ao), .page_size = page_size, .region_bytes = total / 4 };
+	struct spw_attach_opts ao = { .size = sizeof(ao), .session = name, .page_size = page_size,
+				      .region_bytes = total / 4, .swap_bytes = total, .flags = SPW_ATTACH_SWAP_BYTES };
 	double cpu0, cpu1, rd0, rd1, wr0, wr1, left;
 	spw_client *c = NULL;
-	char name[64];
 	uint32_t t, npages;
-	uint64_t t0, t1, t2;
+	unsigned window = o->window;
+	char b = 0;
 	int r;
 
-	snprintf(name, sizeof(name), "bench/swap-%u-%d", page_size >> 20, round);
-	ao.session = name;
 	if ((r = spw_client_new(NULL, &c)) < 0 || (r = spw_client_connect(c, d->control)) < 0 ||
 	    (r = spw_client_attach(c, &ao)) < 0 ||
 	    (r = spw_tensor_register(c, "stream", total, SPW_TENSOR_SWAPPABLE, &t, &npages)) < 0) {
 		fprintf(stderr, "bench swap: %s\n", c ? spw_client_last_error(c) : spw_strerror(r));
 		goto out;
 	}
+	if (go >= 0 && (write(ready, &b, 1) != 1 || read(go, &b, 1) != 1)) {
+		r = -EPIPE;
+		goto out;
+	}
 	if ((r = tier_figures(d->status, name, &cpu0, &rd0, &wr0, &left)) < 0)
 		goto out;
-	t0 = now_ns();
-	r = stream(c, t, npages, page_size, o->window, true);
+	/* More PINs in flight than half the slots would only fail with
+	 * -ENOMEM (smaller regions with several sessions). */
+	if (window > ao.region_bytes / page_size / 2)
+		window = (unsigned)(ao.region_bytes / page_size / 2);
+	out->w0 = now_ns();
+	r = stream(c, t, npages, page_size, window, true);
 	if (r < 0)
 		goto out;
 	/* The write pass ends when the last dirty page is on the disk, not
@@ -202,39 +222,133 @@ static int spillway_pass(const struct local_daemon *d, const struct opts *o, uin
 		if (left > 0)
 			usleep(500);
 	} while (left > 0);
-	t1 = now_ns();
-	r = stream(c, t, npages, page_size, o->window, false);
+	out->w1 = now_ns();
+	r = stream(c, t, npages, page_size, window, false);
 	if (r < 0)
 		goto out;
-	t2 = now_ns();
+	out->r1 = now_ns();
 	if ((r = tier_figures(d->status, name, &cpu1, &rd1, &wr1, &left)) < 0)
 		goto out;
-	out->write_gbs = (wr1 - wr0) / ((double)(t1 - t0));
-	out->read_gbs = (rd1 - rd0) / ((double)(t2 - t1));
-	out->bytes = (wr1 - wr0) + (rd1 - rd0);
+	out->write_bytes = wr1 - wr0;
+	out->read_bytes = rd1 - rd0;
 	out->cpu_s = cpu1 - cpu0;
-	if (!o->json)
-		printf("  spillway %u MiB pages: write %.2f GB/s (%.0f MiB), read %.2f GB/s (%.0f MiB)\n",
-		       page_size >> 20, out->write_gbs, (wr1 - wr0) / (1 << 20), out->read_gbs, (rd1 - rd0) / (1 << 20));
 	r = spw_client_detach(c);
 out:
 	spw_client_free(c);
-	return r;
+	out->r = r;
+}
+
+static double min_over_max(const double *x, int n)
+{
+	double lo = x[0], hi = x[0];
+
+	for (int i = 1; i < n; i++) {
+		lo = x[i] < lo ? x[i] : lo;
+		hi = x[i] > hi ? x[i] : hi;
+	}
+	return hi > 0 ? lo / hi : 0;
+}
+
+/* o->sessions sessions (one process each) stream their share of the
+ * bytes at once; rates are everything moved over the time from the first
+ * start to the last end. */
+static int spillway_pass(const struct local_daemon *d, const struct opts *o, uint32_t page_size, int round,
+			 struct pass *out)
+{
+	int n = o->sessions, ready[2], go[2], r = 0;
+	uint64_t total = (uint64_t)(o->gib * (1ull << 30)) / page_size / (uint64_t)n * page_size;
+	struct share sh[64];
+	double wr[64], rr[64], wb = 0, rb = 0, cpu = 0;
+	uint64_t w0 = UINT64_MAX, w1 = 0, r0 = UINT64_MAX, r1 = 0;
+	pid_t pid[64];
+	int res[64][2];
+
+	if (n == 1) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "bench/swap-%u-%d", page_size >> 20, round);
+		memset(&sh[0], 0, sizeof(sh[0]));
+		one_session(d, o, page_size, name, total, -1, -1, &sh[0]);
+		if (sh[0].r < 0)
+			return sh[0].r;
+	} else {
+		if (pipe(ready) < 0 || pipe(go) < 0)
+			return -errno;
+		fflush(stdout);
+		for (int i = 0; i < n; i++) {
+			if (pipe(res[i]) < 0)
+				return -errno;
+			pid[i] = fork();
+			if (pid[i] == 0) {
+				char name[64];
+				struct share me = { 0 };
+
+				snprintf(name, sizeof(name), "bench/swap-%u-%d-%d", page_size >> 20, round, i);
+				one_session(d, o, page_size, name, total, ready[1], go[0], &me);
+				_exit(write(res[i][1], &me, sizeof(me)) == sizeof(me) ? 0 : 1);
+			}
+			close(res[i][1]);
+		}
+		for (int i = 0; i < n; i++) {
+			char b;
+
+			if (read(ready[0], &b, 1) != 1)
+				r = -EPIPE;
+		}
+		for (int i = 0; i < n; i++)
+			if (write(go[1], "g", 1) != 1)
+				r = -EPIPE;
+		for (int i = 0; i < n; i++) {
+			if (read(res[i][0], &sh[i], sizeof(sh[i])) != sizeof(sh[i]))
+				sh[i].r = -EPIPE;
+			close(res[i][0]);
+			waitpid(pid[i], NULL, 0);
+			if (sh[i].r < 0)
+				r = sh[i].r;
+		}
+		close(ready[0]), close(ready[1]), close(go[0]), close(go[1]);
+		if (r < 0)
+			return r;
+	}
+	for (int i = 0; i < n; i++) {
+		w0 = sh[i].w0 < w0 ? sh[i].w0 : w0;
+		w1 = sh[i].w1 > w1 ? sh[i].w1 : w1;
+		r0 = sh[i].w1 < r0 ? sh[i].w1 : r0;
+		r1 = sh[i].r1 > r1 ? sh[i].r1 : r1;
+		wb += sh[i].write_bytes;
+		rb += sh[i].read_bytes;
+		cpu += sh[i].cpu_s;
+		wr[i] = sh[i].write_bytes / (double)(sh[i].w1 - sh[i].w0);
+		rr[i] = sh[i].read_bytes / (double)(sh[i].r1 - sh[i].w1);
+	}
+	out->write_gbs = wb / (double)(w1 - w0);
+	out->read_gbs = rb / (double)(r1 - r0);
+	out->bytes = wb + rb;
+	/* Each session's figure includes the daemon's CPU for everyone. */
+	out->cpu_s = cpu / n;
+	out->write_fairness = min_over_max(wr, n);
+	out->read_fairness = min_over_max(rr, n);
+	if (!o->json)
+		printf("  spillway %u MiB pages, %d session%s: write %.2f GB/s (%.0f MiB), read %.2f GB/s (%.0f MiB)%s\n",
+		       page_size >> 20, n, n == 1 ? "" : "s", out->write_gbs, wb / (1 << 20), out->read_gbs,
+		       rb / (1 << 20), n == 1 ? "" : "; slowest/fastest session");
+	return 0;
 }
 
 /* ---- fio ---- */
 
-static int fio_run(const char *dir, const char *rw, uint32_t bs, uint64_t bytes, double *gbs)
+/* fio over `jobs` jobs, each `bytes` in a file of its own in dir (fio
+ * names them), reported together. */
+static int fio_run(const char *dir, const char *rw, uint32_t bs, uint64_t bytes, int jobs, double *gbs)
 {
-	char cmd[PATH_MAX + 512], file[PATH_MAX], buf[65536];
+	char cmd[PATH_MAX + 512], buf[65536];
 	cJSON *doc, *job;
 	int st;
 
-	snprintf(file, sizeof(file), "%s/fio-bench.dat", dir);
 	snprintf(cmd, sizeof(cmd),
 		 "fio --name=spw --ioengine=io_uring --direct=1 --rw=%s --bs=%u --iodepth=%u --size=%llu "
-		 "--filename=%s --output-format=json 2>/dev/null",
-		 rw, bs, DEPTH, (unsigned long long)bytes, file);
+		 "--directory=%s --numjobs=%d --group_reporting --output-format=json 2>/dev/null",
+		 rw, bs, DEPTH, (unsigned long long)bytes, dir, jobs);
 	st = command_output(cmd, buf, sizeof(buf));
 	if (st < 0)
 		return st;
@@ -256,15 +370,17 @@ static int fio_run(const char *dir, const char *rw, uint32_t bs, uint64_t bytes,
 
 static int fio_pass(const char *dir, const struct opts *o, uint32_t page_size, struct pass *out)
 {
-	uint64_t total = (uint64_t)(o->gib * (1ull << 30)) / page_size * page_size;
+	uint64_t each = (uint64_t)(o->gib * (1ull << 30)) / page_size / (uint64_t)o->sessions * page_size;
 	char file[PATH_MAX];
 	int r;
 
-	snprintf(file, sizeof(file), "%s/fio-bench.dat", dir);
-	r = fio_run(dir, "write", page_size, total, &out->write_gbs);
+	r = fio_run(dir, "write", page_size, each, o->sessions, &out->write_gbs);
 	if (r == 0)
-		r = fio_run(dir, "read", page_size, total, &out->read_gbs);
-	unlink(file);
+		r = fio_run(dir, "read", page_size, each, o->sessions, &out->read_gbs);
+	for (int i = 0; i < o->sessions; i++) {
+		snprintf(file, sizeof(file), "%s/spw.%d.0", dir, i);
+		unlink(file);
+	}
 	if (r == 0 && !o->json)
 		printf("  fio      %u MiB blocks: write %.2f GB/s, read %.2f GB/s\n", page_size >> 20, out->write_gbs,
 		       out->read_gbs);
@@ -275,16 +391,19 @@ static int fio_pass(const char *dir, const struct opts *o, uint32_t page_size, s
 
 
 static const char usage[] =
-	"usage: spillway-bench swap [--json] [--quick] [--dir PATH] [--gib N] [--pairs N] [--window N]\n"
+	"usage: spillway-bench swap [--json] [--quick] [--dir PATH] [--gib N] [--pairs N] [--window N] [--sessions N]\n"
 	"  --dir PATH   where the swap files and fio's file go (default /var/tmp)\n"
 	"  --gib N      tensor size per pass in GiB, region a quarter of it (default 2; --quick 0.5)\n"
 	"  --pairs N    spillway/fio pairs per page size (default 3; --quick 1)\n"
-	"  --window N   PINs the client keeps in flight (default 32)\n";
+	"  --window N   PINs the client keeps in flight (default 32)\n"
+	"  --sessions N sessions streaming at once, each 1/N of the bytes, against fio with\n"
+	"               N jobs (default 1; 1..64): aggregate rates and the slowest session's\n"
+	"               rate over the fastest's (fairness)\n";
 
 int bench_swap(int argc, char **argv)
 {
 	static const uint32_t page_sizes[] = { 1u << 20, 4u << 20 };
-	struct opts o = { .dir = "/var/tmp", .gib = 0, .pairs = 0, .window = 32 };
+	struct opts o = { .dir = "/var/tmp", .gib = 0, .pairs = 0, .window = 32, .sessions = 1 };
 	struct local_daemon d = { .pid = -1 };
 	char dir[PATH_MAX], cfg[PATH_MAX + 1024];
 	int rc = 1, r;
@@ -302,6 +421,8 @@ int bench_swap(int argc, char **argv)
 			o.pairs = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--window") && i + 1 < argc)
 			o.window = (unsigned)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--sessions") && i + 1 < argc)
+			o.sessions = atoi(argv[++i]);
 		else
 			return bench_usage(usage, argv[i]);
 	}
@@ -309,8 +430,9 @@ int bench_swap(int argc, char **argv)
 		o.gib = o.quick ? 0.5 : 2.0;
 	if (o.pairs <= 0)
 		o.pairs = o.quick ? 1 : 3;
-	if (o.window == 0 || o.window > 256 || o.pairs > 64 || o.gib < 0.0625 || o.gib > 64) {
-		fprintf(stderr, "bench swap: --window 1..256, --pairs 1..64, --gib 0.0625..64\n");
+	if (o.window == 0 || o.window > 256 || o.pairs > 64 || o.gib < 0.0625 || o.gib > 64 || o.sessions < 1 ||
+	    o.sessions > 64) {
+		fprintf(stderr, "bench swap: --window 1..256, --pairs 1..64, --gib 0.0625..64, --sessions 1..64\n");
 		return 2;
 	}
 	snprintf(dir, sizeof(dir), "%s/spw-bench-swap-XXXXXX", o.dir);
@@ -339,7 +461,7 @@ int bench_swap(int argc, char **argv)
 		printf("swap: %.2f GiB per pass, region %.2f GiB, %d pairs, window %u, queue depth %u, dir %s\n", o.gib,
 		       o.gib / 4, o.pairs, o.window, DEPTH, dir);
 	for (size_t k = 0; k < sizeof(page_sizes) / sizeof(page_sizes[0]); k++) {
-		double sw[64], sr[64], fw[64], fr[64], wr[64], rr[64], cpu = 0, gb = 0;
+		double sw[64], sr[64], fw[64], fr[64], wr[64], rr[64], wf[64], rf[64], cpu = 0, gb = 0;
 
 		for (int i = 0; i < o.pairs; i++) {
 			struct pass s = { 0 }, f = { 0 };
@@ -357,15 +479,20 @@ int bench_swap(int argc, char **argv)
 			fr[i] = f.read_gbs;
 			wr[i] = f.write_gbs > 0 ? s.write_gbs / f.write_gbs : 0;
 			rr[i] = f.read_gbs > 0 ? s.read_gbs / f.read_gbs : 0;
+			wf[i] = s.write_fairness;
+			rf[i] = s.read_fairness;
 			cpu += s.cpu_s;
 			gb += s.bytes / 1e9;
 		}
 		if (o.json)
-			printf("{\"bench\":\"swap\",\"page_bytes\":%u,\"gbytes_per_pass\":%.3f,\"pairs\":%d,\"window\":%u,"
-			       "\"queue_depth\":%u,\"write_gbytes_per_s\":%.3f,\"read_gbytes_per_s\":%.3f,"
+			printf("{\"bench\":\"swap\",\"page_bytes\":%u,\"gbytes_per_pass\":%.3f,\"sessions\":%d,\"pairs\":%d,"
+			       "\"window\":%u,\"queue_depth\":%u,\"write_fairness\":%.3f,\"read_fairness\":%.3f,"
+			       "\"write_gbytes_per_s\":%.3f,\"read_gbytes_per_s\":%.3f,"
 			       "\"fio_write_gbytes_per_s\":%.3f,\"fio_read_gbytes_per_s\":%.3f,\"write_ratio\":%.3f,"
 			       "\"read_ratio\":%.3f,\"daemon_cpu_s_per_gbyte\":%.4f}\n",
-			       page_sizes[k], o.gib * 1.073741824, o.pairs, o.window, DEPTH, bench_median(sw, (size_t)o.pairs),
+			       page_sizes[k], o.gib * 1.073741824, o.sessions, o.pairs, o.window, DEPTH,
+			       o.sessions > 1 ? bench_median(wf, (size_t)o.pairs) : 1.0,
+			       o.sessions > 1 ? bench_median(rf, (size_t)o.pairs) : 1.0, bench_median(sw, (size_t)o.pairs),
 			       bench_median(sr, (size_t)o.pairs), bench_median(fw, (size_t)o.pairs),
 			       bench_median(fr, (size_t)o.pairs), bench_median(wr, (size_t)o.pairs),
 			       bench_median(rr, (size_t)o.pairs), gb > 0 ? cpu / gb : 0);

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
+#include "pager.h"
 #include "region.h"
 #include "session.h"
 #include "spw-proto.h"
@@ -339,8 +340,11 @@ static void on_uring(uv_poll_t *h, int status, int events)
 	struct daemon *d = h->data;
 
 	/* Completions post CQEs and ring client doorbells from in here. */
-	if (uring_reap(d->uring))
+	if (uring_reap(d->uring)) {
 		dataplane_log_tier_errors(d);
+		/* Room again: the sessions whose write-behind found none. */
+		pager_room_kick();
+	}
 	if (d->stopping && !session_draining())
 		drain_end(d);
 	(void)status;

@@ -116,6 +116,10 @@ struct pager {
 	struct swap *swap;
 	int bufreg;
 	struct uring_owner owner; /* this session's turn in the shared ring */
+	/* Background writes deferred because the shared ring was full: on
+	 * the list pager_room_kick() pumps once it has room again. */
+	struct pager *room_next;
+	bool room_wait;
 
 	struct pslot *slots;
 	uint32_t *free_slots, nfree;
@@ -239,6 +243,8 @@ void pager_io_write(struct pager *p, struct ppage *pg);
 
 /* pager-sched.c */
 void pager_sched_pump(struct pager *p, bool serve);
+/* Takes p off the room-wait list (it is going away). */
+void pager_room_forget(struct pager *p);
 
 /* pager-flush.c */
 void pager_flush_progress(struct pager *p);

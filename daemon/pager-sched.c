@@ -114,6 +114,61 @@ static void prefetch_ahead(struct pager *p)
 	}
 }
 
+/* Pagers whose write-behind found the shared ring full. Another session's
+ * completion frees the room, and that completion pumps only its own
+ * pager: without this list the deferred writes would wait for this
+ * session's next operation, which may never come (a trainer between
+ * steps), and its dirty pages would sit in their slots. One loop thread:
+ * no lock. */
+static struct pager *room_head, *room_tail;
+
+static void room_wait(struct pager *p)
+{
+	if (p->room_wait)
+		return;
+	p->room_wait = true;
+	p->room_next = NULL;
+	if (room_tail)
+		room_tail->room_next = p;
+	else
+		room_head = p;
+	room_tail = p;
+}
+
+void pager_room_forget(struct pager *p)
+{
+	struct pager **pp = &room_head, *prev = NULL;
+
+	if (!p->room_wait)
+		return;
+	while (*pp && *pp != p) {
+		prev = *pp;
+		pp = &(*pp)->room_next;
+	}
+	if (*pp)
+		*pp = p->room_next;
+	if (room_tail == p)
+		room_tail = prev;
+	p->room_wait = false;
+}
+
+void pager_room_kick(void)
+{
+	/* Those waiting now, in order; a pager that still finds no room
+	 * goes back on the list for the next kick. */
+	struct pager *p = room_head;
+
+	room_head = room_tail = NULL;
+	while (p) {
+		struct pager *next = p->room_next;
+
+		p->room_wait = false;
+		p->room_next = NULL;
+		pager_sched_pump(p, true);
+		p = next;
+	}
+}
+
 static void write_behind(struct pager *p)
 {
 	uint32_t depth = p->c.queue_depth, half = depth / 2 ? depth / 2 : 1;
@@ -127,8 +182,12 @@ static void write_behind(struct pager *p)
 	 * will wait for these writes anyway, so use all of it. */
 	uint32_t spare = p->nfree + p->nspare;
 
-	if (busy >= depth || !p->ndirty)
+	if (!p->ndirty)
 		return;
+	if (busy >= depth) {
+		room_wait(p);
+		return;
+	}
 	if (spare >= 2 * p->c.prefetch_window) {
 		if (p->nwriting >= half)
 			return;

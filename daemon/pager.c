@@ -608,6 +608,7 @@ static void destroy(struct pager *p)
 	void (*release)(void *) = p->release;
 	void *arg = p->release_arg;
 
+	pager_room_forget(p);
 	if (p->bufreg >= 0)
 		uring_buffer_unregister(p->c.uring, p->bufreg);
 	p->swap = swap_free(p->swap);

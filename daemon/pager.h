@@ -177,6 +177,11 @@ uint32_t pager_slots_unclaimed(const struct pager *p);
  * the page's stored error (FAILED). Pins count: each PIN needs an UNPIN. */
 int pager_pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_data);
 
+/* After the shared ring's completions were reaped (it has room again):
+ * pumps the pagers whose background writes found it full, in the order
+ * they found it so. The daemon calls it after every uring_reap(). */
+void pager_room_kick(void);
+
 /* PIN for overwrite: the caller rewrites the whole page, so a page on disk
  * (or never written) gets its slot with no read and no zeroing; the slot
  * holds stale bytes of this session's own region until the caller writes

@@ -148,8 +148,10 @@ static inline uint64_t fx_ud(struct fx *f)
 /* Waits (bounded) for ud's completion, reaping the ring. */
 static inline int32_t fx_wait(struct fx *f, uint64_t ud)
 {
-	for (int i = 0; i < 2000 && !f->done[ud]; i++)
+	for (int i = 0; i < 2000 && !f->done[ud]; i++) {
 		ASSERT_GE(uring_wait(f->u, 10), 0);
+		pager_room_kick(); /* as the daemon does after every reap */
+	}
 	if (!f->done[ud])
 		TEST_FAIL("completion %llu never came (ring busy %u)", (unsigned long long)ud, uring_busy(f->u));
 	return f->res[ud];
@@ -190,8 +192,10 @@ static inline int fx_flush(struct fx *f, struct pager *p)
 /* Lets the ring go quiet: every write-behind and read-ahead done. */
 static inline void fx_drain(struct fx *f)
 {
-	for (int i = 0; i < 2000 && uring_busy(f->u); i++)
+	for (int i = 0; i < 2000 && uring_busy(f->u); i++) {
 		ASSERT_GE(uring_wait(f->u, 10), 0);
+		pager_room_kick();
+	}
 	ASSERT_UEQ(uring_busy(f->u), 0);
 	if (f->p)
 		ASSERT_OK(pager_check(f->p));
