@@ -16,6 +16,7 @@
 #include "config.h"
 #include "control-conn.h"
 #include "daemon.h"
+#include "escape.h"
 #include "log.h"
 #include "region.h"
 #include "session.h"
@@ -453,6 +454,7 @@ static void do_detach(struct client *c)
 void control_handle_frame(struct client *c, const char *buf, uint32_t len)
 {
 	cJSON *msg = cJSON_ParseWithLength(buf, len);
+	char tname[ESCAPE_BUF(32)];
 	const cJSON *type;
 
 	if (!msg || !cJSON_IsObject(msg)) {
@@ -468,8 +470,10 @@ void control_handle_frame(struct client *c, const char *buf, uint32_t len)
 		do_hello(c, msg);
 		goto out;
 	}
+	/* The type is the client's text: one escaped line in log and reply. */
+	escape_text(type->valuestring, 32, tname, sizeof(tname));
 	if (!c->hello) {
-		control_reply_error(c, EPROTO, "\"%.32s\" before hello; send hello first", type->valuestring);
+		control_reply_error(c, EPROTO, "\"%s\" before hello; send hello first", tname);
 		goto out;
 	}
 	if (!strcmp(type->valuestring, SPW_MSG_ATTACH))
@@ -481,7 +485,7 @@ void control_handle_frame(struct client *c, const char *buf, uint32_t len)
 	else if (!strcmp(type->valuestring, SPW_MSG_DETACH))
 		do_detach(c);
 	else
-		control_reply_error(c, EOPNOTSUPP, "unknown message type \"%.32s\"", type->valuestring);
+		control_reply_error(c, EOPNOTSUPP, "unknown message type \"%s\"", tname);
 out:
 	cJSON_Delete(msg);
 }

@@ -84,6 +84,19 @@ static void test_messages(void)
 	snprintf(hello2, sizeof(hello2), "{\"type\":\"hello\",\"magic\":%u,\"major\":1,\"minor\":0}", SPW_PROTO_MAGIC);
 	expect_err(fd, hello2, EPROTO, "already said hello");
 	expect_err(fd, "{\"type\":\"shout\"}", EOPNOTSUPP, "unknown message type \"shout\"");
+	/* A type carrying a newline, a journald priority and an escape
+	 * sequence comes back (and goes to the log) as one escaped line. */
+	{
+		cJSON *r = raw_request(fd, "{\"type\":\"x\\n<3>forged\\u001b[2J\"}");
+		const char *m;
+
+		ASSERT_TRUE(r != NULL);
+		ASSERT_EQ(raw_reply_errno(r), -EOPNOTSUPP);
+		m = raw_reply_message(r);
+		ASSERT_TRUE(strchr(m, '\n') == NULL && strchr(m, '\x1b') == NULL);
+		ASSERT_CONTAINS(m, "x\\n<3>forged\\x1b[2J");
+		cJSON_Delete(r);
+	}
 	expect_err(fd, "{\"type\":\"detach\"}", ENOTCONN, NULL);
 	expect_err(fd, "{\"type\":\"unregister\",\"tensor\":0}", ENOTCONN, NULL);
 	/* Sizes that overflow or are not sizes at all. */
