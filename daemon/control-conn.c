@@ -22,9 +22,9 @@
 #include "daemon.h"
 #include "log.h"
 #include "session.h"
+#include "util/unixsock.h"
 
 #define FRAMES_PER_WAKEUP 16
-#define MAX_RX_FDS 16
 /* A payload buffer starts this small and doubles as bytes arrive, so a
  * header that claims 64 KiB costs nothing until 64 KiB come. */
 #define PAYLOAD_FIRST 4096u
@@ -106,36 +106,15 @@ void control_close_all(struct daemon *d)
 static int flush_tx(struct client *c)
 {
 	while (c->tx_off < c->tx_len) {
-		union {
-			char buf[CMSG_SPACE(sizeof(int) * SPW_PROTO_MAX_FDS)];
-			struct cmsghdr align;
-		} ctl;
 		struct iovec iov = { .iov_base = c->tx + c->tx_off, .iov_len = c->tx_len - c->tx_off };
-		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
-		ssize_t r;
+		ssize_t r = fd_sendmsg(c->fd, &iov, 1, c->tx_fds, c->tx_nfds, MSG_DONTWAIT);
 
-		if (c->tx_nfds) {
-			struct cmsghdr *cm;
-
-			memset(&ctl, 0, sizeof(ctl));
-			msg.msg_control = ctl.buf;
-			msg.msg_controllen = CMSG_SPACE(sizeof(int) * c->tx_nfds);
-			cm = CMSG_FIRSTHDR(&msg);
-			cm->cmsg_level = SOL_SOCKET;
-			cm->cmsg_type = SCM_RIGHTS;
-			cm->cmsg_len = CMSG_LEN(sizeof(int) * c->tx_nfds);
-			memcpy(CMSG_DATA(cm), c->tx_fds, sizeof(int) * c->tx_nfds);
+		if (r == -EAGAIN) {
+			control_client_watch(c);
+			return 0;
 		}
-		r = sendmsg(c->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN) {
-				control_client_watch(c);
-				return 0;
-			}
-			return -errno;
-		}
+		if (r < 0)
+			return (int)r;
 		/* The descriptors went with the first byte written. */
 		c->tx_nfds = 0;
 		c->tx_off += (size_t)r;
@@ -224,35 +203,16 @@ static void protocol_error(struct client *c, int err, const char *fmt, ...)
 }
 
 /* recv() that closes every descriptor a client attaches: the daemon never
- * takes descriptors from clients. */
+ * takes descriptors from clients. More than fit in the control buffer
+ * (util/unixsock.h) fail the read with -EPROTO, which ends the connection:
+ * none leaks either way. */
 static ssize_t recv_some(struct client *c, void *buf, size_t len)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * MAX_RX_FDS)];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { .iov_base = buf, .iov_len = len };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-			      .msg_controllen = sizeof(ctl.buf) };
-	ssize_t r;
+	unsigned closed = 0;
+	ssize_t r = fd_recvmsg(c->fd, buf, len, MSG_DONTWAIT, NULL, NULL, 0, &closed);
 
-	do
-		r = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-	while (r < 0 && errno == EINTR);
-	if (r < 0)
-		return -errno;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-			size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-			int fd;
-
-			for (size_t i = 0; i < n; i++) {
-				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-				close(fd);
-			}
-			log_debug("client %u: sent %zu descriptors; closed them", c->id, n);
-		}
-	}
+	if (closed)
+		log_debug("client %u: sent %u descriptors; closed them", c->id, closed);
 	return r;
 }
 

@@ -21,6 +21,7 @@
 #include "region.h"
 #include "session.h"
 #include "swap.h"
+#include "util/json.h"
 
 /* A non-negative integer field. Returns 1 when present and valid, 0 when
  * absent and optional, -EINVAL with a message otherwise. */
@@ -28,7 +29,6 @@ static int field_uint(const cJSON *msg, const char *type, const char *key, bool 
 		      uint64_t *out, char *err, size_t errlen)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(msg, key);
-	double x;
 
 	if (!v) {
 		if (!required)
@@ -40,13 +40,11 @@ static int field_uint(const cJSON *msg, const char *type, const char *key, bool 
 		snprintf(err, errlen, "%s: \"%s\" must be an integer", type, key);
 		return -EINVAL;
 	}
-	x = v->valuedouble;
-	if (!isfinite(x) || x < 0 || floor(x) != x || x > (double)max || x > 9007199254740992.0) {
-		snprintf(err, errlen, "%s: \"%s\" is %.17g; expected an integer from 0 to %llu", type, key, x,
-			 (unsigned long long)(max > 9007199254740992ull ? 9007199254740992ull : max));
+	if (json_uint(v, max, out) < 0) {
+		snprintf(err, errlen, "%s: \"%s\" is %.17g; expected an integer from 0 to %llu", type, key,
+			 v->valuedouble, (unsigned long long)(max > JSON_UINT_MAX ? JSON_UINT_MAX : max));
 		return -EINVAL;
 	}
-	*out = (uint64_t)x;
 	return 1;
 }
 

@@ -13,9 +13,9 @@
 
 #include "swap.h"
 #include "uring.h"
+#include "util/names.h"
+#include "util/bytes.h"
 
-#define SWAP_PREFIX "spillway-"
-#define SWAP_SUFFIX ".swap"
 
 struct swap_file {
 	char *path;
@@ -31,23 +31,6 @@ struct swap {
 	struct swap_file *files;
 };
 
-static const char *human(char *buf, size_t len, uint64_t n)
-{
-	static const char *const unit[] = { "bytes", "KiB", "MiB", "GiB", "TiB", "PiB" };
-	double v = (double)n;
-	unsigned i = 0;
-
-	while (v >= 1024.0 && i + 1 < sizeof(unit) / sizeof(unit[0])) {
-		v /= 1024.0;
-		i++;
-	}
-	if (i == 0)
-		snprintf(buf, len, "%llu bytes", (unsigned long long)n);
-	else
-		snprintf(buf, len, "%.1f %s (%llu bytes)", v, unit[i], (unsigned long long)n);
-	return buf;
-}
-
 int64_t swap_dir_used(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -57,11 +40,9 @@ int64_t swap_dir_used(const char *dir)
 	if (!d)
 		return -errno;
 	while ((de = readdir(d))) {
-		size_t n = strlen(de->d_name);
 		struct stat st;
 
-		if (strncmp(de->d_name, SWAP_PREFIX, strlen(SWAP_PREFIX)) ||
-		    n < strlen(SWAP_SUFFIX) || strcmp(de->d_name + n - strlen(SWAP_SUFFIX), SWAP_SUFFIX))
+		if (!swapfile_name_match(de->d_name))
 			continue;
 		/* Allocated blocks, not st_size: what the drive really gives up. */
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
@@ -69,21 +50,6 @@ int64_t swap_dir_used(const char *dir)
 	}
 	closedir(d);
 	return used;
-}
-
-/* Session names come from clients: keep file names to a harmless alphabet
- * and a bounded length. */
-static void safe_name(char *out, size_t len, const char *session)
-{
-	size_t i = 0;
-
-	for (; session[i] && i + 1 < len && i < 64; i++) {
-		char c = session[i];
-		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-			  c == '-' || c == '_' || (c == '.' && i > 0);
-		out[i] = ok ? c : '_';
-	}
-	out[i] = '\0';
 }
 
 static int check_space(const struct swap_dir *dir, const char *session, uint64_t need, char *err,
@@ -104,7 +70,7 @@ static int check_space(const struct swap_dir *dir, const char *session, uint64_t
 		snprintf(err, errlen,
 			 "swap dir %s: %s free, session '%s' needs %s there "
 			 "(free space on that drive, add a drive to swap.dirs, or attach with a smaller swap size)",
-			 dir->path, human(a, sizeof(a), avail), session, human(b, sizeof(b), need));
+			 dir->path, format_bytes_exact(avail, a, sizeof(a)), session, format_bytes_exact(need, b, sizeof(b)));
 		return -ENOSPC;
 	}
 	if (dir->max_bytes) {
@@ -117,8 +83,8 @@ static int check_space(const struct swap_dir *dir, const char *session, uint64_t
 				 "swap dir %s: max_bytes is %s and swap files already take %s, "
 				 "session '%s' needs %s more there (raise max_bytes for this dir in swap.dirs, "
 				 "add a drive, or attach with a smaller swap size)",
-				 dir->path, human(a, sizeof(a), dir->max_bytes), human(b, sizeof(b), (uint64_t)used),
-				 session, human(c, sizeof(c), need));
+				 dir->path, format_bytes_exact(dir->max_bytes, a, sizeof(a)),
+				 format_bytes_exact((uint64_t)used, b, sizeof(b)), session, format_bytes_exact(need, c, sizeof(c)));
 			return -ENOSPC;
 		}
 	}
@@ -129,12 +95,11 @@ static int create_file(struct swap *s, unsigned i, const struct swap_dir *dir, c
 		       uint64_t bytes, char *err, size_t errlen)
 {
 	struct swap_file *f = &s->files[i];
-	char safe[80], a[64];
+	char name[SWAPFILE_NAME_MAX], a[64];
 	size_t plen;
 	int r;
 
-	safe_name(safe, sizeof(safe), session);
-	plen = strlen(dir->path) + strlen(safe) + 64;
+	plen = strlen(dir->path) + 1 + SWAPFILE_NAME_MAX;
 	f->path = malloc(plen);
 	if (!f->path)
 		return -ENOMEM;
@@ -145,7 +110,7 @@ static int create_file(struct swap *s, unsigned i, const struct swap_dir *dir, c
 
 		if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
 			rnd = (uint32_t)getpid() * 2654435761u + (uint32_t)tries;
-		snprintf(f->path, plen, "%s/" SWAP_PREFIX "%s-%08x" SWAP_SUFFIX, dir->path, safe, rnd);
+		snprintf(f->path, plen, "%s/%s", dir->path, swapfile_name(name, sizeof(name), session, rnd));
 		f->fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (f->fd >= 0)
 			break;
@@ -176,7 +141,7 @@ static int create_file(struct swap *s, unsigned i, const struct swap_dir *dir, c
 				 dir->path);
 		else
 			snprintf(err, errlen, "swap dir %s: reserving %s for session '%s' failed: %s%s", dir->path,
-				 human(a, sizeof(a), bytes), session, strerror(-r),
+				 format_bytes_exact(bytes, a, sizeof(a)), session, strerror(-r),
 				 r == -ENOSPC ? " (free space on that drive or attach with a smaller swap size)" : "");
 		goto fail_unlink;
 	}

@@ -40,8 +40,11 @@ bool name_list_valid(const char *s, size_t max);
 #define SWAPFILE_PREFIX "spillway-"
 #define SWAPFILE_SUFFIX ".swap"
 
+/* The longest swap-file name, with its NUL: prefix, 64, '-', 8, suffix. */
+#define SWAPFILE_NAME_MAX 96
+
 /* Writes the file name (no directory) for session and tag into buf;
- * returns buf. 96 bytes always suffice. */
+ * returns buf. SWAPFILE_NAME_MAX bytes always suffice. */
 const char *swapfile_name(char *buf, size_t len, const char *session, uint32_t tag);
 
 /* True when a directory entry's name is a spillway swap file (of any
