@@ -33,23 +33,10 @@ struct swap {
 
 int64_t swap_dir_used(const char *dir)
 {
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	int64_t used = 0;
+	uint64_t n, bytes;
+	int r = swapfile_scan(dir, &n, &bytes);
 
-	if (!d)
-		return -errno;
-	while ((de = readdir(d))) {
-		struct stat st;
-
-		if (!swapfile_name_match(de->d_name))
-			continue;
-		/* Allocated blocks, not st_size: what the drive really gives up. */
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
-			used += (int64_t)st.st_blocks * 512;
-	}
-	closedir(d);
-	return used;
+	return r < 0 ? r : (int64_t)bytes;
 }
 
 static int check_space(const struct swap_dir *dir, const char *session, uint64_t need, char *err,

@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: MIT */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "util/names.h"
 
@@ -77,4 +81,26 @@ bool swapfile_name_match(const char *name)
 	size_t n = strlen(name), np = strlen(SWAPFILE_PREFIX), ns = strlen(SWAPFILE_SUFFIX);
 
 	return n >= np + ns && !strncmp(name, SWAPFILE_PREFIX, np) && !strcmp(name + n - ns, SWAPFILE_SUFFIX);
+}
+
+int swapfile_scan(const char *dir, uint64_t *count, uint64_t *bytes)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	*count = *bytes = 0;
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		struct stat st;
+
+		if (!swapfile_name_match(de->d_name))
+			continue;
+		(*count)++;
+		/* Allocated blocks, not st_size: what the drive really gives up. */
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+			*bytes += (uint64_t)st.st_blocks * 512;
+	}
+	closedir(d);
+	return 0;
 }

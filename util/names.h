@@ -51,4 +51,8 @@ const char *swapfile_name(char *buf, size_t len, const char *session, uint32_t t
  * session, from this daemon or an earlier one). */
 bool swapfile_name_match(const char *name);
 
+/* The swap files in dir: how many, and the bytes their blocks take on
+ * the drive. Returns 0 or -errno when dir cannot be read. */
+int swapfile_scan(const char *dir, uint64_t *count, uint64_t *bytes);
+
 #endif

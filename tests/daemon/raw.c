@@ -348,16 +348,10 @@ char *raw_read_file(const char *path)
 
 int raw_swap_files(const char *dir)
 {
-	DIR *dp = opendir(dir);
-	struct dirent *de;
-	int n = 0;
+	uint64_t n, bytes;
+	int r = swapfile_scan(dir, &n, &bytes);
 
-	if (!dp)
-		return -errno;
-	while ((de = readdir(dp)))
-		n += swapfile_name_match(de->d_name);
-	closedir(dp);
-	return n;
+	return r < 0 ? r : (int)n;
 }
 
 double raw_num(const cJSON *o, const char *path)
