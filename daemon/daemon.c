@@ -280,6 +280,8 @@ static int swap_remove_stale(struct daemon *d)
 			return r;
 		}
 		swap_lock_remove_stale(swap_locks[i]);
+		d->swap_dirs[i].fd = swap_lock_dirfd(swap_locks[i]);
+		d->swap_dirs[i].have_fd = true;
 	}
 	return 0;
 }

@@ -18,7 +18,9 @@
 
 
 struct swap_file {
-	char *path;
+	char *path;        /* for messages, and for removal without a dirfd */
+	const char *name;  /* inside path: the name within its directory */
+	int dirfd;         /* the locked directory's (not ours to close), or -1 */
 	int fd;
 	int index; /* uring file index, -1 until registered */
 };
@@ -78,6 +80,14 @@ static int check_space(const struct swap_dir *dir, const char *session, uint64_t
 	return 0;
 }
 
+static void remove_file(const struct swap_file *f)
+{
+	if (f->dirfd >= 0)
+		unlinkat(f->dirfd, f->name, 0);
+	else
+		unlink(f->path);
+}
+
 static int create_file(struct swap *s, unsigned i, const struct swap_dir *dir, const char *session,
 		       uint64_t bytes, char *err, size_t errlen)
 {
@@ -98,7 +108,11 @@ static int create_file(struct swap *s, unsigned i, const struct swap_dir *dir, c
 		if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
 			rnd = (uint32_t)getpid() * 2654435761u + (uint32_t)tries;
 		snprintf(f->path, plen, "%s/%s", dir->path, swapfile_name(name, sizeof(name), session, rnd));
-		f->fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		f->name = f->path + strlen(dir->path) + 1;
+		f->dirfd = dir->have_fd ? dir->fd : -1;
+		f->fd = f->dirfd >= 0 ?
+				openat(f->dirfd, f->name, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600) :
+				open(f->path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (f->fd >= 0)
 			break;
 		r = -errno;
@@ -108,7 +122,7 @@ static int create_file(struct swap *s, unsigned i, const struct swap_dir *dir, c
 			/* open(O_CREAT|O_DIRECT) fails with EINVAL only when the
 			 * filesystem has no direct I/O; see whether it made the
 			 * file anyway, and say what is wrong with the directory. */
-			unlink(f->path);
+			remove_file(f);
 			snprintf(err, errlen,
 				 "swap dir %s: the filesystem refuses O_DIRECT (tmpfs before Linux 6.6 does); "
 				 "put this swap.dirs entry on a filesystem on the NVMe drive",
@@ -145,7 +159,7 @@ static int create_file(struct swap *s, unsigned i, const struct swap_dir *dir, c
 fail_unlink:
 	close(f->fd);
 	f->fd = -1;
-	unlink(f->path);
+	remove_file(f);
 fail:
 	free(f->path);
 	f->path = NULL;
@@ -213,7 +227,7 @@ struct swap *swap_free(struct swap *s)
 		if (f->fd >= 0)
 			close(f->fd);
 		if (f->path)
-			unlink(f->path);
+			remove_file(f);
 		free(f->path);
 	}
 	free(s->files);

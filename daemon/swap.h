@@ -16,6 +16,7 @@
 #define SPW_DAEMON_SWAP_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 struct uring;
@@ -27,6 +28,11 @@ struct swap_dir {
 	 * together (every session's, measured from the files themselves);
 	 * 0 = only the filesystem's free space limits it. */
 	uint64_t max_bytes;
+	/* The directory as the daemon locked it (swap-lock.c), when it could:
+	 * swap files are made and removed through this descriptor, so a path
+	 * swapped for a symlink later leads nowhere else. Otherwise by path. */
+	bool have_fd;
+	int fd;
 };
 
 struct swap;

@@ -62,8 +62,8 @@ static void test_refusals(void)
 	fx_setup(&f, NULL, 2, PAGE, 1, 8);
 
 	/* max_bytes: the message names the dir, the cap, and what to change. */
-	d[0] = (struct swap_dir){ f.dir[0], 0 };
-	d[1] = (struct swap_dir){ f.dir[1], 4ull * PAGE };
+	d[0] = (struct swap_dir){ .path = f.dir[0], .max_bytes = 0 };
+	d[1] = (struct swap_dir){ .path = f.dir[1], .max_bytes = 4ull * PAGE };
 	ASSERT_EQ(swap_new(d, 2, "job/1", PAGE, 16ull * PAGE, f.u, err, sizeof(err), &s), -ENOSPC);
 	ASSERT_TRUE(s == NULL);
 	ASSERT_CONTAINS(err, f.dir[1]);
@@ -90,7 +90,7 @@ static void test_refusals(void)
 	ASSERT_CONTAINS(err, "bytes)");
 
 	/* A dir that does not exist. */
-	d[0] = (struct swap_dir){ "/var/tmp/spw-no-such-dir/x", 0 };
+	d[0] = (struct swap_dir){ .path = "/var/tmp/spw-no-such-dir/x", .max_bytes = 0 };
 	ASSERT_EQ(swap_new(d, 1, "job/3", PAGE, PAGE, f.u, err, sizeof(err), &s), -ENOENT);
 	ASSERT_CONTAINS(err, "/var/tmp/spw-no-such-dir/x");
 
@@ -102,7 +102,7 @@ static void test_refusals(void)
 		int r;
 
 		ASSERT_TRUE(mkdtemp(shm) != NULL);
-		d[0] = (struct swap_dir){ shm, 0 };
+		d[0] = (struct swap_dir){ .path = shm, .max_bytes = 0 };
 		r = swap_new(d, 1, "job/4", PAGE, PAGE, f.u, err, sizeof(err), &s);
 		if (r == -EINVAL) {
 			ASSERT_CONTAINS(err, shm);

@@ -57,7 +57,7 @@ static inline void fx_dirs(struct fx *f, unsigned ndirs)
 	for (unsigned i = 0; i < ndirs; i++) {
 		snprintf(f->dir[i], sizeof(f->dir[i]), "/var/tmp/spw-tier-XXXXXX");
 		ASSERT_TRUE(mkdtemp(f->dir[i]) != NULL);
-		f->sd[i] = (struct swap_dir){ f->dir[i], 0 };
+		f->sd[i] = (struct swap_dir){ .path = f->dir[i], .max_bytes = 0 };
 	}
 }
 
