@@ -96,6 +96,7 @@ static int set_defaults(struct perr *e, struct config *c)
 	c->limits_sessions_per_uid = CONFIG_DEFAULT_SESSIONS_PER_UID;
 	c->limits_connections_per_uid = CONFIG_DEFAULT_CONNECTIONS_PER_UID;
 	c->limits_hello_timeout_ms = CONFIG_DEFAULT_HELLO_TIMEOUT_MS;
+	c->limits_ring_ops_per_s = CONFIG_DEFAULT_RING_OPS_PER_S;
 	(void)e;
 	return 0;
 }

@@ -223,10 +223,32 @@ static uint32_t cq_free(const struct session *s)
 	return s->layout.cq_entries - (s->cq_tail - s->cq_head_seen);
 }
 
+/* Ring entries s may take now under limits.ring_ops_per_s (UINT32_MAX:
+ * no limit). The bucket holds at most 10 ms of the rate, so a trainer's
+ * bursts pass and a session that floods its ring gets its share of the
+ * daemon's time, not all of it. */
+static uint32_t ring_budget(struct session *s)
+{
+	uint64_t rate = s->d->cfg->limits_ring_ops_per_s, now, cap;
+
+	if (!rate)
+		return UINT32_MAX;
+	now = uv_hrtime();
+	cap = rate / 100 ? rate / 100 : 1;
+	if (s->tokens_ns == 0)
+		s->tokens = cap;
+	else
+		s->tokens += (now - s->tokens_ns) * rate / 1000000000u;
+	if (s->tokens > cap)
+		s->tokens = cap;
+	s->tokens_ns = now;
+	return s->tokens > UINT32_MAX ? UINT32_MAX : (uint32_t)s->tokens;
+}
+
 int dataplane_drain(struct session *s)
 {
 	const uint32_t sq_mask = s->layout.sq_entries - 1;
-	uint32_t tail, n = 0;
+	uint32_t tail, n = 0, budget;
 	int space;
 
 	/* Acquire: the entries up to tail were written before the client
@@ -243,7 +265,8 @@ int dataplane_drain(struct session *s)
 	 * all of them, so a completion never finds the CQ full. Completions
 	 * that run meanwhile (inside the pager calls) take one free entry and
 	 * one pending each, which keeps the difference. */
-	while (s->sq_head != tail && cq_free(s) > s->pending) {
+	budget = ring_budget(s);
+	while (s->sq_head != tail && cq_free(s) > s->pending && n < budget) {
 		const uint64_t *src = (const uint64_t *)&s->sqes[s->sq_head & sq_mask];
 		uint64_t w[sizeof(struct spw_sqe) / sizeof(uint64_t)];
 		struct spw_sqe sqe;
@@ -263,6 +286,14 @@ int dataplane_drain(struct session *s)
 		if (s->garbage > s->max_garbage)
 			return protocol_violation(s, "%u invalid ring entries without a valid one (session.max_garbage is %u)",
 						  s->garbage, s->max_garbage);
+	}
+	s->throttled = false;
+	if (budget != UINT32_MAX) {
+		s->tokens -= n;
+		if (n == budget && s->sq_head != tail) {
+			s->stats.throttled++;
+			s->throttled = true;
+		}
 	}
 	if (n == 0)
 		return 0;
@@ -311,8 +342,13 @@ static bool try_sleep(struct session *s)
 	tail = __atomic_load_n(&s->sqh->tail, __ATOMIC_ACQUIRE);
 	if (tail != s->sq_head) {
 		int space = cq_space(s);
+		/* Out of ring budget (less than a tenth of a refill left): sleep
+		 * like a full CQ and look again on the timer, rather than spin
+		 * on a session the limit holds back. */
+		uint64_t rate = d->cfg->limits_ring_ops_per_s;
+		bool held = rate && ring_budget(s) < (rate / 1000 ? rate / 1000 : 1);
 
-		if (space < 0 || (uint32_t)space > s->pending) {
+		if (!held && (space < 0 || (uint32_t)space > s->pending)) {
 			/* Work arrived (or the client broke the CQ: drain reports it). */
 			__atomic_store_n(&s->sqh->flags, 0, __ATOMIC_RELAXED);
 			return false;
@@ -342,9 +378,9 @@ void dataplane_idle_cb(uv_idle_t *h)
 			end_session(s);
 			continue;
 		}
-		if (n > 0)
+		if (n > 0 && !s->throttled)
 			s->last_active_ns = now;
-		else if (now - s->last_active_ns >= (s->poll ? window : 0) && !try_sleep(s))
+		else if ((s->throttled || now - s->last_active_ns >= (s->poll ? window : 0)) && !try_sleep(s))
 			s->last_active_ns = now;
 	}
 	if (list_empty(&d->polling))
@@ -361,7 +397,7 @@ static void wake(struct session *s)
 		end_session(s);
 		return;
 	}
-	if (!s->poll || s->d->cfg->ring_poll_us == 0)
+	if (!s->poll || s->d->cfg->ring_poll_us == 0 || s->throttled)
 		try_sleep(s);
 }
 

@@ -30,6 +30,7 @@ struct pager;
 
 struct ring_stats {
 	uint64_t ops, errors;
+	uint64_t throttled;     /* times the session used up its limits.ring_ops_per_s */
 	uint64_t by_op[SPW_OP__COUNT];
 };
 
@@ -88,6 +89,10 @@ struct session {
 	uint64_t last_active_ns;
 	uint32_t max_garbage;
 	uint32_t garbage;       /* invalid entries since the last valid one */
+	/* limits.ring_ops_per_s: a token bucket of ring entries, refilled
+	 * with time, at most 10 ms worth. */
+	uint64_t tokens, tokens_ns;
+	bool throttled;         /* the last drain stopped at the budget */
 	struct ring_stats stats;
 };
 

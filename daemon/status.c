@@ -211,6 +211,7 @@ static cJSON *session_json(const struct session *s)
 	ring = cJSON_AddObjectToObject(o, "ring");
 	cJSON_AddNumberToObject(ring, "ops", (double)s->stats.ops);
 	cJSON_AddNumberToObject(ring, "errors", (double)s->stats.errors);
+	cJSON_AddNumberToObject(ring, "throttled", (double)s->stats.throttled);
 	cJSON_AddNumberToObject(ring, "nop", (double)s->stats.by_op[SPW_OP_NOP]);
 	cJSON_AddNumberToObject(ring, "pin", (double)s->stats.by_op[SPW_OP_PIN]);
 	cJSON_AddNumberToObject(ring, "unpin", (double)s->stats.by_op[SPW_OP_UNPIN]);
