@@ -17,6 +17,7 @@
  *                  dynamic loss scale
  *   params.c       wait_params, parameter fetch and release, fetch order
  *   state-io.c     spw_optimizer_read / spw_optimizer_write
+ *   trace.c        the timeline (SPILLWAY_TRACE), spw_trace_flush
  *
  * Threads and who owns what:
  *
