@@ -67,6 +67,7 @@ void spw__opt_grad_arrived(void *arg)
 	struct job *j = arg;
 	spw_optimizer *o = j->o;
 
+	TRACE_JOB(o, SPW_TRACK_D2H, "d2h grad", j->t_d2h, j);
 	pthread_mutex_lock(&o->lock);
 	o->d2h_open--;
 	spw__opt_queue_locked(o, j);
@@ -79,6 +80,7 @@ static void params_arrived(void *arg)
 {
 	struct job *j = arg;
 
+	TRACE_JOB(j->o, SPW_TRACK_H2D, j->kind == JOB_FETCH ? "h2d fetch" : "h2d params", j->t_h2d, j);
 	hand_over(j->o, &j->o->h2d_head, j);
 }
 
@@ -243,6 +245,7 @@ static void kernels_done(spw_optimizer *o, struct job *j)
 		size_t bytes = ch->n * spw_dtype_size(j->cdt);
 
 		r = 0;
+		j->t_h2d = TRACE_NOW(o);
 		if (j->wait_free)
 			r = spw__stream_wait_event(o->dev, o->h2d, ch->t->free_ev);
 		if (r >= 0)

@@ -58,6 +58,12 @@ static void plan_ops(struct job *j)
 	j->nops = (unsigned)(op - j->ops);
 }
 
+/* Span names on the trace (trace.h), by job kind. */
+static const char *const kind_name[] = {
+	[JOB_ADAM] = "adam", [JOB_GRAD] = "grad", [JOB_GRAD_ADAM] = "grad+adam",
+	[JOB_ADAM_STORE] = "adam (store)", [JOB_FETCH] = "fetch cast",
+};
+
 static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 {
 	struct job *j = arg;
@@ -84,19 +90,24 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 	/* The last tile hands the job to the engine. The seq_cst decrement
 	 * orders every tile's stores before it, and the lock hand-off in
 	 * spw__opt_tiles_done() carries them to the engine. */
-	if (atomic_fetch_sub(&j->tiles_left, 1) == 1)
+	if (atomic_fetch_sub(&j->tiles_left, 1) == 1) {
+		TRACE_JOB(o, SPW_TRACK_KERNELS, kind_name[j->kind], j->t_kern, j);
 		spw__opt_tiles_done(j);
+	}
 }
 
 void spw__opt_start_kernels(spw_optimizer *o, struct job *j)
 {
 	size_t ntiles = (j->ch->n + TILE - 1) / TILE;
-	uint64_t dt = now_ns() - j->t_pin;
+	uint64_t now = now_ns(), dt = now - j->t_pin;
 
 	atomic_fetch_add_explicit(&o->st_pin_ns, dt, memory_order_relaxed);
 	atomic_fetch_add_explicit(&o->st_pins, j->npins, memory_order_relaxed);
 	if (dt < FAST_PIN_NS)
 		atomic_fetch_add_explicit(&o->st_fast_pins, j->npins, memory_order_relaxed);
+	TRACE_SPAN(o, SPW_TRACK_PIN, "pin wait", j->t_pin, now, (uint32_t)(j->ch->t - o->tensors), j->ch->index,
+		   UINT64_MAX);
+	j->t_kern = now;
 	memset(j->ch->partial, 0, ntiles * sizeof(double));
 	plan_ops(j);
 	atomic_store(&j->tiles_left, ntiles);

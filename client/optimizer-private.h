@@ -17,6 +17,7 @@
  *                  dynamic loss scale
  *   params.c       wait_params, parameter fetch and release, fetch order
  *   state-io.c     spw_optimizer_read / spw_optimizer_write
+ *   trace.c        the timeline (SPILLWAY_TRACE), spw_trace_flush
  *
  * Threads and who owns what:
  *
@@ -62,6 +63,7 @@
 #include "kernels.h"
 #include "pool.h"
 #include "step-policy.h"
+#include "trace.h"
 #include "util/clock.h"
 
 _Static_assert((int)SPW_TYPE_F32 == (int)SPW_DTYPE_F32 && (int)SPW_TYPE_BF16 == (int)SPW_DTYPE_BF16 &&
@@ -104,6 +106,7 @@ struct job {
 	uint32_t nhints;                /* fetch: PREFETCHes to send when admitted */
 	uint32_t hint_id[FETCH_HINTS], hint_page[FETCH_HINTS];
 	uint64_t t_pin;
+	uint64_t t_d2h, t_kern, t_h2d;     /* span starts, when tracing (trace.h) */
 	struct spw__kernel_op ops[3];   /* run in order on each tile (job-kernels.c) */
 	unsigned nops;
 	struct spw__pool_call call;
@@ -231,6 +234,9 @@ struct spw_optimizer {
 	_Atomic uint64_t st_steps, st_d2h, st_h2d, st_chunks, st_adam_ns, st_pin_ns, st_pins,
 		st_fast_pins, st_prefetches, st_fetches, st_fetch_bytes, st_fetch_hints;
 	atomic_int st_hints;
+
+	struct spw__trace *trace;       /* NULL: tracing off (trace.h) */
+	uint64_t t_step;                /* this step's begin, when tracing */
 
 	char errmsg[SPW__ERRMSG_MAX];
 };

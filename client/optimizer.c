@@ -237,6 +237,7 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	o->ring_cap = info.cq_entries < info.sq_entries ? info.cq_entries : info.sq_entries;
 	o->k = spw_kernels();
 	atomic_store(&o->st_hints, 1);
+	o->trace = spw__trace_from_env();
 	w = opts->window ? opts->window : DEFAULT_WINDOW;
 	/* Each chunk in flight pins up to 4 pages and uses 2 staging pages;
 	 * the ring must carry every pin of the window with room for hints. */
@@ -365,6 +366,9 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 	if (o->region_registered)
 		spw__host_unregister(o->dev, o->c->region);
 	o->dev = spw__device_close(o->dev);
+	/* Every span has ended (the pool, streams and engine are gone);
+	 * a write error reaches only spw_trace_flush()'s callers. */
+	spw__trace_free(o->trace);
 	for (i = 0; i < o->ntensors; i++) {
 		for (uint32_t k = 0; k < o->tensors[i].nchunks; k++)
 			free(o->tensors[i].chunks[k].partial);

@@ -97,6 +97,7 @@ SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float 
 	pthread_mutex_unlock(&o->lock);
 	spw__opt_wake(o);
 	o->in_step = true;
+	o->t_step = TRACE_NOW(o);
 	o->started = true;
 	return 0;
 }
@@ -235,6 +236,7 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 		t->pending++;
 		pthread_mutex_unlock(&o->lock);
 
+		j->t_d2h = TRACE_NOW(o);
 		r = spw__memcpy_d2h_async(o->dev, (void *)j->sgrad,
 					  (const unsigned char *)grad + (ch->off - t->chunks[first].off) * es,
 					  ch->n * es, o->d2h);
@@ -424,6 +426,7 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 	out.clip_coef = coef;
 	out.skipped = skip;
 	out.next_loss_scale = o->dynamic ? o->dyn_scale.scale : o->loss_scale;
+	TRACE_SPAN(o, SPW_TRACK_TRAINER, "step", o->t_step, now_ns(), UINT32_MAX, UINT32_MAX, o->step);
 	o->in_step = false;
 	atomic_fetch_add_explicit(&o->st_steps, 1, memory_order_relaxed);
 	if (res)

@@ -9,6 +9,7 @@ The PyTorch optimizer lives in spillway.torch (OffloadAdamW); DeepSpeed
 configs are read by spillway.from_deepspeed_config().
 """
 import ctypes
+import errno
 import json
 import os
 
@@ -164,7 +165,7 @@ class Optimizer:
     def __init__(self, session, groups, mode="overlapped", tier="cpu", accumulation=1,
                  clip_coef=0.0, max_norm=0.0, window=0, threads=0, device=None,
                  dynamic_loss_scale=False, init_loss_scale=0.0, growth_interval=0,
-                 timeout_ms=0):
+                 timeout_ms=0, trace=None):
         lib = L.load()
         if session.owner is not None:
             raise ValueError("session %s already has an optimizer" % session.name)
@@ -190,7 +191,18 @@ class Optimizer:
                                           % L.library_path())
             opts.size = L.OPTIMIZER_OPTS_VER0
         o = ctypes.c_void_p()
-        r = lib.spw_optimizer_new(session.handle, ctypes.byref(opts), ctypes.byref(o))
+        # The library reads SPILLWAY_TRACE once, in spw_optimizer_new: set
+        # for that call only, so other optimizers keep the caller's value.
+        old = os.environ.get("SPILLWAY_TRACE")
+        if trace is not None:
+            os.environ["SPILLWAY_TRACE"] = os.fspath(trace)
+        try:
+            r = lib.spw_optimizer_new(session.handle, ctypes.byref(opts), ctypes.byref(o))
+        finally:
+            if trace is not None and old is None:
+                del os.environ["SPILLWAY_TRACE"]
+            elif trace is not None:
+                os.environ["SPILLWAY_TRACE"] = old
         if r < 0:
             raise SpillwayError(r, session.last_error(), "optimizer")
         self._o = o
@@ -277,6 +289,18 @@ class Optimizer:
         st = L.OptimizerStats(size=ctypes.sizeof(L.OptimizerStats))
         self._call(L.lib.spw_optimizer_stats(self._o, ctypes.byref(st)), "stats")
         return {n: getattr(st, n) for n, _ in L.OptimizerStats._fields_ if n not in ("size", "reserved")}
+
+    def trace_flush(self):
+        """Writes the timeline (SPILLWAY_TRACE or trace=) to its file now:
+        True, or False when tracing is off for this optimizer."""
+        if not L.has("spw_trace_flush"):
+            raise NotImplementedError("trace_flush needs a libspillway with spw_trace_flush (%s is older)"
+                                      % L.library_path())
+        r = L.lib.spw_trace_flush(self._o)
+        if r == -errno.ENODATA:
+            return False
+        self._call(r, "trace flush")
+        return True
 
     def close(self):
         """Frees the optimizer (its tensors are unregistered); the session's

@@ -154,6 +154,8 @@ _OPTIONAL = {
     "spw_optimizer_set_clip": (ctypes.c_int, [_vp, ctypes.c_float]),
     # int spw_optimizer_set_loss_scale(spw_optimizer *o, float loss_scale);
     "spw_optimizer_set_loss_scale": (ctypes.c_int, [_vp, ctypes.c_float]),
+    # The timeline (SPILLWAY_TRACE): int spw_trace_flush(spw_optimizer *o);
+    "spw_trace_flush": (ctypes.c_int, [_vp]),
 }
 
 _lib = None

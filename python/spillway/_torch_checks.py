@@ -70,3 +70,12 @@ def spw_name(idx, name):
     while ".." in s:
         s = s.replace("..", "._")
     return s
+
+
+def trace_flush(opt):
+    """OffloadAdamW.trace_flush(): writes the timeline (trace= or
+    $SPILLWAY_TRACE) to its file now. True, or False when tracing is off.
+    The file is also written when the optimizer is closed."""
+    if opt is None:
+        raise RuntimeError("trace_flush: nothing traced yet (the optimizer is built at its first step)")
+    return opt.trace_flush()

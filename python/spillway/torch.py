@@ -47,7 +47,7 @@ from . import Session, SpillwayError
 from . import _lib as L
 from ._torch_amp import AmpMixin
 from ._torch_checks import _TYPES, f32 as _f32, check_flags as _check_flags, \
-    check_hparams as _check_hparams, check_param as _check_param, spw_name
+    check_hparams as _check_hparams, check_param as _check_param, spw_name, trace_flush as _trace_flush
 from ._torch_state import LiveState, StateMixin
 
 __all__ = ["OffloadAdamW"]
@@ -114,10 +114,11 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                  max_grad_norm=None, accumulation_steps=1, loss_scale=None,
                  init_loss_scale=65536.0, growth_interval=2000, session=None, socket=None,
                  clip_coef=None, data_parallel_group=None, timeout=None, page_size=None,
-                 region_bytes=None, window=0, threads=0):
+                 region_bytes=None, window=0, threads=0, trace=None):
         self._live_state = LiveState(self)
         self._built = False
         self._opt = None
+        self._trace = trace
         self._entries = []
         self._by_id = {}
         self._names = {}
@@ -336,7 +337,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                             dynamic_loss_scale=self._dynamic, init_loss_scale=self._scale,
                             growth_interval=self._growth_interval if self._dynamic else 0,
                             window=self._window, threads=self._threads, device=device,
-                            timeout_ms=self._timeout_ms())
+                            timeout_ms=self._timeout_ms(), trace=self._trace)
         try:
             idx = {e: i for i, e in enumerate(entries)}
             # Backward produces the last layers' gradients first.
@@ -739,6 +740,9 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     def stats(self):
         """libspillway's counters (spw_optimizer_stats) as a dict."""
         return self._opt.stats()
+
+    def trace_flush(self):
+        return _trace_flush(self._opt)
 
     @property
     def session(self):

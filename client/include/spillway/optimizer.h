@@ -458,6 +458,15 @@ struct spw_optimizer_stats {
  * -E2BIG when st->size is over 4096. */
 SPW_EXPORT int spw_optimizer_stats(spw_optimizer *o, struct spw_optimizer_stats *st);
 
+/* Tracing: with SPILLWAY_TRACE=path.json in the environment when
+ * spw_optimizer_new() runs, the optimizer records a timeline (steps,
+ * gradient copies, pin waits, kernels, parameter copies) as Chrome
+ * trace-event JSON, keeping the last SPILLWAY_TRACE_EVENTS events (default
+ * 200000), written to path at spw_optimizer_free() and by this call
+ * (through path.tmp, renamed). Returns 0, -EINVAL when o is NULL, -ENODATA
+ * when tracing is off, or the write's -errno. */
+SPW_EXPORT int spw_trace_flush(spw_optimizer *o);
+
 #ifdef __cplusplus
 }
 #endif

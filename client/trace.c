@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client/trace.c: the optimizer's timeline as Chrome trace-event JSON
+ * (https://ui.perfetto.dev or chrome://tracing open it). Spans are "X"
+ * (complete) events in microseconds of CLOCK_MONOTONIC (now_ns), the clock
+ * the daemon uses too, so its spans can join these later. Memory is fixed:
+ * a ring of SPILLWAY_TRACE_EVENTS events (default 200000), the oldest
+ * overwritten, so a long run keeps its last steps.
+ *
+ * Lanes: spans of one kind overlap (a window of jobs is in flight at once)
+ * and a viewer draws only nested spans on one track, so each kind has
+ * lanes, and a span takes the first lane whose last span ended before it
+ * began. Spans are recorded when they end, so within a lane they follow
+ * each other and never overlap.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "optimizer-private.h"
+#include "trace.h"
+
+#define DEFAULT_EVENTS 200000u
+#define MAX_EVENTS (64u << 20)
+#define LANES 32u
+
+struct event {
+	const char *name;
+	uint64_t t0, t1, step;
+	uint32_t tensor, chunk;
+	uint32_t tid;
+};
+
+struct spw__trace {
+	pthread_mutex_t lock;
+	char *path;
+	struct event *ev;
+	size_t cap, head, count;        /* head: the next slot written */
+	uint64_t lane_end[SPW_TRACK__N][LANES];
+	uint32_t lanes_used[SPW_TRACK__N];
+};
+
+static const char *const track_name[SPW_TRACK__N] = {
+	[SPW_TRACK_TRAINER] = "trainer: steps",
+	[SPW_TRACK_D2H] = "d2h: gradient copies",
+	[SPW_TRACK_PIN] = "engine: pin waits",
+	[SPW_TRACK_KERNELS] = "pool: job kernels",
+	[SPW_TRACK_H2D] = "h2d: parameter copies",
+};
+
+static uint32_t tid_of(unsigned track, unsigned lane)
+{
+	return (uint32_t)(track + 1) * 100u + lane;
+}
+
+struct spw__trace *spw__trace_from_env(void)
+{
+	const char *path = getenv("SPILLWAY_TRACE");
+	const char *n = getenv("SPILLWAY_TRACE_EVENTS");
+	size_t cap = DEFAULT_EVENTS;
+	struct spw__trace *t;
+
+	if (!path || !*path)
+		return NULL;
+	if (n && *n) {
+		char *end;
+		unsigned long v = strtoul(n, &end, 10);
+
+		/* Anything unusable keeps the default: no logging here. */
+		if (!*end && v > 0 && v <= MAX_EVENTS)
+			cap = v;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	t->path = strdup(path);
+	t->ev = calloc(cap, sizeof(*t->ev));
+	if (!t->path || !t->ev) {
+		free(t->path);
+		free(t->ev);
+		free(t);
+		return NULL;
+	}
+	t->cap = cap;
+	pthread_mutex_init(&t->lock, NULL);
+	return t;
+}
+
+void spw__trace_span(struct spw__trace *t, enum spw__trace_track track, const char *name, uint64_t t0,
+		     uint64_t t1, uint32_t tensor, uint32_t chunk, uint64_t step)
+{
+	unsigned lane;
+	struct event *e;
+
+	if (t1 < t0)
+		t1 = t0;
+	pthread_mutex_lock(&t->lock);
+	for (lane = 0; lane < LANES - 1; lane++)
+		if (t->lane_end[track][lane] <= t0)
+			break;
+	t->lane_end[track][lane] = t1;
+	if (lane + 1 > t->lanes_used[track])
+		t->lanes_used[track] = lane + 1;
+	e = &t->ev[t->head];
+	*e = (struct event){ .name = name, .t0 = t0, .t1 = t1, .step = step, .tensor = tensor, .chunk = chunk,
+			     .tid = tid_of(track, lane) };
+	t->head = (t->head + 1) % t->cap;
+	if (t->count < t->cap)
+		t->count++;
+	pthread_mutex_unlock(&t->lock);
+}
+
+static void put_event(FILE *f, const struct event *e, int pid, bool first)
+{
+	fprintf(f, "%s\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"spillway\",\"pid\":%d,\"tid\":%u,"
+		"\"ts\":%.3f,\"dur\":%.3f,\"args\":{",
+		first ? "" : ",", e->name, pid, e->tid, (double)e->t0 / 1e3, (double)(e->t1 - e->t0) / 1e3);
+	if (e->step != UINT64_MAX)
+		fprintf(f, "\"step\":%ju", (uintmax_t)e->step);
+	else
+		fprintf(f, "\"tensor\":%u,\"chunk\":%u", e->tensor, e->chunk);
+	fputs("}}", f);
+}
+
+/* Writes the snapshot; 0 or -errno. */
+static int write_file(const char *tmp, const struct event *ev, size_t count, const uint32_t *lanes)
+{
+	int pid = (int)getpid();
+	bool first = true;
+	FILE *f = fopen(tmp, "w");
+	int r = 0;
+
+	if (!f)
+		return -errno;
+	fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", f);
+	fprintf(f, "\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,"
+		"\"args\":{\"name\":\"spillway client\"}}", pid);
+	first = false;
+	for (unsigned k = 0; k < SPW_TRACK__N; k++)
+		for (unsigned l = 0; l < lanes[k]; l++) {
+			fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%u,"
+				"\"args\":{\"name\":\"%s %u\"}}", pid, tid_of(k, l), track_name[k], l);
+			fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%u,"
+				"\"args\":{\"sort_index\":%u}}", pid, tid_of(k, l), tid_of(k, l));
+		}
+	for (size_t i = 0; i < count; i++)
+		put_event(f, &ev[i], pid, first);
+	fputs("\n]}\n", f);
+	if (ferror(f))
+		r = -EIO;
+	if (fflush(f) != 0 && r == 0)
+		r = -errno;
+	if (fsync(fileno(f)) != 0 && r == 0)
+		r = -errno;
+	if (fclose(f) != 0 && r == 0)
+		r = -errno;
+	return r;
+}
+
+int spw__trace_write(struct spw__trace *t)
+{
+	uint32_t lanes[SPW_TRACK__N];
+	struct event *snap;
+	size_t count, start;
+	char *tmp;
+	int r;
+
+	if (asprintf(&tmp, "%s.tmp", t->path) < 0)
+		return -ENOMEM;
+	/* A copy, so hooks wait only for a memcpy, never for the disk. */
+	pthread_mutex_lock(&t->lock);
+	count = t->count;
+	snap = malloc((count ? count : 1) * sizeof(*snap));
+	if (snap) {
+		start = (t->head + t->cap - count) % t->cap;
+		for (size_t i = 0; i < count; i++)
+			snap[i] = t->ev[(start + i) % t->cap];
+		memcpy(lanes, t->lanes_used, sizeof(lanes));
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (!snap) {
+		free(tmp);
+		return -ENOMEM;
+	}
+	r = write_file(tmp, snap, count, lanes);
+	if (r == 0 && rename(tmp, t->path) != 0)
+		r = -errno;
+	if (r < 0)
+		unlink(tmp);
+	free(snap);
+	free(tmp);
+	return r;
+}
+
+int spw__trace_free(struct spw__trace *t)
+{
+	int r;
+
+	if (!t)
+		return 0;
+	r = spw__trace_write(t);
+	pthread_mutex_destroy(&t->lock);
+	free(t->ev);
+	free(t->path);
+	free(t);
+	return r;
+}
+
+SPW_EXPORT int spw_trace_flush(spw_optimizer *o)
+{
+	if (!o)
+		return -EINVAL;
+	if (!o->trace)
+		return -ENODATA;
+	return spw__trace_write(o->trace);
+}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client/trace.h: the optimizer's timeline, a Chrome trace-event recorder
+ * (SPILLWAY_TRACE=path.json). Off, it costs one pointer test per hook
+ * (TRACE_ON); on, each span is a short append under a mutex into a fixed
+ * ring of events, the oldest overwritten when it is full, written out as
+ * JSON by spw_trace_flush() and at spw_optimizer_free().
+ */
+#ifndef SPW_CLIENT_TRACE_H
+#define SPW_CLIENT_TRACE_H
+
+#include <stdint.h>
+
+struct spw__trace;
+
+/* Tracks: each kind of span has its own set of lanes (tids), so spans that
+ * overlap in time (jobs in flight at once) never share a lane. */
+enum spw__trace_track {
+	SPW_TRACK_TRAINER,      /* steps */
+	SPW_TRACK_D2H,          /* gradient copies, queued .. arrived */
+	SPW_TRACK_PIN,          /* the engine's pin waits, PIN submit .. all back */
+	SPW_TRACK_KERNELS,      /* a job's kernels on the pool, first .. last tile */
+	SPW_TRACK_H2D,          /* parameter copies, queued .. arrived */
+	SPW_TRACK__N,
+};
+
+/* A trace recorder when SPILLWAY_TRACE names a file, else NULL (also when
+ * memory is short: tracing is a diagnostic, never a reason to fail). */
+struct spw__trace *spw__trace_from_env(void);
+
+/* Records one complete span [t0, t1] (now_ns() clock) named name (a
+ * string literal) on track; tensor and chunk go to its args (UINT32_MAX:
+ * none); step is the optimizer's step number (UINT64_MAX: none). */
+void spw__trace_span(struct spw__trace *t, enum spw__trace_track track, const char *name, uint64_t t0,
+		     uint64_t t1, uint32_t tensor, uint32_t chunk, uint64_t step);
+
+/* Writes the events held to the file (path.tmp, then renamed): 0 or -errno. */
+int spw__trace_write(struct spw__trace *t);
+
+/* Writes and frees; the write's result. NULL: 0. */
+int spw__trace_free(struct spw__trace *t);
+
+/* A span only when tracing is on: the one test a hook costs when off. */
+#define TRACE_SPAN(o, ...)                                              \
+	do {                                                            \
+		if ((o)->trace)                                         \
+			spw__trace_span((o)->trace, __VA_ARGS__);       \
+	} while (0)
+
+/* A job's span [t0, now] with its tensor (the optimizer's index) and chunk. */
+#define TRACE_JOB(o, track, name, t0, j)                                                        \
+	TRACE_SPAN(o, track, name, t0, now_ns(), (uint32_t)((j)->ch->t - (o)->tensors), (j)->ch->index, \
+		   UINT64_MAX)
+
+/* A timestamp only when tracing is on. */
+#define TRACE_NOW(o) ((o)->trace ? now_ns() : 0)
+
+#endif

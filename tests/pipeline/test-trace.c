@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test-trace: the optimizer's timeline (SPILLWAY_TRACE, client/trace.c).
+ *   off    without SPILLWAY_TRACE no file is written and spw_trace_flush()
+ *          says -ENODATA (-EINVAL for NULL)
+ *   on     a few overlapped steps over two tensors of several chunks: the
+ *          file is JSON with a traceEvents array; every X event is well
+ *          formed; the step spans follow each other; and for every chunk
+ *          the i-th D2H copy ends before the i-th kernel span starts, which
+ *          ends before the i-th H2D copy starts (causal order)
+ *   ring   SPILLWAY_TRACE_EVENTS=10: exactly the last 10 spans are kept
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <spillway/spillway.h>
+
+#include "harness.h"
+#include "pipeline-fixture.h"
+#include "test.h"
+
+#define N (5 * (PAGE / 4))
+#define STEPS 3
+#define MAXCH 8
+
+static float init[2][N], dev[2][N], g[2][N];
+
+/* Runs STEPS overlapped steps over two tensors, flushing after the first
+ * when flush_rc says what flush should return; frees the optimizer. */
+static void run(spw_client *c, int flush_rc)
+{
+	static const struct spw_param_group group = {
+		.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+	};
+	struct spw_optimizer_opts oo = {
+		.size = sizeof(oo), .mode = SPW_OPT_OVERLAPPED, .tier = SPW_TENSOR_RESIDENT, .groups = &group,
+		.ngroups = 1, .threads = 2, .window = 2, .device = "host",
+	};
+	spw_optimizer *o;
+	uint32_t id[2];
+
+	for (size_t i = 0; i < N; i++) {
+		init[0][i] = init[1][i] = (float)i * 1e-4f;
+		g[0][i] = g[1][i] = 0.01f;
+	}
+	ASSERT_OK(spw_optimizer_new(c, &oo, &o));
+	ASSERT_OK(spw_optimizer_add(o, "a", 0, N, init[0], dev[0], SPW_TYPE_F32, &id[0]));
+	ASSERT_OK(spw_optimizer_add(o, "b", 0, N, init[1], dev[1], SPW_TYPE_F32, &id[1]));
+	for (uint64_t s = 1; s <= STEPS; s++) {
+		ASSERT_OK(spw_optimizer_begin(o, s, NULL, 0.0f));
+		for (int t = 1; t >= 0; t--)
+			ASSERT_OK(spw_optimizer_grad_ready(o, id[t], SPW_ALL_CHUNKS, g[t], sizeof(g[t]), SPW_TYPE_F32,
+							   NULL));
+		ASSERT_OK(spw_optimizer_end(o, NULL));
+		ASSERT_OK(spw_optimizer_sync(o));
+		if (s == 1)
+			ASSERT_EQ(spw_trace_flush(o), flush_rc);
+	}
+	spw_optimizer_free(o);
+}
+
+static cJSON *load(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	static char buf[8u << 20];
+	size_t n;
+	cJSON *root;
+
+	ASSERT_TRUE(f != NULL);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	ASSERT_TRUE(n < sizeof(buf) - 1);
+	buf[n] = 0;
+	root = cJSON_Parse(buf);
+	ASSERT_TRUE(root != NULL);
+	ASSERT_TRUE(cJSON_IsArray(cJSON_GetObjectItem(root, "traceEvents")));
+	return root;
+}
+
+static double num(const cJSON *e, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItem(e, k);
+
+	ASSERT_TRUE(cJSON_IsNumber(v));
+	return v->valuedouble;
+}
+
+/* Span lists per (tensor, chunk) and kind, in start order. */
+struct spans {
+	double ts[STEPS], end[STEPS];
+	int n;
+};
+
+static void add(struct spans *s, double ts, double end)
+{
+	int i;
+
+	ASSERT_LT(s->n, STEPS);
+	for (i = s->n++; i > 0 && s->ts[i - 1] > ts; i--) {
+		s->ts[i] = s->ts[i - 1];
+		s->end[i] = s->end[i - 1];
+	}
+	s->ts[i] = ts;
+	s->end[i] = end;
+}
+
+static void check_on(const char *path)
+{
+	static struct spans d2h[2][MAXCH], kern[2][MAXCH], h2d[2][MAXCH];
+	cJSON *root = load(path), *e;
+	double last_end = -1.0;
+	int steps = 0, names = 0, pins = 0, chunks = 0;
+
+	cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
+		const cJSON *ph = cJSON_GetObjectItem(e, "ph"), *name = cJSON_GetObjectItem(e, "name");
+		const cJSON *args = cJSON_GetObjectItem(e, "args");
+		double ts, dur;
+
+		ASSERT_TRUE(cJSON_IsString(ph) && cJSON_IsString(name));
+		num(e, "pid");
+		num(e, "tid");
+		if (!strcmp(ph->valuestring, "M")) {
+			names += !strcmp(name->valuestring, "thread_name");
+			continue;
+		}
+		ASSERT_STREQ(ph->valuestring, "X");
+		ts = num(e, "ts");
+		dur = num(e, "dur");
+		ASSERT_TRUE(dur >= 0.0 && ts > 0.0);
+		ASSERT_TRUE(cJSON_IsObject(args));
+		if (!strcmp(name->valuestring, "step")) {
+			/* Recorded at each step's end, so in file order. */
+			ASSERT_TRUE(ts >= last_end);
+			ASSERT_EQ((int)num(args, "step"), steps + 1);
+			last_end = ts + dur;
+			steps++;
+			continue;
+		}
+		int t = (int)num(args, "tensor"), k = (int)num(args, "chunk");
+
+		ASSERT_TRUE(t >= 0 && t < 2 && k >= 0 && k < MAXCH);
+		if (!strcmp(name->valuestring, "d2h grad"))
+			add(&d2h[t][k], ts, ts + dur);
+		else if (!strcmp(name->valuestring, "adam"))
+			add(&kern[t][k], ts, ts + dur);
+		else if (!strcmp(name->valuestring, "h2d params"))
+			add(&h2d[t][k], ts, ts + dur);
+		else if (!strcmp(name->valuestring, "pin wait"))
+			pins++;
+		else
+			ASSERT_STREQ(name->valuestring, "a span this test knows");
+	}
+	ASSERT_EQ(steps, STEPS);
+	ASSERT_GE(names, 5);    /* one lane at least per track */
+	ASSERT_EQ(pins, 2 * 5 * STEPS);
+	for (int t = 0; t < 2; t++)
+		for (int k = 0; k < MAXCH; k++) {
+			ASSERT_EQ(d2h[t][k].n, k < 5 ? STEPS : 0);
+			ASSERT_EQ(kern[t][k].n, d2h[t][k].n);
+			ASSERT_EQ(h2d[t][k].n, d2h[t][k].n);
+			for (int i = 0; i < d2h[t][k].n; i++) {
+				ASSERT_TRUE(d2h[t][k].end[i] <= kern[t][k].ts[i]);
+				ASSERT_TRUE(kern[t][k].end[i] <= h2d[t][k].ts[i]);
+				chunks++;
+			}
+		}
+	ASSERT_EQ(chunks, 2 * 5 * STEPS);
+	cJSON_Delete(root);
+}
+
+static void check_ring(const char *path)
+{
+	cJSON *root = load(path), *e;
+	int x = 0, last_step = 0;
+
+	cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
+		const cJSON *name = cJSON_GetObjectItem(e, "name");
+
+		if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X"))
+			continue;
+		x++;
+		if (!strcmp(name->valuestring, "step"))
+			last_step = (int)num(cJSON_GetObjectItem(e, "args"), "step");
+	}
+	ASSERT_EQ(x, 10);
+	/* The last step ended after its gradients' copies and before the last
+	 * kernels: it is among the newest spans, the first steps are not. */
+	ASSERT_EQ(last_step, STEPS);
+	cJSON_Delete(root);
+}
+
+int main(void)
+{
+	char dir[] = "/tmp/spw-trace-XXXXXX", path[64], tmp[80];
+	struct spw_test_daemon d;
+	spw_client *c;
+
+	if (!getenv("SPILLWAYD"))
+		SKIP("spillwayd was not built ($SPILLWAYD unset)");
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/t.json", dir);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	ASSERT_EQ(spw_trace_flush(NULL), -EINVAL);
+	ASSERT_OK(spw_test_daemon_start(&d, NULL));
+
+	unsetenv("SPILLWAY_TRACE");
+	c = connect_client(&d, "trace/0", 8u << 20);
+	run(c, -ENODATA);
+	spw_client_free(c);
+	ASSERT_TRUE(access(path, F_OK) != 0);
+
+	setenv("SPILLWAY_TRACE", path, 1);
+	c = connect_client(&d, "trace/1", 8u << 20);
+	run(c, 0);
+	spw_client_free(c);
+	ASSERT_TRUE(access(tmp, F_OK) != 0);
+	check_on(path);
+
+	setenv("SPILLWAY_TRACE_EVENTS", "10", 1);
+	c = connect_client(&d, "trace/2", 8u << 20);
+	run(c, 0);
+	spw_client_free(c);
+	check_ring(path);
+	unsetenv("SPILLWAY_TRACE_EVENTS");
+	unsetenv("SPILLWAY_TRACE");
+
+	unlink(path);
+	rmdir(dir);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	return 0;
+}
