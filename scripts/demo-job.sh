@@ -7,8 +7,10 @@
 # optimizer state; the region is 6 MiB (24%) of 1 MiB pages.
 
 demo_tier=swappable
-say "train: build-demo/examples/train-mlp --tier $demo_tier --region-bytes 6 MiB (state ~25 MiB)"
-build-demo/examples/train-mlp --steps 60 --batch 32 --hidden 1024 --layers 3 \
+# The optimizer's timeline (Chrome trace events), kept after the demo.
+demo_trace=/var/tmp/spillway-demo-trace.json
+say "train: SPILLWAY_TRACE=$demo_trace build-demo/examples/train-mlp --tier $demo_tier --region-bytes 6 MiB (state ~25 MiB)"
+SPILLWAY_TRACE=$demo_trace build-demo/examples/train-mlp --steps 60 --batch 32 --hidden 1024 --layers 3 \
 	--tier "$demo_tier" --region-bytes $((6 << 20)) --page-size $((1 << 20)) \
 	--every 5 --check 1.5 &
 demo_train_pid=$!
@@ -53,4 +55,12 @@ want = ("spillway_pool_bytes", "spillway_swap_read_bytes_total", "spillway_swap_
 for line in body.splitlines():
     if line.startswith(want):
         print("  " + line)
+PY
+
+say "trace: $demo_trace (open it in https://ui.perfetto.dev or chrome://tracing)"
+/usr/bin/python3 - "$demo_trace" <<'PY' || true
+import collections, json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+spans = collections.Counter(e["name"] for e in ev if e.get("ph") == "X")
+print("  %d spans: %s" % (sum(spans.values()), ", ".join("%s %d" % kv for kv in spans.most_common())))
 PY
