@@ -17,6 +17,7 @@
 #include <spillway/spillway.h>
 
 #include "harness.h"
+#include "session-figure.h"
 #include "test.h"
 
 #define MiB (1024ull * 1024ull)
@@ -52,25 +53,7 @@ static uint64_t info_swap(spw_client *c)
 /* The session's swap as the daemon's status document states it. */
 static double status_swap(const char *name)
 {
-	char *json = NULL;
-	cJSON *doc, *s;
-	double v = -1;
-
-	ASSERT_OK(spw_status_fetch(d.status, &json));
-	doc = cJSON_Parse(json);
-	ASSERT_TRUE(doc != NULL);
-	cJSON_ArrayForEach(s, cJSON_GetObjectItem(doc, "sessions")) {
-		const cJSON *n = cJSON_GetObjectItem(s, "name");
-
-		if (cJSON_IsString(n) && !strcmp(n->valuestring, name)) {
-			const cJSON *t = cJSON_GetObjectItem(s, "tier");
-
-			v = cJSON_GetObjectItem(t, "swap_bytes")->valuedouble;
-		}
-	}
-	cJSON_Delete(doc);
-	free(json);
-	return v;
+	return session_figure(d.status, name, "tier.swap_bytes");
 }
 
 /* Swap files in the swap dir whose name mentions tag. */

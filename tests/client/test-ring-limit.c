@@ -15,28 +15,13 @@
 
 #include "harness.h"
 #include "test.h"
-#include "util/json.h"
+#include "session-figure.h"
 
 #define OPS 4000
 
 static double throttled(const struct spw_test_daemon *d, const char *session)
 {
-	char *json = NULL;
-	cJSON *doc, *s;
-	double v = -1;
-
-	ASSERT_OK(spw_status_fetch(d->status, &json));
-	doc = cJSON_Parse(json);
-	ASSERT_TRUE(doc != NULL);
-	cJSON_ArrayForEach(s, cJSON_GetObjectItem(doc, "sessions")) {
-		const cJSON *n = cJSON_GetObjectItem(s, "name"), *t = json_path(s, "ring.throttled");
-
-		if (cJSON_IsString(n) && !strcmp(n->valuestring, session) && cJSON_IsNumber(t))
-			v = t->valuedouble;
-	}
-	cJSON_Delete(doc);
-	free(json);
-	return v;
+	return session_figure(d->status, session, "ring.throttled");
 }
 
 /* OPS NOPs kept in flight as fast as the ring takes them; each comes back

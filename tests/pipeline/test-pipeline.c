@@ -31,7 +31,7 @@
 #include "kernels.h"
 #include "mlp.h"
 #include "test.h"
-#include "util/json.h"
+#include "session-figure.h"
 
 #define CHUNK (PAGE / 4)
 #define TILE 16384u     /* the pool's tile: the norm is summed per tile */
@@ -284,28 +284,6 @@ static spw_optimizer *make_opt(spw_client *c, const struct run_cfg *rc, int *err
  * from's state (saved after step first - 1) as a resumed run would.
  * Returns 0, or -EOPNOTSUPP when the daemon refuses the tier.
  */
-/* The session's tier.overwrites in the daemon's status: PINs that got a
- * slot with no read because the page was about to be rewritten whole. */
-static double session_overwrites(const struct spw_test_daemon *d, const char *session)
-{
-	char *json = NULL;
-	cJSON *doc, *s;
-	double v = -1;
-
-	ASSERT_OK(spw_status_fetch(d->status, &json));
-	doc = cJSON_Parse(json);
-	ASSERT_TRUE(doc != NULL);
-	cJSON_ArrayForEach(s, cJSON_GetObjectItem(doc, "sessions")) {
-		const cJSON *n = cJSON_GetObjectItem(s, "name"), *ow = json_path(s, "tier.overwrites");
-
-		if (cJSON_IsString(n) && !strcmp(n->valuestring, session) && cJSON_IsNumber(ow))
-			v = ow->valuedouble;
-	}
-	cJSON_Delete(doc);
-	free(json);
-	return v;
-}
-
 static int run_spillway_from(const struct spw_test_daemon *d, const struct run_cfg *rc, int first,
 			     const struct run_out *from, struct run_out *out)
 {
@@ -374,7 +352,7 @@ static int run_spillway_from(const struct spw_test_daemon *d, const struct run_c
 	 * rewrites its pages whole, so on the NVMe tier they are pinned for
 	 * overwrite (no read), and the results above are still bit-exact. */
 	if (rc->mode == SPW_OPT_EXACT && rc->tier == SPW_TENSOR_SWAPPABLE)
-		ASSERT_TRUE(session_overwrites(d, "pipeline/0") >= (double)(rc->steps - first + 1));
+		ASSERT_TRUE(session_figure(d->status, "pipeline/0", "tier.overwrites") >= (double)(rc->steps - first + 1));
 	r = 0;
 	goto done;
 refused:
