@@ -81,8 +81,8 @@ static int check_ready(spw_client *c)
 }
 
 /* Queues one sqe and rings the doorbell if the daemon sleeps. */
-static int submit(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page,
-		  uint64_t user_data, bool sync)
+static int submit_arg(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page,
+		      uint64_t arg, uint64_t user_data, bool sync)
 {
 	struct spw__ring *r = &c->ring;
 	struct spw_sqe *sqe;
@@ -115,6 +115,7 @@ static int submit(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor,
 	sqe->flags = flags;
 	sqe->tensor = tensor;
 	sqe->page = page;
+	sqe->arg = arg;
 	sqe->user_data = (uint64_t)r->tags[idx].gen << 32 | idx;
 	r->sq_tail++;
 	/* Release: the sqe's contents become visible to the daemon no later
@@ -139,6 +140,12 @@ static int submit(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor,
 						       c->session, spw_strerror(-errno)));
 	}
 	return 0;
+}
+
+static int submit(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page,
+		  uint64_t user_data, bool sync)
+{
+	return submit_arg(c, opcode, flags, tensor, page, 0, user_data, sync);
 }
 
 SPW_EXPORT int spw_submit_nop(spw_client *c, uint64_t user_data)
@@ -522,6 +529,14 @@ int spw__submit_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor
 	if (!c)
 		return -EINVAL;
 	return submit(c, opcode, flags, tensor, page, user_data, false);
+}
+
+int spw__submit_mark(spw_client *c, uint8_t flags, uint64_t step, uint32_t scale_bits, uint32_t good,
+		     uint64_t user_data)
+{
+	if (!c)
+		return -EINVAL;
+	return submit_arg(c, SPW_OP_MARK, flags, scale_bits, good, step, user_data, false);
 }
 
 int spw__wait_ring(spw_client *c, int timeout_ms, int extra_fd)

@@ -21,6 +21,7 @@
 #include "control-conn.h"
 #include "daemon.h"
 #include "log.h"
+#include "persist.h"
 #include "session.h"
 #include "util/unixsock.h"
 
@@ -69,6 +70,9 @@ void control_client_close(struct client *c, const char *why)
 			 c->session->name, c->id, (unsigned)c->uid, (int)c->pid, why);
 		c->session->owner = NULL;
 		c->session = NULL;
+	} else if (c->session && persist_orphan(c->session, why)) {
+		c->session = NULL;
+		daemon_update_status(c->d);
 	} else if (c->session) {
 		log_info("detach %s: client %u (uid %u, pid %d) %s; released %s", c->session->name, c->id,
 			 (unsigned)c->uid, (int)c->pid, why, format_bytes(c->session->bytes, a, sizeof(a)));
