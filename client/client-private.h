@@ -109,6 +109,9 @@ int spw__submit_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor
  * carries the loss scale's bits and the good-step word. */
 int spw__submit_mark(spw_client *c, uint8_t flags, uint64_t step, uint32_t scale_bits, uint32_t good,
 		     uint64_t user_data);
+/* The same for an OPEN, waiting for the daemon's answer (the caller owns
+ * the ring). 0 or the error, described. */
+int spw__mark_sync(spw_client *c, uint8_t flags, uint64_t step);
 
 /* Sleeps until a completion is ready, extra_fd (>= 0) is readable, or
  * timeout_ms passes (< 0: no limit), watching for the daemon's hangup as

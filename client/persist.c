@@ -26,6 +26,13 @@ int spw__persist_init(spw_optimizer *o)
 	const struct spw_session_info *p = &o->c->persist;
 
 	o->persist.on = p->persistent;
+	/* A fresh optimizer's first writes (tensors, initial weights) are
+	 * step 1's: a trainer that dies before step 1 commits leaves a
+	 * session the daemon knows is not worth resuming. */
+	if (p->persistent && !p->reattached) {
+		o->persist.opened = 1;
+		return spw__mark_sync(o->c, SPW_MARK_OPEN, 1);
+	}
 	if (!p->reattached)
 		return 0;
 	if (p->step_open)
@@ -204,15 +211,11 @@ int spw__persist_open_write(spw_optimizer *o)
 	pthread_mutex_unlock(&o->lock);
 	if (step <= o->persist.opened)
 		return 0;
-	/* The engine is parked: its ring counters are ours until release. */
-	if (o->hints_inflight + o->ring_reserved + 1 > o->ring_cap)
-		return -EBUSY;
-	r = spw__submit_mark(o->c, SPW_MARK_OPEN, step, 0, 0, UD_MARK);
-	if (r < 0)
-		return r;
-	o->hints_inflight++;
-	o->persist.opened = step;
-	return 0;
+	/* The engine is parked: the ring is ours until release. */
+	r = spw__mark_sync(o->c, SPW_MARK_OPEN, step);
+	if (r == 0)
+		o->persist.opened = step;
+	return r;
 }
 
 bool spw__persist_open(spw_optimizer *o, const struct job *j)

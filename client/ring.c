@@ -412,9 +412,10 @@ static void park(struct spw__ring *r, const struct spw_completion *comp)
 /* Submits one operation and waits for its own completion, parking others
  * for spw_reap(). Returns 0 with the daemon's answer in *res, or the
  * library's own error (already described in the last-error message). */
-static int sync_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page, int32_t *res)
+static int sync_op_arg(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page, uint64_t arg,
+		       int32_t *res)
 {
-	int err = submit(c, opcode, flags, tensor, page, 0, true);
+	int err = submit_arg(c, opcode, flags, tensor, page, arg, 0, true);
 
 	if (err < 0)
 		return err;
@@ -455,6 +456,22 @@ static int sync_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor
 				return err;
 		}
 	}
+}
+
+static int sync_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page, int32_t *res)
+{
+	return sync_op_arg(c, opcode, flags, tensor, page, 0, res);
+}
+
+int spw__mark_sync(spw_client *c, uint8_t flags, uint64_t step)
+{
+	int32_t res = 0;
+	int r = sync_op_arg(c, SPW_OP_MARK, flags, 0, 0, step, &res);
+
+	if (r < 0)
+		return r;
+	return res < 0 ? spw__error(c, res, "session %s: marking step %llu: %s", c->session,
+				    (unsigned long long)step, spw_strerror(res)) : 0;
 }
 
 static int op_error(spw_client *c, const char *what, uint32_t tensor, uint32_t page, int res)

@@ -250,10 +250,11 @@ static void do_attach(struct client *c, const cJSON *msg)
 			    "(session names are owned per uid)", name);
 		return;
 	}
-	if (other && other->orphaned_ns && persistent && other->committed_step == 0) {
-		/* Nothing was committed: nothing worth resuming. The new
-		 * trainer starts from scratch on a new session. */
-		log_info("attach %s: the orphaned session never committed a step; released, and attached anew", name);
+	if (other && other->orphaned_ns && persistent && other->committed_step == 0 && other->opened_step > 0) {
+		/* Its optimizer began but never committed a step: nothing
+		 * worth resuming. The new trainer starts on a new session. */
+		log_info("attach %s: the orphaned session's optimizer never committed a step; released, and attached anew",
+			 name);
 		session_free(other);
 		other = NULL;
 	}
