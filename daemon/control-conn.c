@@ -9,6 +9,7 @@
  * requests themselves are handled in control.c.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +88,13 @@ void control_client_close(struct client *c, const char *why)
 	free(c->tx);
 	c->tx = NULL;
 	uv_close((uv_handle_t *)&c->poll, client_freed);
+}
+
+bool control_client_gone(const struct client *c)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLRDHUP };
+
+	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 static void timer_freed(uv_handle_t *h)

@@ -243,6 +243,17 @@ static void do_attach(struct client *c, const cJSON *msg)
 	/* Whole slots; bytes <= 2^53, so rounding up cannot overflow. */
 	bytes = (bytes + page_size - 1) / page_size * page_size;
 	other = session_find(d, name);
+	if (other && other->owner && other->owner != c && control_client_gone(other->owner)) {
+		/* Its trainer died a moment ago and the loop has not seen
+		 * the hang-up yet: a restarted trainer races it. */
+		control_client_close(other->owner, "disconnected");
+		other = session_find(d, name);
+	}
+	if (other && other->attaching && !other->owner) {
+		control_reply_error(c, EAGAIN, "attach %s: the session's last client left while its region was being set "
+			    "up; it is being released: attach again in a moment", name);
+		return;
+	}
 	if (other && other->uid != c->uid) {
 		/* Names belong to the uid that holds them; who that is stays
 		 * its business. */
@@ -250,9 +261,10 @@ static void do_attach(struct client *c, const cJSON *msg)
 			    "(session names are owned per uid)", name);
 		return;
 	}
-	if (other && other->orphaned_ns && persistent && other->committed_step == 0 && other->opened_step > 0) {
-		/* Its optimizer began but never committed a step: nothing
-		 * worth resuming. The new trainer starts on a new session. */
+	if (other && other->orphaned_ns && persistent && other->committed_step == 0 &&
+	    (other->opened_step > 0 || other->ntensors == 0)) {
+		/* Empty, or its optimizer began but never committed a step:
+		 * nothing worth resuming. The new trainer starts anew. */
 		log_info("attach %s: the orphaned session's optimizer never committed a step; released, and attached anew",
 			 name);
 		session_free(other);
