@@ -24,6 +24,7 @@
 #include "harness.h"
 #include "session-figure.h"
 #include "test.h"
+#include "util/command.h"
 
 #define MiB (1024ull * 1024ull)
 #define PAGE (1024u * 1024u)
@@ -273,6 +274,32 @@ static void test_drop_and_caps(void)
 	spw_client_free(c);
 }
 
+/* The operator's view: spillwayctl shows the orphan and its lease, and
+ * drops it. */
+static void test_ctl(void)
+{
+	static char out[65536];
+	const char *ctl = getenv("SPILLWAYCTL");
+	char cmd[1024];
+	int st;
+
+	ASSERT_TRUE(ctl != NULL);
+	trainer_dies("job/ctl", 8 * MiB, 600, 55);
+	snprintf(cmd, sizeof(cmd), "%s --socket-dir %s status 2>&1", ctl, d.dir);
+	st = command_output(cmd, out, sizeof(out));
+	ASSERT_EQ(WEXITSTATUS(st), 0);
+	ASSERT_CONTAINS(out, "job/ctl");
+	ASSERT_CONTAINS(out, "orphaned ");
+	ASSERT_CONTAINS(out, "s left");
+	snprintf(cmd, sizeof(cmd), "%s --socket-dir %s drop job/ctl 2>&1", ctl, d.dir);
+	st = command_output(cmd, out, sizeof(out));
+	ASSERT_EQ(WEXITSTATUS(st), 0);
+	ASSERT_CONTAINS(out, "dropped job/ctl");
+	st = command_output(cmd, out, sizeof(out));
+	ASSERT_EQ(WEXITSTATUS(st), 1);
+	ASSERT_CONTAINS(out, "no such session");
+}
+
 static void test_lease_ends(void)
 {
 	char state[32];
@@ -304,6 +331,7 @@ int main(void)
 	test_take_over();
 	test_other_uid();
 	test_drop_and_caps();
+	test_ctl();
 	test_lease_ends();
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	printf("ok\n");
