@@ -24,6 +24,7 @@ int bench_ring(int argc, char **argv);
 int bench_swap(int argc, char **argv);
 int bench_pipeline(int argc, char **argv);
 int bench_tenants(int argc, char **argv);
+int bench_resume(int argc, char **argv);
 
 /* Sorts v in place and returns its median / p-th percentile (0..100). */
 double bench_median(double *v, size_t n);

@@ -29,6 +29,7 @@ static const struct bench benches[] = {
 	{ "pipeline", bench_pipeline, "offload pipeline step vs serial, after-backward and the bound" },
 	{ "swap", bench_swap, "NVMe tier streaming through spillwayd vs fio on the same directory" },
 	{ "torch", bench_torch, "a GPT step with torch.optim.AdamW vs OffloadAdamW (bench/torch_step.py)" },
+	{ "resume", bench_resume, "a killed trainer back at work: reattach vs reload from a file" },
 	{ "tenants", bench_tenants, "one session's step alone vs beside hostile and busy tenants" },
 };
 

@@ -411,7 +411,10 @@ SPW_EXPORT int spw_optimizer_sync(spw_optimizer *o)
 	if (!o)
 		return -EINVAL;
 	pthread_mutex_lock(&o->lock);
-	WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0, "sync: the ended steps' work");
+	/* On a persistent session the ended steps are committed too: a
+	 * trainer killed after sync resumes after its last step. */
+	WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0 && (!o->persist.on || o->persist.acked >= o->persist.ended),
+		   "sync: the ended steps' work");
 	r = spw__opt_broken_locked(o);
 	pthread_mutex_unlock(&o->lock);
 	return r;

@@ -400,8 +400,10 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res);
  */
 SPW_EXPORT int spw_optimizer_wait_params(spw_optimizer *o, uint32_t tensor, void *stream);
 
-/* Waits until all work of every ended step is done. Returns 0 or the
- * broken optimizer's error. */
+/* Waits until all work of every ended step is done, and on a persistent
+ * session until the daemon has those steps as committed (a trainer killed
+ * after it resumes after its last ended step). Returns 0 or the broken
+ * optimizer's error. */
 SPW_EXPORT int spw_optimizer_sync(spw_optimizer *o);
 
 enum spw_optimizer_state {
