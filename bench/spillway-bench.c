@@ -67,6 +67,35 @@ double bench_cpu_s(void)
 	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
+void bench_progress_init(struct bench_progress *p, const char *name, unsigned total)
+{
+	*p = (struct bench_progress){ .name = name, .total = total, .on = isatty(STDERR_FILENO) == 1 };
+}
+
+void bench_progress_step(struct bench_progress *p, const char *what)
+{
+	uint64_t now;
+
+	if (!p || !p->on)
+		return;
+	p->done++;
+	now = now_ns();
+	if (p->done < p->total && now - p->drawn_ns < 100000000u)
+		return;
+	p->drawn_ns = now;
+	fprintf(stderr, "\r\033[K%s: %s %u/%u", p->name, what, p->done, p->total);
+	fflush(stderr);
+}
+
+void bench_progress_end(struct bench_progress *p)
+{
+	if (!p || !p->on || !p->drawn_ns)
+		return;
+	fputs("\r\033[K", stderr);
+	fflush(stderr);
+	p->drawn_ns = 0;
+}
+
 int bench_usage(const char *usage, const char *arg)
 {
 	bool help = arg && !strcmp(arg, "--help");
