@@ -26,6 +26,15 @@ int bench_swap(int argc, char **argv);
 int bench_pipeline(int argc, char **argv);
 int bench_tenants(int argc, char **argv);
 
+/* Runs bench name (fn) as with --json, its lines passed through to stdout,
+ * then bench/plot.py on them, drawing out (a PNG). Returns an exit code:
+ * the bench's when it failed, 2 when the script cannot draw name here
+ * (it says why), else the script's. bench-plot.c. */
+int bench_plotted(const char *name, bench_fn fn, int argc, char **argv, const char *out);
+
+/* The directory this executable is in, or "" when /proc/self/exe is unreadable. */
+void bench_exe_dir(char *dir, size_t size);
+
 /* Sorts v in place and returns its median / p-th percentile (0..100). */
 double bench_median(double *v, size_t n);
 double bench_percentile(double *v, size_t n, double p);

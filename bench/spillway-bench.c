@@ -116,8 +116,7 @@ int bench_status_doc(const char *status_path, cJSON **ret)
 	return *ret ? 0 : -EPROTO;
 }
 
-/* The directory this executable is in, or "" when /proc/self/exe is unreadable. */
-static void exe_dir(char *dir, size_t size)
+void bench_exe_dir(char *dir, size_t size)
 {
 	ssize_t n = readlink("/proc/self/exe", dir, size - 1);
 	char *slash;
@@ -149,7 +148,7 @@ static int bench_torch(int argc, char **argv)
 	const char *python = getenv("SPILLWAY_PYTHON"), *s = getenv("SPILLWAY_BENCH_TORCH");
 	char **args;
 
-	exe_dir(dir, sizeof(dir));
+	bench_exe_dir(dir, sizeof(dir));
 	if (!s || !*s) {
 		snprintf(script, sizeof(script), "%s/torch_step.py", dir);
 		s = dir[0] && access(script, R_OK) == 0 ? script : SPW_BENCH_TORCH_SCRIPT;
@@ -193,10 +192,11 @@ static int bench_torch(int argc, char **argv)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: spillway-bench <name> [--json] [options]\n\nbenchmarks:\n");
+	fprintf(f, "usage: spillway-bench <name> [--json] [--plot out.png] [options]\n\nbenchmarks:\n");
 	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
 		fprintf(f, "  %-10s %s\n", benches[i].name, benches[i].what);
-	fprintf(f, "\n'spillway-bench <name> --help' lists a benchmark's options.\n");
+	fprintf(f, "\n'spillway-bench <name> --help' lists a benchmark's options. --plot out.png draws the\n"
+		   "JSON lines of pipeline, adam or swap with bench/plot.py (python3-matplotlib).\n");
 }
 
 int main(int argc, char **argv)
@@ -205,9 +205,23 @@ int main(int argc, char **argv)
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
-	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
-		if (!strcmp(argv[1], benches[i].name))
-			return benches[i].run(argc - 1, argv + 1);
+	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++) {
+		const char *plot = NULL;
+
+		if (strcmp(argv[1], benches[i].name))
+			continue;
+		for (int a = 2; a < argc; a++)
+			if (!strcmp(argv[a], "--plot")) {
+				if (a + 1 >= argc || !argv[a + 1][0]) {
+					fprintf(stderr, "spillway-bench: --plot needs a file name (--plot out.png)\n");
+					return 2;
+				}
+				plot = argv[a + 1];
+			}
+		if (plot)
+			return bench_plotted(benches[i].name, benches[i].run, argc - 1, argv + 1, plot);
+		return benches[i].run(argc - 1, argv + 1);
+	}
 	fprintf(stderr, "spillway-bench: no benchmark named '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;
