@@ -15,6 +15,7 @@ import os
 
 from ._lib import SpillwayError, load, library_path, library_version  # noqa: F401
 from . import _lib as L
+from ._progress import AttachProgress
 
 __all__ = ["SpillwayError", "Session", "Optimizer", "StepResult", "socket_path", "status",
            "from_deepspeed_config", "library_path", "library_version", "DeepSpeedConfigError", "SpillwaySettings"]
@@ -63,9 +64,13 @@ class Session:
     $SPILLWAY_SOCKET or the default path); region_bytes: pinned memory to
     reserve; page_size: 0 for the daemon's default (4 MiB); swap_bytes: NVMe
     swap to reserve, exactly (0: none, a resident-only session; None: the
-    daemon's swap.session_bytes)."""
+    daemon's swap.session_bytes); progress: while the daemon locks the
+    region, True draws a tqdm bar on stderr (when tqdm is installed and
+    stderr is a terminal), a callable gets (ready_bytes, total_bytes) from
+    the status document's region_ready_bytes."""
 
-    def __init__(self, name, region_bytes, page_size=0, socket=None, reply_timeout_ms=0, swap_bytes=None):
+    def __init__(self, name, region_bytes, page_size=0, socket=None, reply_timeout_ms=0, swap_bytes=None,
+                 progress=None):
         lib = L.load()
         self.name = name
         self.socket = socket or socket_path("control")
@@ -91,7 +96,9 @@ class Session:
                          region_bytes=int(region_bytes), page_size=int(page_size))
         if swap_bytes is not None:
             a.swap_bytes, a.flags = int(swap_bytes), L.ATTACH_SWAP_BYTES
-        r = lib.spw_client_attach(c, ctypes.byref(a))
+        status_path = _status_path_for(self.socket)
+        with AttachProgress(progress, name, lambda: status(status_path), a.region_bytes):
+            r = lib.spw_client_attach(c, ctypes.byref(a))
         if r < 0:
             msg = L.decode(lib.spw_client_last_error(c))
             self.close()

@@ -39,6 +39,7 @@ def run_on_pty(args):
             break
     os.close(master)
     out = p.stdout.read()
+    p.stdout.close()
     p.wait(60)
     return p.returncode, out.decode(), term.decode(errors="replace")
 
