@@ -7,8 +7,10 @@ and no file. Then spillway-bench --plot end to end on a tiny pipeline run
 
 Usage: test_plot.py [SPILLWAY_BENCH]; the script is the one beside
 SPILLWAY_BENCH when given (meson copies it there), else the source tree's."""
+import atexit
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -21,6 +23,8 @@ BENCH = sys.argv.pop(1) if len(sys.argv) > 1 and not sys.argv[1].startswith("-")
 SCRIPT = os.path.join(os.path.dirname(BENCH), "plot.py") if BENCH else \
     os.path.join(HERE, "..", "..", "bench", "plot.py")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TMP = tempfile.mkdtemp(prefix="spw-plot-")
+atexit.register(shutil.rmtree, TMP, True)
 
 
 def env():
@@ -28,7 +32,7 @@ def env():
     e.pop("DISPLAY", None)
     e.pop("WAYLAND_DISPLAY", None)
     e.pop("MPLBACKEND", None)  # the script picks Agg itself
-    e["MPLCONFIGDIR"] = tempfile.mkdtemp(prefix="spw-mpl-")
+    e["MPLCONFIGDIR"] = os.path.join(TMP, "mpl")
     return e
 
 
@@ -48,7 +52,7 @@ def png_size(path):
 
 class Plot(unittest.TestCase):
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="spw-plot-")
+        self.tmp = tempfile.mkdtemp(dir=TMP)
 
     def out(self, name):
         return os.path.join(self.tmp, name)
@@ -130,7 +134,7 @@ class BenchPlot(unittest.TestCase):
         return subprocess.run([BENCH] + list(args), capture_output=True, text=True, env=env(), timeout=240)
 
     def test_pipeline_plot(self):
-        out = os.path.join(tempfile.mkdtemp(prefix="spw-plot-"), "pipeline.png")
+        out = os.path.join(tempfile.mkdtemp(dir=TMP), "pipeline.png")
         r = self.run_bench("pipeline", "--trace", "--layers", "2", "--params", "65536", "--steps", "3",
                            "--fwd-ms", "0.5", "--plot", out)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -148,7 +152,7 @@ class BenchPlot(unittest.TestCase):
         self.assertGreater(os.path.getsize(out), 1000)
 
     def test_refused_before_running(self):
-        out = os.path.join(tempfile.mkdtemp(prefix="spw-plot-"), "ring.png")
+        out = os.path.join(tempfile.mkdtemp(dir=TMP), "ring.png")
         r = self.run_bench("ring", "--plot", out)
         self.assertEqual(r.returncode, 2)
         self.assertEqual(r.stdout, "")
