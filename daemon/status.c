@@ -207,6 +207,8 @@ static cJSON *session_json(const struct session *s)
 	cJSON_AddNumberToObject(o, "committed_step", (double)s->committed_step);
 	cJSON_AddBoolToObject(o, "step_open", s->opened_step > s->committed_step);
 	cJSON_AddNumberToObject(o, "region_bytes", (double)s->bytes);
+	/* While attaching: how far locking (or prefaulting) the region is. */
+	cJSON_AddNumberToObject(o, "region_ready_bytes", (double)region_ready_bytes(&s->ropts));
 	cJSON_AddNumberToObject(o, "page_size", s->page_size);
 	cJSON_AddNumberToObject(o, "slots", s->nslots);
 	if (s->pager)

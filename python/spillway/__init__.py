@@ -16,6 +16,7 @@ import time
 
 from ._lib import SpillwayError, load, library_path, library_version  # noqa: F401
 from . import _lib as L
+from ._progress import AttachProgress
 
 __all__ = ["SpillwayError", "Session", "Optimizer", "StepResult", "socket_path", "status",
            "from_deepspeed_config", "library_path", "library_version", "DeepSpeedConfigError", "SpillwaySettings"]
@@ -64,7 +65,10 @@ class Session:
     $SPILLWAY_SOCKET or the default path); region_bytes: pinned memory to
     reserve; page_size: 0 for the daemon's default (4 MiB); swap_bytes: NVMe
     swap to reserve, exactly (0: none, a resident-only session; None: the
-    daemon's swap.session_bytes).
+    daemon's swap.session_bytes); progress: while the daemon locks the
+    region, True draws a tqdm bar on stderr (when tqdm is installed and
+    stderr is a terminal), a callable gets (ready_bytes, total_bytes) from
+    the status document's region_ready_bytes.
 
     persistent: the session outlives this process when it dies without
     close(): the daemon keeps it, orphaned, for lease_s seconds (default
@@ -74,7 +78,7 @@ class Session:
     trainer leaves the state to resume."""
 
     def __init__(self, name, region_bytes, page_size=0, socket=None, reply_timeout_ms=0, swap_bytes=None,
-                 persistent=False, lease_s=0):
+                 progress=None, persistent=False, lease_s=0):
         lib = L.load()
         self.name = name
         self.socket = socket or socket_path("control")
@@ -102,13 +106,16 @@ class Session:
             a.swap_bytes, a.flags = int(swap_bytes), L.ATTACH_SWAP_BYTES
         self.persistent = bool(persistent)
         a.persistent, a.lease_s = int(self.persistent), int(lease_s)
-        # A session whose dead trainer's last requests are still completing
-        # answers EAGAIN for a moment: a restarted trainer waits it out.
-        for _ in range(250):
-            r = lib.spw_client_attach(c, ctypes.byref(a))
-            if r != -errno.EAGAIN:
-                break
-            time.sleep(0.02)
+        status_path = _status_path_for(self.socket)
+        with AttachProgress(progress, name, lambda: status(status_path), a.region_bytes):
+            # A session whose dead trainer's last requests are still
+            # completing answers EAGAIN for a moment: a restarted trainer
+            # waits it out.
+            for _ in range(250):
+                r = lib.spw_client_attach(c, ctypes.byref(a))
+                if r != -errno.EAGAIN:
+                    break
+                time.sleep(0.02)
         if r < 0:
             msg = L.decode(lib.spw_client_last_error(c))
             self.close()

@@ -108,6 +108,7 @@ static void test_attach_and_pages(struct spw_test_daemon *d)
 	ASSERT_EQ(raw_num(ss, "pid"), getpid());
 	ASSERT_STREQ(cJSON_GetObjectItem(ss, "state")->valuestring, "attached");
 	ASSERT_EQ(raw_num(ss, "region_bytes"), 16.0 * MiB);
+	ASSERT_EQ(raw_num(ss, "region_ready_bytes"), 16.0 * MiB);
 	ASSERT_EQ(raw_num(ss, "page_size"), 1.0 * MiB);
 	ASSERT_EQ(raw_num(ss, "slots"), 16);
 	ASSERT_EQ(raw_num(ss, "slots_used"), 6);
