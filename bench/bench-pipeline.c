@@ -34,6 +34,14 @@
  *   trace_overhead     the median of the pairs' ratios, on / off
  *   trace_bytes        the size of the trace the traced session wrote
  *
+ * With --persistent, the second session is a persistent one instead (the
+ * step marks of docs/persistent.md), the same way:
+ *   persistent_step_s     the mean step of the persistent session
+ *   persistent_overhead   the median of the pairs' ratios, persistent / plain
+ *   extra_bytes_per_step  bytes the persistent session's optimizer moved
+ *                         (gradients out, parameters in) per step beyond the
+ *                         plain one's
+ *
  * The disk part (nvme tier) is the steady step time of the same pipeline
  * with the compute set to zero: everything but the disk overlaps, so it is
  * what the tier itself allows (an upper estimate of the disk's own time). Without --socket it
@@ -376,7 +384,7 @@ out:
 static const char usage[] =
 	"usage: spillway-bench pipeline [--json] [--mode overlapped|exact] [--tier resident|nvme]\n"
 	"         [--socket PATH] [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]\n"
-	"         [--steps S] [--threads T] [--device host|cuda] [--trace]\n";
+	"         [--steps S] [--threads T] [--device host|cuda] [--trace | --persistent]\n";
 
 int bench_pipeline(int argc, char **argv)
 {
@@ -398,15 +406,17 @@ int bench_pipeline(int argc, char **argv)
 	long long trace_bytes = -1;
 	uint16_t **grad = NULL;
 	float *init = NULL;
-	bool json = false, own = false, trace = false;
+	bool json = false, own = false, trace = false, persist = false;
+	double extra_bytes = 0;
 	int r, ret = 1;
 
 	for (int i = 1; i < argc; i++) {
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 
-		if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "--trace")) {
+		if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "--trace") || !strcmp(argv[i], "--persistent")) {
 			json |= !strcmp(argv[i], "--json");
 			trace |= !strcmp(argv[i], "--trace");
+			persist |= !strcmp(argv[i], "--persistent");
 			continue;
 		}
 		if (!v || !strcmp(argv[i], "--help"))
@@ -436,7 +446,7 @@ int bench_pipeline(int argc, char **argv)
 		}
 		i++;
 	}
-	if (c.layers < 1 || c.layers > 1024 || c.params < 1024 || c.steps < 1) {
+	if (c.layers < 1 || c.layers > 1024 || c.params < 1024 || c.steps < 1 || (trace && persist)) {
 		return bench_usage(usage, NULL);
 	}
 	if (c.cuda && !SPW_HAVE_CUDA) {
@@ -525,17 +535,34 @@ int bench_pipeline(int argc, char **argv)
 		if (r < 0)
 			goto out;
 	}
+	if (persist) {
+		a.session = "bench/pipeline-persistent";
+		a.persistent = 1;
+		if (run_open(&c, socket_path, &a, &oo, grad, init, &tr) < 0)
+			goto out;
+	}
 	bench_progress_init(&pg, "pipeline",
-			    (unsigned)((trace ? 2 : 1) * (2 + c.steps) + (c.nvme ? 3 : 0)));
+			    (unsigned)((trace || persist ? 2 : 1) * (2 + c.steps) + (c.nvme ? 3 : 0)));
 	/* Warm-up steps learn the order and touch every page; then measure. */
-	if ((r = run_steps(&c, &rn, 2, &step_s, &pg)) < 0 || (trace && (r = run_steps(&c, &tr, 2, &step_s, &pg)) < 0))
+	if ((r = run_steps(&c, &rn, 2, &step_s, &pg)) < 0 ||
+	    ((trace || persist) && (r = run_steps(&c, &tr, 2, &step_s, &pg)) < 0))
 		goto step_failed;
-	if (trace)
+	if (trace || persist)
 		r = run_pairs(&c, &rn, &tr, &step_s, &trace_step_s, &trace_overhead, &pg);
 	else
 		r = run_steps(&c, &rn, c.steps, &step_s, &pg);
 	if (r < 0)
 		goto step_failed;
+	if (persist) {
+		/* Both ran the same steps so far: what the marks cost in bytes. */
+		struct spw_optimizer_stats sa = { .size = sizeof(sa) }, sb = { .size = sizeof(sb) };
+
+		if (spw_optimizer_sync(rn.o) < 0 || spw_optimizer_sync(tr.o) < 0 || spw_optimizer_stats(rn.o, &sa) < 0 ||
+		    spw_optimizer_stats(tr.o, &sb) < 0)
+			goto step_failed;
+		extra_bytes = ((double)(sb.bytes_d2h + sb.bytes_h2d + sb.bytes_fetched) -
+			       (double)(sa.bytes_d2h + sa.bytes_h2d + sa.bytes_fetched)) / (2 + c.steps);
+	}
 	/* The NVMe tier's own time: the same steps with no compute at all,
 	 * so the disk (the slowest part left) sets the pace. */
 	if (c.nvme) {
@@ -578,6 +605,9 @@ int bench_pipeline(int argc, char **argv)
 		if (trace)
 			printf(",\"trace_step_s\":%.6f,\"trace_overhead\":%.4f,\"trace_bytes\":%lld", trace_step_s,
 			       trace_overhead, trace_bytes);
+		if (persist)
+			printf(",\"persistent_step_s\":%.6f,\"persistent_overhead\":%.4f,\"extra_bytes_per_step\":%.0f",
+			       trace_step_s, trace_overhead, extra_bytes);
 		printf("}\n");
 	} else {
 		printf("pipeline (%s, %s): %d layers x %ju params; compute %.1f ms, transfers %.1f ms, "
@@ -590,6 +620,10 @@ int bench_pipeline(int argc, char **argv)
 		if (trace)
 			printf("  with the timeline on: step %.1f ms, overhead x%.4f (median of %d pairs), "
 			       "trace %lld bytes\n", trace_step_s * 1e3, trace_overhead, c.steps, trace_bytes);
+		if (persist)
+			printf("  on a persistent session: step %.1f ms, overhead x%.4f (median of %d pairs), "
+			       "%.0f extra bytes moved per step\n", trace_step_s * 1e3, trace_overhead, c.steps,
+			       extra_bytes);
 	}
 	ret = 0;
 	goto out;
