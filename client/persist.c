@@ -166,7 +166,9 @@ int spw__persist_layout(spw_optimizer *o)
 		return spw__opt_error(o, -ENOMEM, "begin: out of memory");
 	}
 	layout_record(o, want);
-	r = spw__persist_tensor(o, LAYOUT_NAME, bytes, SPW_TENSOR_RESIDENT, &o->persist.layout_id);
+	/* On the tier of the state: a region smaller than the state has no
+	 * free slot to give a resident tensor by now. */
+	r = spw__persist_tensor(o, LAYOUT_NAME, bytes, o->tier, &o->persist.layout_id);
 	if (r < 0) {
 		r = spw__opt_error(o, r, "begin: %s%s", spw_client_last_error(o->c),
 				   r == -EEXIST ? " (the number or names of tensors differ)" : "");

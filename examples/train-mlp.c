@@ -368,9 +368,15 @@ int main(int argc, char **argv)
 	if ((r = spw_optimizer_sync(tr.opt)) < 0)
 		goto fail;
 	t_start = (double)(steps - first + 1);
-	printf("summary: %ju steps, %.1f ms per step, loss %.4f -> %.4f (first/last 10), "
-	       "moved %.1f MiB, adam %.2f s, pins %ju (%ju fast, %.0f%%), prefetch hints %ju%s\n",
-	       (uintmax_t)steps, t_total / t_start * 1e3, (double)ends.first, (double)ends.last,
+	/* A resumed run saw only its own steps: no first-10 loss of its own. */
+	if (first > 1)
+		printf("summary: steps %ju-%ju here (1-%ju before the kill), %.1f ms per step, loss %.4f (last 10), ",
+		       (uintmax_t)first, (uintmax_t)steps, (uintmax_t)(first - 1), t_total / t_start * 1e3,
+		       (double)ends.last);
+	else
+		printf("summary: %ju steps, %.1f ms per step, loss %.4f -> %.4f (first/last 10), ", (uintmax_t)steps,
+		       t_total / t_start * 1e3, (double)ends.first, (double)ends.last);
+	printf("moved %.1f MiB, adam %.2f s, pins %ju (%ju fast, %.0f%%), prefetch hints %ju%s\n",
 	       (double)(st.bytes_d2h + st.bytes_h2d) / 1048576.0, st.adam_s, (uintmax_t)st.pins,
 	       (uintmax_t)st.fast_pins, st.pins ? 100.0 * (double)st.fast_pins / (double)st.pins : 0.0,
 	       (uintmax_t)st.prefetches, st.hints ? "" : " (the daemon takes no hints)");
