@@ -43,7 +43,7 @@ void control_client_watch(struct client *c)
 
 	if (c->closing)
 		return;
-	if ((c->attaching || c->unregistering) && !c->tx)
+	if ((c->attaching || c->unregistering || c->waiting) && !c->tx)
 		uv_poll_stop(&c->poll);
 	else
 		uv_poll_start(&c->poll, ev, client_event);
@@ -64,6 +64,11 @@ void control_client_close(struct client *c, const char *why)
 	if (!c || c->closing)
 		return;
 	c->closing = true;
+	if (c->waitp) {
+		/* A checkpoint or restore goes on; its answer has nobody to go to. */
+		*c->waitp = NULL;
+		c->waitp = NULL;
+	}
 	if (c->session && c->session->attaching) {
 		/* The threadpool still builds its region: it is freed when that
 		 * work comes back (control_attach_done with no owner). */
@@ -232,7 +237,7 @@ static void read_frames(struct client *c)
 {
 	/* One request at a time: nothing more is read while a reply is queued
 	 * or an attach is being prepared (replies stay in order). */
-	for (int frames = 0; frames < FRAMES_PER_WAKEUP && !c->closing && !c->tx && !c->attaching && !c->unregistering;) {
+	for (int frames = 0; frames < FRAMES_PER_WAKEUP && !c->closing && !c->tx && !c->attaching && !c->unregistering && !c->waiting;) {
 		struct spw_proto_frame_hdr h;
 		bool in_hdr = c->hdr_len < sizeof(c->hdr);
 		void *dst = in_hdr ? (void *)(c->hdr + c->hdr_len) : (void *)(c->payload + c->payload_got);
@@ -312,7 +317,7 @@ static void client_event(uv_poll_t *h, int status, int events)
 			return;
 		}
 	}
-	if (!c->closing && !c->tx && !c->attaching && !c->unregistering && (events & (UV_READABLE | UV_DISCONNECT)))
+	if (!c->closing && !c->tx && !c->attaching && !c->unregistering && !c->waiting && (events & (UV_READABLE | UV_DISCONNECT)))
 		read_frames(c);
 }
 

@@ -34,6 +34,9 @@ struct client {
 	bool close_after_tx;
 	bool attaching;        /* waiting for the region: read nothing meanwhile */
 	bool unregistering;    /* waiting for a dying tensor's I/O: the same */
+	bool waiting;          /* a checkpoint or restore request, or a detach behind a checkpoint: the same */
+	bool detach_waits;     /* its DETACH waits for a checkpoint of its session to finish copying */
+	struct client **waitp; /* the field of the checkpoint or restore that will answer it */
 	uint32_t features;
 	struct session *session;
 

@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "checkpoint.h"
 #include "config.h"
 #include "control-conn.h"
 #include "daemon.h"
@@ -145,7 +146,7 @@ static uint64_t swap_default(struct daemon *d, const char *name, uint32_t page_s
 /* limits.*_per_uid at attach: refuses (replying) with the limit, the
  * figures and the key to raise; a swap size the attach did not name is cut
  * to what the uid has left instead. Returns 0 or -EDQUOT. */
-static int uid_limits(struct client *c, const char *name, uint64_t bytes, uint32_t page_size, bool have_swap,
+int control_uid_limits(struct client *c, const char *name, uint64_t bytes, uint32_t page_size, bool have_swap,
 		      uint64_t *swap)
 {
 	const struct config *cfg = c->d->cfg;
@@ -302,7 +303,7 @@ static void do_attach(struct client *c, const cJSON *msg)
 	}
 	if (!have_swap)
 		swap = d->nswap_dirs ? swap_default(d, name, (uint32_t)page_size) : 0;
-	if (uid_limits(c, name, bytes, (uint32_t)page_size, have_swap, &swap) < 0)
+	if (control_uid_limits(c, name, bytes, (uint32_t)page_size, have_swap, &swap) < 0)
 		return;
 	r = session_attach(d, c, name, bytes, (uint32_t)page_size, swap, err, sizeof(err));
 	if (r < 0) {
@@ -323,6 +324,10 @@ void control_attach_done(struct session *s, int r)
 	struct client *c = s->owner;
 	char a[32], b[32], sw[32];
 
+	if (s->restore) {
+		restore_attached(s, r);
+		return;
+	}
 	if (!c) {
 		log_info("attach %s: released, its client is gone", s->name);
 		session_free(s);
@@ -491,12 +496,18 @@ void control_unregister_done(struct session *s, uint32_t id)
 	control_send_json(c, control_reply(SPW_MSG_UNREGISTER), NULL, 0);
 }
 
-static void do_detach(struct client *c)
+void control_detach(struct client *c)
 {
 	char a[32];
 
 	if (!c->session) {
 		control_reply_error(c, ENOTCONN, "detach: this connection is not attached to a session");
+		return;
+	}
+	if (checkpoint_defer_detach(c->session)) {
+		/* Its pages are being copied; the answer comes after. */
+		c->detach_waits = c->waiting = true;
+		control_client_watch(c);
 		return;
 	}
 	log_info("detach %s: client %u (uid %u, pid %d) asked; released %s", c->session->name, c->id,
@@ -554,9 +565,13 @@ void control_handle_frame(struct client *c, const char *buf, uint32_t len)
 	else if (!strcmp(type->valuestring, SPW_MSG_UNREGISTER))
 		do_unregister(c, msg);
 	else if (!strcmp(type->valuestring, SPW_MSG_DETACH))
-		do_detach(c);
+		control_detach(c);
 	else if (!strcmp(type->valuestring, SPW_MSG_DROP))
 		do_drop(c, msg);
+	else if (!strcmp(type->valuestring, SPW_MSG_CHECKPOINT))
+		checkpoint_request(c, msg);
+	else if (!strcmp(type->valuestring, SPW_MSG_RESTORE))
+		restore_request(c, msg);
 	else
 		control_reply_error(c, EOPNOTSUPP, "unknown message type \"%s\"", tname);
 out:

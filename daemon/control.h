@@ -23,6 +23,13 @@ void control_client_close(struct client *c, const char *why);
  * reattached: c took s over from a client that died. */
 void control_attach_reply(struct client *c, struct session *s, bool reattached);
 void control_close_all(struct daemon *d);
+/* limits.*_per_uid for a new session of c's uid: 0, or -EDQUOT after
+ * replying with the limit and the key to raise. *swap may be cut to what
+ * the uid has left when !have_swap. */
+int control_uid_limits(struct client *c, const char *name, uint64_t bytes, uint32_t page_size, bool have_swap,
+		       uint64_t *swap);
+/* DETACH: releases c's session and answers (or waits for a checkpoint). */
+void control_detach(struct client *c);
 
 /* The SPW_FEAT_* bits granted to c at hello. */
 uint32_t control_client_features(const struct client *c);

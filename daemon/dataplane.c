@@ -276,7 +276,8 @@ int dataplane_drain(struct session *s)
 	 * that run meanwhile (inside the pager calls) take one free entry and
 	 * one pending each, which keeps the difference. */
 	budget = ring_budget(s);
-	while (s->sq_head != tail && cq_free(s) > s->pending && n < budget) {
+	/* A checkpoint that starts at a COMMIT pauses the ring right after it. */
+	while (!s->sq_paused && s->sq_head != tail && cq_free(s) > s->pending && n < budget) {
 		const uint64_t *src = (const uint64_t *)&s->sqes[s->sq_head & sq_mask];
 		uint64_t w[sizeof(struct spw_sqe) / sizeof(uint64_t)];
 		struct spw_sqe sqe;
@@ -350,7 +351,7 @@ static bool try_sleep(struct session *s)
 	 * load: either we see its entry now or it sees the flag and rings. */
 	atomic_thread_fence(memory_order_seq_cst);
 	tail = __atomic_load_n(&s->sqh->tail, __ATOMIC_ACQUIRE);
-	if (tail != s->sq_head) {
+	if (tail != s->sq_head && !s->sq_paused) {
 		int space = cq_space(s);
 		/* Out of ring budget (less than a tenth of a refill left): sleep
 		 * like a full CQ and look again on the timer, rather than spin
@@ -458,6 +459,14 @@ int dataplane_start(struct session *s)
 	h->data = s;
 	s->sq_poll = h;
 	return uv_poll_start(h, UV_READABLE, on_sq_event);
+}
+
+void dataplane_resume(struct session *s)
+{
+	s->sq_paused = false;
+	/* Entries may have come while paused, with no doorbell after. */
+	if (s->sq_poll)
+		wake(s);
 }
 
 void dataplane_stop(struct session *s)

@@ -15,6 +15,8 @@ struct session;
 
 int dataplane_start(struct session *s);
 void dataplane_stop(struct session *s);
+/* Reads the SQ again after session.sq_paused (a checkpoint copied). */
+void dataplane_resume(struct session *s);
 /* Consumes the SQ and posts completions. Returns entries consumed, or
  * -EPROTO when the client broke the ring protocol (end the session). */
 int dataplane_drain(struct session *s);

@@ -177,6 +177,9 @@ struct pager {
 	/* pager_close() ran: completions only count down (an orphan), and
 	 * the last one tears the pager down and calls release. */
 	bool closing;
+	/* A checkpoint copies slots off the loop (pager-snap.c): no slot
+	 * changes hands meanwhile. */
+	bool frozen;
 	void (*release)(void *arg);
 	void *release_arg;
 	char msg[512];

@@ -114,6 +114,8 @@ uint32_t pager_take_slot(struct pager *p, uint64_t limit)
 	struct ppage *pg;
 	uint32_t s;
 
+	if (p->frozen)
+		return NONE; /* a slot freed now may be one a checkpoint still reads */
 	if (p->nfree)
 		return p->free_slots[--p->nfree];
 	if (!p->nclean)

@@ -300,4 +300,35 @@ uint64_t pager_error_count(const struct pager *p);
  * moved, no pager needs looking at. */
 uint64_t pager_errors_total(void);
 
+/* Checkpoints and restores (pager-snap.c). Where one page's bytes are
+ * now: nowhere (never written: zeros), in its slot, or only in its swap
+ * file (fd is the file's own O_DIRECT descriptor, crc the CRC-32C of the
+ * page_size bytes at off). */
+enum pager_src_kind { PAGER_SRC_ZERO, PAGER_SRC_SLOT, PAGER_SRC_DISK };
+struct pager_src {
+	enum pager_src_kind kind;
+	uint32_t slot;
+	int fd;
+	uint64_t off;
+	uint32_t crc;
+	const char *path;
+};
+
+/* While frozen no slot changes hands: no eviction, no read-ahead, no
+ * slot for a waiting PIN. With no PIN/UNPIN coming meanwhile (the caller
+ * stops reading the ring), what pager_page_source() said stays true: a
+ * slot keeps its page and a page only on disk stays so. Thawing serves
+ * what waited. */
+void pager_freeze(struct pager *p, bool on);
+/* 0 with *src set, -EINVAL for a bad id, or the error of a FAILED page
+ * (its message in pager_last_error()). */
+int pager_page_source(struct pager *p, uint32_t tensor, uint32_t page, struct pager_src *src);
+/* Restore: the swap home of a swappable page never written (fd, offset
+ * and path). Returns 0, or -EINVAL (bad id, resident, already written). */
+int pager_page_home(const struct pager *p, uint32_t tensor, uint32_t page, int *fd, uint64_t *off,
+		    const char **path);
+/* The page_size bytes whose CRC-32C is crc are now at its home: the page
+ * is on disk (DISK), as if written back and evicted. */
+void pager_page_loaded(struct pager *p, uint32_t tensor, uint32_t page, uint32_t crc);
+
 #endif

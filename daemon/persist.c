@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "checkpoint.h"
 #include "control-conn.h"
 #include "control.h"
 #include "daemon.h"
@@ -54,6 +55,11 @@ static void lease_over(uv_timer_t *t)
 	struct daemon *d = s->d;
 	char a[32];
 
+	if (s->ckpt) {
+		/* Its pages are being copied: a second later. */
+		uv_timer_start(t, lease_over, 1000, 0);
+		return;
+	}
 	log_info("session %s (uid %u): orphaned for %llu s, its lease (%u s) is over; released %s, its %u tensors and "
 		 "its swap", s->name, (unsigned)s->uid, (unsigned long long)orphan_age_s(s), s->lease_s,
 		 format_bytes(s->bytes, a, sizeof(a)), s->ntensors);
@@ -62,13 +68,10 @@ static void lease_over(uv_timer_t *t)
 	status_refresh_soon(d);
 }
 
-bool persist_orphan(struct session *s, const char *why)
+static bool lease_start(struct session *s)
 {
 	struct daemon *d = s->d;
-	char a[32];
 
-	if (!s->persistent || d->stopping || !s->pager)
-		return false;
 	s->lease = malloc(sizeof(*s->lease));
 	if (!s->lease || uv_timer_init(&d->loop, s->lease) < 0) {
 		free(s->lease);
@@ -81,6 +84,29 @@ bool persist_orphan(struct session *s, const char *why)
 	dataplane_stop(s);
 	s->owner = NULL;
 	s->orphaned_ns = uv_hrtime();
+	return true;
+}
+
+bool persist_restored(struct session *s)
+{
+	char a[32];
+
+	if (!lease_start(s))
+		return false;
+	log_info("session %s (uid %u): restored with %s and %u tensors at committed step %llu; kept as an orphan for "
+		 "%u s: a persistent attach of its name by its uid resumes it", s->name, (unsigned)s->uid,
+		 format_bytes(s->bytes, a, sizeof(a)), s->ntensors, (unsigned long long)s->committed_step, s->lease_s);
+	status_refresh_soon(s->d);
+	return true;
+}
+
+bool persist_orphan(struct session *s, const char *why)
+{
+	struct daemon *d = s->d;
+	char a[32];
+
+	if (!s->persistent || d->stopping || !s->pager || !lease_start(s))
+		return false;
 	/* Pins the dead client held are released once nothing it asked
 	 * for is still on its way; what it wrote into them stays. */
 	s->settling = s->pending > 0;
@@ -191,6 +217,7 @@ int32_t persist_mark(struct session *s, const struct spw_sqe *sqe)
 	s->committed_step = sqe->arg;
 	s->scale_bits = sqe->tensor;
 	s->good_steps = sqe->page;
+	checkpoint_committed(s);
 	return 0;
 }
 
@@ -207,6 +234,11 @@ void persist_drop(struct client *c, const char *name)
 		control_reply_error(c, s ? EPERM : ENOENT, "drop %s: %s", name,
 			    s ? "the session belongs to another user (only its owner or root may drop it)"
 			      : "no such session (spillwayctl status lists them)");
+		return;
+	}
+	if (s->ckpt || s->restore) {
+		control_reply_error(c, EBUSY, "drop %s: a checkpoint or restore of the session is under way; drop it "
+			    "when that is done", name);
 		return;
 	}
 	if (s->owner || s->attaching) {

@@ -29,6 +29,10 @@ struct session;
  * kept as an orphan and true returned; otherwise false and the caller
  * frees it. */
 bool persist_orphan(struct session *s, const char *why);
+/* A session restore.c built from a checkpoint, with no client: kept as
+ * an orphan for its lease_s. false when out of memory (the caller frees
+ * it). */
+bool persist_restored(struct session *s);
 /* An attach by c of the name of s, an orphan of c's uid, asking for the
  * same geometry: c takes it over, or gets an error reply saying why not. */
 void persist_take_over(struct client *c, struct session *s, uint64_t region_bytes, uint32_t page_size,

@@ -10,6 +10,7 @@
 
 #include "control.h"
 #include "daemon.h"
+#include "checkpoint.h"
 #include "dataplane.h"
 #include "log.h"
 #include "pager.h"
@@ -439,6 +440,7 @@ struct session *session_free(struct session *s)
 
 	if (!s)
 		return NULL;
+	checkpoint_session_gone(s);
 	dataplane_stop(s);
 	if (s->lease) {
 		uv_close((uv_handle_t *)s->lease, lease_freed);

@@ -73,6 +73,12 @@ struct session {
 	 * state is one whole step's while opened_step <= committed_step. */
 	uint64_t opened_step, committed_step;
 	uint32_t scale_bits, good_steps; /* from the last COMMIT */
+	/* A checkpoint waits for the next COMMIT or copies the state
+	 * (checkpoint.c); while it copies, the SQ is not read (sq_paused). */
+	struct checkpoint *ckpt;
+	bool sq_paused;
+	/* Being built from a checkpoint (restore.c): no client, no lease yet. */
+	struct restore *restore;
 
 	char **tnames;          /* by tensor id (the pager's); NULL: free id */
 	uint8_t *tclaimed;      /* by tensor id: adopted since the last takeover */

@@ -251,6 +251,12 @@ int swap_locate(const struct swap *s, uint64_t disk, uint64_t *off)
 	return s->files[disk % s->nfiles].index;
 }
 
+int swap_page_fd(const struct swap *s, uint64_t disk, uint64_t *off)
+{
+	*off = (disk / s->nfiles) * s->page_size;
+	return s->files[disk % s->nfiles].fd;
+}
+
 const char *swap_page_path(const struct swap *s, uint64_t disk)
 {
 	return s->files[disk % s->nfiles].path;

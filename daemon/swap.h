@@ -65,6 +65,10 @@ unsigned swap_nfiles(const struct swap *s);
  * Returns the uring file index and sets *off. */
 int swap_locate(const struct swap *s, uint64_t disk, uint64_t *off);
 
+/* The same, with the file's own descriptor (O_DIRECT), for copies the
+ * daemon makes outside the ring (a checkpoint). */
+int swap_page_fd(const struct swap *s, uint64_t disk, uint64_t *off);
+
 /* Path of the file holding swap page `disk` (for messages), or of file i. */
 const char *swap_page_path(const struct swap *s, uint64_t disk);
 const char *swap_file_path(const struct swap *s, unsigned i);

@@ -86,6 +86,8 @@ _Static_assert(sizeof(struct spw_proto_frame_hdr) == 8, "frame header is 8 bytes
 #define SPW_MSG_UNREGISTER "unregister"
 #define SPW_MSG_DETACH     "detach"
 #define SPW_MSG_DROP       "drop"
+#define SPW_MSG_CHECKPOINT "checkpoint"
+#define SPW_MSG_RESTORE    "restore"
 #define SPW_MSG_ERROR      "error"
 
 #define SPW_ATTACH_FD_REGION 0

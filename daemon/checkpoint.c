@@ -1,0 +1,726 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Checkpoints: a persistent session's tensors written to a directory at a
+ * committed step. The request waits for the commit point (no step's
+ * updates open), the session's SQ stops being read and its pager is
+ * frozen (no slot changes hands), and a threadpool thread copies every
+ * page: from the region (through the daemon's own mapping of its memfd)
+ * or, for pages only on disk, from the swap file (copy_file_range). The
+ * directory is written as <dir>.tmp-<pid>, every file and it fsync'd, and
+ * renamed into place last. Then the session goes on.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "checkpoint.h"
+#include "control-conn.h"
+#include "control.h"
+#include "crc32c.h"
+#include "daemon.h"
+#include "dataplane.h"
+#include "log.h"
+#include "pager.h"
+#include "region.h"
+#include "safemem.h"
+#include "session.h"
+#include "status.h"
+
+struct ck_page {
+	uint8_t kind;      /* enum pager_src_kind */
+	uint8_t src;       /* DISK: index into checkpoint.srcfd */
+	uint32_t slot;
+	uint64_t off;
+	uint32_t crc;      /* DISK: of the page_size bytes there; then of the bytes written */
+};
+
+struct ck_tensor {
+	char *name;
+	uint64_t bytes;
+	bool swappable;
+	uint32_t npages;
+	uint64_t first;    /* its first page in checkpoint.pages */
+	char file[24];
+};
+
+#define MAX_SRC 64
+
+struct checkpoint {
+	struct daemon *d;
+	struct session *s;
+	struct client *c;          /* who asked; NULL once it left */
+	uid_t uid;
+	gid_t gid;
+	char *path, *tmp;          /* the directory as asked for; the temporary's name in the parent */
+	const char *base;          /* into path */
+	int parent;
+	bool running;
+	int aborted;               /* atomic: the session went away while copying */
+	uint64_t t_ask, t_start;
+
+	/* What the worker copies: taken on the loop at the commit point. */
+	char *session;
+	uint64_t step;
+	uint32_t scale_bits, good_steps, page_size;
+	uint64_t region_bytes, swap_bytes;
+	struct ck_tensor *t;
+	uint32_t nt;
+	struct ck_page *pages;
+	uint64_t npages;
+	const uint8_t *map;        /* the region, mapped read-only for the worker */
+	size_t map_len;
+	int srcfd[MAX_SRC];        /* swap files, reopened without O_DIRECT */
+	int srcorig[MAX_SRC];
+	const char *srcpath[MAX_SRC];
+	unsigned nsrc;
+
+	/* The worker's result. */
+	int err;
+	char msg[1024];
+	uint64_t bytes, copied;    /* written in all; of which copied in the kernel */
+	uv_work_t work;
+};
+
+static void ck_set_client(struct checkpoint *ck, struct client *c)
+{
+	ck->c = c;
+	if (c) {
+		c->waiting = true;
+		c->waitp = &ck->c;
+		control_client_watch(c);
+	}
+}
+
+static void ck_free(struct checkpoint *ck)
+{
+	if (!ck)
+		return;
+	if (ck->c) {
+		ck->c->waitp = NULL;
+		ck->c->waiting = false;
+	}
+	for (uint32_t i = 0; ck->t && i < ck->nt; i++)
+		free(ck->t[i].name);
+	free(ck->t);
+	free(ck->pages);
+	for (unsigned i = 0; i < ck->nsrc; i++)
+		close(ck->srcfd[i]);
+	if (ck->map)
+		munmap((void *)ck->map, ck->map_len);
+	if (ck->parent >= 0)
+		close(ck->parent);
+	free(ck->session);
+	free(ck->path);
+	free(ck->tmp);
+	free(ck);
+}
+
+/* The answer to whoever asked (nobody when it left), and ck freed. */
+static void ck_reply_error(struct checkpoint *ck, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void ck_reply_error(struct checkpoint *ck, int err, const char *fmt, ...)
+{
+	struct client *c = ck->c;
+	char msg[1100];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (c) {
+		ck->c = NULL;
+		c->waitp = NULL;
+		c->waiting = false;
+		control_reply_error(c, err, "%s", msg);
+	} else {
+		log_warn("%s", msg);
+	}
+	ck_free(ck);
+}
+
+int checkpoint_open_parent(char *path, const char **base, char *err, size_t errlen)
+{
+	size_t n = strlen(path);
+	char *slash;
+	int fd;
+
+	while (n > 1 && path[n - 1] == '/')
+		path[--n] = '\0';
+	slash = strrchr(path, '/');
+	if (path[0] != '/' || n >= PATH_MAX || !slash || !slash[1] || !strcmp(slash + 1, ".") ||
+	    !strcmp(slash + 1, "..")) {
+		snprintf(err, errlen, "\"%.200s\" is not an absolute path naming a directory to create", path);
+		return -EINVAL;
+	}
+	*slash = '\0';
+	fd = open(slash == path ? "/" : path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		fd = -errno;
+		snprintf(err, errlen, "%.400s: %s", slash == path ? "/" : path, strerror(-fd));
+	}
+	*slash = '/';
+	*base = slash + 1;
+	return fd;
+}
+
+/* On the loop at the commit point: where every page is. */
+static int ck_plan(struct checkpoint *ck, char *err, size_t errlen)
+{
+	struct session *s = ck->s;
+	uint64_t np = 0;
+	uint32_t nt = 0;
+
+	for (uint32_t id = 0; id < s->ntnames_cap; id++) {
+		uint64_t bytes;
+		uint32_t npages;
+		bool sw;
+
+		if (s->tnames[id] && pager_tensor_info(s->pager, id, &bytes, &sw, &npages) == 0) {
+			nt++;
+			np += npages;
+		}
+	}
+	ck->t = calloc(nt ? nt : 1, sizeof(*ck->t));
+	ck->pages = calloc(np ? np : 1, sizeof(*ck->pages));
+	if (!ck->t || !ck->pages) {
+		snprintf(err, errlen, "out of memory for the plan of %" PRIu64 " pages", np);
+		return -ENOMEM;
+	}
+	np = 0;
+	for (uint32_t id = 0; id < s->ntnames_cap; id++) {
+		struct ck_tensor *t = &ck->t[ck->nt];
+
+		if (!s->tnames[id] || pager_tensor_info(s->pager, id, &t->bytes, &t->swappable, &t->npages) < 0)
+			continue;
+		if (!(t->name = strdup(s->tnames[id]))) {
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		snprintf(t->file, sizeof(t->file), "t%05u.bin", ck->nt);
+		t->first = np;
+		ck->nt++;
+		for (uint32_t i = 0; i < t->npages; i++, np++) {
+			struct ck_page *pg = &ck->pages[np];
+			struct pager_src src;
+			unsigned k;
+			int r = pager_page_source(s->pager, id, i, &src);
+
+			if (r < 0) {
+				snprintf(err, errlen, "tensor %s page %u: %s", t->name, i, pager_last_error(s->pager));
+				return r;
+			}
+			pg->kind = (uint8_t)src.kind;
+			pg->slot = src.slot;
+			pg->off = src.off;
+			pg->crc = src.crc;
+			if (src.kind != PAGER_SRC_DISK)
+				continue;
+			for (k = 0; k < ck->nsrc && ck->srcorig[k] != src.fd; k++)
+				;
+			if (k == ck->nsrc) {
+				char proc[64];
+
+				if (k == MAX_SRC) {
+					snprintf(err, errlen, "more than %d swap files", MAX_SRC);
+					return -EMFILE;
+				}
+				/* The swap file's own descriptor is O_DIRECT: a copy
+				 * through the page cache (copy_file_range) wants
+				 * another open file of the same inode. */
+				snprintf(proc, sizeof(proc), "/proc/self/fd/%d", src.fd);
+				ck->srcfd[k] = open(proc, O_RDONLY | O_CLOEXEC);
+				if (ck->srcfd[k] < 0) {
+					snprintf(err, errlen, "reopening swap file %s: %s", src.path, strerror(errno));
+					return -errno;
+				}
+				ck->srcorig[k] = src.fd;
+				ck->srcpath[k] = src.path;
+				ck->nsrc++;
+			}
+			pg->src = (uint8_t)k;
+		}
+	}
+	ck->npages = np;
+	ck->map_len = s->region->bytes;
+	ck->map = mmap(NULL, ck->map_len, PROT_READ, MAP_SHARED, s->region->fd, 0);
+	if (ck->map == MAP_FAILED) {
+		ck->map = NULL;
+		snprintf(err, errlen, "mapping the session's region: %s", strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+/* Worker helpers: each sets ck->err and ck->msg once. */
+static int wfail(struct checkpoint *ck, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int wfail(struct checkpoint *ck, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (ck->err)
+		return ck->err;
+	va_start(ap, fmt);
+	vsnprintf(ck->msg, sizeof(ck->msg), fmt, ap);
+	va_end(ap);
+	ck->err = err < 0 ? err : -err;
+	return ck->err;
+}
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+	const uint8_t *p = buf;
+
+	while (n) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int pread_all(int fd, void *buf, size_t n, uint64_t off)
+{
+	uint8_t *p = buf;
+
+	while (n) {
+		ssize_t r = pread(fd, p, n, (off_t)off);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		p += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+/* n bytes of src at off to the end of dst, in the kernel where it can
+ * (a reflink on XFS and btrfs); 1 when it cannot (the caller copies). */
+static int copy_range(int src, uint64_t off, int dst, size_t n)
+{
+	loff_t in = (loff_t)off;
+
+	while (n) {
+		ssize_t r = copy_file_range(src, &in, dst, NULL, n, 0);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS ||
+			      errno == EBADF) && in == (loff_t)off)
+			return 1;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static int write_tensor(struct checkpoint *ck, int dir, struct ck_tensor *t, uint8_t *buf, bool *kernel_copy)
+{
+	int fd = openat(dir, t->file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int r = 0;
+
+	if (fd < 0)
+		return wfail(ck, errno, "creating %s/%s: %s", ck->tmp, t->file, strerror(errno));
+	if (geteuid() == 0 && fchown(fd, ck->uid, ck->gid) < 0)
+		r = wfail(ck, errno, "chown of %s/%s: %s", ck->tmp, t->file, strerror(errno));
+	for (uint32_t i = 0; r == 0 && i < t->npages; i++) {
+		struct ck_page *pg = &ck->pages[t->first + i];
+		uint64_t at = (uint64_t)i * ck->page_size;
+		size_t len = t->bytes - at < ck->page_size ? (size_t)(t->bytes - at) : ck->page_size;
+
+		if (pg->kind == PAGER_SRC_DISK && len == ck->page_size && *kernel_copy) {
+			r = copy_range(ck->srcfd[pg->src], pg->off, fd, len);
+			if (r == 0) {
+				ck->copied += len;
+				ck->bytes += len;
+				continue; /* its CRC is the pager's */
+			}
+			if (r < 0) {
+				r = wfail(ck, r, "copying page %u of tensor %s from swap file %s to %s/%s: %s", i,
+					  t->name, ck->srcpath[pg->src], ck->path, t->file, strerror(-r));
+				break;
+			}
+			*kernel_copy = false;
+		}
+		if (pg->kind == PAGER_SRC_ZERO) {
+			memset(buf, 0, len);
+		} else if (pg->kind == PAGER_SRC_SLOT) {
+			/* The client can punch its region: through safemem. */
+			if (safemem_copy(buf, ck->map + (size_t)pg->slot * ck->page_size, len) < 0) {
+				r = wfail(ck, EFAULT, "tensor %s page %u: the session's region could not be read (its "
+					  "client released that memory)", t->name, i);
+				break;
+			}
+		} else {
+			r = pread_all(ck->srcfd[pg->src], buf, len, pg->off);
+			if (r < 0) {
+				r = wfail(ck, r, "reading page %u of tensor %s from swap file %s: %s", i, t->name,
+					  ck->srcpath[pg->src], strerror(-r));
+				break;
+			}
+		}
+		pg->crc = crc32c(0, buf, len);
+		r = write_all(fd, buf, len);
+		if (r < 0) {
+			r = wfail(ck, r, "writing %s/%s: %s", ck->path, t->file, strerror(-r));
+			break;
+		}
+		ck->bytes += len;
+	}
+	if (r == 0 && fsync(fd) < 0)
+		r = wfail(ck, errno, "fsync of %s/%s: %s", ck->path, t->file, strerror(errno));
+	close(fd);
+	return r;
+}
+
+static char *manifest_text(struct checkpoint *ck)
+{
+	cJSON *m = cJSON_CreateObject(), *ts, *o, *crcs;
+	char *text = NULL;
+
+	if (!m)
+		return NULL;
+	cJSON_AddStringToObject(m, "format", CHECKPOINT_FORMAT);
+	cJSON_AddNumberToObject(m, "version", CHECKPOINT_VERSION);
+	cJSON_AddStringToObject(m, "session", ck->session);
+	cJSON_AddNumberToObject(m, "uid", ck->uid);
+	cJSON_AddNumberToObject(m, "committed_step", (double)ck->step);
+	cJSON_AddNumberToObject(m, "scale_bits", ck->scale_bits);
+	cJSON_AddNumberToObject(m, "good_steps", ck->good_steps);
+	cJSON_AddNumberToObject(m, "page_size", ck->page_size);
+	cJSON_AddNumberToObject(m, "region_bytes", (double)ck->region_bytes);
+	cJSON_AddNumberToObject(m, "swap_bytes", (double)ck->swap_bytes);
+	ts = cJSON_AddArrayToObject(m, "tensors");
+	for (uint32_t i = 0; ts && i < ck->nt; i++) {
+		const struct ck_tensor *t = &ck->t[i];
+
+		if (!(o = cJSON_CreateObject()) || !cJSON_AddItemToArray(ts, o))
+			goto out;
+		cJSON_AddStringToObject(o, "name", t->name);
+		cJSON_AddNumberToObject(o, "bytes", (double)t->bytes);
+		cJSON_AddStringToObject(o, "kind", t->swappable ? "swappable" : "resident");
+		cJSON_AddStringToObject(o, "file", t->file);
+		if (!(crcs = cJSON_AddArrayToObject(o, "crc32c")))
+			goto out;
+		for (uint32_t k = 0; k < t->npages; k++)
+			if (!cJSON_AddItemToArray(crcs, cJSON_CreateNumber(ck->pages[t->first + k].crc)))
+				goto out;
+	}
+	if (ts)
+		text = cJSON_Print(m);
+out:
+	cJSON_Delete(m);
+	return text;
+}
+
+static void remove_tmp(struct checkpoint *ck)
+{
+	int dir = openat(ck->parent, ck->tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (dir >= 0) {
+		for (uint32_t i = 0; i < ck->nt; i++)
+			unlinkat(dir, ck->t[i].file, 0);
+		unlinkat(dir, CHECKPOINT_MANIFEST, 0);
+		close(dir);
+	}
+	unlinkat(ck->parent, ck->tmp, AT_REMOVEDIR);
+}
+
+/* On a threadpool thread: touches only ck (never the session). */
+static void ck_work(uv_work_t *w)
+{
+	struct checkpoint *ck = w->data;
+	bool kernel_copy = true;
+	uint8_t *buf = NULL;
+	char *text = NULL;
+	int dir = -1, fd = -1;
+
+	if (mkdirat(ck->parent, ck->tmp, 0700) < 0) {
+		wfail(ck, errno, "creating %s: %s", ck->tmp, strerror(errno));
+		return;
+	}
+	dir = openat(ck->parent, ck->tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dir < 0) {
+		wfail(ck, errno, "opening %s: %s", ck->tmp, strerror(errno));
+		goto out;
+	}
+	if (geteuid() == 0 && fchown(dir, ck->uid, ck->gid) < 0) {
+		wfail(ck, errno, "chown of %s: %s", ck->tmp, strerror(errno));
+		goto out;
+	}
+	buf = aligned_alloc(4096, ck->page_size);
+	if (!buf) {
+		wfail(ck, ENOMEM, "out of memory for a page buffer");
+		goto out;
+	}
+	for (uint32_t i = 0; i < ck->nt; i++)
+		if (write_tensor(ck, dir, &ck->t[i], buf, &kernel_copy) < 0)
+			goto out;
+	text = manifest_text(ck);
+	if (!text) {
+		wfail(ck, ENOMEM, "out of memory for the manifest");
+		goto out;
+	}
+	fd = openat(dir, CHECKPOINT_MANIFEST, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || (geteuid() == 0 && fchown(fd, ck->uid, ck->gid) < 0) || write_all(fd, text, strlen(text)) < 0 ||
+	    fsync(fd) < 0) {
+		wfail(ck, errno ? errno : EIO, "writing %s/%s: %s", ck->path, CHECKPOINT_MANIFEST, strerror(errno));
+		goto out;
+	}
+	if (fsync(dir) < 0) {
+		wfail(ck, errno, "fsync of %s: %s", ck->tmp, strerror(errno));
+		goto out;
+	}
+	/* Pairs with checkpoint_session_gone(): a region released (and
+	 * punched) under the copy set this before the punch. */
+	if (__atomic_load_n(&ck->aborted, __ATOMIC_SEQ_CST)) {
+		wfail(ck, ECANCELED, "the session ended while its pages were being copied");
+		goto out;
+	}
+	if (renameat2(ck->parent, ck->tmp, ck->parent, ck->base, RENAME_NOREPLACE) < 0) {
+		wfail(ck, errno, "renaming %s to %s: %s", ck->tmp, ck->path, strerror(errno));
+		goto out;
+	}
+	if (fsync(ck->parent) < 0)
+		wfail(ck, errno, "fsync of the directory holding %s: %s", ck->path, strerror(errno));
+	close(dir);
+	dir = -1;
+	free(buf);
+	free(text);
+	if (fd >= 0)
+		close(fd);
+	return;
+out:
+	if (fd >= 0)
+		close(fd);
+	if (dir >= 0)
+		close(dir);
+	free(buf);
+	free(text);
+	remove_tmp(ck);
+}
+
+static void ck_done(uv_work_t *w, int status)
+{
+	struct checkpoint *ck = w->data;
+	struct session *s = ck->s;
+	double secs = (double)(uv_hrtime() - ck->t_start) / 1e9;
+	struct client *c;
+	char a[32];
+	cJSON *o;
+
+	if (status < 0 && !ck->err)
+		wfail(ck, status, "the copy could not run: %s", uv_strerror(status));
+	if (s) {
+		s->ckpt = NULL;
+		pager_freeze(s->pager, false);
+		dataplane_resume(s);
+		if (s->owner && s->owner->detach_waits) {
+			s->owner->detach_waits = false;
+			s->owner->waiting = false;
+			control_detach(s->owner);
+		}
+	}
+	if (ck->err) {
+		ck_reply_error(ck, -ck->err, "checkpoint %s to %s: %s; nothing was left behind", ck->session, ck->path,
+			       ck->msg);
+		return;
+	}
+	log_info("checkpoint %s: step %" PRIu64 ", %u tensors, %s in %.3f s (%.0f MB/s; %s copied in the kernel) to "
+		 "%s", ck->session, ck->step, ck->nt, format_bytes(ck->bytes, a, sizeof(a)), secs,
+		 secs > 0 ? (double)ck->bytes / secs / 1e6 : 0.0, format_bytes(ck->copied, a, sizeof(a)), ck->path);
+	c = ck->c;
+	if (c) {
+		ck->c = NULL;
+		c->waitp = NULL;
+		c->waiting = false;
+		o = control_reply(SPW_MSG_CHECKPOINT);
+		cJSON_AddStringToObject(o, "session", ck->session);
+		cJSON_AddStringToObject(o, "dir", ck->path);
+		cJSON_AddNumberToObject(o, "committed_step", (double)ck->step);
+		cJSON_AddNumberToObject(o, "tensors", ck->nt);
+		cJSON_AddNumberToObject(o, "bytes", (double)ck->bytes);
+		cJSON_AddNumberToObject(o, "copied_bytes", (double)ck->copied);
+		cJSON_AddNumberToObject(o, "seconds", secs);
+		cJSON_AddNumberToObject(o, "wait_seconds", (double)(ck->t_start - ck->t_ask) / 1e9);
+		control_send_json(c, o, NULL, 0);
+	}
+	ck_free(ck);
+}
+
+/* At the commit point: stop the ring, freeze the pager, plan, copy. */
+static void ck_start(struct checkpoint *ck)
+{
+	struct session *s = ck->s;
+	char err[768];
+	int r;
+
+	ck->running = true;
+	ck->t_start = uv_hrtime();
+	s->sq_paused = true;
+	pager_freeze(s->pager, true);
+	ck->step = s->committed_step;
+	ck->scale_bits = s->scale_bits;
+	ck->good_steps = s->good_steps;
+	ck->page_size = s->page_size;
+	ck->region_bytes = s->bytes;
+	ck->swap_bytes = s->swap_bytes;
+	r = ck_plan(ck, err, sizeof(err));
+	if (r == 0) {
+		ck->work.data = ck;
+		r = uv_queue_work(&s->d->loop, &ck->work, ck_work, ck_done);
+		if (r < 0)
+			snprintf(err, sizeof(err), "cannot queue the copy: %s", uv_strerror(r));
+	}
+	if (r < 0) {
+		s->ckpt = NULL;
+		pager_freeze(s->pager, false);
+		s->sq_paused = false;
+		ck_reply_error(ck, -r, "checkpoint %s to %s: %s", s->name, ck->path, err);
+		return;
+	}
+	log_debug("checkpoint %s: step %" PRIu64 " reached; the session waits while %" PRIu64 " pages are copied",
+		  s->name, ck->step, ck->npages);
+}
+
+void checkpoint_committed(struct session *s)
+{
+	if (s->ckpt && !s->ckpt->running && s->opened_step <= s->committed_step)
+		ck_start(s->ckpt);
+}
+
+void checkpoint_session_gone(struct session *s)
+{
+	struct checkpoint *ck = s->ckpt;
+
+	if (!ck)
+		return;
+	s->ckpt = NULL;
+	if (!ck->running) {
+		ck_reply_error(ck, ECANCELED, "checkpoint %s to %s: the session ended before its next commit point; "
+			       "nothing was written", s->name, ck->path);
+		return;
+	}
+	ck->s = NULL;
+	__atomic_store_n(&ck->aborted, 1, __ATOMIC_SEQ_CST);
+}
+
+bool checkpoint_defer_detach(struct session *s)
+{
+	return s->ckpt && s->ckpt->running;
+}
+
+static const char *field(const cJSON *msg, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(msg, key);
+
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+void checkpoint_request(struct client *c, const cJSON *msg)
+{
+	const char *name = field(msg, "session"), *dir = field(msg, "dir");
+	struct session *s;
+	struct checkpoint *ck;
+	struct stat st;
+	char err[768];
+
+	if (!name || !dir || !spw_proto_session_name_valid(name) || strlen(dir) >= PATH_MAX) {
+		control_reply_error(c, EINVAL, "checkpoint: \"session\" (a session name) and \"dir\" (an absolute path) "
+			    "are required");
+		return;
+	}
+	s = session_find(c->d, name);
+	if (!s || (s->uid != c->uid && c->uid != 0)) {
+		control_reply_error(c, s ? EPERM : ENOENT, "checkpoint %s: %s", name,
+			    s ? "the session belongs to another user (only its owner or root may checkpoint it)"
+			      : "no such session (spillwayctl status lists them)");
+		return;
+	}
+	if (!s->persistent || s->attaching || s->restore || !s->pager) {
+		control_reply_error(c, s->persistent ? EAGAIN : EINVAL, "checkpoint %s: %s", name,
+			    s->persistent ? "the session is still being set up; ask again in a moment"
+					  : "only a persistent session marks its commit points (attach it with "
+					    "persistent, OffloadAdamW(persistent=True))");
+		return;
+	}
+	if (s->ckpt) {
+		control_reply_error(c, EBUSY, "checkpoint %s: another checkpoint of the session is under way", name);
+		return;
+	}
+	if (s->committed_step == 0) {
+		control_reply_error(c, EAGAIN, "checkpoint %s: the session has no committed step yet; ask after its "
+			    "first step", name);
+		return;
+	}
+	if (!s->owner && s->opened_step > s->committed_step) {
+		control_reply_error(c, ESTALE, "checkpoint %s: its client died inside step %" PRIu64 "'s updates; the "
+			    "state mixes two steps and no commit will come", name, s->opened_step);
+		return;
+	}
+	ck = calloc(1, sizeof(*ck));
+	if (ck)
+		ck->parent = -1;
+	if (!ck || !(ck->path = strdup(dir)) || !(ck->session = strdup(name))) {
+		ck_free(ck);
+		control_reply_error(c, ENOMEM, "checkpoint %s: out of memory", name);
+		return;
+	}
+	ck->d = c->d;
+	ck->parent = checkpoint_open_parent(ck->path, &ck->base, err, sizeof(err));
+	if (ck->parent < 0) {
+		int r = -ck->parent;
+
+		ck->parent = -1;
+		ck_free(ck);
+		control_reply_error(c, r, "checkpoint %s: %s", name, err);
+		return;
+	}
+	/* Checked on the descriptor: the directory asked about is the one
+	 * written into, whatever its path becomes. */
+	if (fstat(ck->parent, &st) < 0 || (c->uid != 0 && st.st_uid != c->uid)) {
+		control_reply_error(c, EPERM, "checkpoint %s: the directory that would hold %s is not owned by uid %u",
+			    name, ck->path, (unsigned)c->uid);
+		ck_free(ck);
+		return;
+	}
+	if (fstatat(ck->parent, ck->base, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT) {
+		control_reply_error(c, EEXIST, "checkpoint %s: %s already exists; a checkpoint goes into a new "
+			    "directory (remove it, or pick another name)", name, ck->path);
+		ck_free(ck);
+		return;
+	}
+	if (asprintf(&ck->tmp, "%s.tmp-%d", ck->base, (int)getpid()) < 0) {
+		ck->tmp = NULL;
+		ck_free(ck);
+		control_reply_error(c, ENOMEM, "checkpoint %s: out of memory", name);
+		return;
+	}
+	ck->s = s;
+	ck->uid = c->uid;
+	ck->gid = c->gid;
+	ck->t_ask = uv_hrtime();
+	s->ckpt = ck;
+	ck_set_client(ck, c);
+	if (s->opened_step <= s->committed_step)
+		ck_start(ck);
+	else
+		log_debug("checkpoint %s: step %" PRIu64 " is open; waiting for its commit", name, s->opened_step);
+}

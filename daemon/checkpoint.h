@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * checkpoint.h: a persistent session's state written to a directory at a
+ * committed step (checkpoint.c), and read back into a new orphaned
+ * session (restore.c). docs/persistent.md ("Checkpoints") has the
+ * manifest's format.
+ */
+#ifndef SPW_DAEMON_CHECKPOINT_H
+#define SPW_DAEMON_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+struct client;
+struct session;
+
+#define CHECKPOINT_FORMAT "spillway-checkpoint"
+#define CHECKPOINT_VERSION 1
+#define CHECKPOINT_MANIFEST "manifest.json"
+/* The most a manifest may take (a CRC per page: 16 MiB is 1.4 million
+ * pages, 5 TiB in pages of 4 MiB). */
+#define CHECKPOINT_MANIFEST_MAX (16u << 20)
+
+/* "checkpoint {session, dir}": waits for the session's next commit point
+ * when a step is open, then writes dir and replies. One reply always
+ * comes (unless c goes away first). */
+void checkpoint_request(struct client *c, const cJSON *msg);
+/* A COMMIT was marked on s: a checkpoint waiting for one starts now (and
+ * the SQ stops being read after this entry). */
+void checkpoint_committed(struct session *s);
+/* s is being freed: a waiting checkpoint is answered with an error; one
+ * copying is told to give up before it renames its directory (the
+ * region is about to be released). */
+void checkpoint_session_gone(struct session *s);
+/* A DETACH by s's owner while a checkpoint copies: it is answered once
+ * the copy is done (true); false: detach now. */
+bool checkpoint_defer_detach(struct session *s);
+
+/* "restore {session, dir, lease_s}". */
+void restore_request(struct client *c, const cJSON *msg);
+/* session_attach()'s end for a session being restored (control.c calls
+ * it instead of replying to an attach). */
+void restore_attached(struct session *s, int r);
+
+/* Splits an absolute path into its parent directory, opened (O_RDONLY,
+ * O_DIRECTORY), and its last component (a pointer into path, which loses
+ * its trailing slashes). Returns the descriptor or -errno with a sentence
+ * in err. Shared by both sides. */
+int checkpoint_open_parent(char *path, const char **base, char *err, size_t errlen);
+
+#endif
