@@ -89,6 +89,12 @@ struct spw_client {
 /* Stores a formatted last-error message in c and returns err (negative). */
 int spw__error(spw_client *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Sends the control request req (consumed) and waits up to timeout_ms
+ * (at least the client's reply_timeout_ms) for its reply of that type,
+ * stored in *reply for the caller to free. 0 or the error, described. */
+struct cJSON;
+int spw__request(spw_client *c, struct cJSON *req, const char *type, struct cJSON **reply, uint32_t timeout_ms);
+
 /* Marks c's connection unusable: every later call returns err with the
  * current message. Returns err. */
 int spw__dead(spw_client *c, int err);

@@ -185,7 +185,8 @@ static void close_fds(int *fds, unsigned n)
  * descriptors when fds is NULL is a protocol error. A refusal becomes the
  * daemon's errno with its message as the last error.
  */
-static int request(spw_client *c, cJSON *req, const char *type, cJSON **ret_reply, int *fds, unsigned *nfds)
+static int request_for(spw_client *c, cJSON *req, const char *type, cJSON **ret_reply, int *fds, unsigned *nfds,
+		       uint32_t timeout_ms)
 {
 	/* Ask for as many descriptors as a frame may carry, so that a reply
 	 * bringing more than expected is seen and refused, not trimmed. */
@@ -214,14 +215,14 @@ static int request(spw_client *c, cJSON *req, const char *type, cJSON **ret_repl
 					       spw_strerror(r)));
 
 	do
-		r = poll(&pfd, 1, (int)c->reply_timeout_ms);
+		r = poll(&pfd, 1, (int)timeout_ms);
 	while (r < 0 && errno == EINTR);
 	if (r == 0)
 		/* A late reply would be taken for the answer to the next
 		 * request, so the connection cannot be used again. */
 		return spw__dead(c, spw__error(c, -ETIMEDOUT,
 					       "%s: spillwayd at %s did not answer within %u ms; the connection was abandoned",
-					       type, c->socket_path, c->reply_timeout_ms));
+					       type, c->socket_path, timeout_ms));
 	if (r < 0)
 		return spw__error(c, -errno, "%s: waiting for spillwayd: %s", type, spw_strerror(-errno));
 
@@ -275,6 +276,26 @@ fail:
 	close_fds(fdbuf, got);
 	cJSON_Delete(reply);
 	return r;
+}
+
+static int request(spw_client *c, cJSON *req, const char *type, cJSON **ret_reply, int *fds, unsigned *nfds)
+{
+	return request_for(c, req, type, ret_reply, fds, nfds, c->reply_timeout_ms);
+}
+
+static int check_connected(spw_client *c);
+
+int spw__request(spw_client *c, cJSON *req, const char *type, cJSON **reply, uint32_t timeout_ms)
+{
+	int r = check_connected(c);
+
+	if (r < 0) {
+		cJSON_Delete(req);
+		return r;
+	}
+	if (timeout_ms < c->reply_timeout_ms)
+		timeout_ms = c->reply_timeout_ms;
+	return request_for(c, req, type, reply, NULL, NULL, timeout_ms > INT_MAX ? INT_MAX : timeout_ms);
 }
 
 static cJSON *new_request(const char *type)

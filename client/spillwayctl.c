@@ -29,6 +29,12 @@ static void usage(FILE *f)
 		"                  key, < previous, q quit; off a terminal, a plain table a refresh\n"
 		"  drop SESSION    end an orphaned persistent session now (its owner or root):\n"
 		"                  its memory, tensors and swap are released\n"
+		"  checkpoint SESSION DIR\n"
+		"                  write the persistent session's state at its next commit point\n"
+		"                  into DIR (new; its parent yours); its trainer waits for the copy\n"
+		"  restore SESSION DIR\n"
+		"                  a new orphaned persistent session from the checkpoint in DIR:\n"
+		"                  the trainer's next persistent attach of SESSION resumes it\n"
 		"\n"
 		"options:\n"
 		"  --socket-dir DIR   the daemon whose sockets live in DIR (DIR/status.sock)\n"
@@ -319,6 +325,43 @@ static int drop_session(const char *dir, const char *name)
 	return r < 0;
 }
 
+/* checkpoint / restore SESSION DIR through the control socket. */
+static int checkpoint_cmd(const char *dir, const char *cmd, const char *name, const char *where)
+{
+	struct spw_checkpoint_result res = { .size = sizeof(res) };
+	bool restore = !strcmp(cmd, "restore");
+	char path[4096], a[32];
+	spw_client *c = NULL;
+	int r;
+
+	if (dir && (size_t)snprintf(path, sizeof(path), "%s/control.sock", dir) >= sizeof(path)) {
+		fprintf(stderr, "spillwayctl: --socket-dir %s: path too long\n", dir);
+		return 2;
+	}
+	r = spw_client_new(NULL, &c);
+	if (r == 0)
+		r = spw_client_connect(c, dir ? path : NULL);
+	if (r == 0)
+		r = restore ? spw_client_restore(c, name, where, 0, &res) : spw_client_checkpoint(c, name, where, &res);
+	if (r < 0) {
+		fprintf(stderr, "spillwayctl %s %s: %s\n", cmd, name, c ? spw_client_last_error(c) : spw_strerror(r));
+	} else {
+		format_bytes(res.bytes, a, sizeof(a));
+		if (restore)
+			printf("restored %s at step %llu: %u tensors, %s in %.2f s, every page checked; orphaned for %u s: "
+			       "a persistent attach of %s resumes it\n", name, (unsigned long long)res.committed_step,
+			       res.tensors, a, res.seconds, res.lease_s, name);
+		else
+			printf("checkpoint of %s at step %llu: %u tensors, %s in %.2f s (%.0f MB/s) to %s; the trainer "
+			       "waited %.2f s for the copy after %.2f s for the commit point\n", name,
+			       (unsigned long long)res.committed_step, res.tensors, a, res.seconds,
+			       res.seconds > 0 ? (double)res.bytes / res.seconds / 1e6 : 0.0, where, res.seconds,
+			       res.wait_seconds);
+	}
+	spw_client_free(c);
+	return r < 0;
+}
+
 int main(int argc, char **argv)
 {
 	/* One command line for every command; a command refuses the options
@@ -380,6 +423,13 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		return drop_session(dir, argv[optind]);
+	}
+	if (!strcmp(cmd, "checkpoint") || !strcmp(cmd, "restore")) {
+		if (optind + 2 != argc || status || as_json || iterations || sort) {
+			fprintf(stderr, "spillwayctl %s: give SESSION and DIR, and no option but --socket-dir\n", cmd);
+			return 2;
+		}
+		return checkpoint_cmd(dir, cmd, argv[optind], argv[optind + 1]);
 	}
 	if (strcmp(cmd, "status") != 0 && !top) {
 		fprintf(stderr, "spillwayctl: unknown command '%s'\n", cmd);

@@ -279,6 +279,64 @@ SPW_EXPORT int spw_client_info(const spw_client *c, struct spw_session_info *inf
  */
 SPW_EXPORT int spw_client_drop(spw_client *c, const char *session);
 
+/* What a checkpoint or a restore did (docs/persistent.md, "Checkpoints"). */
+struct spw_checkpoint_result {
+	size_t size;             /* set by the caller: sizeof(struct spw_checkpoint_result) */
+	uint64_t committed_step; /* the step the state is of */
+	uint64_t bytes;          /* tensor bytes written (checkpoint) or loaded (restore) */
+	uint64_t copied_bytes;   /* checkpoint: of which copied in the kernel from swap files */
+	double seconds;          /* the copy (checkpoint: what the session's trainer waits for) */
+	double wait_seconds;     /* checkpoint: waiting for the session's next commit point */
+	uint32_t tensors;
+	uint32_t lease_s;        /* restore: the orphan's lease */
+};
+
+/* How long spw_client_checkpoint() and spw_client_restore() wait for
+ * the daemon's answer: a copy of terabytes takes a while, and its
+ * reply comes once, at the end. */
+#define SPW_CHECKPOINT_TIMEOUT_MS (6u * 3600u * 1000u)
+
+/*
+ * Writes a checkpoint of the persistent session named session (the
+ * caller's uid must own it, or be root) into dir, a directory that must
+ * not exist yet, in a parent directory the caller owns. c needs no
+ * session of its own: a second client may ask while the session's own
+ * trainer trains. The daemon waits for the session's next commit point
+ * (no step's updates open), stops serving the session's ring while it
+ * copies (its trainer waits that long), writes dir.tmp-PID, fsyncs it
+ * and renames it to dir. A relative dir is taken from the current
+ * directory. out (may be NULL; out->size set by the caller) gets what was
+ * done. Waits at most SPW_CHECKPOINT_TIMEOUT_MS.
+ *
+ * Returns 0; -EINVAL for a bad argument or a session that is not
+ * persistent; -ENOENT for no such session, -EPERM for another user's
+ * session or a parent directory the caller does not own, -EEXIST when dir
+ * exists, -EBUSY while another checkpoint of the session runs, -EAGAIN
+ * before its first committed step, -ESTALE when its client died inside a
+ * step's updates, -ECANCELED when the session ended first, or the errno
+ * of the file operation that failed (its file named in the last error);
+ * dir is then absent.
+ */
+SPW_EXPORT int spw_client_checkpoint(spw_client *c, const char *session, const char *dir,
+				     struct spw_checkpoint_result *out);
+
+/*
+ * Creates the persistent session named session for the caller's uid
+ * from the checkpoint in dir, orphaned with a lease of lease_s seconds
+ * (0: 900), so that the next persistent attach of that name with the
+ * checkpoint's region size and page size takes it over and an optimizer
+ * on it resumes after the checkpoint's committed step, as after a kill.
+ * Every page's CRC-32C is checked. c must not be attached itself.
+ *
+ * Returns 0; -EINVAL for a bad argument or manifest, -EEXIST when a
+ * session of that name exists, -EPERM for a checkpoint of another user,
+ * -EBADMSG when a page's CRC does not match (the last error names tensor,
+ * page and file), -EDQUOT/-ENOSPC as an attach; nothing is left behind
+ * on failure.
+ */
+SPW_EXPORT int spw_client_restore(spw_client *c, const char *session, const char *dir, uint32_t lease_s,
+				  struct spw_checkpoint_result *out);
+
 /* ------------------------------------------------------------------ */
 /* Tensors */
 
