@@ -517,6 +517,7 @@ void restore_request(struct client *c, const cJSON *msg)
 	}
 	rs->t0 = uv_hrtime();
 	rs->lease_s = (uint32_t)lease_s;
+	rs->c = c; /* for the refusals below; the attach owns c after them */
 	rs->dir = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rs->dir < 0 || fstat(rs->dir, &st) < 0) {
 		r = errno;
@@ -557,6 +558,7 @@ void restore_request(struct client *c, const cJSON *msg)
 	}
 	swap = d->nswap_dirs ? rs->swap_bytes : 0;
 	if (control_uid_limits(c, name, rs->region_bytes, rs->page_size, true, &swap) < 0) {
+		rs->c = NULL;
 		rs_free(rs); /* it replied */
 		return;
 	}
@@ -565,6 +567,7 @@ void restore_request(struct client *c, const cJSON *msg)
 		rs_fail(rs, -r, "restore %s", err);
 		return;
 	}
+	rs->c = NULL;
 	rs->s = c->session;
 	rs->s->uid = c->uid;
 	rs->s->pid = c->pid;

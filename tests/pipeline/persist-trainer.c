@@ -11,10 +11,16 @@
  *   persist-trainer SOCKET SESSION overlapped|exact resident|swappable
  *                   ACCUM FP16(0|1) STEPS PAUSE_US PERSISTENT(0|1) OUT
  *
+ * With PERSIST_CHECKPOINT_AT=K and PERSIST_CHECKPOINT_DIR=DIR in the
+ * environment, after step K a second client (on its own thread) asks the
+ * daemon for a checkpoint of the session into DIR while training goes
+ * on; "checkpoint S" (the step it holds) is printed when it is done.
+ *
  * Exit status: 0 done, 3 the session was left mid-update (-ESTALE: the
  * harness drops it and starts over), 1 anything else.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +83,30 @@ static int on_grad(const struct mlp_tensor *t, int index, void *arg)
 	return r;
 }
 
+struct ckpt_job {
+	const char *socket, *session, *dir;
+	pthread_t thread;
+	struct spw_checkpoint_result res;
+	int r;
+	char err[512];
+};
+
+static void *ckpt_thread(void *arg)
+{
+	struct ckpt_job *j = arg;
+	spw_client *c = NULL;
+
+	j->res.size = sizeof(j->res);
+	j->r = spw_client_new(NULL, &c);
+	if (j->r == 0)
+		j->r = spw_client_connect(c, j->socket);
+	if (j->r == 0)
+		j->r = spw_client_checkpoint(c, j->session, j->dir, &j->res);
+	snprintf(j->err, sizeof(j->err), "%s", c ? spw_client_last_error(c) : "out of memory");
+	spw_client_free(c);
+	return NULL;
+}
+
 /* Exits at once, as a killed trainer would: nothing freed, and no leak
  * report (LeakSanitizer runs at exit(), not _exit()). */
 static int fail(const char *what, const char *why)
@@ -96,7 +126,9 @@ int main(int argc, char **argv)
 	struct mlp_task *task;
 	struct mlp *m;
 	spw_client *c = NULL;
-	uint64_t accum, steps, pause_us, step;
+	uint64_t accum, steps, pause_us, step, ckpt_at = 0;
+	struct ckpt_job ck = { 0 };
+	bool ck_started = false;
 	float x[BATCH * 64], loss;
 	int32_t y[BATCH];
 	bool persistent;
@@ -112,6 +144,10 @@ int main(int argc, char **argv)
 	steps = strtoull(argv[7], NULL, 10);
 	pause_us = strtoull(argv[8], NULL, 10);
 	persistent = atoi(argv[9]) != 0;
+	if (getenv("PERSIST_CHECKPOINT_AT") && getenv("PERSIST_CHECKPOINT_DIR")) {
+		ckpt_at = strtoull(getenv("PERSIST_CHECKPOINT_AT"), NULL, 10);
+		ck = (struct ckpt_job){ .socket = argv[1], .session = argv[2], .dir = getenv("PERSIST_CHECKPOINT_DIR") };
+	}
 	oo.accumulation = (uint32_t)accum;
 	oo.dynamic_loss_scale = tr.fp16;
 	oo.init_loss_scale = 1024.0f;
@@ -181,8 +217,21 @@ int main(int argc, char **argv)
 		if (spw_optimizer_end(tr.opt, &res) < 0)
 			return fail("end", spw_optimizer_last_error(tr.opt));
 		tr.scale = res.next_loss_scale;
+		if (step == ckpt_at) {
+			if (pthread_create(&ck.thread, NULL, ckpt_thread, &ck) != 0)
+				return fail("checkpoint", "cannot start a thread");
+			ck_started = true;
+		}
 		if (pause_us)
 			usleep((useconds_t)pause_us); /* the data loader's turn */
+	}
+	if (ck_started) {
+		pthread_join(ck.thread, NULL);
+		if (ck.r < 0)
+			return fail("checkpoint", ck.err);
+		printf("checkpoint %llu %u %llu %.3f\n", (unsigned long long)ck.res.committed_step, ck.res.tensors,
+		       (unsigned long long)ck.res.bytes, ck.res.seconds);
+		fflush(stdout);
 	}
 	if (spw_optimizer_sync(tr.opt) < 0 || !(out = fopen(argv[10], "wb")))
 		return fail("sync", spw_optimizer_last_error(tr.opt));
