@@ -19,7 +19,7 @@ from . import _lib as L
 from ._progress import AttachProgress
 
 __all__ = ["SpillwayError", "Session", "Optimizer", "StepResult", "socket_path", "status",
-           "from_deepspeed_config", "library_path", "library_version", "DeepSpeedConfigError", "SpillwaySettings"]
+           "checkpoint", "restore", "from_deepspeed_config", "library_path", "library_version", "DeepSpeedConfigError", "SpillwaySettings"]
 
 __version__ = L.VERSION
 
@@ -381,4 +381,5 @@ class Optimizer:
             self.session.owner = None
 
 
+from ._checkpoint import checkpoint, restore  # noqa: E402,F401
 from .deepspeed import from_deepspeed_config, DeepSpeedConfigError, SpillwaySettings  # noqa: E402

@@ -46,6 +46,7 @@ from . import Optimizer as _SpwOptimizer
 from . import Session, SpillwayError
 from . import _lib as L
 from . import _torch_persist as _persist
+from . import _checkpoint as _ckpt
 from ._torch_amp import AmpMixin
 from ._torch_hooks import make_accumulated_hook as _make_accumulated_hook, \
     make_average_hook as _make_average_hook, remove_hooks as _remove_hooks
@@ -315,6 +316,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         if self.tier == "nvme":
             k = 4 if self.mode == "exact" else 3
             swap = sum(-(-e.numel * 4 // psz) for e in entries) * k * psz
+            if self._persistent:  # the layout record (client/persist.c) lives on this tier too
+                swap += -(-(24 + sum(24 + len(e.name) + 8 for e in entries) + 256) // psz) * psz
         if self._own_session:
             if self._session is not None:
                 info = self._session.info()
@@ -753,6 +756,13 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     @property
     def session(self):
         return self._session
+
+    def save_checkpoint(self, dir):
+        """persistent=True: spillwayd writes this optimizer's state at the
+        last step into the new directory dir (spillway.checkpoint); load it
+        with spillway.restore(name, dir) and OffloadAdamW(persistent=True,
+        session=name). Returns the daemon's figures as a dict."""
+        return _ckpt.save(self, dir)
 
     def close(self):
         """Frees spillway's state of this optimizer and detaches its session

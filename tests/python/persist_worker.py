@@ -8,7 +8,8 @@ and the optimizer's state_dict to OUT.
     persist_worker.py SOCKET SESSION MODE TIER STEPS PERSISTENT OUT [wide|raise5]
 
 wide: another model (a wider hidden layer); raise5: an exception in the
-training loop before step 5 ends the process the way a bug would.
+training loop before step 5 ends the process the way a bug would;
+ckpt:K:DIR: opt.save_checkpoint(DIR) after step K ("checkpoint S").
 
 Exit status 3: the session was left mid-update (ESTALE), nothing resumed.
 """
@@ -62,6 +63,9 @@ def main():
         nn.functional.cross_entropy(m(x), y).backward()
         opt.step()
         print("step %d" % step, flush=True)
+        if extra.startswith("ckpt:") and step == int(extra.split(":")[1]):
+            r = opt.save_checkpoint(extra.split(":", 2)[2])
+            print("checkpoint %d" % r["committed_step"], flush=True)
         time.sleep(0.002)  # the data loader's turn
     torch.save({"model": m.state_dict(), "opt": opt.state_dict()}, out)
     opt.close()

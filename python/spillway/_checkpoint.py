@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: MIT
+"""Checkpoints of persistent sessions (docs/persistent.md, "Checkpoints").
+
+spillway.checkpoint(name, dir) asks spillwayd to write the persistent
+session `name` at its next commit point into the new directory `dir`;
+spillway.restore(name, dir) makes a new orphaned persistent session of
+that name from it, which the next OffloadAdamW(persistent=True,
+session=name) takes over and resumes from the checkpoint's step.
+OffloadAdamW.save_checkpoint(dir) is the first for the optimizer's own
+session.
+"""
+import ctypes
+import os
+
+from . import _lib as L
+from ._lib import SpillwayError
+
+
+class CheckpointResult(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("committed_step", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
+                ("copied_bytes", ctypes.c_uint64), ("seconds", ctypes.c_double),
+                ("wait_seconds", ctypes.c_double), ("tensors", ctypes.c_uint32), ("lease_s", ctypes.c_uint32)]
+
+
+_PROTOS = {
+    "spw_client_checkpoint": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                             ctypes.POINTER(CheckpointResult)]),
+    "spw_client_restore": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint32,
+                                          ctypes.POINTER(CheckpointResult)]),
+}
+
+
+def _fn(name):
+    lib = L.load()
+    fn = getattr(lib, name, None)
+    if fn is None:
+        raise NotImplementedError("%s needs a libspillway with %s (%s is older)" % (name, name, L.library_path()))
+    fn.restype, fn.argtypes = _PROTOS[name]
+    return lib, fn
+
+
+def _call(verb, name, directory, socket, lease):
+    from . import socket_path  # the package's, which imports this module
+    if not isinstance(name, str) or not name:
+        raise TypeError("the session name must be a non-empty str, not %r" % (name,))
+    lib, fn = _fn("spw_client_" + verb)
+    sock = socket or socket_path("control")
+    res = CheckpointResult(size=ctypes.sizeof(CheckpointResult))
+    c = ctypes.c_void_p()
+    r = lib.spw_client_new(None, ctypes.byref(c))
+    if r < 0:
+        raise SpillwayError(r, None, "spillway client")
+    try:
+        r = lib.spw_client_connect(c, sock.encode())
+        if r == 0:
+            path = os.path.abspath(os.fspath(directory)).encode()
+            r = (fn(c, name.encode(), path, ctypes.byref(res)) if verb == "checkpoint"
+                 else fn(c, name.encode(), path, int(lease or 0), ctypes.byref(res)))
+        if r < 0:
+            raise SpillwayError(r, L.decode(lib.spw_client_last_error(c)), "%s %s" % (verb, name))
+    finally:
+        lib.spw_client_free(c)
+    return {"committed_step": res.committed_step, "tensors": res.tensors, "bytes": res.bytes,
+            "copied_bytes": res.copied_bytes, "seconds": res.seconds, "wait_seconds": res.wait_seconds,
+            "lease_s": res.lease_s}
+
+
+def checkpoint(session_name, dir, socket=None):
+    """Writes the persistent session session_name (yours) into dir, a new
+    directory whose parent is yours, at its next commit point; its trainer
+    waits while the pages are copied. Returns a dict: committed_step,
+    tensors, bytes, copied_bytes, seconds, wait_seconds. Raises
+    SpillwayError (errno EEXIST, EPERM, ENOENT, ...) with the daemon's
+    sentence."""
+    return _call("checkpoint", session_name, dir, socket, None)
+
+
+def restore(session_name, dir, socket=None, lease=None):
+    """Creates the persistent session session_name, orphaned for lease
+    seconds (None: 900), from the checkpoint in dir, every page's CRC
+    checked. OffloadAdamW(..., session=session_name, persistent=True) then
+    takes it over: the model's parameters get the checkpoint's master
+    weights and opt.resumed_step its step. Returns the same dict as
+    checkpoint() (lease_s set)."""
+    return _call("restore", session_name, dir, socket, lease)
+
+
+def save(opt, directory):
+    """OffloadAdamW.save_checkpoint: the optimizer's own persistent
+    session, through a second client, after the last step committed."""
+    if not getattr(opt, "_persistent", False):
+        raise ValueError("save_checkpoint needs OffloadAdamW(persistent=True, session='job/rank0'): only a "
+                         "persistent session marks the commit points a checkpoint is taken at; for this "
+                         "optimizer, torch.save(opt.state_dict(), path) does the job")
+    if opt._opt is None or opt._session is None:
+        raise RuntimeError("save_checkpoint: the optimizer holds no state yet (take a step first) or was closed")
+    opt._opt.sync()
+    return checkpoint(opt._session_name, directory, socket=opt._socket)

@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: MIT
+"""Checkpoints from Python (issue 11): OffloadAdamW.save_checkpoint(dir)
+after step K while the trainer goes on; spillway.restore(name, dir) and a
+new process's OffloadAdamW(persistent=True, session=name) resumes at K and
+ends equal to an uninterrupted run (torch.equal on the model's and the
+optimizer's state_dict), for the cpu and nvme tiers. save_checkpoint on a
+non-persistent optimizer is refused saying why; a restore into a name in
+use, or from a directory that is not a checkpoint, is refused.
+"""
+import errno
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import spwtest
+import torch
+import torch.nn as nn
+import spillway
+from spillway.torch import OffloadAdamW
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "persist_worker.py")
+STEPS = 12
+AT = 5
+
+
+class CheckpointTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = spwtest.Daemon(swap=True)
+        cls.tmp = tempfile.mkdtemp(prefix="spw-ckpt-")
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.d.stop() == 0, "spillwayd did not shut down cleanly"
+
+    def run_worker(self, session, tier, persistent, out, *extra):
+        p = subprocess.run([sys.executable, WORKER, self.d.control, session, "exact", tier, str(STEPS),
+                            "1" if persistent else "0", out] + list(extra),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p.stdout
+
+    def same(self, a_path, b_path):
+        a, b = torch.load(a_path), torch.load(b_path)
+        for k, v in a["model"].items():
+            self.assertTrue(torch.equal(v, b["model"][k]), "model %s differs" % k)
+        self.assertEqual(len(a["opt"]["state"]), len(b["opt"]["state"]))
+        for i, st in a["opt"]["state"].items():
+            for k, v in st.items():
+                self.assertTrue(torch.equal(torch.as_tensor(v), torch.as_tensor(b["opt"]["state"][i][k])),
+                                "optimizer state %s of parameter %s differs" % (k, i))
+
+    def roundtrip(self, tier):
+        ref = os.path.join(self.tmp, "ref-%s.pt" % tier)
+        run = os.path.join(self.tmp, "run-%s.pt" % tier)
+        rest = os.path.join(self.tmp, "rest-%s.pt" % tier)
+        ck = os.path.join(self.tmp, "ck-%s" % tier)
+        self.run_worker("py/ckref-" + tier, tier, False, ref)
+        out = self.run_worker("py/ckrun-" + tier, tier, True, run, "ckpt:%d:%s" % (AT, ck))
+        self.assertIn("checkpoint %d\n" % AT, out)
+        self.same(ref, run)
+        self.assertTrue(os.path.isfile(os.path.join(ck, "manifest.json")))
+        r = spillway.restore("py/ckrest-" + tier, ck, socket=self.d.control, lease=60)
+        self.assertEqual(r["committed_step"], AT)
+        self.assertGreater(r["bytes"], 0)
+        with self.assertRaises(spillway.SpillwayError) as e:
+            spillway.restore("py/ckrest-" + tier, ck, socket=self.d.control)
+        self.assertEqual(e.exception.errno, errno.EEXIST)
+        out = self.run_worker("py/ckrest-" + tier, tier, True, rest)
+        self.assertTrue(out.startswith("resumed %d\n" % AT), out)
+        self.same(ref, rest)
+
+    def test_cpu(self):
+        self.roundtrip("cpu")
+
+    def test_nvme(self):
+        self.roundtrip("nvme")
+
+    def test_refusals(self):
+        torch.manual_seed(0)
+        m = nn.Linear(8, 4)
+        opt = OffloadAdamW(m.parameters(), socket=self.d.control)
+        m(torch.randn(2, 8)).sum().backward()
+        opt.step()
+        with self.assertRaises(ValueError) as e:
+            opt.save_checkpoint(os.path.join(self.tmp, "never"))
+        self.assertIn("persistent=True", str(e.exception))
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "never")))
+        opt.close()
+        with self.assertRaises(spillway.SpillwayError) as e:
+            spillway.restore("py/notackpt", self.tmp, socket=self.d.control)
+        self.assertIn("manifest.json", str(e.exception))
+        with self.assertRaises(spillway.SpillwayError) as e:
+            spillway.checkpoint("py/nosuch", os.path.join(self.tmp, "x"), socket=self.d.control)
+        self.assertEqual(e.exception.errno, errno.ENOENT)
+
+
+if __name__ == "__main__":
+    unittest.main()
