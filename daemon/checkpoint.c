@@ -575,14 +575,17 @@ static void ck_start(struct checkpoint *ck)
 	ck->running = true;
 	ck->t_start = uv_hrtime();
 	s->sq_paused = true;
-	pager_freeze(s->pager, true);
+	r = pager_freeze(s->pager, true);
 	ck->step = s->committed_step;
 	ck->scale_bits = s->scale_bits;
 	ck->good_steps = s->good_steps;
 	ck->page_size = s->page_size;
 	ck->region_bytes = s->bytes;
 	ck->swap_bytes = s->swap_bytes;
-	r = ck_plan(ck, err, sizeof(err));
+	if (r < 0)
+		snprintf(err, sizeof(err), "out of memory");
+	else
+		r = ck_plan(ck, err, sizeof(err));
 	if (r == 0) {
 		ck->work.data = ck;
 		r = uv_queue_work(&s->d->loop, &ck->work, ck_work, ck_done);

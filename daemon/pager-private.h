@@ -180,6 +180,7 @@ struct pager {
 	/* A checkpoint copies slots off the loop (pager-snap.c): no slot
 	 * changes hands meanwhile. */
 	bool frozen;
+	uint32_t *held, nheld;    /* frozen: slots freed meanwhile, free again at the thaw */
 	void (*release)(void *arg);
 	void *release_arg;
 	char msg[512];

@@ -74,7 +74,11 @@ void pager_slot_assign(struct pager *p, uint32_t s, struct ppage *pg)
 void pager_slot_release(struct pager *p, struct ppage *pg)
 {
 	p->slots[pg->slot].page = NULL;
-	p->free_slots[p->nfree++] = pg->slot;
+	/* Frozen: a checkpoint may still read what this slot held. */
+	if (p->frozen)
+		p->held[p->nheld++] = pg->slot;
+	else
+		p->free_slots[p->nfree++] = pg->slot;
 	pg->slot = NONE;
 	pager_page_sync(p, pg);
 }
@@ -114,11 +118,9 @@ uint32_t pager_take_slot(struct pager *p, uint64_t limit)
 	struct ppage *pg;
 	uint32_t s;
 
-	if (p->frozen)
-		return NONE; /* a slot freed now may be one a checkpoint still reads */
 	if (p->nfree)
 		return p->free_slots[--p->nfree];
-	if (!p->nclean)
+	if (!p->nclean || p->frozen)
 		return NONE; /* nothing evictable: no need to look */
 	if (p->order.plan_ok)
 		s = planned_victim(p, limit);

@@ -6,14 +6,27 @@
  * their swap homes (restore.c).
  */
 #include <errno.h>
+#include <stdlib.h>
 
 #include "pager-private.h"
 
-void pager_freeze(struct pager *p, bool on)
+int pager_freeze(struct pager *p, bool on)
 {
-	p->frozen = on;
-	if (!on && !p->closing)
+	if (on) {
+		if (!p->held && !(p->held = malloc((size_t)p->c.nslots * sizeof(*p->held))))
+			return -ENOMEM;
+		p->nheld = 0;
+		p->frozen = true;
+		return 0;
+	}
+	if (!p->frozen)
+		return 0;
+	p->frozen = false;
+	while (p->nheld)
+		p->free_slots[p->nfree++] = p->held[--p->nheld];
+	if (!p->closing)
 		pager_sched_pump(p, true);
+	return 0;
 }
 
 static struct ppage *page_at(const struct pager *p, uint32_t tensor, uint32_t page)

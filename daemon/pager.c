@@ -390,7 +390,7 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 		}
 		/* Clean pages give up their slots too; look for them only
 		 * when the free ones do not suffice. */
-		for (uint32_t s = 0; avail < n && s < p->c.nslots; s++)
+		for (uint32_t s = 0; !p->frozen && avail < n && s < p->c.nslots; s++)
 			avail += clean_victim(p->slots[s].page);
 		if (avail < n) {
 			snprintf(err, errlen,
@@ -648,6 +648,7 @@ static void destroy(struct pager *p)
 	pager_policy_free(&p->order);
 	free(p->clock.ref);
 	free(p->disk_free);
+	free(p->held);
 	free(p->free_slots);
 	free(p->scratch);
 	free(p->waits);

@@ -314,12 +314,13 @@ struct pager_src {
 	const char *path;
 };
 
-/* While frozen no slot changes hands: no eviction, no read-ahead, no
- * slot for a waiting PIN. With no PIN/UNPIN coming meanwhile (the caller
+/* While frozen no slot changes hands: no eviction, and a slot freed
+ * (a tensor removed) is not given out again until the thaw; only slots
+ * free at the freeze are. With no PIN/UNPIN coming meanwhile (the caller
  * stops reading the ring), what pager_page_source() said stays true: a
  * slot keeps its page and a page only on disk stays so. Thawing serves
- * what waited. */
-void pager_freeze(struct pager *p, bool on);
+ * what waited. Returns 0 or -ENOMEM. */
+int pager_freeze(struct pager *p, bool on);
 /* 0 with *src set, -EINVAL for a bad id, or the error of a FAILED page
  * (its message in pager_last_error()). */
 int pager_page_source(struct pager *p, uint32_t tensor, uint32_t page, struct pager_src *src);
