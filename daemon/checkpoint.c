@@ -9,6 +9,7 @@
  * directory is written as <dir>.tmp-<pid>, every file and it fsync'd, and
  * renamed into place last. Then the session goes on.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -65,13 +66,16 @@ struct checkpoint {
 	const char *base;          /* into path */
 	int parent;
 	bool running;
+	bool state;                /* a save at shutdown (state.c): replaces, keeps the daemon's ownership */
+	void (*done)(void *arg, int err);
+	void *done_arg;
 	int aborted;               /* atomic: the session went away while copying */
 	uint64_t t_ask, t_start;
 
 	/* What the worker copies: taken on the loop at the commit point. */
 	char *session;
 	uint64_t step;
-	uint32_t scale_bits, good_steps, page_size;
+	uint32_t scale_bits, good_steps, page_size, lease_s;
 	uint64_t region_bytes, swap_bytes;
 	struct ck_tensor *t;
 	uint32_t nt;
@@ -144,6 +148,8 @@ static void ck_reply_error(struct checkpoint *ck, int err, const char *fmt, ...)
 	} else {
 		log_warn("%s", msg);
 	}
+	if (ck->done)
+		ck->done(ck->done_arg, -err);
 	ck_free(ck);
 }
 
@@ -338,7 +344,7 @@ static int write_tensor(struct checkpoint *ck, int dir, struct ck_tensor *t, uin
 
 	if (fd < 0)
 		return wfail(ck, errno, "creating %s/%s: %s", ck->tmp, t->file, strerror(errno));
-	if (geteuid() == 0 && fchown(fd, ck->uid, ck->gid) < 0)
+	if (geteuid() == 0 && !ck->state && fchown(fd, ck->uid, ck->gid) < 0)
 		r = wfail(ck, errno, "chown of %s/%s: %s", ck->tmp, t->file, strerror(errno));
 	for (uint32_t i = 0; r == 0 && i < t->npages; i++) {
 		struct ck_page *pg = &ck->pages[t->first + i];
@@ -407,6 +413,7 @@ static char *manifest_text(struct checkpoint *ck)
 	cJSON_AddNumberToObject(m, "page_size", ck->page_size);
 	cJSON_AddNumberToObject(m, "region_bytes", (double)ck->region_bytes);
 	cJSON_AddNumberToObject(m, "swap_bytes", (double)ck->swap_bytes);
+	cJSON_AddNumberToObject(m, "lease_s", ck->lease_s);
 	ts = cJSON_AddArrayToObject(m, "tensors");
 	for (uint32_t i = 0; ts && i < ck->nt; i++) {
 		const struct ck_tensor *t = &ck->t[i];
@@ -428,6 +435,23 @@ static char *manifest_text(struct checkpoint *ck)
 out:
 	cJSON_Delete(m);
 	return text;
+}
+
+void checkpoint_remove_dir(int parent, const char *name)
+{
+	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct dirent *e;
+	DIR *dir;
+
+	if (fd >= 0 && (dir = fdopendir(fd))) {
+		while ((e = readdir(dir)))
+			if (e->d_name[0] != '.')
+				unlinkat(fd, e->d_name, 0);
+		closedir(dir);
+	} else if (fd >= 0) {
+		close(fd);
+	}
+	unlinkat(parent, name, AT_REMOVEDIR);
 }
 
 static void remove_tmp(struct checkpoint *ck)
@@ -461,7 +485,7 @@ static void ck_work(uv_work_t *w)
 		wfail(ck, errno, "opening %s: %s", ck->tmp, strerror(errno));
 		goto out;
 	}
-	if (geteuid() == 0 && fchown(dir, ck->uid, ck->gid) < 0) {
+	if (geteuid() == 0 && !ck->state && fchown(dir, ck->uid, ck->gid) < 0) {
 		wfail(ck, errno, "chown of %s: %s", ck->tmp, strerror(errno));
 		goto out;
 	}
@@ -479,7 +503,7 @@ static void ck_work(uv_work_t *w)
 		goto out;
 	}
 	fd = openat(dir, CHECKPOINT_MANIFEST, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0 || (geteuid() == 0 && fchown(fd, ck->uid, ck->gid) < 0) || write_all(fd, text, strlen(text)) < 0 ||
+	if (fd < 0 || (geteuid() == 0 && !ck->state && fchown(fd, ck->uid, ck->gid) < 0) || write_all(fd, text, strlen(text)) < 0 ||
 	    fsync(fd) < 0) {
 		wfail(ck, errno ? errno : EIO, "writing %s/%s: %s", ck->path, CHECKPOINT_MANIFEST, strerror(errno));
 		goto out;
@@ -495,8 +519,14 @@ static void ck_work(uv_work_t *w)
 		goto out;
 	}
 	if (renameat2(ck->parent, ck->tmp, ck->parent, ck->base, RENAME_NOREPLACE) < 0) {
-		wfail(ck, errno, "renaming %s to %s: %s", ck->tmp, ck->path, strerror(errno));
-		goto out;
+		/* A save at shutdown replaces the last one in one step: the
+		 * old directory takes the temporary's name and goes. */
+		if (!(errno == EEXIST && ck->state &&
+		      renameat2(ck->parent, ck->tmp, ck->parent, ck->base, RENAME_EXCHANGE) == 0)) {
+			wfail(ck, errno, "renaming %s to %s: %s", ck->tmp, ck->path, strerror(errno));
+			goto out;
+		}
+		checkpoint_remove_dir(ck->parent, ck->tmp);
 	}
 	if (fsync(ck->parent) < 0)
 		wfail(ck, errno, "fsync of the directory holding %s: %s", ck->path, strerror(errno));
@@ -531,7 +561,10 @@ static void ck_done(uv_work_t *w, int status)
 	if (s) {
 		s->ckpt = NULL;
 		pager_freeze(s->pager, false);
-		dataplane_resume(s);
+		/* Shutting down: the trainer stays at its commit point until
+		 * its connection closes. */
+		if (!s->d->stopping)
+			dataplane_resume(s);
 		if (s->owner && s->owner->detach_waits) {
 			s->owner->detach_waits = false;
 			s->owner->waiting = false;
@@ -562,6 +595,8 @@ static void ck_done(uv_work_t *w, int status)
 		cJSON_AddNumberToObject(o, "wait_seconds", (double)(ck->t_start - ck->t_ask) / 1e9);
 		control_send_json(c, o, NULL, 0);
 	}
+	if (ck->done)
+		ck->done(ck->done_arg, 0);
 	ck_free(ck);
 }
 
@@ -582,6 +617,7 @@ static void ck_start(struct checkpoint *ck)
 	ck->page_size = s->page_size;
 	ck->region_bytes = s->bytes;
 	ck->swap_bytes = s->swap_bytes;
+	ck->lease_s = s->lease_s;
 	if (r < 0)
 		snprintf(err, sizeof(err), "out of memory");
 	else
@@ -625,6 +661,55 @@ void checkpoint_session_gone(struct session *s)
 	__atomic_store_n(&ck->aborted, 1, __ATOMIC_SEQ_CST);
 }
 
+int checkpoint_save(struct session *s, int dirfd, const char *path, void (*done)(void *arg, int err), void *arg)
+{
+	struct checkpoint *ck = calloc(1, sizeof(*ck));
+
+	if (!ck)
+		return -ENOMEM;
+	ck->parent = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+	ck->path = strdup(path);
+	ck->session = strdup(s->name);
+	if (ck->parent < 0 || !ck->path || !ck->session || !strrchr(ck->path, '/') ||
+	    asprintf(&ck->tmp, "%s.tmp-%d", strrchr(ck->path, '/') + 1, (int)getpid()) < 0) {
+		ck->tmp = NULL;
+		ck_free(ck);
+		return -ENOMEM;
+	}
+	ck->base = strrchr(ck->path, '/') + 1;
+	ck->d = s->d;
+	ck->s = s;
+	ck->uid = s->uid;
+	ck->state = true;
+	ck->done = done;
+	ck->done_arg = arg;
+	ck->t_ask = uv_hrtime();
+	s->ckpt = ck;
+	if (s->opened_step <= s->committed_step)
+		ck_start(ck);
+	else
+		log_info("shutdown: session %s is inside step %" PRIu64 "; it is saved at that step's commit", s->name,
+			 s->opened_step);
+	return 0;
+}
+
+bool checkpoint_cancel_waiting(struct session *s)
+{
+	struct checkpoint *ck = s->ckpt;
+
+	if (!ck || ck->running)
+		return false;
+	s->ckpt = NULL;
+	ck_reply_error(ck, ECANCELED, "checkpoint %s to %s: no commit point came in time; nothing was written", s->name,
+		       ck->path);
+	return true;
+}
+
+bool checkpoint_busy(const struct session *s)
+{
+	return s->ckpt != NULL;
+}
+
 bool checkpoint_defer_detach(struct session *s)
 {
 	return s->ckpt && s->ckpt->running;
@@ -648,6 +733,10 @@ void checkpoint_request(struct client *c, const cJSON *msg)
 	if (!name || !dir || !spw_proto_session_name_valid(name) || strlen(dir) >= PATH_MAX) {
 		control_reply_error(c, EINVAL, "checkpoint: \"session\" (a session name) and \"dir\" (an absolute path) "
 			    "are required");
+		return;
+	}
+	if (c->d->stopping) {
+		control_reply_error(c, ESHUTDOWN, "checkpoint %s: spillwayd is shutting down", name);
 		return;
 	}
 	s = session_find(c->d, name);

@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 struct client;
+struct daemon;
 struct session;
 
 #define CHECKPOINT_FORMAT "spillway-checkpoint"
@@ -39,8 +40,26 @@ void checkpoint_session_gone(struct session *s);
  * the copy is done (true); false: detach now. */
 bool checkpoint_defer_detach(struct session *s);
 
+/* A save at shutdown (state.c): a checkpoint of s at its next commit
+ * point into path (in dirfd, the state directory), replacing what is
+ * there, with no client; done(arg, 0 or -errno) once it ended. Returns 0,
+ * or -ENOMEM (then done never comes). */
+int checkpoint_save(struct session *s, int dirfd, const char *path, void (*done)(void *arg, int err), void *arg);
+/* A checkpoint of s still waiting for its commit point is given up (its
+ * answer or done says so): true. false when none waits. */
+bool checkpoint_cancel_waiting(struct session *s);
+/* Whether a checkpoint of s waits or copies. */
+bool checkpoint_busy(const struct session *s);
+/* Removes the flat directory name in parent (its files, then it). */
+void checkpoint_remove_dir(int parent, const char *name);
+
 /* "restore {session, dir, lease_s}". */
 void restore_request(struct client *c, const cJSON *msg);
+/* At start: the checkpoint in the state directory's entry name (state_fd)
+ * as an orphan of the uid its manifest names, with its lease counted from
+ * now; the entry is removed once restored. Returns 0 (under way) or
+ * -errno (logged). */
+int restore_from_state(struct daemon *d, int state_fd, const char *state_path, const char *name);
 /* session_attach()'s end for a session being restored (control.c calls
  * it instead of replying to an attach). */
 void restore_attached(struct session *s, int r);

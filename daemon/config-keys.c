@@ -359,6 +359,21 @@ static int k_metrics_allow_remote(struct perr *e, struct config *c, const cJSON 
 	return cfg_bool(e, v, key, &c->metrics_allow_remote);
 }
 
+static int k_persist_state_dir(struct perr *e, struct config *c, const cJSON *v, const char *key)
+{
+	const char *s = NULL;
+	int r;
+
+	if (cJSON_IsNull(v)) {
+		free(c->persist_state_dir);
+		c->persist_state_dir = NULL;
+		return 0;
+	}
+	/* Room for a session's directory name and its .tmp-PID suffix. */
+	r = cfg_path(e, v, key, 4096 - SPW_PROTO_MAX_SESSION_NAME - 32, &s);
+	return r < 0 ? r : cfg_set_str(&c->persist_state_dir, s);
+}
+
 const struct section cfg_sections[] = {
 	{ "socket", KEYS({ "dir", k_socket_dir }, { "mode", k_socket_mode }, { "group", k_socket_group }) },
 	{ "pool", KEYS({ "max_bytes", k_pool_max_bytes }, { "session_max_bytes", k_pool_session_max_bytes },
@@ -374,6 +389,7 @@ const struct section cfg_sections[] = {
 			 { "region_bytes_per_uid", k_limits_region_bytes }, { "swap_bytes_per_uid", k_limits_swap_bytes },
 			 { "hello_timeout_ms", k_limits_hello_timeout }, { "ring_ops_per_s", k_limits_ring_ops }) },
 	{ "metrics", KEYS({ "listen", k_metrics_listen }, { "allow_remote", k_metrics_allow_remote }) },
+	{ "persist", KEYS({ "state_dir", k_persist_state_dir }) },
 };
 
 const size_t cfg_nsections = sizeof(cfg_sections) / sizeof(cfg_sections[0]);

@@ -271,6 +271,7 @@ struct config *config_free(struct config *c)
 	free(c->socket_group);
 	free(c->pool_gpu);
 	free(c->metrics_listen);
+	free(c->persist_state_dir);
 	free(c);
 	return NULL;
 }

@@ -250,6 +250,15 @@ static void do_attach(struct client *c, const cJSON *msg)
 		control_client_close(other->owner, "disconnected");
 		other = session_find(d, name);
 	}
+	if (d->stopping) {
+		control_reply_error(c, ESHUTDOWN, "attach %s: spillwayd is shutting down", name);
+		return;
+	}
+	if (other && other->restore) {
+		control_reply_error(c, EAGAIN, "attach %s: the session is being restored from a checkpoint; attach again "
+			    "in a moment", name);
+		return;
+	}
 	if (other && other->attaching && !other->owner) {
 		control_reply_error(c, EAGAIN, "attach %s: the session's last client left while its region was being set "
 			    "up; it is being released: attach again in a moment", name);

@@ -79,6 +79,10 @@ struct config {
 	/* Prometheus endpoint (metrics-server.c): NULL is off. Read at start. */
 	char *metrics_listen;
 	bool metrics_allow_remote;
+
+	/* persist.state_dir: where persistent sessions are checkpointed at
+	 * shutdown and restored from at start; NULL is off. Read at start. */
+	char *persist_state_dir;
 };
 
 /*

@@ -24,6 +24,7 @@
 #include "region.h"
 #include "session.h"
 #include "spw-proto.h"
+#include "state.h"
 #include "status.h"
 #include "safedir.h"
 #include "swap.h"
@@ -348,7 +349,8 @@ static void on_uring(uv_poll_t *h, int status, int events)
 		/* Room again: the sessions whose write-behind found none. */
 		pager_room_kick();
 	}
-	if (d->stopping && !session_draining())
+	/* Saving sessions at shutdown still needs their I/O. */
+	if (d->stopping && !state_saving() && !session_draining())
 		drain_end(d);
 	(void)status;
 	(void)events;
@@ -465,7 +467,10 @@ static void on_stop(uv_signal_t *h, int signum)
 		n++;
 	log_info("%s: shutting down; detaching %u session%s", strsignal(signum), n, n == 1 ? "" : "s");
 	notify_send("STOPPING=1\nSTATUS=shutting down");
-	teardown(d);
+	/* Persistent sessions go to persist.state_dir first, each at its
+	 * next commit point; the teardown follows. */
+	if (!state_save_all(d, teardown))
+		teardown(d);
 }
 
 static void on_reload(uv_signal_t *h, int signum)
@@ -562,6 +567,7 @@ int daemon_run(struct config *cfg, const char *config_path)
 	d->cfg = cfg;
 	d->config_path = config_path;
 	d->control.fd = d->status.fd = -1;
+	d->state_fd = -1;
 	d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	d->start_ns = uv_hrtime();
 	list_init(&d->polling);
@@ -608,6 +614,10 @@ int daemon_run(struct config *cfg, const char *config_path)
 	if (r < 0)
 		goto out;
 	r = uring_start(d);
+	if (r < 0)
+		goto out;
+	/* Restores start before the first client can attach their names. */
+	r = state_start(d);
 	if (r < 0)
 		goto out;
 	r = control_listen(d);
@@ -666,6 +676,7 @@ out:
 	/* Every pager is gone by now (sessions end in teardown, attaches
 	 * still on the threadpool end before uv_run returns). */
 	d->uring = uring_free(d->uring);
+	state_stop(d);
 	swap_locks_release(d);
 	swap_dirs_free(d);
 	r = uv_loop_close(&d->loop);

@@ -73,6 +73,7 @@ struct daemon {
 	uint64_t used_bytes, locked_bytes;
 	uint64_t start_ns;
 	bool stopping;
+	int state_fd;            /* persist.state_dir, opened at start; -1 when off (state.c) */
 };
 
 int daemon_run(struct config *cfg, const char *config_path);

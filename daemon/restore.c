@@ -73,6 +73,11 @@ struct restore {
 	int err;
 	char msg[1024];
 	uv_work_t work;
+	/* A restore at start from persist.state_dir (no client): its entry
+	 * there goes once the session is back. */
+	bool startup;
+	int state_fd;
+	char *state_name;
 };
 
 static struct restore *rs_free(struct restore *rs)
@@ -92,6 +97,9 @@ static struct restore *rs_free(struct restore *rs)
 	free(rs->pages);
 	if (rs->dir >= 0)
 		close(rs->dir);
+	if (rs->state_name)
+		close(rs->state_fd);
+	free(rs->state_name);
 	free(rs->path);
 	free(rs);
 	return NULL;
@@ -402,6 +410,8 @@ static void rs_done(uv_work_t *w, int status)
 	s->good_steps = rs->good_steps;
 	s->restore = NULL;
 	rs->s = NULL;
+	if (rs->state_name)
+		checkpoint_remove_dir(rs->state_fd, rs->state_name);
 	if (!persist_restored(s)) {
 		rs->s = s;
 		rs_fail(rs, ENOMEM, "restore %s: out of memory for its lease", s->name);
@@ -443,7 +453,7 @@ void restore_attached(struct session *s, int r)
 		c->waitp = &rs->c;
 		control_client_watch(c);
 	}
-	if (!c || r < 0) {
+	if ((!c && !rs->startup) || r < 0) {
 		rs_fail(rs, r < 0 ? -r : ECANCELED, "restore %s: %s", s->name,
 			r < 0 ? s->work_err : "the client that asked left");
 		return;
@@ -497,6 +507,10 @@ void restore_request(struct client *c, const cJSON *msg)
 	     (get_uint(msg, "lease_s", PERSIST_LEASE_MAX_S, &lease_s) < 0 || lease_s == 0))) {
 		control_reply_error(c, EINVAL, "restore: \"session\" (a session name), \"dir\" (an absolute path) are "
 			    "required; \"lease_s\" is 1 to %u", PERSIST_LEASE_MAX_S);
+		return;
+	}
+	if (d->stopping) {
+		control_reply_error(c, ESHUTDOWN, "restore %s: spillwayd is shutting down", name);
 		return;
 	}
 	if (c->session) {
@@ -576,4 +590,91 @@ void restore_request(struct client *c, const cJSON *msg)
 	rs->s->restore = rs;
 	c->attaching = true;
 	control_client_watch(c);
+}
+
+int restore_from_state(struct daemon *d, int state_fd, const char *state_path, const char *name)
+{
+	struct restore *rs = calloc(1, sizeof(*rs));
+	const char *sname = NULL;
+	struct session *s;
+	uint64_t uid = 0, lease = PERSIST_LEASE_DEFAULT_S;
+	struct stat st;
+	char err[768];
+	cJSON *m = NULL;
+	int r = -ENOMEM;
+
+	if (!rs)
+		goto fail;
+	rs->dir = -1;
+	rs->startup = true;
+	rs->t0 = uv_hrtime();
+	if (asprintf(&rs->path, "%s/%s", state_path, name) < 0) {
+		rs->path = NULL;
+		snprintf(err, sizeof(err), "out of memory");
+		goto fail;
+	}
+	rs->state_fd = fcntl(state_fd, F_DUPFD_CLOEXEC, 0);
+	if (rs->state_fd < 0 || !(rs->state_name = strdup(name))) {
+		if (rs->state_fd >= 0)
+			close(rs->state_fd);
+		snprintf(err, sizeof(err), "out of memory");
+		goto fail;
+	}
+	rs->dir = openat(state_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (rs->dir < 0 || fstat(rs->dir, &st) < 0) {
+		r = -errno;
+		snprintf(err, sizeof(err), "%s", strerror(-r));
+		goto fail;
+	}
+	rs->owner = st.st_uid;
+	m = read_manifest(rs->dir, err, sizeof(err));
+	r = m ? parse_manifest(rs, m, 0, false, err, sizeof(err)) : -EINVAL;
+	if (r == 0) {
+		sname = get_str(m, "session");
+		get_uint(m, "uid", UINT32_MAX, &uid);
+		if (cJSON_GetObjectItemCaseSensitive(m, "lease_s") &&
+		    (get_uint(m, "lease_s", PERSIST_LEASE_MAX_S, &lease) < 0 || lease == 0))
+			lease = PERSIST_LEASE_DEFAULT_S;
+		if (!sname || !spw_proto_session_name_valid(sname)) {
+			snprintf(err, sizeof(err), "%s names no valid session", CHECKPOINT_MANIFEST);
+			r = -EINVAL;
+		}
+	}
+	if (r == 0 && !(rs->pages = calloc(rs->npages ? rs->npages : 1, sizeof(*rs->pages)))) {
+		snprintf(err, sizeof(err), "out of memory");
+		r = -ENOMEM;
+	}
+	if (r == 0 && session_find(d, sname)) {
+		snprintf(err, sizeof(err), "a session named %s exists already", sname);
+		r = -EEXIST;
+	}
+	for (uint32_t i = 0; r == 0 && i < rs->nt; i++) {
+		if (rs->t[i].swappable && !d->nswap_dirs) {
+			snprintf(err, sizeof(err), "it holds swappable tensors and swap.dirs is empty");
+			r = -EOPNOTSUPP;
+		}
+	}
+	if (r == 0)
+		r = session_admit(d, sname, rs->region_bytes, err, sizeof(err));
+	if (r == 0)
+		r = session_attach(d, NULL, sname, rs->region_bytes, rs->page_size, d->nswap_dirs ? rs->swap_bytes : 0,
+				   err, sizeof(err));
+	if (r < 0)
+		goto fail;
+	s = session_find(d, sname);
+	s->uid = (uid_t)uid;
+	s->persistent = true;
+	s->lease_s = (uint32_t)lease;
+	s->restore = rs;
+	rs->s = s;
+	rs->lease_s = (uint32_t)lease;
+	log_info("persist.state_dir: restoring session %s (uid %u) from %s", sname, (unsigned)uid, rs->path);
+	cJSON_Delete(m);
+	return 0;
+fail:
+	log_error("persist.state_dir: %s/%s not restored: %s; it stays there", state_path, name,
+		  r == -ENOMEM && !rs ? "out of memory" : err);
+	cJSON_Delete(m);
+	rs_free(rs);
+	return r;
 }

@@ -286,7 +286,8 @@ static void attach_after(uv_work_t *w, int status)
 	int r = status < 0 ? status : s->work_result;
 
 	s->attaching = false;
-	if (r == 0 && s->owner)
+	/* A restore at start has no owner, but goes on. */
+	if (r == 0 && (s->owner || s->restore))
 		r = session_finish(s);
 	control_attach_done(s, r);
 }
@@ -314,7 +315,7 @@ int session_attach(struct daemon *d, struct client *owner, const char *name, uin
 	s->max_tensors = d->cfg->session_max_tensors;
 	s->unregistering = UINT32_MAX;
 	s->max_garbage = d->cfg->session_max_garbage;
-	s->poll = (control_client_features(owner) & SPW_FEAT_RING_POLL) != 0;
+	s->poll = owner && (control_client_features(owner) & SPW_FEAT_RING_POLL) != 0;
 	s->ropts = (struct region_opts){
 		.name = s->name,
 		.bytes = region_bytes,
@@ -327,11 +328,13 @@ int session_attach(struct daemon *d, struct client *owner, const char *name, uin
 	s->attaching = true;
 	list_add_tail(&d->sessions, &s->link);
 	d->used_bytes += region_bytes;
-	control_client_set_session(owner, s);
+	if (owner)
+		control_client_set_session(owner, s);
 	r = uv_queue_work(&d->loop, &s->work, attach_work, attach_after);
 	if (r < 0) {
 		s->attaching = false;
-		control_client_set_session(owner, NULL);
+		if (owner)
+			control_client_set_session(owner, NULL);
 		session_free(s);
 		snprintf(err, errlen, "attach %s: cannot queue the region work: %s", name, uv_strerror(r));
 		return -ENOMEM;

@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * persist.state_dir: persistent sessions across a daemon restart. At
+ * SIGTERM each persistent session is checkpointed into the state
+ * directory at its next commit point (checkpoint.c; the shutdown waits
+ * for those, at most STATE_COMMIT_WAIT_MS for a commit point to come);
+ * at start each checkpoint found there is restored as an orphan
+ * (restore.c), its lease counted from the start.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "daemon.h"
+#include "log.h"
+#include "safedir.h"
+#include "session.h"
+#include "state.h"
+
+#define STATE_COMMIT_WAIT_MS 10000
+
+static unsigned saving;
+static bool starting;
+static uv_timer_t *wait_timer;
+static void (*then_fn)(struct daemon *d);
+static struct daemon *then_d;
+
+/* A session's entry in the state directory: its name with '/' made '+'
+ * (no session name holds a '+'). */
+static void entry_name(const char *session, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s", session);
+	for (char *p = buf; *p; p++)
+		if (*p == '/')
+			*p = '+';
+}
+
+static void run_then_now(void);
+
+static void timer_freed(uv_handle_t *h)
+{
+	free(h);
+}
+
+static void run_then(uv_timer_t *t)
+{
+	void (*fn)(struct daemon *d) = then_fn;
+
+	uv_close((uv_handle_t *)t, timer_freed);
+	wait_timer = NULL;
+	then_fn = NULL;
+	if (fn)
+		fn(then_d);
+}
+
+/* The last save ended: the teardown runs from the loop, not from inside
+ * whatever ended it (a session being freed, say). */
+static void finish(void)
+{
+	if (saving || starting || !then_fn)
+		return;
+	if (wait_timer)
+		uv_timer_start(wait_timer, run_then, 0, 0);
+	else
+		run_then_now();
+}
+
+static void run_then_now(void)
+{
+	void (*fn)(struct daemon *d) = then_fn;
+
+	then_fn = NULL;
+	if (fn)
+		fn(then_d);
+}
+
+static void saved(void *arg, int err)
+{
+	char *name = arg;
+
+	if (err == 0)
+		log_info("shutdown: session %s saved in persist.state_dir", name);
+	else
+		log_error("shutdown: session %s could not be saved in persist.state_dir: %s", name, strerror(-err));
+	free(name);
+	saving--;
+	finish();
+}
+
+static void waited(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+	struct list *p, *n;
+
+	starting = true;
+	list_for_each_safe(p, n, &d->sessions) {
+		struct session *s = list_entry(p, struct session, link);
+
+		if (checkpoint_cancel_waiting(s))
+			log_warn("shutdown: session %s reached no commit point in %d s (step %llu open); not saved",
+				 s->name, STATE_COMMIT_WAIT_MS / 1000, (unsigned long long)s->opened_step);
+	}
+	starting = false;
+	finish();
+}
+
+bool state_save_all(struct daemon *d, void (*then)(struct daemon *d))
+{
+	char path[4096], entry[SPW_PROTO_MAX_SESSION_NAME + 1];
+	struct list *p, *n;
+
+	if (d->state_fd < 0)
+		return false;
+	then_fn = then;
+	then_d = d;
+	starting = true;
+	list_for_each_safe(p, n, &d->sessions) {
+		struct session *s = list_entry(p, struct session, link);
+		char *name;
+
+		if (!s->persistent || !s->pager || s->attaching || s->restore)
+			continue;
+		if (s->committed_step == 0 || (!s->owner && s->opened_step > s->committed_step)) {
+			log_warn("shutdown: session %s holds no whole committed step; not saved", s->name);
+			continue;
+		}
+		if (checkpoint_busy(s) && !checkpoint_cancel_waiting(s)) {
+			log_warn("shutdown: session %s is being checkpointed by request; not saved in persist.state_dir",
+				 s->name);
+			continue;
+		}
+		entry_name(s->name, entry, sizeof(entry));
+		snprintf(path, sizeof(path), "%s/%s", d->cfg->persist_state_dir, entry);
+		name = strdup(s->name);
+		saving++; /* before: a save that fails at once reports at once */
+		if (!name || checkpoint_save(s, d->state_fd, path, saved, name) < 0) {
+			log_error("shutdown: session %s: out of memory; not saved", s->name);
+			free(name);
+			saving--;
+		}
+	}
+	starting = false;
+	if (!saving) {
+		then_fn = NULL;
+		return false;
+	}
+	log_info("shutdown: saving %u persistent session%s in %s", saving, saving == 1 ? "" : "s",
+		 d->cfg->persist_state_dir);
+	wait_timer = saving ? malloc(sizeof(*wait_timer)) : NULL;
+	if (wait_timer) {
+		uv_timer_init(&d->loop, wait_timer);
+		wait_timer->data = d;
+		uv_timer_start(wait_timer, waited, STATE_COMMIT_WAIT_MS, 0);
+	}
+	return true;
+}
+
+int state_start(struct daemon *d)
+{
+	const char *dir = d->cfg->persist_state_dir;
+	char err[512];
+	struct dirent *e;
+	DIR *dd;
+	int fd, r;
+
+	d->state_fd = -1;
+	if (!dir)
+		return 0;
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		log_error("persist.state_dir %s: %s", dir, strerror(errno));
+		return -errno;
+	}
+	r = safedir_open("persist.state_dir", dir, err, sizeof(err));
+	if (r < 0) {
+		log_error("%s", err);
+		return r;
+	}
+	d->state_fd = r;
+	fd = fcntl(d->state_fd, F_DUPFD_CLOEXEC, 0);
+	dd = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!dd) {
+		log_error("persist.state_dir %s: %s", dir, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	while ((e = readdir(dd))) {
+		if (e->d_name[0] == '.')
+			continue;
+		if (strstr(e->d_name, ".tmp-")) {
+			/* A save that never finished: the previous one, if
+			 * any, is whole beside it. */
+			log_info("persist.state_dir: removed %s, a save the last shutdown did not finish", e->d_name);
+			checkpoint_remove_dir(d->state_fd, e->d_name);
+			continue;
+		}
+		restore_from_state(d, d->state_fd, dir, e->d_name);
+	}
+	closedir(dd);
+	return 0;
+}
+
+bool state_saving(void)
+{
+	return then_fn != NULL;
+}
+
+void state_stop(struct daemon *d)
+{
+	if (d->state_fd >= 0)
+		close(d->state_fd);
+	d->state_fd = -1;
+}

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * state.h: persistent sessions across a daemon restart (state.c, the
+ * config key persist.state_dir).
+ */
+#ifndef SPW_DAEMON_STATE_H
+#define SPW_DAEMON_STATE_H
+
+#include <stdbool.h>
+
+struct daemon;
+
+/* At start: opens (creating it, mode 0700) and checks the state
+ * directory, and restores every checkpoint in it as an orphan. Returns 0
+ * (also when it is off), or -errno for a directory that cannot be used
+ * (logged). */
+int state_start(struct daemon *d);
+/* At SIGTERM: a checkpoint of every persistent session into the state
+ * directory at its next commit point. true: then(d) runs once they are
+ * done (or given up); false: nothing to wait for, then is not called. */
+bool state_save_all(struct daemon *d, void (*then)(struct daemon *d));
+void state_stop(struct daemon *d);
+/* Between state_save_all() and its then(): the sessions still run. */
+bool state_saving(void);
+
+#endif

@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test-restart: a daemon restart loses no persistent session (issue 11,
+ * persist.state_dir). A trainer on a persistent session is running when
+ * spillwayd gets SIGTERM: the daemon saves the session at its next commit
+ * point into the state directory and exits 0; the trainer gets the
+ * "daemon went away" error. A new spillwayd on the same state directory
+ * restores the session as an orphan (and removes the saved copy); the
+ * restarted trainer takes it over at the saved step and ends bit-identical
+ * to an uninterrupted run. A session that ends with a detach leaves
+ * nothing in the state directory.
+ *
+ *   test-restart TIER [PAUSE_US [MODE]]  (the trainer's pause between steps, 20 ms,
+ *                         and mode, exact; overlapped with a short pause lands SIGTERM
+ *                         inside a step's updates, where the save waits for its commit)
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <spillway/spillway.h>
+
+#include "harness.h"
+#include "test.h"
+
+#define STEPS "60"
+
+static struct spw_test_daemon d;
+static const char *tier, *pause_between = "20000", *mode = "exact";
+static char state[64] = "/tmp/spw-state-XXXXXX";
+static char config[1024];
+
+static pid_t spawn(const char *session, const char *persistent, const char *pause_us, const char *out, int *fd)
+{
+	const char *exe = getenv("PERSIST_TRAINER");
+	int pfd[2];
+	pid_t pid;
+
+	ASSERT_TRUE(exe != NULL);
+	ASSERT_OK(pipe(pfd));
+	pid = fork();
+	ASSERT_TRUE(pid >= 0);
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		close(pfd[0]);
+		close(pfd[1]);
+		execl(exe, exe, d.control, session, mode, tier, "1", "0", STEPS, pause_us, persistent, out,
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+	*fd = pfd[0];
+	return pid;
+}
+
+/* Its exit status (-1: a signal), and what it printed in buf. */
+static int reap(pid_t pid, int fd, char *buf, size_t len)
+{
+	size_t got = 0;
+	ssize_t n;
+	int st;
+
+	while (got + 1 < len && (n = read(fd, buf + got, len - 1 - got)) > 0)
+		got += (size_t)n;
+	buf[got] = '\0';
+	close(fd);
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void *load(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	void *buf;
+	long len;
+
+	ASSERT_TRUE(f != NULL);
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	ASSERT_TRUE(len > 0);
+	buf = malloc((size_t)len);
+	ASSERT_TRUE(buf != NULL);
+	ASSERT_EQ(fread(buf, 1, (size_t)len, f), (size_t)len);
+	fclose(f);
+	*n = (size_t)len;
+	return buf;
+}
+
+/* A number of the session's entry in the status document (-1: no such
+ * session), and its state into st. */
+static double session_field(const char *name, const char *key, char *st, size_t stlen)
+{
+	char *json = NULL;
+	cJSON *doc, *s;
+	double v = -1;
+
+	ASSERT_OK(spw_status_fetch(d.status, &json));
+	doc = cJSON_Parse(json);
+	free(json);
+	ASSERT_TRUE(doc != NULL);
+	cJSON_ArrayForEach(s, cJSON_GetObjectItem(doc, "sessions")) {
+		const cJSON *n = cJSON_GetObjectItem(s, "name");
+
+		if (cJSON_IsString(n) && !strcmp(n->valuestring, name)) {
+			v = cJSON_GetObjectItem(s, key)->valuedouble;
+			if (st)
+				snprintf(st, stlen, "%s", cJSON_GetObjectItem(s, "state")->valuestring);
+		}
+	}
+	cJSON_Delete(doc);
+	return v;
+}
+
+static unsigned state_entries(char *first, size_t len)
+{
+	DIR *dd = opendir(state);
+	struct dirent *e;
+	unsigned n = 0;
+
+	ASSERT_TRUE(dd != NULL);
+	while ((e = readdir(dd))) {
+		if (e->d_name[0] == '.')
+			continue;
+		if (first && !n)
+			snprintf(first, len, "%s", e->d_name);
+		n++;
+	}
+	closedir(dd);
+	return n;
+}
+
+static unsigned long long saved_step(const char *entry)
+{
+	char path[512];
+	unsigned long long step;
+	size_t n;
+	char *text;
+	cJSON *m;
+
+	snprintf(path, sizeof(path), "%s/%s/manifest.json", state, entry);
+	text = load(path, &n);
+	m = cJSON_ParseWithLength(text, n);
+	ASSERT_TRUE(m != NULL);
+	ASSERT_STREQ(cJSON_GetObjectItem(m, "session")->valuestring, "rs/run");
+	step = (unsigned long long)cJSON_GetObjectItem(m, "committed_step")->valuedouble;
+	cJSON_Delete(m);
+	free(text);
+	return step;
+}
+
+int main(int argc, char **argv)
+{
+	char ref[512], run[512], buf[4096], entry[256], st[64];
+	unsigned long long step;
+	size_t na, nb;
+	void *a, *b;
+	double committed = 0;
+	int fd, rc;
+	pid_t pid;
+
+	if (argc < 2 || argc > 4)
+		TEST_FAIL("usage: test-restart resident|swappable [PAUSE_US [MODE]]");
+	tier = argv[1];
+	if (argc > 2)
+		pause_between = argv[2];
+	if (argc > 3)
+		mode = argv[3];
+	if (!getenv("SPILLWAYD"))
+		SKIP("spillwayd is not built yet");
+	ASSERT_TRUE(mkdtemp(state) != NULL);
+	snprintf(config, sizeof(config),
+		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
+		 " \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
+		 " \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"64MiB\"},"
+		 " \"persist\": {\"state_dir\": \"%s\"}, \"log\": {\"level\": \"warn\"}}", state);
+	ASSERT_OK(spw_test_daemon_start(&d, config));
+	snprintf(ref, sizeof(ref), "%s.ref.bin", state);
+	snprintf(run, sizeof(run), "%s.run.bin", state);
+
+	/* The uninterrupted run; a detached session is not saved. */
+	pid = spawn("rs/ref", "0", "0", ref, &fd);
+	ASSERT_EQ(reap(pid, fd, buf, sizeof(buf)), 0);
+
+	/* SIGTERM while a trainer trains, once it has committed 10 steps. */
+	pid = spawn("rs/run", "1", pause_between, run, &fd);
+	for (int i = 0; i < 2000 && committed < 10; i++) {
+		usleep(10 * 1000);
+		committed = session_field("rs/run", "committed_step", NULL, 0);
+	}
+	ASSERT_TRUE(committed >= 10);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	rc = reap(pid, fd, buf, sizeof(buf));
+	ASSERT_EQ(rc, 1); /* the daemon went away under it */
+	ASSERT_EQ(state_entries(entry, sizeof(entry)), 1u);
+	ASSERT_STREQ(entry, "rs+run");
+	step = saved_step(entry);
+	printf("# saved at step %llu (%.0f committed when SIGTERM came)\n", step, committed);
+	ASSERT_TRUE(step >= (unsigned long long)committed);
+	ASSERT_TRUE(step < 60);
+
+	/* A new daemon: the session is back, orphaned; the saved copy goes. */
+	ASSERT_OK(spw_test_daemon_start(&d, config));
+	for (int i = 0; i < 500 && session_field("rs/run", "committed_step", st, sizeof(st)) < 0; i++)
+		usleep(10 * 1000);
+	for (int i = 0; i < 500 && strcmp(st, "orphaned"); i++) {
+		usleep(10 * 1000);
+		session_field("rs/run", "committed_step", st, sizeof(st));
+	}
+	ASSERT_STREQ(st, "orphaned");
+	ASSERT_EQ(session_field("rs/run", "committed_step", NULL, 0), (double)step);
+	ASSERT_EQ(state_entries(NULL, 0), 0u);
+
+	pid = spawn("rs/run", "1", "0", run, &fd);
+	rc = reap(pid, fd, buf, sizeof(buf));
+	ASSERT_EQ(rc, 0);
+	ASSERT_TRUE(strstr(buf, "resumed ") != NULL);
+	ASSERT_EQ(strtoull(strstr(buf, "resumed ") + 8, NULL, 10), step);
+	a = load(ref, &na);
+	b = load(run, &nb);
+	ASSERT_EQ(na, nb);
+	for (size_t i = 0; i < na / 4; i++)
+		if (memcmp((float *)a + i, (float *)b + i, 4))
+			TEST_FAIL("element %zu of the state differs: %.9g uninterrupted, %.9g across the restart", i,
+				  (double)((float *)a)[i], (double)((float *)b)[i]);
+	free(a);
+	free(b);
+	/* It detached at its end: nothing to save. */
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	ASSERT_EQ(state_entries(NULL, 0), 0u);
+	unlink(ref);
+	unlink(run);
+	ASSERT_OK(rmdir(state));
+	printf("ok\n");
+	return 0;
+}
