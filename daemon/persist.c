@@ -302,8 +302,10 @@ void persist_release_all(struct daemon *d)
 
 		if (!s->orphaned_ns)
 			continue;
-		log_warn("shutdown: released orphaned session %s (committed step %llu); orphans do not outlive "
-			 "spillwayd yet", s->name, (unsigned long long)s->committed_step);
+		log_warn("shutdown: released orphaned session %s (committed step %llu)%s", s->name,
+			 (unsigned long long)s->committed_step,
+			 d->state_fd >= 0 ? "; persist.state_dir holds it when it held a whole step"
+					  : "; set persist.state_dir to keep persistent sessions across a restart");
 		session_free(s);
 	}
 }

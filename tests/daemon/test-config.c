@@ -97,6 +97,10 @@ static const struct bad bad[] = {
 	{ "{\"swap\": {\"session_bytes\": true}}", "swap.session_bytes", "wrong type" },
 	{ "{\"swap\": {\"session_bytes\": \"lots\"}}", "swap.session_bytes", "not a size" },
 	{ "{\"swap\": {\"size\": 1}}", "unknown key swap.size", "session_bytes" },
+	/* persist */
+	{ "{\"persist\": {\"state_dir\": \"var/lib/x\"}}", "persist.state_dir", "not an absolute path" },
+	{ "{\"persist\": {\"state_dir\": 1}}", "persist.state_dir", "wrong type" },
+	{ "{\"persist\": {\"dir\": \"/x\"}}", "unknown key persist.dir", "state_dir" },
 	/* Strict JSON (issue 9, item 8): what cJSON would let through. */
 	{ "{\"log\": {\"level\": \"info\"}} {\"log\": {}}", "trailing data after the JSON value", "line 1, column 28" },
 	{ "{\"log\": {\"level\": \"info\"}}x", "trailing data", "column 27" },
@@ -224,7 +228,8 @@ static void test_defaults_and_good(void)
 		" \"session\": {\"page_size\": \"1MiB\", \"ring_entries\": 64, \"max_tensors\": 10, \"max_garbage\": 5},"
 		" \"ring\": {\"poll_us\": 0}, \"log\": {\"level\": \"debug\"},"
 		" \"swap\": {\"dirs\": [{\"path\": \"/var/lib/spillway\", \"max_bytes\": \"64GiB\"}], \"queue_depth\": 64,"
-		"          \"sqpoll\": true, \"prefetch_window\": 4, \"session_bytes\": \"16GiB\"}}";
+		"          \"sqpoll\": true, \"prefetch_window\": 4, \"session_bytes\": \"16GiB\"},"
+		" \"persist\": {\"state_dir\": \"/var/lib/spillway/state\"}}";
 	struct config *c = NULL;
 	char err[1024] = "";
 
@@ -240,6 +245,7 @@ static void test_defaults_and_good(void)
 	ASSERT_EQ(c->socket_mode, 0660);
 	ASSERT_EQ(c->swap_queue_depth, 32);
 	ASSERT_UEQ(c->swap_session_bytes, 4ull << 30);
+	ASSERT_TRUE(c->persist_state_dir == NULL);
 	c = config_free(c);
 
 	ASSERT_OK(config_parse(good, strlen(good), "good", &c, err, sizeof(err)));
@@ -260,6 +266,7 @@ static void test_defaults_and_good(void)
 	ASSERT_STREQ(c->swap_dirs[0].path, "/var/lib/spillway");
 	ASSERT_TRUE(c->swap_sqpoll);
 	ASSERT_UEQ(c->swap_session_bytes, 16ull << 30);
+	ASSERT_STREQ(c->persist_state_dir, "/var/lib/spillway/state");
 	config_free(c);
 	config_free(NULL);
 }
