@@ -168,7 +168,7 @@ static bool files_equal(const char *a_path, const char *b_path)
 /* Every data file of checkpoint a equals b's, and so do the CRCs. */
 static void same_checkpoint(const char *a, const char *b)
 {
-	char pa[512], pb[512];
+	char pa[1024], pb[1024];
 	unsigned n = 0;
 
 	for (;; n++) {
@@ -232,7 +232,7 @@ static void corrupt(const char *path, off_t at)
 /* The first tensor of the manifest with more than one page of 64 KiB. */
 static void pick_tensor(const char *dir, char *tname, size_t tlen, char *fname, size_t flen)
 {
-	char path[512];
+	char path[1024];
 	size_t n;
 	char *text;
 	cJSON *m, *t;
@@ -272,7 +272,7 @@ static unsigned entries(const char *dir)
 int main(int argc, char **argv)
 {
 	struct spw_checkpoint_result res = { .size = sizeof(res) };
-	char ref[512], run[512], rest[512], ck1[512], ck2[512], ck3[512], page_name[256], tname[128], fname[64];
+	char ref[512], run[512], rest[512], ck1[512], ck2[512], ck3[1024], page_name[256], tname[128], fname[64];
 	unsigned long long step = 0, bytes = 0;
 	unsigned tensors = 0;
 	const char *out;

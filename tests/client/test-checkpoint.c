@@ -1,0 +1,396 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test-checkpoint: the daemon's checkpoint and restore of a session,
+ * byte for byte, without an optimizer (issue 11). A persistent session
+ * with a resident tensor (a partial last page) and a swappable one bigger
+ * than the region's free slots (pages on disk) is marked committed by
+ * hand (SPW_OP_MARK). A checkpoint asked for from a second client while a
+ * step is open waits for its COMMIT and holds the bytes written in that
+ * step; the data files equal what was written. A DETACH while a
+ * checkpoint copies waits for it. A restore gives a session whose
+ * takeover pins the same bytes back (resident from the region, swappable
+ * read from disk through the pager's CRC check). Refused: a session not
+ * persistent, or without a committed step; hostile manifests (another
+ * version, a CRC list one short, a bad file name, a page size that is
+ * none), a truncated data file, a symlink for a data file, a changed byte
+ * of a page on disk; none leaves a session or a pool byte behind.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <spillway/spillway.h>
+
+#include "client-private.h"
+#include "harness.h"
+#include "test.h"
+
+#define MiB (1024u * 1024u)
+#define PAGE MiB
+#define REGION (64ull * MiB)
+#define R_BYTES (24ull * MiB + 100) /* 25 pages, the last of 100 bytes */
+#define S_PAGES 60u                 /* more than the 39 slots left */
+#define S_BYTES ((uint64_t)S_PAGES * MiB)
+
+static struct spw_test_daemon d;
+
+static uint8_t pattern(uint32_t tensor, uint32_t page, uint32_t i, uint8_t version)
+{
+	return (uint8_t)(tensor * 131u + page * 31u + i * 7u + (i >> 12) + version * 101u);
+}
+
+static spw_client *connect_client(void)
+{
+	spw_client *c = NULL;
+
+	ASSERT_OK(spw_client_new(NULL, &c));
+	ASSERT_OK(spw_client_connect(c, d.control));
+	return c;
+}
+
+static void attach(spw_client *c, const char *name, bool persistent)
+{
+	struct spw_attach_opts a = { .size = sizeof(a), .session = name, .region_bytes = REGION, .page_size = PAGE,
+				     .persistent = persistent, .lease_s = 60 };
+
+	ASSERT_OK(spw_client_attach(c, &a));
+}
+
+static void fill(spw_client *c, uint32_t t, uint32_t tensor, uint32_t page, uint8_t version)
+{
+	uint8_t *p;
+
+	ASSERT_OK(spw_pin(c, t, page, (void **)&p));
+	for (uint32_t i = 0; i < PAGE; i++)
+		p[i] = pattern(tensor, page, i, version);
+	ASSERT_OK(spw_unpin(c, t, page, SPW_DIRTY));
+}
+
+static void check_page(spw_client *c, uint32_t t, uint32_t tensor, uint32_t page, uint32_t len, uint8_t version)
+{
+	uint8_t *p;
+
+	ASSERT_OK(spw_pin(c, t, page, (void **)&p));
+	for (uint32_t i = 0; i < len; i++)
+		if (p[i] != pattern(tensor, page, i, version))
+			TEST_FAIL("tensor %u page %u byte %u: %u, expected %u", tensor, page, i, p[i],
+				  pattern(tensor, page, i, version));
+	ASSERT_OK(spw_unpin(c, t, page, SPW_CLEAN));
+}
+
+static void *load(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	void *buf;
+	long len;
+
+	ASSERT_TRUE(f != NULL);
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = malloc(len > 0 ? (size_t)len : 1);
+	ASSERT_TRUE(buf != NULL);
+	ASSERT_EQ(fread(buf, 1, (size_t)len, f), (size_t)len);
+	fclose(f);
+	*n = (size_t)len;
+	return buf;
+}
+
+/* The data file of tensor `tensor` (t0000N.bin) holds bytes pages of the
+ * pattern; page 0 of version v0, the others of version 0. */
+static void check_file(const char *dir, uint32_t tensor, uint64_t bytes, uint8_t v0)
+{
+	char path[512];
+	uint8_t *b;
+	size_t n;
+
+	snprintf(path, sizeof(path), "%s/t%05u.bin", dir, tensor);
+	b = load(path, &n);
+	ASSERT_UEQ(n, bytes);
+	for (size_t k = 0; k < n; k++) {
+		uint32_t page = (uint32_t)(k / PAGE), i = (uint32_t)(k % PAGE);
+
+		if (b[k] != pattern(tensor, page, i, page == 0 ? v0 : 0))
+			TEST_FAIL("%s byte %zu (page %u): %u, expected %u", path, k, page, b[k],
+				  pattern(tensor, page, i, page == 0 ? v0 : 0));
+	}
+	free(b);
+}
+
+static double pool_used(int *sessions)
+{
+	char *json = NULL;
+	cJSON *doc;
+	double v;
+
+	ASSERT_OK(spw_status_fetch(d.status, &json));
+	doc = cJSON_Parse(json);
+	free(json);
+	ASSERT_TRUE(doc != NULL);
+	v = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "pool"), "used_bytes")->valuedouble;
+	*sessions = cJSON_GetArraySize(cJSON_GetObjectItem(doc, "sessions"));
+	cJSON_Delete(doc);
+	return v;
+}
+
+struct ask {
+	const char *session, *dir;
+	struct spw_checkpoint_result res;
+	int r;
+	volatile int done;
+	char err[1024];
+};
+
+static void *ask_thread(void *arg)
+{
+	struct ask *a = arg;
+	spw_client *c = connect_client();
+
+	a->res.size = sizeof(a->res);
+	a->r = spw_client_checkpoint(c, a->session, a->dir, &a->res);
+	snprintf(a->err, sizeof(a->err), "%s", spw_client_last_error(c));
+	spw_client_free(c);
+	a->done = 1;
+	return NULL;
+}
+
+static void copy_dir(const char *src, const char *dst)
+{
+	char a[1024], b[1024];
+	struct dirent *e;
+	DIR *dd = opendir(src);
+
+	ASSERT_TRUE(dd != NULL);
+	ASSERT_OK(mkdir(dst, 0700));
+	while ((e = readdir(dd))) {
+		size_t n;
+		void *buf;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(a, sizeof(a), "%s/%s", src, e->d_name);
+		snprintf(b, sizeof(b), "%s/%s", dst, e->d_name);
+		buf = load(a, &n);
+		f = fopen(b, "wb");
+		ASSERT_TRUE(f != NULL);
+		ASSERT_EQ(fwrite(buf, 1, n, f), n);
+		fclose(f);
+		free(buf);
+	}
+	closedir(dd);
+}
+
+static void remove_dir(const char *dir)
+{
+	char a[1024];
+	struct dirent *e;
+	DIR *dd = opendir(dir);
+
+	if (!dd)
+		return;
+	while ((e = readdir(dd))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(a, sizeof(a), "%s/%s", dir, e->d_name);
+		unlink(a);
+	}
+	closedir(dd);
+	rmdir(dir);
+}
+
+enum hostile { H_VERSION, H_CRC_SHORT, H_FILE_NAME, H_PAGE_SIZE, H_TRUNCATE, H_SYMLINK, H_DISK_BYTE };
+
+/* A copy of good, made hostile one way; a restore of it is refused with
+ * err, the message naming what, and nothing is left. */
+static void hostile(spw_client *c, const char *good, enum hostile how, int err, const char *what)
+{
+	char dir[512], path[1024], target[1024];
+	int sessions, fd;
+	double used = pool_used(&sessions);
+	cJSON *m, *t1;
+	size_t n;
+	char *text;
+	int r;
+
+	snprintf(dir, sizeof(dir), "%s/hostile", d.dir);
+	copy_dir(good, dir);
+	snprintf(path, sizeof(path), "%s/manifest.json", dir);
+	text = load(path, &n);
+	m = cJSON_ParseWithLength(text, n);
+	free(text);
+	ASSERT_TRUE(m != NULL);
+	t1 = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "tensors"), 1);
+	switch (how) {
+	case H_VERSION:
+		cJSON_ReplaceItemInObject(m, "version", cJSON_CreateNumber(2));
+		break;
+	case H_CRC_SHORT:
+		cJSON_DeleteItemFromArray(cJSON_GetObjectItem(t1, "crc32c"), 3);
+		break;
+	case H_FILE_NAME:
+		cJSON_ReplaceItemInObject(t1, "file", cJSON_CreateString("../t00001.bin"));
+		break;
+	case H_PAGE_SIZE:
+		cJSON_ReplaceItemInObject(m, "page_size", cJSON_CreateNumber(3000));
+		break;
+	case H_TRUNCATE:
+		snprintf(target, sizeof(target), "%s/t00001.bin", dir);
+		ASSERT_OK(truncate(target, (off_t)S_BYTES - 1));
+		break;
+	case H_SYMLINK:
+		snprintf(target, sizeof(target), "%s/t00001.bin", dir);
+		unlink(target);
+		snprintf(path, sizeof(path), "%s/t00001.bin", good);
+		ASSERT_OK(symlink(path, target));
+		break;
+	case H_DISK_BYTE:
+		snprintf(target, sizeof(target), "%s/t00001.bin", dir);
+		fd = open(target, O_RDWR);
+		ASSERT_TRUE(fd >= 0);
+		ASSERT_EQ(pwrite(fd, "\x5a", 1, 37 * (off_t)MiB + 4321), 1);
+		close(fd);
+		break;
+	}
+	text = cJSON_Print(m);
+	cJSON_Delete(m);
+	snprintf(path, sizeof(path), "%s/manifest.json", dir);
+	{
+		FILE *f = fopen(path, "wb");
+
+		ASSERT_TRUE(f != NULL);
+		fputs(text, f);
+		fclose(f);
+	}
+	free(text);
+	r = spw_client_restore(c, "raw/hostile", dir, 0, NULL);
+	printf("# hostile %d: %s\n", how, spw_client_last_error(c));
+	ASSERT_EQ(r, err);
+	ASSERT_CONTAINS(spw_client_last_error(c), what);
+	ASSERT_EQ(pool_used(&r), used);
+	ASSERT_EQ(r, sessions);
+	remove_dir(dir);
+}
+
+int main(void)
+{
+	struct spw_checkpoint_result res = { .size = sizeof(res) };
+	char ck1[512], ck2[512], ck3[512];
+	struct ask ask = { 0 };
+	spw_client *a, *b, *np;
+	uint32_t r_id, s_id, id;
+	pthread_t th;
+	int sessions;
+
+	if (!getenv("SPILLWAYD"))
+		SKIP("spillwayd is not built yet");
+	ASSERT_OK(spw_test_daemon_start(&d,
+		"{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
+		" \"pool\": {\"max_bytes\": \"512MiB\", \"session_max_bytes\": \"128MiB\", \"require_locked\": false},"
+		" \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"2GiB\"}], \"session_bytes\": \"256MiB\"},"
+		" \"log\": {\"level\": \"warn\"}}"));
+	snprintf(ck1, sizeof(ck1), "%s/ck1", d.dir);
+	snprintf(ck2, sizeof(ck2), "%s/ck2", d.dir);
+	snprintf(ck3, sizeof(ck3), "%s/ck3", d.dir);
+
+	a = connect_client();
+	attach(a, "raw/a", true);
+	ASSERT_OK(spw_tensor_register(a, "r", R_BYTES, SPW_TENSOR_RESIDENT, &r_id, NULL));
+	ASSERT_OK(spw_tensor_register(a, "s", S_BYTES, SPW_TENSOR_SWAPPABLE, &s_id, NULL));
+	ASSERT_OK(spw__mark_sync(a, SPW_MARK_OPEN, 1));
+	for (uint32_t p = 0; p < 25; p++)
+		fill(a, r_id, 0, p, 0);
+	for (uint32_t p = 0; p < S_PAGES; p++)
+		fill(a, s_id, 1, p, 0);
+
+	b = connect_client();
+	/* No committed step yet; not persistent. */
+	ASSERT_EQ(spw_client_checkpoint(b, "raw/a", ck1, NULL), -EAGAIN);
+	np = connect_client();
+	attach(np, "raw/np", false);
+	ASSERT_EQ(spw_client_checkpoint(b, "raw/np", ck1, NULL), -EINVAL);
+	ASSERT_OK(spw_client_detach(np));
+	spw_client_free(np);
+	ASSERT_NE(access(ck1, F_OK), 0);
+
+	/* Step 1 committed; step 2 open when the checkpoint is asked for:
+	 * it waits for COMMIT 2 and holds what step 2 wrote. */
+	ASSERT_OK(spw__mark_sync(a, SPW_MARK_COMMIT, 1));
+	ASSERT_OK(spw__mark_sync(a, SPW_MARK_OPEN, 2));
+	ask = (struct ask){ .session = "raw/a", .dir = ck1 };
+	ASSERT_OK(pthread_create(&th, NULL, ask_thread, &ask));
+	usleep(200 * 1000);
+	ASSERT_EQ(ask.done, 0);
+	fill(a, r_id, 0, 0, 2);
+	fill(a, s_id, 1, 0, 2);
+	ASSERT_OK(spw__mark_sync(a, SPW_MARK_COMMIT, 2));
+	pthread_join(th, NULL);
+	if (ask.r < 0)
+		TEST_FAIL("checkpoint: %s", ask.err);
+	ASSERT_UEQ(ask.res.committed_step, 2);
+	ASSERT_EQ(ask.res.tensors, 2u);
+	ASSERT_UEQ(ask.res.bytes, R_BYTES + S_BYTES);
+	printf("# %llu bytes in %.3f s, %llu copied in the kernel, %.3f s waiting for the commit\n",
+	       (unsigned long long)ask.res.bytes, ask.res.seconds, (unsigned long long)ask.res.copied_bytes,
+	       ask.res.wait_seconds);
+	ASSERT_GT(ask.res.copied_bytes, 0ull); /* pages only on disk */
+	check_file(ck1, 0, R_BYTES, 2);
+	check_file(ck1, 1, S_BYTES, 2);
+
+	/* The session goes on after the checkpoint. */
+	check_page(a, s_id, 1, 5, PAGE, 0);
+
+	/* A DETACH while a checkpoint copies waits for it. */
+	ask = (struct ask){ .session = "raw/a", .dir = ck2 };
+	ASSERT_OK(pthread_create(&th, NULL, ask_thread, &ask));
+	usleep(20 * 1000);
+	ASSERT_OK(spw_client_detach(a));
+	pthread_join(th, NULL);
+	if (ask.r < 0)
+		TEST_FAIL("checkpoint beside a detach: %s", ask.err);
+	check_file(ck2, 0, R_BYTES, 2);
+	check_file(ck2, 1, S_BYTES, 2);
+	spw_client_free(a);
+
+	/* Restored, taken over, the same bytes pinned back. */
+	ASSERT_OK(spw_client_restore(b, "raw/b", ck1, 60, &res));
+	ASSERT_UEQ(res.committed_step, 2);
+	ASSERT_EQ(spw_client_restore(b, "raw/b", ck1, 60, NULL), -EEXIST);
+	a = connect_client();
+	attach(a, "raw/b", true);
+	ASSERT_OK(spw_tensor_adopt(a, "r", R_BYTES, SPW_TENSOR_RESIDENT, &id, NULL));
+	ASSERT_EQ(id, r_id);
+	ASSERT_OK(spw_tensor_adopt(a, "s", S_BYTES, SPW_TENSOR_SWAPPABLE, &id, NULL));
+	ASSERT_EQ(id, s_id);
+	for (uint32_t p = 0; p < 25; p++)
+		check_page(a, r_id, 0, p, p == 24 ? 100 : PAGE, p == 0 ? 2 : 0);
+	for (uint32_t p = 0; p < S_PAGES; p++)
+		check_page(a, s_id, 1, p, PAGE, p == 0 ? 2 : 0);
+	ASSERT_OK(spw_client_detach(a));
+	spw_client_free(a);
+
+	/* Hostile checkpoints. */
+	ASSERT_EQ(pool_used(&sessions), 0.0);
+	hostile(b, ck1, H_VERSION, -EPROTONOSUPPORT, "format version 2");
+	hostile(b, ck1, H_CRC_SHORT, -EINVAL, "59 CRCs for its 60 pages");
+	hostile(b, ck1, H_FILE_NAME, -EINVAL, "no valid name, kind, file");
+	hostile(b, ck1, H_PAGE_SIZE, -EINVAL, "page_size");
+	hostile(b, ck1, H_TRUNCATE, -EINVAL, "is not a file of 62914560 bytes");
+	hostile(b, ck1, H_SYMLINK, -ELOOP, "t00001.bin");
+	hostile(b, ck1, H_DISK_BYTE, -EBADMSG, "tensor s page 37 (file");
+	ASSERT_EQ(pool_used(&sessions), 0.0);
+	ASSERT_EQ(sessions, 0);
+	spw_client_free(b);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	printf("ok\n");
+	return 0;
+}
