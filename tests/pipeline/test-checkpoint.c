@@ -11,7 +11,8 @@
  * with one byte changed is refused on restore naming tensor, page and
  * file, and leaves no session behind.
  *
- *   test-checkpoint TIER
+ *   test-checkpoint TIER [FP16]   (FP16 1: fp16 gradients with a dynamic loss
+ *                                  scale, which the checkpoint carries)
  */
 #include <dirent.h>
 #include <errno.h>
@@ -34,7 +35,7 @@
 #define CKPT_AT "15"
 
 static struct spw_test_daemon d;
-static const char *tier;
+static const char *tier, *fp16 = "0";
 
 /* Runs the trainer to its end; returns what it printed. */
 static char *train(const char *session, const char *persistent, const char *out, const char *ckpt_dir)
@@ -58,7 +59,7 @@ static char *train(const char *session, const char *persistent, const char *out,
 			setenv("PERSIST_CHECKPOINT_AT", CKPT_AT, 1);
 			setenv("PERSIST_CHECKPOINT_DIR", ckpt_dir, 1);
 		}
-		execl(exe, exe, d.control, session, "exact", tier, "1", "0", STEPS, "0", persistent, out, (char *)NULL);
+		execl(exe, exe, d.control, session, "exact", tier, "1", fp16, STEPS, "0", persistent, out, (char *)NULL);
 		_exit(127);
 	}
 	close(pfd[1]);
@@ -243,6 +244,10 @@ static void pick_tensor(const char *dir, char *tname, size_t tlen, char *fname, 
 	ASSERT_TRUE(m != NULL);
 	ASSERT_EQ(cJSON_GetObjectItem(m, "version")->valueint, 1);
 	ASSERT_EQ(cJSON_GetObjectItem(m, "page_size")->valueint, 65536);
+	/* The COMMIT's loss scale: 1024 (the trainer's initial one, not yet
+	 * grown) as float bits with fp16; carried to the resumed run. */
+	if (!strcmp(fp16, "1"))
+		ASSERT_EQ(cJSON_GetObjectItem(m, "scale_bits")->valuedouble, (double)0x44800000);
 	tname[0] = '\0';
 	cJSON_ArrayForEach(t, cJSON_GetObjectItem(m, "tensors")) {
 		if (cJSON_GetObjectItem(t, "bytes")->valuedouble > 2 * 65536 && !tname[0]) {
@@ -279,9 +284,11 @@ int main(int argc, char **argv)
 	spw_client *c;
 	int r;
 
-	if (argc != 2)
-		TEST_FAIL("usage: test-checkpoint resident|swappable");
+	if (argc != 2 && argc != 3)
+		TEST_FAIL("usage: test-checkpoint resident|swappable [FP16]");
 	tier = argv[1];
+	if (argc == 3)
+		fp16 = argv[2];
 	if (!getenv("SPILLWAYD"))
 		SKIP("spillwayd is not built yet");
 	ASSERT_OK(spw_test_daemon_start(&d,
