@@ -37,13 +37,20 @@ static uv_timer_t *hello_timer;
 
 static void client_event(uv_poll_t *h, int status, int events);
 
+/* Waiting for something of its own (an attach's region, a dying tensor's
+ * I/O, a checkpoint or restore): nothing more is read from it meanwhile. */
+static bool control_client_busy(const struct client *c)
+{
+	return c->attaching || c->unregistering || c->waiting;
+}
+
 void control_client_watch(struct client *c)
 {
 	int ev = c->tx ? UV_WRITABLE : UV_READABLE | UV_DISCONNECT;
 
 	if (c->closing)
 		return;
-	if ((c->attaching || c->unregistering || c->waiting) && !c->tx)
+	if (control_client_busy(c) && !c->tx)
 		uv_poll_stop(&c->poll);
 	else
 		uv_poll_start(&c->poll, ev, client_event);
@@ -237,7 +244,7 @@ static void read_frames(struct client *c)
 {
 	/* One request at a time: nothing more is read while a reply is queued
 	 * or an attach is being prepared (replies stay in order). */
-	for (int frames = 0; frames < FRAMES_PER_WAKEUP && !c->closing && !c->tx && !c->attaching && !c->unregistering && !c->waiting;) {
+	for (int frames = 0; frames < FRAMES_PER_WAKEUP && !c->closing && !c->tx && !control_client_busy(c);) {
 		struct spw_proto_frame_hdr h;
 		bool in_hdr = c->hdr_len < sizeof(c->hdr);
 		void *dst = in_hdr ? (void *)(c->hdr + c->hdr_len) : (void *)(c->payload + c->payload_got);
@@ -317,7 +324,7 @@ static void client_event(uv_poll_t *h, int status, int events)
 			return;
 		}
 	}
-	if (!c->closing && !c->tx && !c->attaching && !c->unregistering && !c->waiting && (events & (UV_READABLE | UV_DISCONNECT)))
+	if (!c->closing && !c->tx && !control_client_busy(c) && (events & (UV_READABLE | UV_DISCONNECT)))
 		read_frames(c);
 }
 

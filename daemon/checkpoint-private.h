@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * checkpoint-private.h: what checkpoint.c (the request, the commit point,
+ * the plan) and checkpoint-write.c (the copy on the threadpool) share.
+ */
+#ifndef SPW_DAEMON_CHECKPOINT_PRIVATE_H
+#define SPW_DAEMON_CHECKPOINT_PRIVATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <uv.h>
+
+struct client;
+struct daemon;
+struct session;
+
+struct ck_page {
+	uint8_t kind;      /* enum pager_src_kind */
+	uint8_t src;       /* DISK: index into checkpoint.srcfd */
+	uint32_t slot;
+	uint64_t off;
+	uint32_t crc;      /* DISK: of the page_size bytes there; then of the bytes written */
+};
+
+struct ck_tensor {
+	char *name;
+	uint64_t bytes;
+	bool swappable;
+	uint32_t npages;
+	uint64_t first;    /* its first page in checkpoint.pages */
+	char file[24];
+};
+
+#define MAX_SRC 64
+
+struct checkpoint {
+	struct daemon *d;
+	struct session *s;
+	struct client *c;          /* who asked; NULL once it left */
+	uid_t uid;
+	gid_t gid;
+	char *path, *tmp;          /* the directory as asked for; the temporary's name in the parent */
+	const char *base;          /* into path */
+	int parent;
+	bool running;
+	bool state;                /* a save at shutdown (state.c): replaces, keeps the daemon's ownership */
+	void (*done)(void *arg, int err);
+	void *done_arg;
+	int aborted;               /* atomic: the session went away while copying */
+	uint64_t t_ask, t_start;
+
+	/* What the worker copies: taken on the loop at the commit point. */
+	char *session;
+	uint64_t step;
+	uint32_t scale_bits, good_steps, page_size, lease_s;
+	uint64_t region_bytes, swap_bytes;
+	struct ck_tensor *t;
+	uint32_t nt;
+	struct ck_page *pages;
+	uint64_t npages;
+	const uint8_t *map;        /* the region, mapped read-only for the worker */
+	size_t map_len;
+	int srcfd[MAX_SRC];        /* swap files, reopened without O_DIRECT */
+	int srcorig[MAX_SRC];
+	const char *srcpath[MAX_SRC];
+	unsigned nsrc;
+
+	/* The worker's result. */
+	int err;
+	char msg[1024];
+	uint64_t bytes, copied;    /* written in all; of which copied in the kernel */
+	uv_work_t work;
+};
+
+/* On a threadpool thread: writes ck's directory from its plan, touching
+ * only ck (never the session); sets ck->err and ck->msg on failure, with
+ * the temporary directory removed. */
+void checkpoint_write(uv_work_t *w);
+
+#endif

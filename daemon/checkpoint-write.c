@@ -1,0 +1,307 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A checkpoint's copy, on the libuv threadpool: every page from the
+ * region (through the daemon's own mapping, and safemem) or from its swap
+ * file (copy_file_range where the kernel can), a manifest, fsync of each
+ * file and the directory, the rename into place, fsync of the parent.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "checkpoint-private.h"
+#include "checkpoint.h"
+#include "crc32c.h"
+#include "pager.h"
+#include "safemem.h"
+
+/* Worker helpers: each sets ck->err and ck->msg once. */
+static int wfail(struct checkpoint *ck, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int wfail(struct checkpoint *ck, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (ck->err)
+		return ck->err;
+	va_start(ap, fmt);
+	vsnprintf(ck->msg, sizeof(ck->msg), fmt, ap);
+	va_end(ap);
+	ck->err = err < 0 ? err : -err;
+	return ck->err;
+}
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+	const uint8_t *p = buf;
+
+	while (n) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int pread_all(int fd, void *buf, size_t n, uint64_t off)
+{
+	uint8_t *p = buf;
+
+	while (n) {
+		ssize_t r = pread(fd, p, n, (off_t)off);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		p += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+/* n bytes of src at off to the end of dst, in the kernel where it can
+ * (a reflink on XFS and btrfs); 1 when it cannot (the caller copies). */
+static int copy_range(int src, uint64_t off, int dst, size_t n)
+{
+	loff_t in = (loff_t)off;
+
+	while (n) {
+		ssize_t r = copy_file_range(src, &in, dst, NULL, n, 0);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS ||
+			      errno == EBADF) && in == (loff_t)off)
+			return 1;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static int write_tensor(struct checkpoint *ck, int dir, struct ck_tensor *t, uint8_t *buf, bool *kernel_copy)
+{
+	int fd = openat(dir, t->file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int r = 0;
+
+	if (fd < 0)
+		return wfail(ck, errno, "creating %s/%s: %s", ck->tmp, t->file, strerror(errno));
+	if (geteuid() == 0 && !ck->state && fchown(fd, ck->uid, ck->gid) < 0)
+		r = wfail(ck, errno, "chown of %s/%s: %s", ck->tmp, t->file, strerror(errno));
+	for (uint32_t i = 0; r == 0 && i < t->npages; i++) {
+		struct ck_page *pg = &ck->pages[t->first + i];
+		uint64_t at = (uint64_t)i * ck->page_size;
+		size_t len = t->bytes - at < ck->page_size ? (size_t)(t->bytes - at) : ck->page_size;
+
+		if (pg->kind == PAGER_SRC_DISK && len == ck->page_size && *kernel_copy) {
+			r = copy_range(ck->srcfd[pg->src], pg->off, fd, len);
+			if (r == 0) {
+				ck->copied += len;
+				ck->bytes += len;
+				continue; /* its CRC is the pager's */
+			}
+			if (r < 0) {
+				r = wfail(ck, r, "copying page %u of tensor %s from swap file %s to %s/%s: %s", i,
+					  t->name, ck->srcpath[pg->src], ck->path, t->file, strerror(-r));
+				break;
+			}
+			*kernel_copy = false;
+		}
+		if (pg->kind == PAGER_SRC_ZERO) {
+			memset(buf, 0, len);
+		} else if (pg->kind == PAGER_SRC_SLOT) {
+			/* The client can punch its region: through safemem. */
+			if (safemem_copy(buf, ck->map + (size_t)pg->slot * ck->page_size, len) < 0) {
+				r = wfail(ck, EFAULT, "tensor %s page %u: the session's region could not be read (its "
+					  "client released that memory)", t->name, i);
+				break;
+			}
+		} else {
+			r = pread_all(ck->srcfd[pg->src], buf, len, pg->off);
+			if (r < 0) {
+				r = wfail(ck, r, "reading page %u of tensor %s from swap file %s: %s", i, t->name,
+					  ck->srcpath[pg->src], strerror(-r));
+				break;
+			}
+		}
+		pg->crc = crc32c(0, buf, len);
+		r = write_all(fd, buf, len);
+		if (r < 0) {
+			r = wfail(ck, r, "writing %s/%s: %s", ck->path, t->file, strerror(-r));
+			break;
+		}
+		ck->bytes += len;
+	}
+	if (r == 0 && fsync(fd) < 0)
+		r = wfail(ck, errno, "fsync of %s/%s: %s", ck->path, t->file, strerror(errno));
+	close(fd);
+	return r;
+}
+
+static char *manifest_text(struct checkpoint *ck)
+{
+	cJSON *m = cJSON_CreateObject(), *ts, *o, *crcs;
+	char *text = NULL;
+
+	if (!m)
+		return NULL;
+	cJSON_AddStringToObject(m, "format", CHECKPOINT_FORMAT);
+	cJSON_AddNumberToObject(m, "version", CHECKPOINT_VERSION);
+	cJSON_AddStringToObject(m, "session", ck->session);
+	cJSON_AddNumberToObject(m, "uid", ck->uid);
+	cJSON_AddNumberToObject(m, "committed_step", (double)ck->step);
+	cJSON_AddNumberToObject(m, "scale_bits", ck->scale_bits);
+	cJSON_AddNumberToObject(m, "good_steps", ck->good_steps);
+	cJSON_AddNumberToObject(m, "page_size", ck->page_size);
+	cJSON_AddNumberToObject(m, "region_bytes", (double)ck->region_bytes);
+	cJSON_AddNumberToObject(m, "swap_bytes", (double)ck->swap_bytes);
+	cJSON_AddNumberToObject(m, "lease_s", ck->lease_s);
+	ts = cJSON_AddArrayToObject(m, "tensors");
+	for (uint32_t i = 0; ts && i < ck->nt; i++) {
+		const struct ck_tensor *t = &ck->t[i];
+
+		if (!(o = cJSON_CreateObject()) || !cJSON_AddItemToArray(ts, o))
+			goto out;
+		cJSON_AddStringToObject(o, "name", t->name);
+		cJSON_AddNumberToObject(o, "bytes", (double)t->bytes);
+		cJSON_AddStringToObject(o, "kind", t->swappable ? "swappable" : "resident");
+		cJSON_AddStringToObject(o, "file", t->file);
+		if (!(crcs = cJSON_AddArrayToObject(o, "crc32c")))
+			goto out;
+		for (uint32_t k = 0; k < t->npages; k++)
+			if (!cJSON_AddItemToArray(crcs, cJSON_CreateNumber(ck->pages[t->first + k].crc)))
+				goto out;
+	}
+	if (ts)
+		text = cJSON_Print(m);
+out:
+	cJSON_Delete(m);
+	return text;
+}
+
+void checkpoint_remove_dir(int parent, const char *name)
+{
+	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct dirent *e;
+	DIR *dir;
+
+	if (fd >= 0 && (dir = fdopendir(fd))) {
+		while ((e = readdir(dir)))
+			if (e->d_name[0] != '.')
+				unlinkat(fd, e->d_name, 0);
+		closedir(dir);
+	} else if (fd >= 0) {
+		close(fd);
+	}
+	unlinkat(parent, name, AT_REMOVEDIR);
+}
+
+static void remove_tmp(struct checkpoint *ck)
+{
+	int dir = openat(ck->parent, ck->tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (dir >= 0) {
+		for (uint32_t i = 0; i < ck->nt; i++)
+			unlinkat(dir, ck->t[i].file, 0);
+		unlinkat(dir, CHECKPOINT_MANIFEST, 0);
+		close(dir);
+	}
+	unlinkat(ck->parent, ck->tmp, AT_REMOVEDIR);
+}
+
+/* On a threadpool thread: touches only ck (never the session). */
+void checkpoint_write(uv_work_t *w)
+{
+	struct checkpoint *ck = w->data;
+	bool kernel_copy = true;
+	uint8_t *buf = NULL;
+	char *text = NULL;
+	int dir = -1, fd = -1;
+
+	if (mkdirat(ck->parent, ck->tmp, 0700) < 0) {
+		wfail(ck, errno, "creating %s: %s", ck->tmp, strerror(errno));
+		return;
+	}
+	dir = openat(ck->parent, ck->tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dir < 0) {
+		wfail(ck, errno, "opening %s: %s", ck->tmp, strerror(errno));
+		goto out;
+	}
+	if (geteuid() == 0 && !ck->state && fchown(dir, ck->uid, ck->gid) < 0) {
+		wfail(ck, errno, "chown of %s: %s", ck->tmp, strerror(errno));
+		goto out;
+	}
+	buf = aligned_alloc(4096, ck->page_size);
+	if (!buf) {
+		wfail(ck, ENOMEM, "out of memory for a page buffer");
+		goto out;
+	}
+	for (uint32_t i = 0; i < ck->nt; i++)
+		if (write_tensor(ck, dir, &ck->t[i], buf, &kernel_copy) < 0)
+			goto out;
+	text = manifest_text(ck);
+	if (!text) {
+		wfail(ck, ENOMEM, "out of memory for the manifest");
+		goto out;
+	}
+	fd = openat(dir, CHECKPOINT_MANIFEST, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || (geteuid() == 0 && !ck->state && fchown(fd, ck->uid, ck->gid) < 0) ||
+	    write_all(fd, text, strlen(text)) < 0 ||
+	    fsync(fd) < 0) {
+		wfail(ck, errno ? errno : EIO, "writing %s/%s: %s", ck->path, CHECKPOINT_MANIFEST, strerror(errno));
+		goto out;
+	}
+	if (fsync(dir) < 0) {
+		wfail(ck, errno, "fsync of %s: %s", ck->tmp, strerror(errno));
+		goto out;
+	}
+	/* Pairs with checkpoint_session_gone(): a region released (and
+	 * punched) under the copy set this before the punch. */
+	if (__atomic_load_n(&ck->aborted, __ATOMIC_SEQ_CST)) {
+		wfail(ck, ECANCELED, "the session ended while its pages were being copied");
+		goto out;
+	}
+	if (renameat2(ck->parent, ck->tmp, ck->parent, ck->base, RENAME_NOREPLACE) < 0) {
+		/* A save at shutdown replaces the last one in one step: the
+		 * old directory takes the temporary's name and goes. */
+		if (!(errno == EEXIST && ck->state &&
+		      renameat2(ck->parent, ck->tmp, ck->parent, ck->base, RENAME_EXCHANGE) == 0)) {
+			wfail(ck, errno, "renaming %s to %s: %s", ck->tmp, ck->path, strerror(errno));
+			goto out;
+		}
+		checkpoint_remove_dir(ck->parent, ck->tmp);
+	}
+	if (fsync(ck->parent) < 0)
+		wfail(ck, errno, "fsync of the directory holding %s: %s", ck->path, strerror(errno));
+	close(dir);
+	dir = -1;
+	free(buf);
+	free(text);
+	if (fd >= 0)
+		close(fd);
+	return;
+out:
+	if (fd >= 0)
+		close(fd);
+	if (dir >= 0)
+		close(dir);
+	free(buf);
+	free(text);
+	remove_tmp(ck);
+}
+
