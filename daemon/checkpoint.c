@@ -221,16 +221,19 @@ static void ck_done(uv_work_t *w, int status)
 		snprintf(ck->msg, sizeof(ck->msg), "the copy could not run: %s", uv_strerror(status));
 	}
 	if (s) {
+		struct client *owner = s->owner;
+
 		s->ckpt = NULL;
 		pager_freeze(s->pager, false);
-		/* Shutting down: the trainer stays at its commit point until
-		 * its connection closes. */
-		if (!s->d->stopping)
+		/* Either may end s: nothing touches it after. Shutting down,
+		 * the trainer stays at its commit point until its connection
+		 * closes. */
+		if (owner && owner->detach_waits) {
+			owner->detach_waits = false;
+			owner->waiting = false;
+			control_detach(owner);
+		} else if (!s->d->stopping) {
 			dataplane_resume(s);
-		if (s->owner && s->owner->detach_waits) {
-			s->owner->detach_waits = false;
-			s->owner->waiting = false;
-			control_detach(s->owner);
 		}
 	}
 	if (ck->err) {
@@ -355,15 +358,14 @@ int checkpoint_save(struct session *s, int dirfd, const char *path, void (*done)
 	return 0;
 }
 
-bool checkpoint_cancel_waiting(struct session *s)
+bool checkpoint_cancel_waiting(struct session *s, int err, const char *why)
 {
 	struct checkpoint *ck = s->ckpt;
 
 	if (!ck || ck->running)
 		return false;
 	s->ckpt = NULL;
-	ck_reply_error(ck, ECANCELED, "checkpoint %s to %s: no commit point came in time; nothing was written", s->name,
-		       ck->path);
+	ck_reply_error(ck, err, "checkpoint %s to %s: %s; nothing was written", s->name, ck->path, why);
 	return true;
 }
 

@@ -45,9 +45,10 @@ bool checkpoint_defer_detach(struct session *s);
  * there, with no client; done(arg, 0 or -errno) once it ended. Returns 0,
  * or -ENOMEM (then done never comes). */
 int checkpoint_save(struct session *s, int dirfd, const char *path, void (*done)(void *arg, int err), void *arg);
-/* A checkpoint of s still waiting for its commit point is given up (its
- * answer or done says so): true. false when none waits. */
-bool checkpoint_cancel_waiting(struct session *s);
+/* A checkpoint of s still waiting for its commit point is given up with
+ * err (positive) and why in its answer (or done): true. false when none
+ * waits. */
+bool checkpoint_cancel_waiting(struct session *s, int err, const char *why);
 /* Whether a checkpoint of s waits or copies. */
 bool checkpoint_busy(const struct session *s);
 /* Removes the flat directory name in parent (its files, then it). */

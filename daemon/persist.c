@@ -112,6 +112,9 @@ bool persist_orphan(struct session *s, const char *why)
 	s->settling = s->pending > 0;
 	if (!s->settling)
 		pager_unpin_all(s->pager);
+	/* A checkpoint that waited for this step's commit gets none now. */
+	if (s->opened_step > s->committed_step)
+		checkpoint_cancel_waiting(s, ESTALE, "its client died inside the step's updates; no commit will come");
 	log_warn("session %s: client (uid %u, pid %d) %s without detach; kept as an orphan for %u s with %s and %u "
 		 "tensors (committed step %llu%s); attach it again with the same name to resume, or `spillwayctl drop "
 		 "%s`", s->name, (unsigned)s->uid, (int)s->pid, why, s->lease_s, format_bytes(s->bytes, a, sizeof(a)),

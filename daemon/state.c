@@ -102,7 +102,7 @@ static void waited(uv_timer_t *t)
 	list_for_each_safe(p, n, &d->sessions) {
 		struct session *s = list_entry(p, struct session, link);
 
-		if (checkpoint_cancel_waiting(s))
+		if (checkpoint_cancel_waiting(s, ECANCELED, "no commit point came in time"))
 			log_warn("shutdown: session %s reached no commit point in %d s (step %llu open); not saved",
 				 s->name, STATE_COMMIT_WAIT_MS / 1000, (unsigned long long)s->opened_step);
 	}
@@ -130,7 +130,7 @@ bool state_save_all(struct daemon *d, void (*then)(struct daemon *d))
 			log_warn("shutdown: session %s holds no whole committed step; not saved", s->name);
 			continue;
 		}
-		if (checkpoint_busy(s) && !checkpoint_cancel_waiting(s)) {
+		if (checkpoint_busy(s) && !checkpoint_cancel_waiting(s, ESHUTDOWN, "spillwayd is shutting down")) {
 			log_warn("shutdown: session %s is being checkpointed by request; not saved in persist.state_dir",
 				 s->name);
 			continue;

@@ -24,7 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -208,6 +210,50 @@ static void remove_dir(const char *dir)
 	rmdir(dir);
 }
 
+/* A trainer killed inside a step's updates while a checkpoint waits for
+ * that step's commit: the checkpoint is answered -ESTALE, nothing is
+ * written, and the orphan can be dropped. */
+static void killed_inside_step(spw_client *b, const char *dir)
+{
+	struct ask ask = { .session = "raw/dies", .dir = dir };
+	int pfd[2], st;
+	pthread_t th;
+	char ch;
+	pid_t pid;
+
+	ASSERT_OK(pipe(pfd));
+	pid = fork();
+	ASSERT_TRUE(pid >= 0);
+	if (pid == 0) {
+		spw_client *c = connect_client();
+		uint32_t t;
+
+		attach(c, "raw/dies", true);
+		if (spw_tensor_register(c, "r", MiB, SPW_TENSOR_RESIDENT, &t, NULL) < 0 ||
+		    spw__mark_sync(c, SPW_MARK_OPEN, 1) < 0 || spw__mark_sync(c, SPW_MARK_COMMIT, 1) < 0 ||
+		    spw__mark_sync(c, SPW_MARK_OPEN, 2) < 0)
+			_exit(1);
+		if (write(pfd[1], "x", 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	close(pfd[1]);
+	ASSERT_EQ(read(pfd[0], &ch, 1), 1);
+	close(pfd[0]);
+	ASSERT_OK(pthread_create(&th, NULL, ask_thread, &ask));
+	usleep(100 * 1000);
+	ASSERT_EQ(ask.done, 0); /* waiting for COMMIT 2 */
+	kill(pid, SIGKILL);
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	pthread_join(th, NULL);
+	printf("# %s\n", ask.err);
+	ASSERT_EQ(ask.r, -ESTALE);
+	ASSERT_CONTAINS(ask.err, "died inside");
+	ASSERT_NE(access(dir, F_OK), 0);
+	ASSERT_OK(spw_client_drop(b, "raw/dies"));
+}
+
 enum hostile { H_VERSION, H_CRC_SHORT, H_FILE_NAME, H_PAGE_SIZE, H_TRUNCATE, H_SYMLINK, H_DISK_BYTE };
 
 /* A copy of good, made hostile one way; a restore of it is refused with
@@ -377,6 +423,8 @@ int main(void)
 		check_page(a, s_id, 1, p, PAGE, p == 0 ? 2 : 0);
 	ASSERT_OK(spw_client_detach(a));
 	spw_client_free(a);
+
+	killed_inside_step(b, ck3);
 
 	/* Hostile checkpoints. */
 	ASSERT_EQ(pool_used(&sessions), 0.0);
