@@ -374,6 +374,11 @@ bool checkpoint_busy(const struct session *s)
 	return s->ckpt != NULL;
 }
 
+const char *checkpoint_state(const struct session *s)
+{
+	return !s->ckpt ? "none" : s->ckpt->running ? "copying" : "waiting";
+}
+
 bool checkpoint_defer_detach(struct session *s)
 {
 	return s->ckpt && s->ckpt->running;

@@ -51,6 +51,8 @@ int checkpoint_save(struct session *s, int dirfd, const char *path, void (*done)
 bool checkpoint_cancel_waiting(struct session *s, int err, const char *why);
 /* Whether a checkpoint of s waits or copies. */
 bool checkpoint_busy(const struct session *s);
+/* "none", "waiting" or "copying", for the status document. */
+const char *checkpoint_state(const struct session *s);
 /* Removes the flat directory name in parent (its files, then it). */
 void checkpoint_remove_dir(int parent, const char *name);
 

@@ -163,7 +163,7 @@ static int parse_manifest(struct restore *rs, const cJSON *m, uid_t uid, bool ne
 {
 	const cJSON *ts, *o;
 	const char *fmt = get_str(m, "format");
-	uint64_t v, ver, muid, bytes, pages = 0;
+	uint64_t v, ver, muid, bytes, pages = 0, most;
 
 	if (!fmt || strcmp(fmt, CHECKPOINT_FORMAT) || get_uint(m, "version", UINT32_MAX, &ver) < 0) {
 		snprintf(err, errlen, "%s is not a spillway checkpoint manifest", CHECKPOINT_MANIFEST);
@@ -212,8 +212,17 @@ static int parse_manifest(struct restore *rs, const cJSON *m, uid_t uid, bool ne
 				 CHECKPOINT_MANIFEST, rs->nt);
 			return -EINVAL;
 		}
+		/* No more pages than the region and the swap hold together:
+		 * every count below fits, and the allocations stay small. */
+		most = (rs->region_bytes + rs->swap_bytes) / rs->page_size;
+		v = (bytes + rs->page_size - 1) / rs->page_size;
+		if (v > most || pages + v > most) {
+			snprintf(err, errlen, "%s: tensor %s needs %" PRIu64 " pages; the session's region and swap hold "
+				 "%" PRIu64, CHECKPOINT_MANIFEST, name, pages + v, most);
+			return -EINVAL;
+		}
 		t->bytes = bytes;
-		t->npages = (uint32_t)((bytes + rs->page_size - 1) / rs->page_size);
+		t->npages = (uint32_t)v;
 		t->swappable = !strcmp(kind, "swappable");
 		t->first = pages;
 		pages += t->npages;
@@ -468,6 +477,11 @@ void restore_attached(struct session *s, int r)
 		r = session_register(s, t->name, t->bytes, t->swappable, &id, &npages, err, sizeof(err));
 		if (r < 0) {
 			rs_fail(rs, -r, "restore %s: %s", s->name, err);
+			return;
+		}
+		if (npages != t->npages) {
+			rs_fail(rs, EINVAL, "restore %s: tensor %s has %u pages here, %u in the manifest", s->name,
+				t->name, npages, t->npages);
 			return;
 		}
 		for (uint32_t k = 0; k < npages; k++) {

@@ -17,6 +17,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "checkpoint.h"
 #include "config.h"
 #include "daemon.h"
 #include "log.h"
@@ -196,7 +197,10 @@ static cJSON *session_json(const struct session *s)
 	cJSON_AddStringToObject(o, "name", s->name);
 	cJSON_AddNumberToObject(o, "uid", s->uid);
 	cJSON_AddNumberToObject(o, "pid", s->pid);
-	cJSON_AddStringToObject(o, "state", s->attaching ? "attaching" : s->orphaned_ns ? "orphaned" : "attached");
+	cJSON_AddStringToObject(o, "state", s->attaching ? "attaching" : s->restore ? "restoring" :
+					    s->orphaned_ns ? "orphaned" : "attached");
+	/* "none", "waiting" (for the next commit point) or "copying". */
+	cJSON_AddStringToObject(o, "checkpoint", checkpoint_state(s));
 	cJSON_AddBoolToObject(o, "persistent", s->persistent);
 	if (s->persistent) {
 		cJSON_AddNumberToObject(o, "lease_s", s->lease_s);

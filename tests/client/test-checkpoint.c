@@ -128,6 +128,23 @@ static void check_file(const char *dir, uint32_t tensor, uint64_t bytes, uint8_t
 	free(b);
 }
 
+/* The session's "checkpoint" field in the status document. */
+static void checkpoint_field(const char *name, char *out, size_t len)
+{
+	char *json = NULL;
+	cJSON *doc, *s;
+
+	ASSERT_OK(spw_status_fetch(d.status, &json));
+	doc = cJSON_Parse(json);
+	free(json);
+	ASSERT_TRUE(doc != NULL);
+	out[0] = '\0';
+	cJSON_ArrayForEach(s, cJSON_GetObjectItem(doc, "sessions"))
+		if (!strcmp(cJSON_GetObjectItem(s, "name")->valuestring, name))
+			snprintf(out, len, "%s", cJSON_GetObjectItem(s, "checkpoint")->valuestring);
+	cJSON_Delete(doc);
+}
+
 static double pool_used(int *sessions)
 {
 	char *json = NULL;
@@ -254,7 +271,7 @@ static void killed_inside_step(spw_client *b, const char *dir)
 	ASSERT_OK(spw_client_drop(b, "raw/dies"));
 }
 
-enum hostile { H_VERSION, H_CRC_SHORT, H_FILE_NAME, H_PAGE_SIZE, H_TRUNCATE, H_SYMLINK, H_DISK_BYTE };
+enum hostile { H_VERSION, H_CRC_SHORT, H_FILE_NAME, H_PAGE_SIZE, H_HUGE, H_TRUNCATE, H_SYMLINK, H_DISK_BYTE };
 
 /* A copy of good, made hostile one way; a restore of it is refused with
  * err, the message naming what, and nothing is left. */
@@ -288,6 +305,9 @@ static void hostile(spw_client *c, const char *good, enum hostile how, int err, 
 		break;
 	case H_PAGE_SIZE:
 		cJSON_ReplaceItemInObject(m, "page_size", cJSON_CreateNumber(3000));
+		break;
+	case H_HUGE:
+		cJSON_ReplaceItemInObject(t1, "bytes", cJSON_CreateNumber((double)(1ull << 40)));
 		break;
 	case H_TRUNCATE:
 		snprintf(target, sizeof(target), "%s/t00001.bin", dir);
@@ -330,7 +350,7 @@ static void hostile(spw_client *c, const char *good, enum hostile how, int err, 
 int main(void)
 {
 	struct spw_checkpoint_result res = { .size = sizeof(res) };
-	char ck1[512], ck2[512], ck3[512];
+	char ck1[512], ck2[512], ck3[512], field[32];
 	struct ask ask = { 0 };
 	spw_client *a, *b, *np;
 	uint32_t r_id, s_id, id;
@@ -376,6 +396,8 @@ int main(void)
 	ASSERT_OK(pthread_create(&th, NULL, ask_thread, &ask));
 	usleep(200 * 1000);
 	ASSERT_EQ(ask.done, 0);
+	checkpoint_field("raw/a", field, sizeof(field));
+	ASSERT_STREQ(field, "waiting");
 	fill(a, r_id, 0, 0, 2);
 	fill(a, s_id, 1, 0, 2);
 	ASSERT_OK(spw__mark_sync(a, SPW_MARK_COMMIT, 2));
@@ -391,6 +413,8 @@ int main(void)
 	ASSERT_GT(ask.res.copied_bytes, 0ull); /* pages only on disk */
 	check_file(ck1, 0, R_BYTES, 2);
 	check_file(ck1, 1, S_BYTES, 2);
+	checkpoint_field("raw/a", field, sizeof(field));
+	ASSERT_STREQ(field, "none");
 
 	/* The session goes on after the checkpoint. */
 	check_page(a, s_id, 1, 5, PAGE, 0);
@@ -432,6 +456,7 @@ int main(void)
 	hostile(b, ck1, H_CRC_SHORT, -EINVAL, "59 CRCs for its 60 pages");
 	hostile(b, ck1, H_FILE_NAME, -EINVAL, "no valid name, kind, file");
 	hostile(b, ck1, H_PAGE_SIZE, -EINVAL, "page_size");
+	hostile(b, ck1, H_HUGE, -EINVAL, "the session's region and swap hold");
 	hostile(b, ck1, H_TRUNCATE, -EINVAL, "is not a file of 62914560 bytes");
 	hostile(b, ck1, H_SYMLINK, -ELOOP, "t00001.bin");
 	hostile(b, ck1, H_DISK_BYTE, -EBADMSG, "tensor s page 37 (file");

@@ -11,8 +11,8 @@
  * with one byte changed is refused on restore naming tensor, page and
  * file, and leaves no session behind.
  *
- *   test-checkpoint TIER [FP16]   (FP16 1: fp16 gradients with a dynamic loss
- *                                  scale, which the checkpoint carries)
+ *   test-checkpoint TIER [FP16 [MODE]]  (FP16 1: fp16 gradients with a dynamic loss
+ *                        scale, which the checkpoint carries; MODE exact or overlapped)
  */
 #include <dirent.h>
 #include <errno.h>
@@ -35,7 +35,7 @@
 #define CKPT_AT "15"
 
 static struct spw_test_daemon d;
-static const char *tier, *fp16 = "0";
+static const char *tier, *fp16 = "0", *mode = "exact";
 
 /* Runs the trainer to its end; returns what it printed. */
 static char *train(const char *session, const char *persistent, const char *out, const char *ckpt_dir)
@@ -59,7 +59,7 @@ static char *train(const char *session, const char *persistent, const char *out,
 			setenv("PERSIST_CHECKPOINT_AT", CKPT_AT, 1);
 			setenv("PERSIST_CHECKPOINT_DIR", ckpt_dir, 1);
 		}
-		execl(exe, exe, d.control, session, "exact", tier, "1", fp16, STEPS, "0", persistent, out, (char *)NULL);
+		execl(exe, exe, d.control, session, mode, tier, "1", fp16, STEPS, "0", persistent, out, (char *)NULL);
 		_exit(127);
 	}
 	close(pfd[1]);
@@ -284,11 +284,13 @@ int main(int argc, char **argv)
 	spw_client *c;
 	int r;
 
-	if (argc != 2 && argc != 3)
-		TEST_FAIL("usage: test-checkpoint resident|swappable [FP16]");
+	if (argc < 2 || argc > 4)
+		TEST_FAIL("usage: test-checkpoint resident|swappable [FP16 [MODE]]");
 	tier = argv[1];
-	if (argc == 3)
+	if (argc > 2)
 		fp16 = argv[2];
+	if (argc > 3)
+		mode = argv[3];
 	if (!getenv("SPILLWAYD"))
 		SKIP("spillwayd is not built yet");
 	ASSERT_OK(spw_test_daemon_start(&d,
