@@ -41,7 +41,6 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 	if ((r = state_access(o, "read", tensor, which, out, &t)) < 0)
 		return r;
 	spw__opt_ring_acquire(o);
-	r = spw__persist_open_write(o);
 	for (uint32_t k = 0; k < t->nchunks && r >= 0; k++) {
 		const struct chunk *ch = &t->chunks[k];
 		void *p;
@@ -89,8 +88,11 @@ SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor, enum spw_o
 	if ((r = state_access(o, "write", tensor, which, in, &t)) < 0)
 		return r;
 	/* Parking the engine orders our writes of ch->zeroed before the next
-	 * job's reads. */
+	 * job's reads. A persistent session learns first that the state is
+	 * changing (OPEN of the next step); a read changes nothing and opens
+	 * none, so a checkpoint or a kill after it finds the step committed. */
 	spw__opt_ring_acquire(o);
+	r = spw__persist_open_write(o);
 	for (uint32_t k = 0; k < t->nchunks && r >= 0; k++) {
 		struct chunk *ch = &t->chunks[k];
 

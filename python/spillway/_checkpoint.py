@@ -85,6 +85,39 @@ def restore(session_name, dir, socket=None, lease=None):
     return _call("restore", session_name, dir, socket, lease)
 
 
+def load(opt, directory):
+    """OffloadAdamW.load_checkpoint: the optimizer's own persistent session
+    is released, restored from directory under the same name and taken
+    over, as a restarted trainer would (the model's parameters get the
+    checkpoint's master weights, opt.resumed_step its step). The checkpoint
+    must be of the same model and settings (the takeover checks the
+    region's geometry, the layout record the rest). When the restore
+    fails, the optimizer is closed: its previous state was released."""
+    from ._torch_hooks import remove_hooks
+    if not getattr(opt, "_persistent", False) or not opt._own_session:
+        raise ValueError("load_checkpoint needs OffloadAdamW(persistent=True, session='job/rank0') making its "
+                         "own session; or: spillway.restore(name, dir), then OffloadAdamW(persistent=True, "
+                         "session=name)")
+    if opt._opt is None or opt._session is None:
+        raise RuntimeError("load_checkpoint: the optimizer was closed")
+    name = opt._session_name
+    opt._opt.sync()
+    for e in opt._entries:
+        remove_hooks(e)
+        e.forget_step()
+    opt._opt.close()
+    opt._opt = None
+    opt._session.close()
+    opt._session = None
+    try:
+        restore(name, directory, socket=opt._socket, lease=opt._lease)
+    except Exception:
+        opt.close()
+        raise
+    opt._build(snapshot=None)
+    return opt.resumed_step
+
+
 def save(opt, directory):
     """OffloadAdamW.save_checkpoint: the optimizer's own persistent
     session, through a second client, after the last step committed."""

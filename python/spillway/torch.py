@@ -764,6 +764,11 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         session=name). Returns the daemon's figures as a dict."""
         return _ckpt.save(self, dir)
 
+    def load_checkpoint(self, dir):
+        """persistent=True: the model's parameters and this optimizer's state
+        become the checkpoint's in dir; returns its step (spillway/_checkpoint.py)."""
+        return _ckpt.load(self, dir)
+
     def close(self):
         """Frees spillway's state of this optimizer and detaches its session
         (when it made it). The optimizer cannot step afterwards."""

@@ -3,10 +3,13 @@
 after step K while the trainer goes on; spillway.restore(name, dir) and a
 new process's OffloadAdamW(persistent=True, session=name) resumes at K and
 ends equal to an uninterrupted run (torch.equal on the model's and the
-optimizer's state_dict), for the cpu and nvme tiers. save_checkpoint on a
-non-persistent optimizer is refused saying why; a restore into a name in
-use, or from a directory that is not a checkpoint, is refused.
+optimizer's state_dict), for the cpu and nvme tiers. opt.load_checkpoint
+(dir) in the same process puts the model and the optimizer back at K, and
+the run from there ends equal too. save_checkpoint on a non-persistent
+optimizer is refused saying why; a restore into a name in use, or from a
+directory that is not a checkpoint, is refused.
 """
+import copy
 import errno
 import os
 import subprocess
@@ -14,6 +17,7 @@ import sys
 import tempfile
 import unittest
 
+import persist_worker
 import spwtest
 import torch
 import torch.nn as nn
@@ -79,6 +83,48 @@ class CheckpointTest(unittest.TestCase):
 
     def test_nvme(self):
         self.roundtrip("nvme")
+
+    def test_load_checkpoint(self):
+        ref = os.path.join(self.tmp, "ref-load.pt")
+        ck = os.path.join(self.tmp, "ck-load")
+        self.run_worker("py/ckref-load", "nvme", False, ref)
+        torch.set_num_threads(1)
+        m = persist_worker.model(False)
+        opt = OffloadAdamW(m.named_parameters(), lr=1e-2, mode="exact", tier="nvme", socket=self.d.control,
+                           page_size=64 << 10, session="py/load", persistent=True, lease=60)
+
+        def step(n):
+            x, y = persist_worker.batch(n)
+            opt.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(m(x), y).backward()
+            opt.step()
+
+        for n in range(1, AT + 1):
+            step(n)
+        model_at = {k: v.clone() for k, v in m.state_dict().items()}
+        opt_at = copy.deepcopy(opt.state_dict())
+        # Reading the state opens no step: the checkpoint finds step AT
+        # committed (and does not wait for the next one).
+        st = [s for s in spillway.status(socket=self.d.control)["sessions"] if s["name"] == "py/load"][0]
+        self.assertEqual((st["committed_step"], st["step_open"]), (AT, False))
+        self.assertEqual(opt.save_checkpoint(ck)["committed_step"], AT)
+        for n in range(AT + 1, AT + 4):
+            step(n)
+        self.assertFalse(torch.equal(m[0].weight, model_at["0.weight"]))
+        self.assertEqual(opt.load_checkpoint(ck), AT)
+        self.assertEqual(opt.resumed_step, AT)
+        for k, v in model_at.items():
+            self.assertTrue(torch.equal(v, m.state_dict()[k]), "model %s is not the checkpoint's" % k)
+        for i, st in opt_at["state"].items():
+            for k, v in st.items():
+                self.assertTrue(torch.equal(torch.as_tensor(v), torch.as_tensor(opt.state_dict()["state"][i][k])),
+                                "optimizer state %s of parameter %s is not the checkpoint's" % (k, i))
+        for n in range(AT + 1, STEPS + 1):
+            step(n)
+        out = os.path.join(self.tmp, "load.pt")
+        torch.save({"model": m.state_dict(), "opt": opt.state_dict()}, out)
+        opt.close()
+        self.same(ref, out)
 
     def test_refusals(self):
         torch.manual_seed(0)
