@@ -334,10 +334,11 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 		return NULL;
 	if (o->engine_started) {
 		pthread_mutex_lock(&o->lock);
-		/* A persistent session's last step is committed before the
-		 * engine goes, or the daemon would think it still open. */
-		WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0 &&
-			   (!o->persist.on || o->persist.acked >= o->persist.ended), "free: the work in flight");
+		/* The last step is committed before the engine goes (a
+		 * persistent session's daemon would think it open), and no
+		 * mark's answer is left for a later user of the client. */
+		WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0 && o->persist.acked >= o->persist.ended,
+			   "free: the work in flight");
 		o->stop = true;
 		pthread_cond_broadcast(&o->cond);
 		pthread_mutex_unlock(&o->lock);

@@ -73,6 +73,8 @@ struct session {
 	 * state is one whole step's while opened_step <= committed_step. */
 	uint64_t opened_step, committed_step;
 	uint32_t scale_bits, good_steps; /* from the last COMMIT */
+	uint64_t last_commit_ns, step_ns; /* step_ns: moving average of the time between COMMITs */
+	uint64_t skipped_steps;           /* COMMITs of steps skipped for inf/nan */
 
 	char **tnames;          /* by tensor id (the pager's); NULL: free id */
 	uint8_t *tclaimed;      /* by tensor id: adopted since the last takeover */

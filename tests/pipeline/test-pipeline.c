@@ -361,6 +361,12 @@ done:
 	for (int i = 0; i < n; i++)
 		free(tr.h[i]);
 	spw_optimizer_free(tr.opt);
+	/* Every step was committed to the daemon (free waits for the last
+	 * COMMIT's answer), which shows it and the time between steps. */
+	if (tr.opt && r == 0) {
+		ASSERT_EQ(session_figure(d->status, "pipeline/0", "committed_step"), (double)rc->steps);
+		ASSERT_TRUE(rc->steps - first < 2 || session_figure(d->status, "pipeline/0", "step_s") > 0);
+	}
 	ASSERT_OK(spw_client_detach(c));
 	spw_client_free(c);
 	mlp_task_free(task);
