@@ -319,6 +319,89 @@ static void test_lease_ends(void)
 	ASSERT_EQ(swap_files("brief"), 0);
 }
 
+/* A trainer killed while a page it asked for is still being read from a
+ * stalled drive: the orphan settles (its pins released) once that read
+ * completes; an attach before then is told to come back (EAGAIN), one
+ * after takes it over with the page's bytes intact. */
+static void test_settling(void)
+{
+	struct spw_test_daemon sd;
+	struct spw_session_info info = { .size = sizeof(info) };
+	spw_client *c;
+	int pfd[2], r, tries = 0;
+	uint32_t t;
+	pid_t pid;
+	char ok;
+
+	/* The daemon's first disk read stalls 1.5 s. */
+	setenv("SPILLWAY_FAULTS", "read:stall=1500@1", 1);
+	ASSERT_OK(spw_test_daemon_start(&sd,
+		"{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
+		" \"pool\": {\"max_bytes\": \"64MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
+		" \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"64MiB\"}], \"session_bytes\": \"16MiB\"},"
+		" \"log\": {\"level\": \"info\"}}"));
+	unsetenv("SPILLWAY_FAULTS");
+	ASSERT_OK(pipe(pfd));
+	pid = fork();
+	ASSERT_TRUE(pid >= 0);
+	if (pid == 0) {
+		struct spw_client_opts o = { .size = sizeof(o) };
+		struct spw_attach_opts a = { .size = sizeof(a), .session = "job/stall", .region_bytes = PAGE,
+					     .page_size = PAGE, .persistent = 1 };
+
+		/* One slot for two pages: page 0 goes to disk when page 1
+		 * comes in, and its next PIN must read it back. */
+		if (spw_client_new(&o, &c) < 0 || spw_client_connect(c, sd.control) < 0 || spw_client_attach(c, &a) < 0 ||
+		    spw_tensor_register(c, "t", 2 * PAGE, SPW_TENSOR_SWAPPABLE, &t, NULL) < 0)
+			_exit(1);
+		fill(c, t, 66);
+		{
+			uint8_t *p;
+
+			if (spw_pin(c, t, 1, (void **)&p) < 0 || spw_unpin(c, t, 1, SPW_DIRTY) < 0 ||
+			    spw_submit_pin(c, t, 0, 7) < 0)
+				_exit(1);
+		}
+		if (write(pfd[1], "k", 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	close(pfd[1]);
+	ASSERT_EQ(read(pfd[0], &ok, 1), 1);
+	close(pfd[0]);
+	ASSERT_OK(kill(pid, SIGKILL));
+	ASSERT_EQ(waitpid(pid, NULL, 0), pid);
+
+	c = NULL;
+	{
+		struct spw_client_opts o = { .size = sizeof(o) };
+
+		ASSERT_OK(spw_client_new(&o, &c));
+		ASSERT_OK(spw_client_connect(c, sd.control));
+	}
+	{
+		struct spw_attach_opts a = { .size = sizeof(a), .session = "job/stall", .region_bytes = PAGE,
+					     .page_size = PAGE, .persistent = 1 };
+
+		r = spw_client_attach(c, &a);
+		ASSERT_EQ(r, -EAGAIN);
+		ASSERT_CONTAINS(spw_client_last_error(c), "in flight");
+		while ((r = spw_client_attach(c, &a)) == -EAGAIN && tries++ < 100)
+			usleep(50 * 1000);
+		ASSERT_OK(r);
+	}
+	ASSERT_OK(spw_client_info(c, &info));
+	ASSERT_EQ(info.reattached, 1);
+	/* The dead client's pin (delivered after it died) was released. */
+	ASSERT_EQ(session_figure(sd.status, "job/stall", "pages_pinned"), 0.0);
+	ASSERT_OK(spw_tensor_adopt(c, "t", 2 * PAGE, SPW_TENSOR_SWAPPABLE, &t, NULL));
+	expect_pattern(c, t, 66);
+	ASSERT_OK(spw_client_detach(c));
+	spw_client_free(c);
+	ASSERT_EQ(spw_test_daemon_stop(&sd), 0);
+}
+
 int main(void)
 {
 	if (!getenv("SPILLWAYD"))
@@ -334,6 +417,7 @@ int main(void)
 	test_ctl();
 	test_lease_ends();
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	test_settling();
 	printf("ok\n");
 	return 0;
 }
