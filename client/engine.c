@@ -407,6 +407,8 @@ void *spw__opt_engine_main(void *arg)
 				progress = true;
 			}
 			spw__persist_commit(o);
+			if (o->trace)
+				spw__opt_trace_disk(o);
 			progress |= admit(o);
 			for (;;) {
 				struct spw_completion cq[32];

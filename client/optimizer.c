@@ -377,7 +377,11 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 	o->dev = spw__device_close(o->dev);
 	/* Every span has ended (the pool, streams and engine are gone);
 	 * a write error reaches only spw_trace_flush()'s callers. */
+	if (!o->c->dead)
+		spw__opt_trace_disk(o);
 	spw__trace_free(o->trace);
+	free(o->io_buf);
+	free(o->io_map);
 	for (i = 0; i < o->ntensors; i++) {
 		for (uint32_t k = 0; k < o->tensors[i].nchunks; k++)
 			free(o->tensors[i].chunks[k].partial);

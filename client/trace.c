@@ -49,6 +49,7 @@ static const char *const track_name[SPW_TRACK__N] = {
 	[SPW_TRACK_PIN] = "engine: pin waits",
 	[SPW_TRACK_KERNELS] = "pool: job kernels",
 	[SPW_TRACK_H2D] = "h2d: parameter copies",
+	[SPW_TRACK_DISK] = "spillwayd: disk reads and writes",
 };
 
 static uint32_t tid_of(unsigned track, unsigned lane)
@@ -215,5 +216,6 @@ SPW_EXPORT int spw_trace_flush(spw_optimizer *o)
 		return -EINVAL;
 	if (!o->trace)
 		return -ENODATA;
+	spw__opt_trace_disk(o);
 	return spw__trace_write(o->trace);
 }

@@ -21,6 +21,7 @@ enum spw__trace_track {
 	SPW_TRACK_PIN,          /* the engine's pin waits, PIN submit .. all back */
 	SPW_TRACK_KERNELS,      /* a job's kernels on the pool, first .. last tile */
 	SPW_TRACK_H2D,          /* parameter copies, queued .. arrived */
+	SPW_TRACK_DISK,         /* the daemon's reads and writes of this session (trace-daemon.c) */
 	SPW_TRACK__N,
 };
 

@@ -125,7 +125,7 @@ static const char *err_text(int res)
 /* got: the checksum of what the read brought (when res is 0). */
 static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int res, uint32_t got)
 {
-	uint64_t dt = now_ns() - sl->t0;
+	uint64_t t1 = now_ns(), dt = t1 - sl->t0;
 
 	p->nreading--;
 	if (res == 0) {
@@ -137,6 +137,8 @@ static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int r
 			res = -EBADMSG;
 		}
 	}
+	if (p->c.io_event)
+		p->c.io_event(p->c.ctx, pg->tensor, pg->index, PAGER_IO_READ, sl->t0, t1, res);
 	if (res < 0) {
 		uint32_t n = pg->npending;
 
@@ -186,9 +188,11 @@ static bool write_retry(struct pager *p, struct pslot *sl, struct ppage *pg, int
 /* Returns true when the write is out again (a retry): nothing is done yet. */
 static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int res)
 {
-	uint64_t dt = now_ns() - sl->t0;
+	uint64_t t1 = now_ns(), dt = t1 - sl->t0;
 	bool flagged = pg->flags & F_FLUSH;
 
+	if (p->c.io_event)
+		p->c.io_event(p->c.ctx, pg->tensor, pg->index, PAGER_IO_WRITE, sl->t0, t1, res);
 	if (res < 0) {
 		p->st.errors++;
 		pager_errors_all++;

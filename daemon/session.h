@@ -97,6 +97,7 @@ struct session {
 	uint32_t sq_head;       /* ours: next SQ entry to consume */
 	uint32_t cq_tail;       /* ours: next CQ entry to fill */
 	uint32_t cq_head_seen;  /* the client's CQ head as last read */
+	uint64_t io_tail;       /* records written to the I/O log (ours; the shared copy follows) */
 
 	int sq_evt, cq_evt;
 	uv_poll_t *sq_poll;     /* its own allocation: freed in the close callback */
