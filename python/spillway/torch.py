@@ -102,6 +102,12 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     call opt.attach_ddp(ddp_model) instead. timeout: seconds any wait on
     the daemon may take before it raises (None: the library's default).
     page_size, region_bytes, window, threads: tuning (see spillway.h).
+    persistent: the state outlives this process (needs session="name"):
+    a trainer that dies leaves it in spillwayd for lease seconds (None:
+    900), and the next OffloadAdamW of that session takes it over: the
+    parameters get the last committed step's master weights and
+    opt.resumed_step names that step (continue with the next one);
+    close() releases it (docs/persistent.md).
 
     params may also be (name, tensor) pairs, e.g. model.named_parameters(),
     so that errors and spillway's status name them. Parameters with
