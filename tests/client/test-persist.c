@@ -72,9 +72,9 @@ static void expect_pattern(spw_client *c, uint32_t t, uint8_t seed)
 	ASSERT_OK(spw_unpin(c, t, 0, SPW_CLEAN));
 }
 
-/* A trainer that attaches name persistently, writes its tensor "t" and
- * is killed with SIGKILL: no detach, no chance to clean up. */
-static void trainer_dies(const char *name, uint64_t bytes, uint32_t lease_s, uint8_t seed)
+/* Runs body(arg) in a child that, once body returns 0, waits to be
+ * killed with SIGKILL, and kills it: no detach, no chance to clean up. */
+static void killed_after(int (*body)(void *arg), void *arg)
 {
 	int pfd[2];
 	pid_t pid;
@@ -84,16 +84,7 @@ static void trainer_dies(const char *name, uint64_t bytes, uint32_t lease_s, uin
 	pid = fork();
 	ASSERT_TRUE(pid >= 0);
 	if (pid == 0) {
-		spw_client *c = connect_client();
-		uint32_t t;
-
-		if (attach(c, name, bytes, true, lease_s) < 0 ||
-		    spw_tensor_register(c, "t", PAGE, SPW_TENSOR_RESIDENT, &t, NULL) < 0) {
-			fprintf(stderr, "trainer %s: %s\n", name, spw_client_last_error(c));
-			_exit(1);
-		}
-		fill(c, t, seed);
-		if (write(pfd[1], "k", 1) != 1)
+		if (body(arg) < 0 || write(pfd[1], "k", 1) != 1)
 			_exit(1);
 		pause();
 		_exit(0);
@@ -103,6 +94,37 @@ static void trainer_dies(const char *name, uint64_t bytes, uint32_t lease_s, uin
 	close(pfd[0]);
 	ASSERT_OK(kill(pid, SIGKILL));
 	ASSERT_EQ(waitpid(pid, NULL, 0), pid);
+}
+
+struct trainer {
+	const char *name;
+	uint64_t bytes;
+	uint32_t lease_s;
+	uint8_t seed;
+};
+
+static int trainer_body(void *arg)
+{
+	const struct trainer *tr = arg;
+	spw_client *c = connect_client();
+	uint32_t t;
+
+	if (attach(c, tr->name, tr->bytes, true, tr->lease_s) < 0 ||
+	    spw_tensor_register(c, "t", PAGE, SPW_TENSOR_RESIDENT, &t, NULL) < 0) {
+		fprintf(stderr, "trainer %s: %s\n", tr->name, spw_client_last_error(c));
+		return -1;
+	}
+	fill(c, t, tr->seed);
+	return 0;
+}
+
+/* A trainer that attaches name persistently, writes its tensor "t" and
+ * is killed. */
+static void trainer_dies(const char *name, uint64_t bytes, uint32_t lease_s, uint8_t seed)
+{
+	struct trainer tr = { .name = name, .bytes = bytes, .lease_s = lease_s, .seed = seed };
+
+	killed_after(trainer_body, &tr);
 }
 
 /* The session's "state" in the status document, or "" when it is gone. */
@@ -123,21 +145,6 @@ static void session_state(const char *name, char *out, size_t len)
 	}
 	cJSON_Delete(doc);
 	free(json);
-}
-
-static double pool_figure(const char *key)
-{
-	char *json = NULL;
-	cJSON *doc;
-	double v;
-
-	ASSERT_OK(spw_status_fetch(d.status, &json));
-	doc = cJSON_Parse(json);
-	ASSERT_TRUE(doc != NULL);
-	v = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "pool"), key)->valuedouble;
-	cJSON_Delete(doc);
-	free(json);
-	return v;
 }
 
 static int swap_files(const char *tag)
@@ -166,7 +173,7 @@ static void test_take_over(void)
 	ASSERT_TRUE(session_figure(d.status, "job/rank0", "lease_left_s") > 590);
 	ASSERT_EQ(session_figure(d.status, "job/rank0", "tensors"), 1.0);
 	/* It is counted in the pool while orphaned. */
-	ASSERT_TRUE(pool_figure("used_bytes") >= 8.0 * MiB);
+	ASSERT_TRUE(status_figure(d.status, "pool.used_bytes") >= 8.0 * MiB);
 
 	/* A plain attach of its name is told what waits there. */
 	c = connect_client();
@@ -314,9 +321,32 @@ static void test_lease_ends(void)
 		usleep(100 * 1000);
 	}
 	ASSERT_STREQ(state, "");
-	ASSERT_EQ(pool_figure("used_bytes"), 0.0);
-	ASSERT_EQ(pool_figure("locked_bytes"), 0.0);
+	ASSERT_EQ(status_figure(d.status, "pool.used_bytes"), 0.0);
+	ASSERT_EQ(status_figure(d.status, "pool.locked_bytes"), 0.0);
 	ASSERT_EQ(swap_files("brief"), 0);
+}
+
+static const char *stalled_control;
+
+/* A trainer whose last PIN needs a read from disk: one slot for two pages,
+ * so page 0 goes to disk when page 1 comes in. */
+static int stalled_body(void *arg)
+{
+	struct spw_client_opts o = { .size = sizeof(o) };
+	struct spw_attach_opts a = { .size = sizeof(a), .session = "job/stall", .region_bytes = PAGE,
+				     .page_size = PAGE, .persistent = 1 };
+	spw_client *c;
+	uint32_t t;
+	uint8_t *p;
+
+	(void)arg;
+	if (spw_client_new(&o, &c) < 0 || spw_client_connect(c, stalled_control) < 0 || spw_client_attach(c, &a) < 0 ||
+	    spw_tensor_register(c, "t", 2 * PAGE, SPW_TENSOR_SWAPPABLE, &t, NULL) < 0)
+		return -1;
+	fill(c, t, 66);
+	if (spw_pin(c, t, 1, (void **)&p) < 0 || spw_unpin(c, t, 1, SPW_DIRTY) < 0 || spw_submit_pin(c, t, 0, 7) < 0)
+		return -1;
+	return 0;
 }
 
 /* A trainer killed while a page it asked for is still being read from a
@@ -328,10 +358,8 @@ static void test_settling(void)
 	struct spw_test_daemon sd;
 	struct spw_session_info info = { .size = sizeof(info) };
 	spw_client *c;
-	int pfd[2], r, tries = 0;
+	int r, tries = 0;
 	uint32_t t;
-	pid_t pid;
-	char ok;
 
 	/* The daemon's first disk read stalls 1.5 s. */
 	setenv("SPILLWAY_FAULTS", "read:stall=1500@1", 1);
@@ -341,37 +369,8 @@ static void test_settling(void)
 		" \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"64MiB\"}], \"session_bytes\": \"16MiB\"},"
 		" \"log\": {\"level\": \"info\"}}"));
 	unsetenv("SPILLWAY_FAULTS");
-	ASSERT_OK(pipe(pfd));
-	pid = fork();
-	ASSERT_TRUE(pid >= 0);
-	if (pid == 0) {
-		struct spw_client_opts o = { .size = sizeof(o) };
-		struct spw_attach_opts a = { .size = sizeof(a), .session = "job/stall", .region_bytes = PAGE,
-					     .page_size = PAGE, .persistent = 1 };
-
-		/* One slot for two pages: page 0 goes to disk when page 1
-		 * comes in, and its next PIN must read it back. */
-		if (spw_client_new(&o, &c) < 0 || spw_client_connect(c, sd.control) < 0 || spw_client_attach(c, &a) < 0 ||
-		    spw_tensor_register(c, "t", 2 * PAGE, SPW_TENSOR_SWAPPABLE, &t, NULL) < 0)
-			_exit(1);
-		fill(c, t, 66);
-		{
-			uint8_t *p;
-
-			if (spw_pin(c, t, 1, (void **)&p) < 0 || spw_unpin(c, t, 1, SPW_DIRTY) < 0 ||
-			    spw_submit_pin(c, t, 0, 7) < 0)
-				_exit(1);
-		}
-		if (write(pfd[1], "k", 1) != 1)
-			_exit(1);
-		pause();
-		_exit(0);
-	}
-	close(pfd[1]);
-	ASSERT_EQ(read(pfd[0], &ok, 1), 1);
-	close(pfd[0]);
-	ASSERT_OK(kill(pid, SIGKILL));
-	ASSERT_EQ(waitpid(pid, NULL, 0), pid);
+	stalled_control = sd.control;
+	killed_after(stalled_body, NULL);
 
 	c = NULL;
 	{
