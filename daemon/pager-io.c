@@ -152,11 +152,16 @@ static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int r
 		pager_slot_release(p, pg);
 		pg->state = PAGER_DISK;
 		pg->flags &= (uint8_t)~F_PREFETCHED;
+		/* Read ahead again at once, a failing drive would have the
+		 * pager re-read the page in a loop (the ring never idle, the
+		 * loop thread spinning): only a PIN tries it again. */
+		pg->read_failed = true;
 		pager_pin_put(p, pg, n); /* syncs */
 		pager_deliver_page(p, pg, res);
 		return;
 	}
 	pg->state = PAGER_CLEAN;
+	pg->read_failed = false;
 	pager_page_sync(p, pg);
 	pager_deliver_page(p, pg, (int32_t)pg->slot);
 }
@@ -220,6 +225,7 @@ static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 		p->st.write_ns += dt;
 		pg->crc = pg->wcrc;
 		pg->flags |= F_ONDISK;
+		pg->read_failed = false; /* a fresh copy on disk */
 		pg->state = pg->flags & F_REDIRTY ? PAGER_DIRTY : PAGER_CLEAN;
 		pg->flags &= (uint8_t)~F_REDIRTY;
 	}

@@ -93,6 +93,9 @@ static void prefetch_ahead(struct pager *p)
 		/* A page rewritten whole there needs no read. */
 		if (pg->state != PAGER_DISK || p->tensors[pg->tensor].dying || pager_policy_overwrite_at(&p->order, i))
 			continue;
+		/* A page whose read just failed waits for a PIN to try again. */
+		if (pg->read_failed)
+			continue;
 		/* Only evict what is needed later than what comes in. When
 		 * only dirty pages qualify, clean enough of them for the rest
 		 * of the window now: the read-ahead must not wait for the
