@@ -156,11 +156,13 @@ static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int r
 		 * pager re-read the page in a loop (the ring never idle, the
 		 * loop thread spinning): only a PIN tries it again. */
 		pg->read_failed = true;
+		pg->rewrite_wait = false; /* its PINs fail with the read */
 		pager_pin_put(p, pg, n); /* syncs */
 		pager_deliver_page(p, pg, res);
 		return;
 	}
-	pg->state = PAGER_CLEAN;
+	pg->state = pg->rewrite_wait ? PAGER_DIRTY : PAGER_CLEAN;
+	pg->rewrite_wait = false;
 	pg->read_failed = false;
 	pager_page_sync(p, pg);
 	pager_deliver_page(p, pg, (int32_t)pg->slot);

@@ -67,11 +67,13 @@ static void serve_slot_waiters(struct pager *p)
 			uint32_t n = pg->npending;
 
 			pager_region_gone(p, "pin", pg);
+			pg->rewrite_wait = false;
 			pager_slot_release(p, pg);
 			pager_pin_put(p, pg, n);
 			pager_deliver_page(p, pg, -EFAULT);
 		} else {
-			pg->state = PAGER_CLEAN;
+			pg->state = pg->rewrite_wait ? PAGER_DIRTY : PAGER_CLEAN;
+			pg->rewrite_wait = false;
 			pager_page_sync(p, pg);
 			p->st.zero_fills++;
 			pager_deliver_page(p, pg, (int32_t)s);
