@@ -20,6 +20,10 @@
  *                   closed, as a kill -9 would): the daemon notices on
  *                   the loop and releases its session; the frame goes to
  *                   a new connection
+ *         bit 3:    the payload is no request but ring entries for the
+ *                   connection's attached session (ring_run(): the data
+ *                   plane, the pager and the disk behind it), bits 4-6
+ *                   what else the client does to its rings
  *
  * The connection is made on first use. Each frame is handed to
  * control_handle_frame() once the connection waits for nothing (one
@@ -47,7 +51,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <poll.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -56,6 +62,7 @@
 
 #include "control-conn.h"
 #include "daemon.h"
+#include "dataplane.h"
 #include "fuzz.h"
 #include "json-strict.h"
 #include "log.h"
@@ -70,6 +77,10 @@
 #define INPUT_MAX (64u * 1024u) /* what one socket buffer surely holds */
 #define FD_SCAN 1024
 
+#define RING_OPS_MAX (INPUT_MAX / 4)
+#define SEEN_SUBMITTED 1
+#define SEEN_COMPLETED 2
+
 #define POOL_MAX (4u << 20)
 #define REGION_PER_UID (3u << 20)
 #define SESSIONS_PER_UID 2u
@@ -78,9 +89,27 @@ static char swap_dir[64];
 
 static const uid_t conn_uid[NCONN] = { 1000, 1000, 1001, 1000 };
 
+/* The client side of an attached session's rings (from the attach reply). */
+struct ring {
+	uint8_t *mem;
+	size_t bytes;
+	struct spw_ring_layout l;
+	struct spw_ring_hdr *sqh, *cqh;
+	struct spw_sqe *sqes;
+	struct spw_cqe *cqes;
+	int sq_evt;
+	uint32_t nslots;
+	uint32_t sq_tail, cq_head;
+	uint64_t next_ud;
+	uint64_t ncqes, nfailed;    /* for FUZZ_CONTROL_VERBOSE */
+	bool lied;                  /* the harness moved an index: CQEs are no longer checked */
+	uint8_t seen[RING_OPS_MAX]; /* by user_data: submitted, completed */
+};
+
 struct conn {
 	struct client *c; /* NULL: not connected */
 	int peer;         /* the client's end */
+	struct ring *ring; /* while attached */
 };
 
 static struct {
@@ -123,8 +152,10 @@ static void on_uring(uv_poll_t *h, int status, int events)
 	(void)h;
 	(void)status;
 	(void)events;
-	if (uring_reap(f.d->uring))
+	if (uring_reap(f.d->uring)) {
+		dataplane_log_tier_errors(f.d);
 		pager_room_kick();
+	}
 }
 
 static void daemon_up(void)
@@ -137,11 +168,12 @@ static void daemon_up(void)
 	n = snprintf(json, sizeof(json),
 		     "{\"socket\": {\"dir\": \"%s\"},"
 		     " \"pool\": {\"max_bytes\": \"4MiB\", \"session_max_bytes\": \"2MiB\", \"hugepages\": \"never\"},"
-		     " \"session\": {\"page_size\": \"64KiB\", \"ring_entries\": 16, \"max_tensors\": 6},"
+		     " \"session\": {\"page_size\": \"64KiB\", \"ring_entries\": 16, \"max_tensors\": 6, \"max_garbage\": 100},"
 		     " \"log\": {\"level\": \"error\"},"
 		     " \"swap\": {\"dirs\": [{\"path\": \"%s\", \"max_bytes\": \"64MiB\"}], \"queue_depth\": 8, \"session_bytes\": \"512KiB\"},"
 		     " \"limits\": {\"sessions_per_uid\": %u, \"connections_per_uid\": 2,"
-		     " \"region_bytes_per_uid\": \"3MiB\", \"swap_bytes_per_uid\": \"1MiB\", \"hello_timeout_ms\": 0}}",
+		     " \"region_bytes_per_uid\": \"3MiB\", \"swap_bytes_per_uid\": \"1MiB\", \"hello_timeout_ms\": 0,"
+		     " \"ring_ops_per_s\": 0}}",
 		     swap_dir, swap_dir, SESSIONS_PER_UID);
 	FUZZ_CHECK(n > 0 && (size_t)n < sizeof(json));
 	if (config_parse(json, (size_t)n, "fuzz-control", &cfg, err, sizeof(err)) < 0) {
@@ -182,6 +214,11 @@ static void daemon_down(void)
 
 	d->stopping = true;
 	control_close_all(d);
+	/* Sessions that ended with disk I/O in flight hold their region
+	 * until it completes: the ring's poll handle stays until then. */
+	for (int i = 0; i < 10000 && session_draining(); i++)
+		uv_run(&d->loop, UV_RUN_ONCE);
+	FUZZ_CHECK(session_draining() == 0);
 	status_stop(d);
 	uv_close((uv_handle_t *)&f.uring_poll, NULL);
 	uv_close((uv_handle_t *)&d->backlog_timer, NULL);
@@ -277,6 +314,173 @@ static void check_reply(const char *buf, int len, const int *fds, unsigned nfds,
 	cJSON_Delete(r);
 }
 
+/* The data plane as a client drives it, for the sessions the fuzzed
+ * requests attach: what a ring record (route bit 3) carries becomes SQ
+ * entries, four bytes each:
+ *
+ *   byte 0  opcode (0-5 valid, 6-7 invalid); bit 7: a reserved field set
+ *   byte 1  flags (any: unknown bits are invalid)
+ *   byte 2  tensor id (0-7)
+ *   byte 3  page (0-39)
+ *
+ * Route bit 4 also moves the SQ tail past what was written and bit 5 the
+ * CQ head past what was posted: protocol violations that end the session
+ * alone. Bit 6 leaves what was submitted in flight (what fits in the SQ,
+ * one turn of the loop): the next request (an unregister, a detach, a
+ * hang-up) meets disk I/O still running. Every CQE is checked: its user_data was submitted and completes
+ * once, flags zero, a PIN's slot inside the region, other ops 0 or an
+ * errno. Then the loop runs until the daemon took every entry and its
+ * disk I/O and pending operations are done: an accepted operation always
+ * completes. */
+static void hang_up(struct conn *k);
+
+static void ring_drop(struct conn *k)
+{
+	struct ring *r = k->ring;
+
+	if (!r)
+		return;
+	munmap(r->mem, r->bytes);
+	close(r->sq_evt);
+	free(r);
+	k->ring = NULL;
+}
+
+static void ring_attach(struct conn *k, const char *buf, int len, const int *fds)
+{
+	cJSON *m = cJSON_ParseWithLength(buf, (size_t)len);
+	struct ring *r = calloc(1, sizeof(*r));
+	uint32_t sq, cq;
+	struct stat st;
+
+	FUZZ_CHECK(m && r);
+	sq = (uint32_t)cJSON_GetObjectItemCaseSensitive(m, "sq_entries")->valuedouble;
+	cq = (uint32_t)cJSON_GetObjectItemCaseSensitive(m, "cq_entries")->valuedouble;
+	r->nslots = (uint32_t)cJSON_GetObjectItemCaseSensitive(m, "slots")->valuedouble;
+	cJSON_Delete(m);
+	FUZZ_CHECK(spw_ring_layout(sq, cq, &r->l) == 0);
+	FUZZ_CHECK(fstat(fds[SPW_ATTACH_FD_RINGS], &st) == 0 && (size_t)st.st_size == r->l.bytes);
+	r->bytes = r->l.bytes;
+	r->mem = mmap(NULL, r->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[SPW_ATTACH_FD_RINGS], 0);
+	FUZZ_CHECK(r->mem != MAP_FAILED);
+	r->sqh = (struct spw_ring_hdr *)(r->mem + r->l.sq_hdr_off);
+	r->cqh = (struct spw_ring_hdr *)(r->mem + r->l.cq_hdr_off);
+	r->sqes = (struct spw_sqe *)(r->mem + r->l.sqes_off);
+	r->cqes = (struct spw_cqe *)(r->mem + r->l.cqes_off);
+	r->sq_evt = fcntl(fds[SPW_ATTACH_FD_SQ_EVT], F_DUPFD_CLOEXEC, 0);
+	FUZZ_CHECK(r->sq_evt >= 0);
+	ring_drop(k);
+	k->ring = r;
+}
+
+static void ring_reap(struct ring *r)
+{
+	uint32_t tail = __atomic_load_n(&r->cqh->tail, __ATOMIC_ACQUIRE);
+
+	for (; r->cq_head != tail; r->cq_head++) {
+		const struct spw_cqe *e = &r->cqes[r->cq_head & (r->l.cq_entries - 1)];
+		uint64_t ud = e->user_data >> 8;
+		uint8_t op = (uint8_t)e->user_data;
+
+		r->ncqes++;
+		r->nfailed += e->res < 0;
+		if (r->lied)
+			continue;
+		FUZZ_CHECK(ud < r->next_ud && r->seen[ud] == SEEN_SUBMITTED); /* submitted, and once */
+		r->seen[ud] = SEEN_COMPLETED;
+		FUZZ_CHECK(e->flags == 0);
+		if (op == SPW_OP_PIN && e->res >= 0)
+			FUZZ_CHECK((uint32_t)e->res < r->nslots);
+		else
+			FUZZ_CHECK(e->res <= 0 && e->res > -4096);
+	}
+	__atomic_store_n(&r->cqh->head, r->cq_head, __ATOMIC_RELEASE);
+}
+
+static uint32_t ring_submit(struct ring *r, const uint8_t *ops, uint32_t n)
+{
+	uint32_t head = __atomic_load_n(&r->sqh->head, __ATOMIC_ACQUIRE), done = 0;
+	uint64_t one = 1;
+
+	while (done < n && r->sq_tail - head < r->l.sq_entries && r->next_ud < RING_OPS_MAX) {
+		const uint8_t *o = ops + 4 * done;
+		struct spw_sqe e = {
+			.opcode = o[0] & 7, .flags = o[1], .tensor = o[2] & 7u, .page = o[3] % 40u,
+			.reserved1 = o[0] >> 7, .user_data = r->next_ud << 8 | (o[0] & 7),
+		};
+
+		r->seen[r->next_ud++] = SEEN_SUBMITTED;
+		r->sqes[r->sq_tail++ & (r->l.sq_entries - 1)] = e;
+		done++;
+	}
+	/* Release: the entries before the tail. */
+	__atomic_store_n(&r->sqh->tail, r->sq_tail, __ATOMIC_RELEASE);
+	if (write(r->sq_evt, &one, sizeof(one)) < 0)
+		FUZZ_CHECK(errno == EAGAIN);
+	return done;
+}
+
+static bool ring_idle(struct conn *k)
+{
+	struct session *s = k->c->session;
+
+	return s && __atomic_load_n(&k->ring->sqh->head, __ATOMIC_ACQUIRE) == k->ring->sq_tail &&
+	       s->pending == 0 && uring_busy(f.d->uring) == 0;
+}
+
+static void ring_run(struct conn *k, const uint8_t *ops, uint32_t n, uint8_t route)
+{
+	struct ring *r = k->ring;
+	struct client *c = k->c;
+	int i;
+
+	n /= 4;
+	r->lied |= (route & 0x30) != 0;
+	if (route & 0x10) {
+		r->sq_tail += 1 + ops[0];
+		__atomic_store_n(&r->sqh->tail, r->sq_tail, __ATOMIC_RELEASE);
+	}
+	if (route & 0x20)
+		__atomic_store_n(&r->cqh->head, r->cq_head + 1 + (n ? ops[0] : 0), __ATOMIC_RELEASE);
+	if (route & 0x40) {
+		ring_submit(r, ops, n);
+		uv_run(&f.d->loop, UV_RUN_NOWAIT);
+		n = 0;
+	}
+	for (i = 0; i < 20000 && listed(c) && !(route & 0x40); i++) {
+		uint32_t sent = ring_submit(r, ops, n);
+
+		ops += 4 * sent;
+		n -= sent;
+		uv_run(&f.d->loop, UV_RUN_NOWAIT);
+		if (!listed(c))
+			break;
+		ring_reap(r);
+		if (n == 0 && ring_idle(k))
+			break;
+		if (uring_busy(f.d->uring)) {
+			struct pollfd p = { .fd = uring_eventfd(f.d->uring), .events = POLLIN };
+
+			poll(&p, 1, 10);
+		}
+	}
+	if (getenv("FUZZ_CONTROL_VERBOSE"))
+		fprintf(stderr, "  ring (route 0x%02x) -> %llu completions so far, %llu failed%s\n", route,
+			(unsigned long long)r->ncqes, (unsigned long long)r->nfailed, listed(c) ? "" : "; session ended");
+	if (!listed(c)) {
+		/* The daemon ended the session for breaking the ring protocol,
+		 * and with it the connection: the client's end sees EOF. */
+		char b;
+
+		uv_run(&f.d->loop, UV_RUN_NOWAIT); /* its close callback closes the fd */
+		FUZZ_CHECK(read(k->peer, &b, 1) == 0);
+		k->c = NULL;
+		hang_up(k);
+		return;
+	}
+	FUZZ_CHECK((route & 0x40) || (n == 0 && ring_idle(k))); /* everything taken, done or answered */
+}
+
 /* The one reply the request got. */
 static void read_reply(struct conn *k, const char *req_type)
 {
@@ -291,6 +495,10 @@ static void read_reply(struct conn *k, const char *req_type)
 	if (getenv("FUZZ_CONTROL_VERBOSE"))
 		fprintf(stderr, "  %s -> %.*s (%u fds)\n", req_type ? req_type : "-", n > 300 ? 300 : n, buf, nfds);
 	check_reply(buf, n, fds, nfds, req_type);
+	if (nfds == SPW_ATTACH_NFDS)
+		ring_attach(k, buf, n, fds);
+	else if (req_type && !strcmp(req_type, SPW_MSG_DETACH) && !strstr(buf, "\"errno\""))
+		ring_drop(k);
 	for (unsigned i = 0; i < nfds; i++)
 		close(fds[i]);
 	FUZZ_CHECK(pending_bytes(k->peer) == 0); /* exactly one */
@@ -302,6 +510,7 @@ static void hang_up(struct conn *k)
 {
 	struct client *c = k->c;
 
+	ring_drop(k);
 	close(k->peer);
 	k->peer = -1;
 	k->c = NULL;
@@ -350,7 +559,9 @@ static void check_pool(void)
 
 		FUZZ_CHECK(!c->session || c->session->owner == c);
 	}
-	FUZZ_CHECK(used == d->used_bytes && used <= POOL_MAX && d->locked_bytes <= used);
+	/* Sessions that ended with I/O in flight still hold their bytes. */
+	FUZZ_CHECK(session_draining() ? used <= d->used_bytes : used == d->used_bytes);
+	FUZZ_CHECK(d->used_bytes <= POOL_MAX && d->locked_bytes <= d->used_bytes);
 	for (unsigned u = 0; u < 2; u++)
 		FUZZ_CHECK(sessions[u] <= SESSIONS_PER_UID && by_uid[u] <= REGION_PER_UID);
 }
@@ -419,6 +630,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		n = spw_proto_recv(in[1], frame, sizeof(frame), NULL, NULL);
 		if (n <= 0)
 			break; /* the end, or a frame the daemon would hang up on */
+		if (route & 8) {
+			/* A ring record: for the connection's session, if any. */
+			if (k->peer >= 0 && k->ring)
+				ring_run(k, (const uint8_t *)frame, (uint32_t)n, route);
+			check_pool();
+			continue;
+		}
 		if (k->peer < 0 && !connect_conn(route & 3)) {
 			check_pool();
 			continue;
