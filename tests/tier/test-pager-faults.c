@@ -296,6 +296,38 @@ static void test_stall_orphan(void)
 	fx_teardown(&f);
 }
 
+/* A drive that fails every read, with read-ahead on: a page whose read
+ * failed is left to the next PIN, so the ring goes idle. (Found by
+ * fuzz-pager: read-ahead re-read the window's failed pages at once, for
+ * ever: the ring never idle, the loop spinning.) */
+static void test_readahead_failing_drive(void)
+{
+	struct fx f;
+	struct pager_stats st;
+	uint32_t t, n;
+	char err[256];
+	bool pending;
+
+	fx_setup(&f, "read:eio@1+", 1, PAGE, SLOTS, DEPTH);
+	f.p = fx_pager(&f, "job/ra", (uint64_t)64 * PAGE, 4, DEPTH);
+	ASSERT_OK(pager_tensor_add(f.p, "params", (uint64_t)2 * SLOTS * PAGE, true, &t, &n, err, sizeof(err)));
+	fill_tensor(&f, t, 2 * SLOTS, 6);
+	pager_step(f.p); /* the fill's order becomes the plan: read-ahead of pages 0-3 */
+	fx_drain(&f); /* goes idle: each of them failed once */
+	pager_stats(f.p, &st);
+	ASSERT_GE(st.errors, 1);
+	ASSERT_LE(st.errors, 4);
+	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_DISK);
+	/* A PIN still tries again (and fails again, on this drive); the
+	 * window moves on by one page. */
+	ASSERT_EQ(fx_pin_p(&f, f.p, t, 0, &pending), -EIO);
+	ASSERT_TRUE(pending);
+	fx_drain(&f);
+	pager_stats(f.p, &st);
+	ASSERT_LE(st.errors, 4 + 2);
+	fx_teardown(&f);
+}
+
 int main(void)
 {
 	test_write_error_once("write:eio@3", -EIO);
@@ -307,5 +339,6 @@ int main(void)
 	test_flip();
 	test_short();
 	test_stall_orphan();
+	test_readahead_failing_drive();
 	return 0;
 }
