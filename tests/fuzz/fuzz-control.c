@@ -327,10 +327,12 @@ static void check_reply(const char *buf, int len, const int *fds, unsigned nfds,
  * CQ head past what was posted: protocol violations that end the session
  * alone. Bit 6 leaves what was submitted in flight (what fits in the SQ,
  * one turn of the loop): the next request (an unregister, a detach, a
- * hang-up) meets disk I/O still running. Every CQE is checked: its user_data was submitted and completes
- * once, flags zero, a PIN's slot inside the region, other ops 0 or an
- * errno. Then the loop runs until the daemon took every entry and its
- * disk I/O and pending operations are done: an accepted operation always
+ * hang-up) meets disk I/O still running.
+ *
+ * Every CQE is checked: its user_data was submitted and completes once,
+ * flags zero, a PIN's slot inside the region, other ops 0 or an errno.
+ * Otherwise the loop runs until the daemon took every entry and its disk
+ * I/O and pending operations are done: an accepted operation always
  * completes. */
 static void hang_up(struct conn *k);
 
@@ -462,6 +464,9 @@ static void ring_run(struct conn *k, const uint8_t *ops, uint32_t n, uint8_t rou
 			struct pollfd p = { .fd = uring_eventfd(f.d->uring), .events = POLLIN };
 
 			poll(&p, 1, 10);
+		} else if (n == 0 && i > 100) {
+			/* Asleep on a full CQ: its retry timer wakes it. */
+			uv_run(&f.d->loop, UV_RUN_ONCE);
 		}
 	}
 	if (getenv("FUZZ_CONTROL_VERBOSE"))
