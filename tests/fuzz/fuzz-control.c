@@ -78,6 +78,7 @@
 #define FD_SCAN 1024
 
 #define RING_OPS_MAX (INPUT_MAX / 4)
+#define STALL_NS (8ull * 1000000000ull) /* under libFuzzer's -timeout=10 */
 #define SEEN_SUBMITTED 1
 #define SEEN_COMPLETED 2
 
@@ -434,6 +435,7 @@ static void ring_run(struct conn *k, const uint8_t *ops, uint32_t n, uint8_t rou
 {
 	struct ring *r = k->ring;
 	struct client *c = k->c;
+	uint64_t t0 = uv_hrtime();
 	int i;
 
 	n /= 4;
@@ -449,7 +451,9 @@ static void ring_run(struct conn *k, const uint8_t *ops, uint32_t n, uint8_t rou
 		uv_run(&f.d->loop, UV_RUN_NOWAIT);
 		n = 0;
 	}
-	for (i = 0; i < 20000 && listed(c) && !(route & 0x40); i++) {
+	/* Bounded in time, not turns: a checksum on the threadpool or a
+	 * CQ retry timer may take a while on a loaded machine. */
+	for (i = 0; uv_hrtime() - t0 < STALL_NS && listed(c) && !(route & 0x40); i++) {
 		uint32_t sent = ring_submit(r, ops, n);
 
 		ops += 4 * sent;
@@ -464,8 +468,11 @@ static void ring_run(struct conn *k, const uint8_t *ops, uint32_t n, uint8_t rou
 			struct pollfd p = { .fd = uring_eventfd(f.d->uring), .events = POLLIN };
 
 			poll(&p, 1, 10);
-		} else if (n == 0 && i > 100) {
-			/* Asleep on a full CQ: its retry timer wakes it. */
+		} else if (i > 100) {
+			/* Waiting for the threadpool (a page's checksum) or
+			 * asleep on a full CQ until its retry timer: the loop
+			 * wakes for either (and for the status timer, every
+			 * second, at the latest). */
 			uv_run(&f.d->loop, UV_RUN_ONCE);
 		}
 	}
