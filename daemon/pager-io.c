@@ -194,7 +194,7 @@ static bool write_retry(struct pager *p, struct pslot *sl, struct ppage *pg, int
 static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int res)
 {
 	uint64_t dt = now_ns() - sl->t0;
-	bool flagged = pg->flags & F_FLUSH;
+	bool flagged = pg->flags & F_FLUSH, going;
 
 	if (res < 0) {
 		p->st.errors++;
@@ -202,9 +202,18 @@ static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 		if (write_retry(p, sl, pg, res))
 			return true;
 	}
+	going = res < 0 && p->tensors[pg->tensor].dying;
 	p->nwriting--;
 	pg->flags &= (uint8_t)~F_FLUSH;
-	if (res < 0) {
+	if (going) {
+		/* Unregistered meanwhile: its data is owed to nobody, and a
+		 * FLUSH that waited for this write is not failed by it. */
+		pager_set_msg(p,
+			"session '%s': write of tensor '%s' page %u to %s (offset %llu) failed: %s; not retried, "
+			"the tensor is being unregistered",
+			p->session, tname(p, pg), pg->index, swap_page_path(p->swap, pg->disk),
+			(unsigned long long)sl->req.off, err_text(res));
+	} else if (res < 0) {
 		pager_set_msg(p,
 			"session '%s': write of tensor '%s' page %u to %s (offset %llu) failed %u times, last: %s; "
 			"the page's data is lost and its PINs will fail (check the drive behind that swap dir "
@@ -212,6 +221,8 @@ static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 			"a checkpoint)",
 			p->session, tname(p, pg), pg->index, swap_page_path(p->swap, pg->disk),
 			(unsigned long long)sl->req.off, pg->wfails + 1u, err_text(res));
+	}
+	if (res < 0) {
 		pg->state = PAGER_FAILED;
 		p->nfailed++;
 		pg->err = res;
@@ -219,7 +230,7 @@ static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 		/* A pinned page keeps its slot until the last UNPIN. */
 		if (pg->pins == 0)
 			pager_slot_release(p, pg);
-		if (flagged && !p->fl.err)
+		if (flagged && !going && !p->fl.err)
 			p->fl.err = res;
 	} else {
 		p->st.writes++;
