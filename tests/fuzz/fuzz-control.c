@@ -67,6 +67,7 @@
 #include "json-strict.h"
 #include "log.h"
 #include "pager.h"
+#include "persist.h"
 #include "session.h"
 #include "spw-proto.h"
 #include "status.h"
@@ -215,6 +216,7 @@ static void daemon_down(void)
 
 	d->stopping = true;
 	control_close_all(d);
+	persist_release_all(d); /* orphans do not outlive the daemon */
 	/* Sessions that ended with disk I/O in flight hold their region
 	 * until it completes: the ring's poll handle stays until then. */
 	for (int i = 0; i < 10000 && session_draining(); i++)
@@ -319,10 +321,10 @@ static void check_reply(const char *buf, int len, const int *fds, unsigned nfds,
  * requests attach: what a ring record (route bit 3) carries becomes SQ
  * entries, four bytes each:
  *
- *   byte 0  opcode (0-5 valid, 6-7 invalid); bit 7: a reserved field set
+ *   byte 0  opcode (0-6 valid, 7 invalid); bit 7: a reserved field set
  *   byte 1  flags (any: unknown bits are invalid)
  *   byte 2  tensor id (0-7)
- *   byte 3  page (0-39)
+ *   byte 3  page (0-39); a MARK's step
  *
  * Route bit 4 also moves the SQ tail past what was written and bit 5 the
  * CQ head past what was posted: protocol violations that end the session
@@ -410,6 +412,7 @@ static uint32_t ring_submit(struct ring *r, const uint8_t *ops, uint32_t n)
 		struct spw_sqe e = {
 			.opcode = o[0] & 7, .flags = o[1], .tensor = o[2] & 7u, .page = o[3] % 40u,
 			.reserved1 = o[0] >> 7, .user_data = r->next_ud << 8 | (o[0] & 7),
+			.arg = (o[0] & 7) == SPW_OP_MARK ? o[3] : 0, /* the step */
 		};
 
 		r->seen[r->next_ud++] = SEEN_SUBMITTED;
@@ -560,7 +563,12 @@ static void check_pool(void)
 		struct session *s = list_entry(p, struct session, link);
 		unsigned u = s->uid == 1001;
 
-		FUZZ_CHECK(!s->attaching && s->owner && s->owner->session == s && listed(s->owner));
+		/* Its owner's only, or a persistent session's orphan. */
+		FUZZ_CHECK(!s->attaching);
+		if (s->owner)
+			FUZZ_CHECK(s->owner->session == s && listed(s->owner));
+		else
+			FUZZ_CHECK(s->persistent && s->orphaned_ns);
 		FUZZ_CHECK(s->uid == 1000 || s->uid == 1001);
 		used += s->bytes;
 		by_uid[u] += s->bytes;
