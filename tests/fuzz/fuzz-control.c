@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz-control: every control request handler of the daemon (daemon/
- * control.c: hello, attach, register, unregister, detach, and whatever a
- * frame names) fed from bytes, against a real but small daemon: a tiny
+ * control.c: hello, attach, register, unregister, detach, drop, and
+ * whatever a frame names) fed from bytes, against a real but small daemon: a tiny
  * pool, a swap directory under /var/tmp, real regions, rings, pagers and
  * the io_uring, the libuv loop and its threadpool. No listening socket:
  * each connection is one end of a socketpair adopted with
@@ -18,8 +18,9 @@
  *                   refused while 0 and 1 are open)
  *         bit 2:    that connection's client goes away first (its end
  *                   closed, as a kill -9 would): the daemon notices on
- *                   the loop and releases its session; the frame goes to
- *                   a new connection
+ *                   the loop and releases its session (or keeps a
+ *                   persistent one, orphaned); the frame goes to a new
+ *                   connection
  *         bit 3:    the payload is no request but ring entries for the
  *                   connection's attached session (ring_run(): the data
  *                   plane, the pager and the disk behind it), bits 4-6
@@ -36,11 +37,14 @@
  *     bytes: client text is escaped), and no descriptors; a success has
  *     the request's type, and an attach's the four descriptors, the region
  *     memfd of the size it states;
- *   - the pool: used bytes are the live sessions' bytes, never over
- *     pool.max_bytes; locked bytes never over used; each session is its
- *     owner's and that owner's only; no uid over limits.sessions_per_uid
- *     or limits.region_bytes_per_uid;
- *   - at the end every connection closes: no session, no pool or locked
+ *   - the pool: used bytes are the sessions' bytes (and those still
+ *     draining), never over pool.max_bytes; locked bytes never over used;
+ *     each session is its owner's and that owner's only, or an orphan of
+ *     a persistent one; no uid over limits.sessions_per_uid or
+ *     limits.region_bytes_per_uid;
+ *   - ring records: see ring_run();
+ *   - at the end every connection closes and the orphans go as at
+ *     shutdown: no session, no pool or locked
  *     byte, no swap file, no descriptor and no loop handle is left
  *     (uv_loop_close() succeeds); LeakSanitizer sees the memory.
  */
