@@ -17,6 +17,7 @@
 #include "control-conn.h"
 #include "daemon.h"
 #include "escape.h"
+#include "json-strict.h"
 #include "log.h"
 #include "persist.h"
 #include "region.h"
@@ -506,6 +507,83 @@ static void do_detach(struct client *c)
 	control_send_json(c, control_reply(SPW_MSG_DETACH), NULL, 0);
 }
 
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first key that appears twice in one object of v (cJSON keeps both
+ * and its lookups take the first: {"type":"hello","type":"attach"} would
+ * mean whatever the reader picks). Sorted, so a frame of thousands of keys
+ * costs n log n, not n^2. Returns NULL when there is none; -ENOMEM as a
+ * key that cannot be checked. */
+static const char *dup_key(const cJSON *v, int *err)
+{
+	const cJSON *k;
+	const char **names, *found = NULL;
+	size_t n = 0;
+
+	if (!cJSON_IsObject(v) && !cJSON_IsArray(v))
+		return NULL;
+	for (k = v->child; k; k = k->next) {
+		n++;
+		if ((found = dup_key(k, err)) || *err)
+			return found;
+	}
+	if (!cJSON_IsObject(v) || n < 2)
+		return NULL;
+	names = malloc(n * sizeof(*names));
+	if (!names) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	n = 0;
+	for (k = v->child; k; k = k->next)
+		names[n++] = k->string ? k->string : "";
+	qsort(names, n, sizeof(*names), by_name);
+	for (size_t i = 1; i < n && !found; i++)
+		if (!strcmp(names[i - 1], names[i]))
+			found = names[i];
+	free(names);
+	return found;
+}
+
+/* The frame is hostile text: the same strict JSON as the config
+ * (json-strict.h: one value, no trailing data, no leading zeros, no raw
+ * control characters, valid UTF-8) and no key twice, before cJSON, which
+ * is lenient about all of these, reads it. Replies and returns NULL when
+ * the frame fails. */
+static cJSON *parse_strict(struct client *c, const char *buf, uint32_t len)
+{
+	char key[ESCAPE_BUF(32)];
+	const char *why, *dup;
+	size_t at = 0;
+	cJSON *msg;
+	int err = 0;
+
+	if (json_strict_check(buf, len, &at, &why) < 0) {
+		control_reply_error(c, EBADMSG, "the message is not a JSON object: invalid JSON at byte %zu: %s", at, why);
+		return NULL;
+	}
+	msg = cJSON_ParseWithLength(buf, len);
+	if (!msg || !cJSON_IsObject(msg)) {
+		control_reply_error(c, EBADMSG, "the message is not a JSON object");
+		cJSON_Delete(msg);
+		return NULL;
+	}
+	dup = dup_key(msg, &err);
+	if (err)
+		control_reply_error(c, ENOMEM, "out of memory while reading the message");
+	else if (dup)
+		control_reply_error(c, EBADMSG, "the message has the key \"%s\" twice; send each key once",
+				    escape_text(dup, 32, key, sizeof(key)));
+	if (err || dup) {
+		cJSON_Delete(msg);
+		return NULL;
+	}
+	return msg;
+}
+
 static void do_drop(struct client *c, const cJSON *msg)
 {
 	const char *name;
@@ -524,14 +602,12 @@ static void do_drop(struct client *c, const cJSON *msg)
 
 void control_handle_frame(struct client *c, const char *buf, uint32_t len)
 {
-	cJSON *msg = cJSON_ParseWithLength(buf, len);
+	cJSON *msg = parse_strict(c, buf, len);
 	char tname[ESCAPE_BUF(32)];
 	const cJSON *type;
 
-	if (!msg || !cJSON_IsObject(msg)) {
-		control_reply_error(c, EBADMSG, "the message is not a JSON object");
-		goto out;
-	}
+	if (!msg)
+		return;
 	type = cJSON_GetObjectItemCaseSensitive(msg, "type");
 	if (!cJSON_IsString(type)) {
 		control_reply_error(c, EBADMSG, "the message has no string \"type\"");
