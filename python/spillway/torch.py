@@ -42,19 +42,18 @@ import ctypes
 import torch
 import torch.optim
 
-from . import Optimizer as _SpwOptimizer
-from . import Session, SpillwayError
+from . import Optimizer as _SpwOptimizer, Session, SpillwayError
 from . import _lib as L
 from ._torch_amp import AmpMixin
 from ._torch_checks import _TYPES, f32 as _f32, check_flags as _check_flags, \
     check_hparams as _check_hparams, check_param as _check_param, spw_name, trace_flush as _trace_flush
 from ._torch_state import LiveState, StateMixin
+from ._torch_offload import adopt as _adopt, grad_of as _grad_of, offload_parameters, gather_parameters, load_into, offload_stats  # noqa: F401,E501
 
-__all__ = ["OffloadAdamW"]
+__all__ = ["OffloadAdamW", "offload_parameters", "gather_parameters", "load_into", "offload_stats"]
 
 _session_counter = itertools.count()
 _EALREADY = 114
-# Accepted as torch's defaults, refused when turned on.
 
 
 class _Entry:
@@ -300,6 +299,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     def _build(self, snapshot):
         """Creates the spw optimizer for self._entries and registers them.
         snapshot: {entry: (master or None, exp_avg, exp_avg_sq)} to restore."""
+        if _adopt(self, snapshot):
+            return  # offloaded parameters: the store's optimizer (spillway._torch_offload)
         entries = self._entries
         device = self._device_name(entries)
         psz, region = self._layout(entries)
@@ -612,7 +613,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         self._check_data_parallel()
         for e in self._entries:
             self._attach_hooks(e)  # a parameter unfrozen since the last step
-            g = e.p.grad
+            g = _grad_of(e)
             if e.src is not None:
                 if g is e.src and g._version == e.src_version:
                     continue

@@ -1,0 +1,174 @@
+# SPDX-License-Identifier: MIT
+"""Models for the parameter-offload tests, and the paired run: the same
+model trained by OffloadAdamW with and without offload_parameters."""
+import copy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils.checkpoint as ckpt
+
+import spillway.torch as st
+from spillway.torch import OffloadAdamW
+
+
+class MLP(nn.Module):
+    def __init__(self, d=24, twice=False, frozen=False):
+        super().__init__()
+        self.fc1 = nn.Linear(12, d)
+        self.fc2 = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, 5)
+        self.twice = twice
+        if frozen:
+            for p in self.fc1.parameters():
+                p.requires_grad_(False)
+
+    def forward(self, x):
+        h = torch.tanh(self.fc1(x))
+        h = torch.tanh(self.fc2(h))
+        if self.twice:  # the same module twice in one forward
+            h = torch.tanh(self.fc2(h))
+        return self.head(self.norm(h))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, dropout):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.heads, self.drop = heads, nn.Dropout(dropout)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        a = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        a = a.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (a @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.drop(self.proj(y))
+        return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
+
+
+class GPT(nn.Module):
+    """A decoder with the lm head tied to the token embedding."""
+
+    def __init__(self, vocab=64, d=32, layers=3, heads=4, ctx=16, checkpoint=None, dropout=0.0):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
+        self.blocks = nn.ModuleList(Block(d, heads, dropout) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+        self.checkpoint = checkpoint   # None, "reentrant" or "non-reentrant"
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for b in self.blocks:
+            if self.checkpoint and self.training and torch.is_grad_enabled():
+                x = ckpt.checkpoint(b, x, use_reentrant=self.checkpoint == "reentrant")
+            else:
+                x = b(x)
+        return self.lm_head(self.ln_f(x))
+
+
+def batches(kind, steps, seed=2):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(steps):
+        if kind == "gpt":
+            x = torch.randint(0, 64, (2, 16), generator=g)
+            out.append((x, torch.randint(0, 64, (2, 16), generator=g)))
+        else:
+            out.append((torch.randn(8, 12, generator=g), torch.randint(0, 5, (8,), generator=g)))
+    return out
+
+
+def loss_of(kind, out, y):
+    if kind == "gpt":
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+    return F.cross_entropy(out, y)
+
+
+def full_params(model, offloaded):
+    """name -> a copy of each parameter's values (each tensor once)."""
+    if offloaded:
+        with st.gather_parameters(model):
+            return {n: p.detach().clone() for n, p in model.named_parameters()}
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def train(model, kind, data, offload, eval_every=0, switch=False, **okw):
+    """Trains model on data with OffloadAdamW (exact mode, cpu tier), with
+    or without parameter offload. Returns what a test compares: outputs,
+    losses, gradients and parameters per step."""
+    if offload:
+        st.offload_parameters(model, **okw)
+    opt = OffloadAdamW(model.named_parameters(), lr=1e-2, weight_decay=0.01, mode="exact",
+                       tier=okw.get("tier", "cpu"), socket=okw.get("socket"))
+    rec = {"out": [], "loss": [], "grads": [], "params": [], "eval": []}
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    if offload:
+        h = model.__dict__["_spillway_offload"]
+        h.store.grad_log = {}
+    try:
+        for i, (x, y) in enumerate(data):
+            if switch:
+                model.train(i % 2 == 0)
+            torch.manual_seed(100 + i)
+            opt.zero_grad(set_to_none=True)
+            out = model(x)
+            loss = loss_of(kind, out, y)
+            loss.backward()
+            if offload:
+                log = h.store.grad_log
+                grads = {n: log[e.name][-1] for n in names
+                         for e in [h.names[n]] if e.name in log and log[e.name]}
+                h.store.grad_log = {}
+            else:
+                grads = {n: p.grad.clone() for n, p in model.named_parameters()
+                         if p.grad is not None}
+            opt.step()
+            rec["out"].append(out.detach().clone())
+            rec["loss"].append(loss.detach().clone())
+            rec["grads"].append(grads)
+            rec["params"].append(full_params(model, offload))
+            if eval_every and i % eval_every == 0:
+                model.eval()
+                with torch.no_grad():
+                    rec["eval"].append(model(data[0][0]).clone())
+                model.train()
+    finally:
+        opt.close()
+    return rec
+
+
+def pair(test, make, kind, steps=4, **kw):
+    """Trains make() twice, resident and offloaded, and asserts every
+    output, loss, gradient and parameter equal bit for bit."""
+    torch.manual_seed(1)
+    a = make()
+    b = copy.deepcopy(a)
+    data = batches(kind, steps)
+    okw = {k: kw.pop(k) for k in list(kw) if k in ("max_live_bytes", "prefetch_layers", "tier")}
+    ra = train(a, kind, data, False, socket=test.d.control, **kw)
+    rb = train(b, kind, data, True, socket=test.d.control, **okw, **kw)
+    for what in ("out", "loss", "eval"):
+        test.assertEqual(len(ra[what]), len(rb[what]))
+        for i, (u, v) in enumerate(zip(ra[what], rb[what])):
+            test.assertTrue(torch.equal(u, v), "%s of step %d differs: %s" % (what, i, (u - v).abs().max()))
+    for i in range(steps):
+        test.assertEqual(sorted(ra["grads"][i]), sorted(rb["grads"][i]), "gradients of step %d" % i)
+        for n in ra["grads"][i]:
+            test.assertTrue(torch.equal(ra["grads"][i][n], rb["grads"][i][n]),
+                            "gradient of %s at step %d differs" % (n, i))
+        test.assertEqual(sorted(ra["params"][i]), sorted(rb["params"][i]))
+        for n in ra["params"][i]:
+            test.assertTrue(torch.equal(ra["params"][i][n], rb["params"][i][n]),
+                            "parameter %s after step %d differs" % (n, i))
+    # the run changed the parameters (so equality means something)
+    first = ra["params"][0]
+    test.assertTrue(any(not torch.equal(first[n], ra["params"][-1][n]) for n in first))
+    return b, rb
