@@ -114,7 +114,7 @@ class Store:
         self.max_entry = max((e.nbytes for e in entries), default=0)
         self.pool = {}                                # nbytes -> [free _Buf]
         self.idle = OrderedDict()                     # entries with a buffer, no holds (LRU)
-        self._refs = {}                               # id(buf) -> weakref to its memory
+        self._refs, self._nrefs = {}, 0               # weakrefs to buffers' memory
         # prefetch
         self.preds = {}             # pass key -> [groups] of the last pass of that kind
         self.cur, self.key, self.cursor = [], None, 0
@@ -235,7 +235,8 @@ class Store:
         """Counts buf as materialised until its memory is really freed."""
         self.mat_bytes += buf.nbytes
         self.peak_mat = max(self.peak_mat, self.mat_bytes)
-        n, me, key = buf.nbytes, weakref.ref(self), id(buf)
+        n, me = buf.nbytes, weakref.ref(self)
+        key = self._nrefs = self._nrefs + 1
 
         def gone(_ref):
             s = me()
@@ -244,14 +245,14 @@ class Store:
                 s._refs.pop(key, None)
         self._refs[key] = weakref.ref(buf.mem if buf.mem is not None else buf.dev, gone)
 
-    def _alloc(self, nbytes, protect):
+    def _alloc(self, nbytes, protect, demand=True):
         free = self.pool.get(nbytes)
         while free:
             b = free.pop()
             if not b.busy():
                 return b
             self._forget(b)
-        self._make_room(nbytes, protect)
+        self._make_room(nbytes, protect, demand)
         b = _Buf(nbytes, self.device)
         self._track(b)
         self.live_bytes += nbytes
@@ -271,7 +272,7 @@ class Store:
             return
         self.pool.setdefault(b.nbytes, []).append(b)
 
-    def _make_room(self, nbytes, protect):
+    def _make_room(self, nbytes, protect, demand=True):
         """Frees held buffers until nbytes more fit the budget: free ones
         first, then idle cached parameters (least recently used, those the
         prediction needs soon last), then fetches in flight (waited first).
@@ -284,7 +285,7 @@ class Store:
                 self._forget(self.pool[size].pop())
         if not need():
             return
-        for soon in (False, True):
+        for soon in (False, True) if demand else (False,):
             for e in list(self.idle):
                 if not need():
                     return
@@ -336,10 +337,10 @@ class Store:
     def valid(self, e):
         return e.buf is not None and e.gen == (self.gen if e.trainable else 0)
 
-    def _issue(self, e, protect):
+    def _issue(self, e, protect, demand=True):
         if e.buf is not None:
             self._drop(e)
-        e.buf = self._alloc(e.nbytes, protect)
+        e.buf = self._alloc(e.nbytes, protect, demand)
         e.gen = self.gen if e.trainable else 0
         e.prefetched = False
         self._fetch_into(e, e.buf.ptr)
@@ -399,7 +400,7 @@ class Store:
                 if pred[i] == group:
                     self.cursor = i + 1
                     break
-        self.prefetch(pred, self.cursor)
+        self.prefetch(pred, self.cursor, group)
 
     def _window(self):
         pred = self.preds.get(self.key) if self.key is not None else None
@@ -407,20 +408,22 @@ class Store:
             return frozenset()
         return frozenset(i for g in pred[self.cursor:self.cursor + self.depth] for i in g)
 
-    def prefetch(self, pred, at):
+    def prefetch(self, pred, at, current=()):
+        """Fetches the groups pred[at:at + depth] ahead, within the budget,
+        never dropping them or the current group for one another."""
         if self.depth <= 0:
             return
-        protect = frozenset(i for g in pred[at:at + self.depth] for i in g)
+        protect = frozenset(i for g in pred[at:at + self.depth] for i in g).union(current)
         for group in pred[at:at + self.depth]:
             for i in group:
                 e = self.entries[i]
                 if self.valid(e):
                     continue
                 if self.budget is not None:
-                    self._make_room(e.nbytes, protect)
+                    self._make_room(e.nbytes, protect, demand=False)
                     if self.live_bytes + e.nbytes > self.budget and not self._pool_has(e.nbytes):
                         return  # no room without dropping what is in use
-                self._issue(e, protect)
+                self._issue(e, protect, demand=False)
                 e.prefetched = True
                 self.stats["prefetches"] += 1
 

@@ -93,6 +93,7 @@ class _Materialise(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         box = ctx.box
+        box.done = True
         h = box.handle()
         if h is not None:
             h.on_grad(box.e, grad)
@@ -100,7 +101,17 @@ class _Materialise(torch.autograd.Function):
 
 
 class _Box:
-    __slots__ = ("t", "e", "handle")
+    """One use of a parameter in a graph. A graph dropped without its
+    backward (one that never runs backward, non-reentrant checkpointing's
+    recomputation) frees its node and so the box: that use will send no
+    gradient."""
+    __slots__ = ("t", "e", "handle", "done")
+
+    def __del__(self):
+        if not self.done:
+            h = self.handle()
+            if h is not None:
+                h.on_lost(self.e)
 
 
 # ------------------------------------------------------------ the handle
@@ -134,6 +145,12 @@ class _Handle:
         pairs = self.owners[module]
         grad = torch.is_grad_enabled()
         st.demand(tuple(e.idx for _, e in pairs))
+        # Non-reentrant checkpointing recomputes the forward inside backward
+        # under its own hooks (torch 1.13 names their pack hook inner_pack)
+        # and never runs that graph backward: uses made there send no
+        # gradient. (Elsewhere the box's finaliser finds it out later.)
+        top = _stack()[-1] if _stack() else None
+        recompute = top is not None and getattr(top[0], "__name__", "") == "inner_pack"
         for attr, e in pairs:
             st.hold(e)
             if e.live is None or e.live_grad != grad or not st.valid(e):
@@ -141,17 +158,20 @@ class _Handle:
                 t = st.tensor(e)
                 if grad and e.trainable:
                     box = _Box()
-                    box.t, box.e, box.handle = t, e, weakref.ref(self)
+                    box.t, box.e, box.handle, box.done = t, e, weakref.ref(self), False
                     if e.anchor is None:
                         e.anchor = torch.zeros((), requires_grad=True)
                     t = _Materialise.apply(e.anchor, box)
-                    e.expect += 1
+                    box.t = None  # the graph's node must not keep the buffer alive
+                    if recompute:
+                        box.done = True
+                    else:
+                        e.expect += 1
                 e.live, e.live_grad = t, grad
                 self.handed[id(t)] = (e, weakref.ref(t))
             module._parameters[attr] = e.live
         if grad:
-            outer = _stack()[-1] if _stack() else None
-            ctx = torch.autograd.graph.saved_tensors_hooks(*self._hooks(outer))
+            ctx = torch.autograd.graph.saved_tensors_hooks(*self._hooks(top))
             ctx.__enter__()
             self.pushed.append(ctx)
             module.__dict__["_spw_pushed"] = module.__dict__.get("_spw_pushed", 0) + 1
@@ -210,6 +230,13 @@ class _Handle:
         if e.expect <= 0:
             e.expect = 0
             self.deliver(e)
+
+    def on_lost(self, e):
+        e.expect -= 1
+        if e.expect <= 0:
+            e.expect = 0
+            if e.gacc is not None:
+                self.deliver(e)
 
     def deliver(self, e):
         g, e.gacc = e.gacc, None

@@ -32,6 +32,21 @@ class MLP(nn.Module):
         return self.head(self.norm(h))
 
 
+class Deep(nn.Module):
+    """Many equal layers: a model many times a small live budget."""
+
+    def __init__(self, layers=32, d=128):
+        super().__init__()
+        self.inp = nn.Linear(12, d)
+        self.layers = nn.ModuleList(nn.Linear(d, d) for _ in range(layers))
+
+    def forward(self, x):
+        h = self.inp(x)
+        for f in self.layers:
+            h = torch.tanh(f(h))
+        return h
+
+
 class Block(nn.Module):
     def __init__(self, d, heads, dropout):
         super().__init__()
@@ -100,14 +115,14 @@ def full_params(model, offloaded):
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
-def train(model, kind, data, offload, eval_every=0, switch=False, **okw):
+def train(model, kind, data, offload, socket, eval_every=0, switch=False, **okw):
     """Trains model on data with OffloadAdamW (exact mode, cpu tier), with
     or without parameter offload. Returns what a test compares: outputs,
     losses, gradients and parameters per step."""
     if offload:
-        st.offload_parameters(model, **okw)
+        st.offload_parameters(model, socket=socket, **okw)
     opt = OffloadAdamW(model.named_parameters(), lr=1e-2, weight_decay=0.01, mode="exact",
-                       tier=okw.get("tier", "cpu"), socket=okw.get("socket"))
+                       tier=okw.get("tier", "cpu"), socket=socket)
     rec = {"out": [], "loss": [], "grads": [], "params": [], "eval": []}
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     if offload:
@@ -153,8 +168,8 @@ def pair(test, make, kind, steps=4, **kw):
     b = copy.deepcopy(a)
     data = batches(kind, steps)
     okw = {k: kw.pop(k) for k in list(kw) if k in ("max_live_bytes", "prefetch_layers", "tier")}
-    ra = train(a, kind, data, False, socket=test.d.control, **kw)
-    rb = train(b, kind, data, True, socket=test.d.control, **okw, **kw)
+    ra = train(a, kind, data, False, test.d.control, tier=okw.get("tier", "cpu"), **kw)
+    rb = train(b, kind, data, True, test.d.control, **okw, **kw)
     for what in ("out", "loss", "eval"):
         test.assertEqual(len(ra[what]), len(rb[what]))
         for i, (u, v) in enumerate(zip(ra[what], rb[what])):

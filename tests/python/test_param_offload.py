@@ -13,6 +13,8 @@ import spwtest
 import torch
 
 import offload_models as om
+import spillway.torch as st
+from spillway.torch import OffloadAdamW
 
 
 class ParamOffload(unittest.TestCase):
@@ -49,6 +51,82 @@ class ParamOffload(unittest.TestCase):
 
     def test_gpt_train_eval_switch(self):
         om.pair(self, lambda: om.GPT(dropout=0.1), "gpt", switch=True)
+
+    def tight(self, **kw):
+        """A live budget of about a fifth of the parameters: backward
+        fetches again what forward dropped, prefetch runs ahead."""
+        b, _ = om.pair(self, lambda: om.GPT(layers=4, **kw), "gpt", steps=4,
+                       max_live_bytes=40000, prefetch_layers=2)
+        f = st.offload_stats(b)
+        total = sum(e.nbytes for e in b.__dict__["_spillway_offload"].store.entries)
+        self.assertGreater(total, 5 * 40000)
+        self.assertGreater(f["evictions"], 0)
+        self.assertGreater(f["prefetch_hits"], 0)
+        self.assertLessEqual(f["peak_live_bytes"], 40000 + f["largest_param_bytes"])
+        # a block's largest Linear (weight and bias) is the most one module holds
+        self.assertLessEqual(f["peak_materialised_bytes"], 40000 + 16384 + 512)
+        return f
+
+    def test_gpt_tight_budget(self):
+        self.tight()
+
+    def test_gpt_tight_budget_checkpoint_reentrant(self):
+        self.tight(checkpoint="reentrant")
+
+    def test_gpt_tight_budget_checkpoint_non_reentrant(self):
+        self.tight(checkpoint="non-reentrant")
+
+    def test_gpt_nvme(self):
+        ok, why = spwtest.swappable_supported(self.d)
+        if not ok:
+            self.skipTest(why)
+        om.pair(self, lambda: om.GPT(layers=2), "gpt", tier="nvme", max_live_bytes=40000)
+
+
+class Memory(unittest.TestCase):
+    """Peak materialised parameters of a model 8x the budget: the store's
+    counter and the bytes really alive (buffers not yet freed) both stay
+    within max_live_bytes plus one layer, in training bit for bit as the
+    resident model, with prefetch hits after the first step."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = spwtest.Daemon()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.stop()
+
+    def test_memory_8x_budget(self):
+        layer = (128 * 128 + 128) * 4
+        total = 32 * layer + (12 * 128 + 128) * 4
+        budget = total // 8
+        b, _ = om.pair(self, lambda: om.Deep(32, 128), "mlp", steps=3, max_live_bytes=budget,
+                       prefetch_layers=2)
+        f = st.offload_stats(b)
+        self.assertEqual(f["max_live_bytes"], budget)
+        self.assertEqual(f["largest_param_bytes"], 128 * 128 * 4)
+        self.assertLessEqual(f["peak_live_bytes"], budget + layer)
+        self.assertLessEqual(f["peak_materialised_bytes"], budget + layer)
+        self.assertGreater(f["fetches"], 3 * 2 * 33)  # forward and backward fetch each layer
+        # after the first step, prefetch along the recorded order
+        h = b.__dict__["_spillway_offload"]
+        opt = OffloadAdamW(b.named_parameters(), mode="exact", socket=self.d.control)
+        try:
+            data = om.batches("mlp", 5, seed=7)
+            for i, (x, y) in enumerate(data):
+                if i == 1:
+                    h.store.reset_peaks()
+                opt.zero_grad(set_to_none=True)
+                om.loss_of("mlp", b(x), y).backward()
+                opt.step()
+        finally:
+            opt.close()
+        f = st.offload_stats(b)
+        self.assertLessEqual(f["peak_live_bytes"], budget + layer)
+        self.assertLessEqual(f["peak_materialised_bytes"], budget + layer)
+        self.assertGreater(f["prefetches"], 0)
+        self.assertGreaterEqual(f["prefetch_hit_rate"], 0.9, f)
 
 
 if __name__ == "__main__":
