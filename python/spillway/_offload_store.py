@@ -73,7 +73,7 @@ class Entry:
     """One offloaded parameter."""
     __slots__ = ("idx", "name", "names", "p", "shape", "numel", "dtype", "nbytes", "tid",
                  "trainable", "group", "buf", "gen", "inflight", "prefetched", "holds", "live",
-                 "live_grad", "gacc", "expect", "anchor", "oentry", "held_grad", "__weakref__")
+                 "live_grad", "gacc", "expect", "anchor", "oentry", "held_grad", "init", "__weakref__")
 
     def __init__(self, idx, name, p, shape, dtype):
         self.idx, self.name, self.names, self.p = idx, name, [name], p
@@ -96,6 +96,7 @@ class Entry:
         self.anchor = None
         self.oentry = None      # OffloadAdamW's entry, once an optimizer adopts the store
         self.held_grad = None   # gradients with no optimizer to take them
+        self.init = p           # the values to start from (a meta tensor: zeros)
 
 
 class Store:
@@ -185,14 +186,16 @@ class Store:
                 e.tid = t.value
                 del init
                 # The model's copy goes as soon as spillway has it.
-                e.p.data = torch.empty(0, dtype=e.dtype, device=self.device)
+                if e.p.device.type != "meta":
+                    e.p.data = torch.empty(0, dtype=e.dtype, device=self.device)
+                e.init = None
         except Exception:
             self.close()
             raise
 
     @staticmethod
     def _init_of(e):
-        p = e.p.detach()
+        p = e.init.detach()
         if p.device.type == "meta":
             return torch.zeros(e.numel, dtype=torch.float32)
         return p.to("cpu", torch.float32).contiguous().view(-1)

@@ -337,10 +337,16 @@ def offload_parameters(model, tier="cpu", device="cpu", max_live_bytes=None, pre
                     raise ValueError("spillway: parameter %s is %s; spillway offloads float32, "
                                      "bfloat16 and float16" % (prefix + attr, p.dtype))
                 e = Entry(len(entries), prefix + attr, p, p.shape, p.dtype)
+                if p.device.type == "meta":
+                    # A meta tensor cannot take another device's data: a new
+                    # placeholder parameter takes its place in every module.
+                    e.p = torch.nn.Parameter(torch.empty(0, dtype=p.dtype, device=device),
+                                             requires_grad=p.requires_grad)
                 entries.append(e)
                 by_param[id(p)] = e
             elif prefix + attr not in e.names:
                 e.names.append(prefix + attr)
+            m._parameters[attr] = e.p
             owners.setdefault(m, []).append((attr, e))
             names[prefix + attr] = e
         for cname, c in m._modules.items():

@@ -48,11 +48,12 @@ class Deep(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d, heads, dropout):
+    def __init__(self, d, heads, dropout, device=None):
         super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        kw = dict(device=device)
+        self.ln1, self.ln2 = nn.LayerNorm(d, **kw), nn.LayerNorm(d, **kw)
+        self.qkv, self.proj = nn.Linear(d, 3 * d, **kw), nn.Linear(d, d, **kw)
+        self.fc, self.out = nn.Linear(d, 4 * d, **kw), nn.Linear(4 * d, d, **kw)
         self.heads, self.drop = heads, nn.Dropout(dropout)
 
     def forward(self, x):
@@ -70,12 +71,14 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """A decoder with the lm head tied to the token embedding."""
 
-    def __init__(self, vocab=64, d=32, layers=3, heads=4, ctx=16, checkpoint=None, dropout=0.0):
+    def __init__(self, vocab=64, d=32, layers=3, heads=4, ctx=16, checkpoint=None, dropout=0.0,
+                 device=None):
         super().__init__()
-        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
-        self.blocks = nn.ModuleList(Block(d, heads, dropout) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(d)
-        self.lm_head = nn.Linear(d, vocab, bias=False)
+        kw = dict(device=device)
+        self.wte, self.wpe = nn.Embedding(vocab, d, **kw), nn.Embedding(ctx, d, **kw)
+        self.blocks = nn.ModuleList(Block(d, heads, dropout, device) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d, **kw)
+        self.lm_head = nn.Linear(d, vocab, bias=False, **kw)
         self.lm_head.weight = self.wte.weight
         self.checkpoint = checkpoint   # None, "reentrant" or "non-reentrant"
 
