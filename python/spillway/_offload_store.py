@@ -101,11 +101,12 @@ class Entry:
 
 class Store:
     def __init__(self, entries, tier, device, mode, max_live_bytes, prefetch_layers, socket,
-                 session, page_size, timeout_ms, window, threads):
+                 session, page_size, timeout_ms, window, threads, region_bytes=None):
         self.entries = entries
         self.tier, self.device, self.mode = tier, device, mode
         self.budget = int(max_live_bytes) if max_live_bytes else None
         self.depth = int(prefetch_layers)
+        self.ahead_bytes = None     # prefetch by bytes ahead instead (stage3_prefetch_bucket_size)
         self.gen = 0
         self.owner = None           # weakref to the OffloadAdamW using it
         self.grad_log = None        # tests: {name: gradient handed over}
@@ -121,11 +122,11 @@ class Store:
         self.cur, self.key, self.cursor = [], None, 0
         self.stats = dict(fetches=0, demand_fetches=0, prefetches=0, prefetch_hits=0,
                           reuses=0, evictions=0, over_budget=0)
-        self._build(socket, session, page_size, timeout_ms, window, threads)
+        self._build(socket, session, page_size, timeout_ms, window, threads, region_bytes)
 
     # ------------------------------------------------------------ spillway side
 
-    def _build(self, socket, session, page_size, timeout_ms, window, threads):
+    def _build(self, socket, session, page_size, timeout_ms, window, threads, region_bytes):
         import os
         trainable = [e for e in self.entries if e.trainable]
         if len(trainable) > _MAX_GROUPS:
@@ -151,7 +152,8 @@ class Store:
         if isinstance(session, Session):
             self.session, self.own_session = session, False
         else:
-            self.session = Session(session, region_bytes=pages * psz, page_size=psz, socket=socket,
+            self.session = Session(session, region_bytes=region_bytes or pages * psz, page_size=psz,
+                                   socket=socket,
                                    reply_timeout_ms=timeout_ms, swap_bytes=swap)
             self.own_session = True
         dev = "host" if self.device.type == "cpu" else "cuda:%d" % (
@@ -409,15 +411,29 @@ class Store:
         pred = self.preds.get(self.key) if self.key is not None else None
         if not pred:
             return frozenset()
-        return frozenset(i for g in pred[self.cursor:self.cursor + self.depth] for i in g)
+        return frozenset(i for g in self._ahead(pred, self.cursor) for i in g)
+
+    def _ahead(self, pred, at):
+        """The groups to have ready after position at: prefetch_layers of
+        them, or as many as fit in ahead_bytes."""
+        if self.ahead_bytes is None:
+            return pred[at:at + self.depth]
+        out, n = [], 0
+        for g in pred[at:]:
+            n += sum(self.entries[i].nbytes for i in g)
+            if out and n > self.ahead_bytes:
+                break
+            out.append(g)
+        return out
 
     def prefetch(self, pred, at, current=()):
         """Fetches the groups pred[at:at + depth] ahead, within the budget,
         never dropping them or the current group for one another."""
-        if self.depth <= 0:
+        if self.depth <= 0 and self.ahead_bytes is None:
             return
-        protect = frozenset(i for g in pred[at:at + self.depth] for i in g).union(current)
-        for group in pred[at:at + self.depth]:
+        ahead = self._ahead(pred, at)
+        protect = frozenset(i for g in ahead for i in g).union(current)
+        for group in ahead:
             for i in group:
                 e = self.entries[i]
                 if self.valid(e):

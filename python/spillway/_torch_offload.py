@@ -301,7 +301,7 @@ def _handle_of(model):
 
 def offload_parameters(model, tier="cpu", device="cpu", max_live_bytes=None, prefetch_layers=2,
                        mode="exact", session=None, socket=None, page_size=None, timeout=None,
-                       window=0, threads=0):
+                       window=0, threads=0, prefetch_bytes=None, region_bytes=None):
     """Moves every parameter of model into spillway (see the module
     docstring) and returns model. tier: 'cpu' or 'nvme'; device: where
     parameters are materialised ('cpu' or a cuda device); max_live_bytes:
@@ -310,7 +310,11 @@ def offload_parameters(model, tier="cpu", device="cpu", max_live_bytes=None, pre
     (a module's parameters) fetched ahead along the order recorded in the
     previous pass; mode: the spillway optimizer's mode, which OffloadAdamW
     on these parameters must use. A model on the meta device is
-    registered with zeros: fill it with load_into()."""
+    registered with zeros: fill it with load_into(). prefetch_bytes:
+    prefetch as many groups as fit in these bytes instead of
+    prefetch_layers; region_bytes: the session's pinned memory (default:
+    all of the state on the cpu tier, a few pages per window on nvme).
+    session, socket, page_size, timeout, window, threads: as OffloadAdamW's."""
     if "_spillway_offload" in model.__dict__:
         raise ValueError("spillway: %s is offloaded already" % type(model).__name__)
     if tier not in ("cpu", "nvme"):
@@ -357,7 +361,9 @@ def offload_parameters(model, tier="cpu", device="cpu", max_live_bytes=None, pre
         raise ValueError("spillway: %s has no parameters" % type(model).__name__)
     session = session or "torch-params/%d.%d" % (__import__("os").getpid(), next(_counter))
     store = Store(entries, tier, device, mode, max_live_bytes, prefetch_layers, socket, session,
-                  page_size, int(timeout * 1000) if timeout else 0, window, threads)
+                  page_size, int(timeout * 1000) if timeout else 0, window, threads, region_bytes)
+    if prefetch_bytes is not None:
+        store.ahead_bytes = int(prefetch_bytes)
     handle = _Handle(model, store, owners, names, [])
     hooks = [model.register_forward_pre_hook(handle.root_pre)]
     for m in owners:

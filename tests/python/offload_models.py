@@ -118,13 +118,13 @@ def full_params(model, offloaded):
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
-def train(model, kind, data, offload, socket, eval_every=0, switch=False, **okw):
+def train(model, kind, data, offload, socket, eval_every=0, switch=False, mode="exact", **okw):
     """Trains model on data with OffloadAdamW (exact mode, cpu tier), with
     or without parameter offload. Returns what a test compares: outputs,
     losses, gradients and parameters per step."""
     if offload:
-        st.offload_parameters(model, socket=socket, **okw)
-    opt = OffloadAdamW(model.named_parameters(), lr=1e-2, weight_decay=0.01, mode="exact",
+        st.offload_parameters(model, socket=socket, mode=mode, **okw)
+    opt = OffloadAdamW(model.named_parameters(), lr=1e-2, weight_decay=0.01, mode=mode,
                        tier=okw.get("tier", "cpu"), socket=socket)
     rec = {"out": [], "loss": [], "grads": [], "params": [], "eval": []}
     names = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -170,7 +170,8 @@ def pair(test, make, kind, steps=4, **kw):
     a = make()
     b = copy.deepcopy(a)
     data = batches(kind, steps)
-    okw = {k: kw.pop(k) for k in list(kw) if k in ("max_live_bytes", "prefetch_layers", "tier")}
+    okw = {k: kw.pop(k) for k in list(kw) if k in ("max_live_bytes", "prefetch_layers", "tier",
+                                                        "prefetch_bytes")}
     ra = train(a, kind, data, False, test.d.control, tier=okw.get("tier", "cpu"), **kw)
     rb = train(b, kind, data, True, test.d.control, **okw, **kw)
     for what in ("out", "loss", "eval"):

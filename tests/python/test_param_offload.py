@@ -76,6 +76,17 @@ class ParamOffload(unittest.TestCase):
     def test_gpt_tight_budget_checkpoint_non_reentrant(self):
         self.tight(checkpoint="non-reentrant")
 
+    def test_gpt_overlapped(self):
+        # Adam runs as each gradient arrives, during backward
+        om.pair(self, om.GPT, "gpt", mode="overlapped", max_live_bytes=40000)
+
+    def test_prefetch_bytes(self):
+        b, _ = om.pair(self, lambda: om.GPT(layers=4), "gpt", max_live_bytes=60000,
+                       prefetch_bytes=30000)
+        f = st.offload_stats(b)
+        self.assertGreater(f["prefetch_hits"], 0)
+        self.assertLessEqual(f["peak_live_bytes"], 60000 + f["largest_param_bytes"])
+
     def test_gpt_nvme(self):
         ok, why = spwtest.swappable_supported(self.d)
         if not ok:
