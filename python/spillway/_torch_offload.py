@@ -552,7 +552,8 @@ def adopt(opt, snapshot):
         se = h.by_param[id(oe.p)]
         if not se.trainable:
             continue  # a frozen tensor in spillway: no state, never updated
-        oe.tid, oe.numel, oe.ref = se.tid, se.numel, None
+        oe.tid, oe.numel = se.tid, se.numel
+        oe.ref = torch.empty(se.shape, device="meta")  # the shape, for opt.state
         oe.ptr, oe.version = oe.p.data_ptr(), oe.p._version
         oe.forget_step()
         se.oentry = oe

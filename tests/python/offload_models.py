@@ -158,6 +158,7 @@ def train(model, kind, data, offload, socket, eval_every=0, switch=False, mode="
                 with torch.no_grad():
                     rec["eval"].append(model(data[0][0]).clone())
                 model.train()
+        rec["state"] = opt.state_dict()
     finally:
         opt.close()
     return rec
@@ -187,6 +188,12 @@ def pair(test, make, kind, steps=4, **kw):
         for n in ra["params"][i]:
             test.assertTrue(torch.equal(ra["params"][i][n], rb["params"][i][n]),
                             "parameter %s after step %d differs" % (n, i))
+    # the optimizer's state (read out of spillway) is the same too
+    sa, sb = ra["state"], rb["state"]
+    test.assertEqual(sorted(sa["state"]), sorted(sb["state"]))
+    for i in sa["state"]:
+        for k in ("step", "exp_avg", "exp_avg_sq"):
+            test.assertTrue(torch.equal(sa["state"][i][k], sb["state"][i][k]), "state %d %s" % (i, k))
     # the run changed the parameters (so equality means something)
     first = ra["params"][0]
     test.assertTrue(any(not torch.equal(first[n], ra["params"][-1][n]) for n in first))
