@@ -683,7 +683,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
 
     def _check_since_end(self, what):
         for e in self._entries:
-            g = e.p.grad
+            g = _grad_of(e)
             same = (g is None and e.none) or (g is not None and g is e.src
                                               and g._version == e.src_version)
             if not same:

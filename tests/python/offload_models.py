@@ -118,7 +118,8 @@ def full_params(model, offloaded):
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
-def train(model, kind, data, offload, socket, eval_every=0, switch=False, mode="exact", **okw):
+def train(model, kind, data, offload, socket, eval_every=0, switch=False, mode="exact", clip=None,
+          **okw):
     """Trains model on data with OffloadAdamW (exact mode, cpu tier), with
     or without parameter offload. Returns what a test compares: outputs,
     losses, gradients and parameters per step."""
@@ -126,7 +127,7 @@ def train(model, kind, data, offload, socket, eval_every=0, switch=False, mode="
         st.offload_parameters(model, socket=socket, mode=mode, **okw)
     opt = OffloadAdamW(model.named_parameters(), lr=1e-2, weight_decay=0.01, mode=mode,
                        tier=okw.get("tier", "cpu"), socket=socket)
-    rec = {"out": [], "loss": [], "grads": [], "params": [], "eval": []}
+    rec = {"out": [], "loss": [], "grads": [], "params": [], "eval": [], "norm": []}
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     if offload:
         h = model.__dict__["_spillway_offload"]
@@ -148,6 +149,8 @@ def train(model, kind, data, offload, socket, eval_every=0, switch=False, mode="
             else:
                 grads = {n: p.grad.clone() for n, p in model.named_parameters()
                          if p.grad is not None}
+            if clip:  # torch's clip_grad_norm_, computed in spillway's pass
+                rec["norm"].append(opt.clip_grad_norm_(clip))
             opt.step()
             rec["out"].append(out.detach().clone())
             rec["loss"].append(loss.detach().clone())
@@ -175,7 +178,7 @@ def pair(test, make, kind, steps=4, **kw):
                                                         "prefetch_bytes")}
     ra = train(a, kind, data, False, test.d.control, tier=okw.get("tier", "cpu"), **kw)
     rb = train(b, kind, data, True, test.d.control, **okw, **kw)
-    for what in ("out", "loss", "eval"):
+    for what in ("out", "loss", "eval", "norm"):
         test.assertEqual(len(ra[what]), len(rb[what]))
         for i, (u, v) in enumerate(zip(ra[what], rb[what])):
             test.assertTrue(torch.equal(u, v), "%s of step %d differs: %s" % (what, i, (u - v).abs().max()))

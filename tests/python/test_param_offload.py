@@ -76,6 +76,11 @@ class ParamOffload(unittest.TestCase):
     def test_gpt_tight_budget_checkpoint_non_reentrant(self):
         self.tight(checkpoint="non-reentrant")
 
+    def test_gpt_clip_grad_norm(self):
+        _, r = om.pair(self, om.GPT, "gpt", clip=0.05, max_live_bytes=40000)
+        self.assertEqual(len(r["norm"]), 4)
+        self.assertTrue(all(float(n) > 0.05 for n in r["norm"]))  # it did clip
+
     def test_gpt_overlapped(self):
         # Adam runs as each gradient arrives, during backward
         om.pair(self, om.GPT, "gpt", mode="overlapped", max_live_bytes=40000)
