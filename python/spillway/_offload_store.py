@@ -73,7 +73,7 @@ class Entry:
     """One offloaded parameter."""
     __slots__ = ("idx", "name", "names", "p", "shape", "numel", "dtype", "nbytes", "tid",
                  "trainable", "group", "buf", "gen", "inflight", "prefetched", "holds", "live",
-                 "live_grad", "gacc", "expect", "anchor", "oentry", "held_grad", "init", "__weakref__")
+                 "live_grad", "gacc", "expect", "anchor", "oentry", "init", "__weakref__")
 
     def __init__(self, idx, name, p, shape, dtype):
         self.idx, self.name, self.names, self.p = idx, name, [name], p
@@ -95,7 +95,6 @@ class Entry:
         self.expect = 0         # uses whose gradient has not arrived yet
         self.anchor = None
         self.oentry = None      # OffloadAdamW's entry, once an optimizer adopts the store
-        self.held_grad = None   # gradients with no optimizer to take them
         self.init = p           # the values to start from (a meta tensor: zeros)
 
 
@@ -271,8 +270,10 @@ class Store:
         self.live_bytes -= b.nbytes
 
     def _give_back(self, b):
-        """b goes to the free pool (when it fits the budget) or away."""
-        if b.busy() or (self.budget is not None and self.live_bytes > self.budget):
+        """b goes to the free pool (when it fits the budget) or away. On
+        cuda it always goes: torch's caching allocator reuses the memory
+        once the last tensor over it is gone, which the store cannot see."""
+        if b.mem is None or b.busy() or (self.budget is not None and self.live_bytes > self.budget):
             self._forget(b)
             return
         self.pool.setdefault(b.nbytes, []).append(b)

@@ -247,8 +247,7 @@ class _Handle:
         opt = self.store.owner() if self.store.owner else None
         oe = e.oentry
         if opt is None or oe is None:
-            e.held_grad = g if e.held_grad is None else e.held_grad + g
-            return
+            return  # no optimizer takes it (a backward for the inputs' gradients)
         if oe.src is not None:
             raise RuntimeError(
                 "OffloadAdamW: offloaded parameter %s got a gradient in a second backward before "
