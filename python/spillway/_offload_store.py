@@ -100,11 +100,12 @@ class Entry:
 
 class Store:
     def __init__(self, entries, tier, device, mode, max_live_bytes, prefetch_layers, socket,
-                 session, page_size, timeout_ms, window, threads, region_bytes=None):
+                 session, page_size, timeout_ms, window, threads, region_bytes=None, accumulation=1):
         self.entries = entries
         self.tier, self.device, self.mode = tier, device, mode
         self.budget = int(max_live_bytes) if max_live_bytes else None
         self.depth = int(prefetch_layers)
+        self.accum = int(accumulation)  # backwards per step (gradients summed in spillway)
         self.ahead_bytes = None     # prefetch by bytes ahead instead (stage3_prefetch_bucket_size)
         self.gen = 0
         self.owner = None           # weakref to the OffloadAdamW using it
@@ -164,7 +165,8 @@ class Store:
                   for _ in range(max(1, len(trainable)))]
         try:
             self.opt = _SpwOptimizer(self.session, groups, mode=self.mode, tier=self.tier,
-                                     window=window, threads=threads, device=dev,
+                                     accumulation=self.accum, window=window, threads=threads,
+                                     device=dev,
                                      timeout_ms=timeout_ms)
         except Exception:
             self.close()

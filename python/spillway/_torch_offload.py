@@ -248,13 +248,18 @@ class _Handle:
         oe = e.oentry
         if opt is None or oe is None:
             return  # no optimizer takes it (a backward for the inputs' gradients)
-        if oe.src is not None:
+        if oe.backwards >= self.store.accum:
             raise RuntimeError(
-                "OffloadAdamW: offloaded parameter %s got a gradient in a second backward before "
-                "step(); with parameter offload each step takes one backward (gradient "
-                "accumulation across backwards is not supported yet)" % e.name)
+                "OffloadAdamW: offloaded parameter %s got a gradient in backward %d before "
+                "step(); the parameters were offloaded with accumulation_steps=%d (backwards "
+                "per step, their gradients summed in spillway): pass the number of backwards "
+                "per step to offload_parameters and OffloadAdamW"
+                % (e.name, oe.backwards + 1, self.store.accum))
         if g.dtype not in _TYPES:
             raise RuntimeError("OffloadAdamW: parameter %s got a %s gradient" % (e.name, g.dtype))
+        self._hand_over(opt, e, oe, g)
+
+    def _hand_over(self, opt, e, oe, g):
         opt._open_step()
         g = g if g.is_contiguous() else g.contiguous()
         nbytes = g.numel() * g.element_size()
@@ -276,13 +281,22 @@ class _Handle:
             self.grads_in_flight, self.grads_in_flight_bytes = [], 0
 
     def settle(self):
-        """Before OffloadAdamW settles a step: gradients of parameters
-        whose every use has not reported (a use that got no gradient) go
-        now."""
         for e in self.store.entries:
-            if e.gacc is not None:
-                e.expect = 0
-                self.deliver(e)
+            self.settle_one(e)
+
+    def settle_one(self, e):
+        """Before OffloadAdamW settles a step: the gradient of a parameter
+        whose every use has not reported (a use that got no gradient) goes
+        now; with accumulation, a parameter that missed some backwards gets
+        zeros for them (torch's p.grad would hold the sum of the others)."""
+        if e.gacc is not None:
+            e.expect = 0
+            self.deliver(e)
+        oe = e.oentry
+        if oe is not None and 0 < oe.backwards < self.store.accum:
+            zero = torch.zeros(e.shape, dtype=torch.float32, device=self.store.device)
+            for _ in range(self.store.accum - oe.backwards):
+                self._hand_over(self.store.owner(), e, oe, zero)
 
     def step_ended(self):
         self.grads_in_flight, self.grads_in_flight_bytes = [], 0
@@ -300,7 +314,8 @@ def _handle_of(model):
 
 def offload_parameters(model, tier="cpu", device="cpu", max_live_bytes=None, prefetch_layers=2,
                        mode="exact", session=None, socket=None, page_size=None, timeout=None,
-                       window=0, threads=0, prefetch_bytes=None, region_bytes=None):
+                       window=0, threads=0, prefetch_bytes=None, region_bytes=None,
+                       accumulation_steps=1):
     """Moves every parameter of model into spillway (see the module
     docstring) and returns model. tier: 'cpu' or 'nvme'; device: where
     parameters are materialised ('cpu' or a cuda device); max_live_bytes:
@@ -312,7 +327,9 @@ def offload_parameters(model, tier="cpu", device="cpu", max_live_bytes=None, pre
     registered with zeros: fill it with load_into(). prefetch_bytes:
     prefetch as many groups as fit in these bytes instead of
     prefetch_layers; region_bytes: the session's pinned memory (default:
-    all of the state on the cpu tier, a few pages per window on nvme).
+    all of the state on the cpu tier, a few pages per window on nvme);
+    accumulation_steps: backwards per optimizer step, their gradients summed
+    in spillway's gradient store (OffloadAdamW must be given the same).
     session, socket, page_size, timeout, window, threads: as OffloadAdamW's."""
     if "_spillway_offload" in model.__dict__:
         raise ValueError("spillway: %s is offloaded already" % type(model).__name__)
@@ -325,6 +342,8 @@ def offload_parameters(model, tier="cpu", device="cpu", max_live_bytes=None, pre
         raise ValueError("device must be cpu or cuda, not %s" % device)
     if max_live_bytes is not None and not max_live_bytes > 0:
         raise ValueError("max_live_bytes must be > 0 or None, not %r" % (max_live_bytes,))
+    if not (isinstance(accumulation_steps, int) and accumulation_steps >= 1):
+        raise ValueError("accumulation_steps must be an integer >= 1, not %r" % (accumulation_steps,))
     if not (isinstance(prefetch_layers, int) and prefetch_layers >= 0):
         raise ValueError("prefetch_layers must be an integer >= 0, not %r" % (prefetch_layers,))
     _patch_saved_tensors_hooks()
@@ -360,7 +379,8 @@ def offload_parameters(model, tier="cpu", device="cpu", max_live_bytes=None, pre
         raise ValueError("spillway: %s has no parameters" % type(model).__name__)
     session = session or "torch-params/%d.%d" % (__import__("os").getpid(), next(_counter))
     store = Store(entries, tier, device, mode, max_live_bytes, prefetch_layers, socket, session,
-                  page_size, int(timeout * 1000) if timeout else 0, window, threads, region_bytes)
+                  page_size, int(timeout * 1000) if timeout else 0, window, threads, region_bytes,
+                  accumulation_steps)
     if prefetch_bytes is not None:
         store.ahead_bytes = int(prefetch_bytes)
     handle = _Handle(model, store, owners, names, [])
@@ -476,9 +496,13 @@ def _named_buffers(model):
 
 # ------------------------------------------------------------ OffloadAdamW side
 
-def grad_of(e):
-    """OffloadAdamW._settle's p.grad: what the store handed over for an
-    offloaded parameter."""
+def grad_of(opt, e):
+    """OffloadAdamW's p.grad at step(): for an offloaded parameter, what
+    the store handed over (after handing over what is still pending)."""
+    if isinstance(opt._opt, _Adopted) and e.tid is not None:
+        se = opt._opt._h.by_param.get(id(e.p))
+        if se is not None:
+            opt._opt._h.settle_one(se)
     return e.src if e.src is _HANDED else e.p.grad
 
 
@@ -538,6 +562,10 @@ def adopt(opt, snapshot):
     if opt._dynamic:
         raise ValueError("OffloadAdamW: loss_scale='dynamic' is not available with offloaded "
                          "parameters (use a fixed loss_scale)")
+    if opt.accumulation_steps != st.accum:
+        raise ValueError("OffloadAdamW: accumulation_steps=%d, but the parameters were offloaded "
+                         "with accumulation_steps=%d (spillway sums their gradients over that "
+                         "many backwards)" % (opt.accumulation_steps, st.accum))
     if st.owner is not None and st.owner() not in (None, opt):
         raise ValueError("OffloadAdamW: these offloaded parameters already have an optimizer")
     mine = {id(e.p): e for e in opt._entries}

@@ -613,7 +613,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         self._check_data_parallel()
         for e in self._entries:
             self._attach_hooks(e)  # a parameter unfrozen since the last step
-            g = _grad_of(e)
+            g = _grad_of(self, e)
             if e.src is not None:
                 if g is e.src and g._version == e.src_version:
                     continue
@@ -683,7 +683,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
 
     def _check_since_end(self, what):
         for e in self._entries:
-            g = _grad_of(e)
+            g = _grad_of(self, e)
             same = (g is None and e.none) or (g is not None and g is e.src
                                               and g._version == e.src_version)
             if not same:

@@ -119,13 +119,14 @@ def full_params(model, offloaded):
 
 
 def train(model, kind, data, offload, socket, eval_every=0, switch=False, mode="exact", clip=None,
-          **okw):
+          accum=1, **okw):
     """Trains model on data with OffloadAdamW (exact mode, cpu tier), with
     or without parameter offload. Returns what a test compares: outputs,
     losses, gradients and parameters per step."""
     if offload:
-        st.offload_parameters(model, socket=socket, mode=mode, **okw)
+        st.offload_parameters(model, socket=socket, mode=mode, accumulation_steps=accum, **okw)
     opt = OffloadAdamW(model.named_parameters(), lr=1e-2, weight_decay=0.01, mode=mode,
+                       accumulation_steps=accum,
                        tier=okw.get("tier", "cpu"), socket=socket)
     rec = {"out": [], "loss": [], "grads": [], "params": [], "eval": [], "norm": []}
     names = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -138,13 +139,17 @@ def train(model, kind, data, offload, socket, eval_every=0, switch=False, mode="
                 model.train(i % 2 == 0)
             torch.manual_seed(100 + i)
             opt.zero_grad(set_to_none=True)
-            out = model(x)
-            loss = loss_of(kind, out, y)
-            loss.backward()
-            if offload:
+            # accum backwards per step, on slices of the batch
+            for xs, ys in zip(x.chunk(accum), y.chunk(accum)):
+                out = model(xs)
+                loss = loss_of(kind, out, ys)
+                loss.backward()
+            if offload:  # what went to spillway, summed as torch sums p.grad
                 log = h.store.grad_log
-                grads = {n: log[e.name][-1] for n in names
-                         for e in [h.names[n]] if e.name in log and log[e.name]}
+                grads = {}
+                for n in names:
+                    for g in log.get(h.names[n].name, []):
+                        grads[n] = g if n not in grads else grads[n] + g
                 h.store.grad_log = {}
             else:
                 grads = {n: p.grad.clone() for n, p in model.named_parameters()

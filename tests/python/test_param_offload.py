@@ -81,6 +81,23 @@ class ParamOffload(unittest.TestCase):
         self.assertEqual(len(r["norm"]), 4)
         self.assertTrue(all(float(n) > 0.05 for n in r["norm"]))  # it did clip
 
+    def test_gpt_accumulation(self):
+        # two backwards per step: spillway sums them in its gradient store
+        om.pair(self, om.GPT, "gpt", accum=2, max_live_bytes=40000)
+
+    def test_accumulation_refusals(self):
+        m = st.offload_parameters(om.MLP(), socket=self.d.control)
+        with self.assertRaisesRegex(ValueError, "accumulation_steps=2, but the parameters were "
+                                    "offloaded with accumulation_steps=1"):
+            OffloadAdamW(m.named_parameters(), mode="exact", accumulation_steps=2,
+                         socket=self.d.control)
+        opt = OffloadAdamW(m.named_parameters(), mode="exact", socket=self.d.control)
+        x, y = om.batches("mlp", 1)[0]
+        om.loss_of("mlp", m(x), y).backward()
+        with self.assertRaisesRegex(RuntimeError, "got a gradient in backward 2 before step"):
+            om.loss_of("mlp", m(x), y).backward()
+        opt.close()
+
     def test_gpt_overlapped(self):
         # Adam runs as each gradient arrives, during backward
         om.pair(self, om.GPT, "gpt", mode="overlapped", max_live_bytes=40000)
