@@ -470,6 +470,13 @@ class Store:
 
     def figures(self):
         s = dict(self.stats)
+        st = L.OptimizerStats2(size=ctypes.sizeof(L.OptimizerStats2))
+        arg = ctypes.cast(ctypes.byref(st), ctypes.POINTER(L.OptimizerStats))  # the longer struct
+        self.opt._call(L.lib.spw_optimizer_stats(self.opt._o, arg), "stats")
+        # libspillway's side: fetches it ran, and read-ahead hints from its
+        # own record of the fetch order that the daemon took (NVMe tier)
+        s.update(spw_fetches=st.fetches, spw_bytes_fetched=st.bytes_fetched,
+                 spw_read_ahead_hints=st.fetch_prefetches)
         s.update(live_bytes=self.live_bytes, peak_live_bytes=self.peak_live,
                  materialised_bytes=self.mat_bytes, peak_materialised_bytes=self.peak_mat,
                  max_live_bytes=self.budget, largest_param_bytes=self.max_entry)

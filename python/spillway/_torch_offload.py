@@ -135,8 +135,15 @@ class _Handle:
     # ---------------------------------------------------------- forward
 
     def root_pre(self, module, args):
-        while self.pushed:  # left by a forward that raised
-            self.pushed.pop().__exit__(None, None, None)
+        if self.pushed:  # left by a forward that raised
+            while self.pushed:
+                self.pushed.pop().__exit__(None, None, None)
+            for m, pairs in self.owners.items():
+                m.__dict__.pop("_spw_pushed", None)
+                for attr, e in pairs:
+                    if m._parameters[attr] is not e.p:
+                        m._parameters[attr] = e.p
+                        self.store.unhold(e)
         self.store.new_pass((torch.is_grad_enabled(), module.training))
         self.handed.clear()
 
@@ -388,6 +395,7 @@ def offload_parameters(model, tier="cpu", device="cpu", max_live_bytes=None, pre
     for m in owners:
         hooks.append(m.register_forward_pre_hook(handle.pre))
         hooks.append(m.register_forward_hook(handle.post))
+        hooks.append(m._register_load_state_dict_pre_hook(_loading_hook(handle), with_module=True))
     hooks.append(model._register_state_dict_hook(_state_dict_hook))
     handle.hooks = hooks
     model.__dict__["_spillway_offload"] = handle
@@ -405,6 +413,28 @@ def _state_dict_hook(module, destination, prefix, local_metadata):
         k = prefix + name
         if k in destination:
             destination[k] = h.store.read(e)
+
+
+def _loading_hook(handle):
+    """model.load_state_dict: an offloaded parameter's value goes into
+    spillway, and the module's placeholder gets an empty tensor to copy."""
+    ref = weakref.ref(handle)
+
+    def hook(module, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+        h = ref()
+        if h is None:
+            return
+        for attr, e in h.owners.get(module, ()):
+            v = state_dict.get(prefix + attr)
+            if v is None or not isinstance(v, torch.Tensor):
+                continue
+            try:
+                h.store.write(e, v)
+            except (ValueError, RuntimeError) as err:
+                errors.append(str(err))
+                continue
+            state_dict[prefix + attr] = torch.empty(0, dtype=e.dtype, device=h.store.device)
+    return hook
 
 
 def offload_stats(model):

@@ -7,6 +7,7 @@ a GPT-shaped decoder with a tied lm head, activation checkpointing
 (reentrant and not), a module called twice per forward, frozen layers,
 no_grad evaluation between steps and train/eval switches; on the cpu and
 nvme tiers."""
+import copy
 import unittest
 
 import spwtest
@@ -113,7 +114,23 @@ class ParamOffload(unittest.TestCase):
         ok, why = spwtest.swappable_supported(self.d)
         if not ok:
             self.skipTest(why)
-        om.pair(self, lambda: om.GPT(layers=2), "gpt", tier="nvme", max_live_bytes=40000)
+        b, _ = om.pair(self, lambda: om.GPT(layers=2), "gpt", tier="nvme", max_live_bytes=40000)
+        f = st.offload_stats(b)
+        # libspillway turned its record of the fetch order into read-ahead
+        # hints for the daemon's NVMe tier
+        self.assertGreater(f["spw_read_ahead_hints"], 0, f)
+        self.assertEqual(f["spw_fetches"], f["fetches"])
+
+    def test_forward_that_raises(self):
+        torch.manual_seed(4)
+        ref = om.MLP()
+        m = st.offload_parameters(copy.deepcopy(ref), socket=self.d.control)
+        with self.assertRaises(RuntimeError):
+            m(torch.randn(8, 13))  # fc1 raises with its weights materialised
+        x = torch.randn(8, 12)
+        self.assertTrue(torch.equal(m(x), ref(x)))
+        for mod in (m.fc1, m.fc2, m.head):
+            self.assertEqual(mod._parameters["weight"].numel(), 0)
 
 
 class Memory(unittest.TestCase):

@@ -65,6 +65,17 @@ class Weights(unittest.TestCase):
         with torch.no_grad():
             self.assertTrue(torch.equal(m(x), ref(x)))
 
+    def test_load_state_dict(self):
+        ref = reference()
+        m = self.offloaded(om.GPT(layers=2), max_live_bytes=20000)
+        r = m.load_state_dict(ref.state_dict())
+        self.assertEqual((r.missing_keys, r.unexpected_keys), ([], []))
+        self.check_same(m, ref)
+        self.assertTrue(all(p.numel() == 0 for p in m.parameters()))
+        bad = dict(ref.state_dict(), **{"ln_f.bias": torch.zeros(5)})
+        with self.assertRaisesRegex(RuntimeError, "ln_f.bias holds 32 elements"):
+            m.load_state_dict(bad)
+
     def meta_model(self, **kw):
         m = om.GPT(layers=2, device="meta")
         self.assertEqual(m.wte.weight.device.type, "meta")
