@@ -18,6 +18,7 @@ a weak reference, when its memory is really gone. On cuda, buffers come
 from torch's caching allocator, which already makes reuse cheap and safe.
 """
 import ctypes
+import os
 import sys
 import weakref
 from collections import OrderedDict
@@ -25,7 +26,7 @@ from collections import OrderedDict
 import torch
 
 from . import Optimizer as _SpwOptimizer
-from . import Session, SpillwayError
+from . import Session
 from . import _lib as L
 from ._torch_checks import _TYPES, spw_name
 
@@ -127,7 +128,6 @@ class Store:
     # ------------------------------------------------------------ spillway side
 
     def _build(self, socket, session, page_size, timeout_ms, window, threads, region_bytes):
-        import os
         trainable = [e for e in self.entries if e.trainable]
         if len(trainable) > _MAX_GROUPS:
             raise ValueError("offload_parameters: %d trainable tensors; spillway keeps at most %d "
@@ -220,8 +220,8 @@ class Store:
         owner = self.owner() if self.owner else None
         if owner is not None and owner._in_step:
             raise RuntimeError("parameter %s: written between backward and step()" % e.name)
+        self._drop(e)  # a fetch in flight lands first; the buffer is stale after
         self.opt.write(e.tid, L.STATE_PARAM, src.data_ptr())
-        self._drop(e)
 
     def read(self, e):
         """A fresh copy of e's values in its dtype and shape (not counted
@@ -321,12 +321,8 @@ class Store:
     # ------------------------------------------------------------ fetching
 
     def _fetch_into(self, e, ptr):
-        try:
-            self.opt._call(L.lib.spw_params_fetch(self.opt._o, e.tid, ptr, e.nbytes,
-                                                  _TYPES[e.dtype], self._stream()),
-                           "fetch %s" % e.name)
-        except SpillwayError:
-            raise
+        self.opt._call(L.lib.spw_params_fetch(self.opt._o, e.tid, ptr, e.nbytes, _TYPES[e.dtype],
+                                              self._stream()), "fetch %s" % e.name)
         e.inflight = True
         self.stats["fetches"] += 1
 
