@@ -348,7 +348,8 @@ class Store:
         e.gen = self.gen if e.trainable else 0
         e.prefetched = False
         self._fetch_into(e, e.buf.ptr)
-        self.idle[e] = None
+        if not e.holds:
+            self.idle[e] = None
 
     def ensure(self, e):
         """Makes e's buffer hold its current values (waiting for them)."""

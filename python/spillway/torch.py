@@ -709,7 +709,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             self._check_since_end("clip_grad_norm_()")
             self._finish(self._ended)
             return loss
-        if not self._in_step and all(e.p.grad is None for e in self._entries):
+        if not self._in_step and all(_grad_of(self, e) is None for e in self._entries):
             return loss  # as torch: no gradient, nothing to do
         self._open_step()
         self._settle()

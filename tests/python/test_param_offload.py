@@ -121,6 +121,39 @@ class ParamOffload(unittest.TestCase):
         self.assertGreater(f["spw_read_ahead_hints"], 0, f)
         self.assertEqual(f["spw_fetches"], f["fetches"])
 
+    def test_kept_tensor_keeps_its_values(self):
+        # A tensor over a parameter's buffer that someone keeps (here a hook
+        # keeps fc1's weight as the module saw it) is never refilled with
+        # another fetch, though the step made its buffer stale.
+        m = st.offload_parameters(om.MLP(), socket=self.d.control, max_live_bytes=4096)
+        kept = []
+        m.fc1.register_forward_pre_hook(lambda mod, i: kept.append(mod.weight))
+        opt = OffloadAdamW(m.named_parameters(), mode="exact", lr=0.1, socket=self.d.control)
+        try:
+            for x, y in om.batches("mlp", 3):
+                opt.zero_grad(set_to_none=True)
+                om.loss_of("mlp", m(x), y).backward()
+                if len(kept) == 1:
+                    first = kept[0].detach().clone()
+                opt.step()
+        finally:
+            opt.close()
+        self.assertTrue(torch.equal(kept[0].detach(), first))
+        self.assertFalse(torch.equal(kept[-1].detach(), first))  # the weights did change
+
+    def test_backward_after_a_step_refused(self):
+        m = st.offload_parameters(om.MLP(), socket=self.d.control)
+        opt = OffloadAdamW(m.named_parameters(), mode="exact", socket=self.d.control)
+        try:
+            (x, y), (x2, y2) = om.batches("mlp", 2)
+            old = om.loss_of("mlp", m(x), y)   # its graph wants today's weights
+            om.loss_of("mlp", m(x2), y2).backward()
+            opt.step()
+            with self.assertRaisesRegex(RuntimeError, "optimizer has stepped since"):
+                old.backward()
+        finally:
+            opt.close()
+
     def test_forward_that_raises(self):
         torch.manual_seed(4)
         ref = om.MLP()
