@@ -125,7 +125,7 @@ class ParamOffload(unittest.TestCase):
         # A tensor over a parameter's buffer that someone keeps (here a hook
         # keeps fc1's weight as the module saw it) is never refilled with
         # another fetch, though the step made its buffer stale.
-        m = st.offload_parameters(om.MLP(), socket=self.d.control, max_live_bytes=4096)
+        m = st.offload_parameters(om.MLP(), socket=self.d.control)  # stale buffers are pooled
         kept = []
         m.fc1.register_forward_pre_hook(lambda mod, i: kept.append(mod.weight))
         opt = OffloadAdamW(m.named_parameters(), mode="exact", lr=0.1, socket=self.d.control)
