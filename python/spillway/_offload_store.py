@@ -188,13 +188,14 @@ class Store:
                 self.opt._call(r, "offload %s" % e.name)
                 e.tid = t.value
                 del init
-                # The model's copy goes as soon as spillway has it.
-                if e.p.device.type != "meta":
-                    e.p.data = torch.empty(0, dtype=e.dtype, device=self.device)
-                e.init = None
         except Exception:
-            self.close()
+            self.close()  # the model keeps its parameters
             raise
+        # spillway has every value: the model's copies go
+        for e in self.entries:
+            if e.p.device.type != "meta":
+                e.p.data = torch.empty(0, dtype=e.dtype, device=self.device)
+            e.init = None
 
     @staticmethod
     def _init_of(e):

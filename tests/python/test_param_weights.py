@@ -11,6 +11,7 @@ import spwtest
 import torch
 
 import offload_models as om
+import spillway
 import spillway.torch as st
 
 
@@ -75,6 +76,22 @@ class Weights(unittest.TestCase):
         bad = dict(ref.state_dict(), **{"ln_f.bias": torch.zeros(5)})
         with self.assertRaisesRegex(RuntimeError, "ln_f.bias holds 32 elements"):
             m.load_state_dict(bad)
+
+    def test_refused_offload_keeps_the_model(self):
+        ref = reference()
+        m = reference()
+        # a bfloat16 parameter is fine, a float64 one is refused before anything moves
+        m.ln_f.bias.data = m.ln_f.bias.data.double()
+        with self.assertRaisesRegex(ValueError, "ln_f.bias is torch.float64"):
+            self.offloaded(m)
+        # the region fills up halfway through registering: every parameter
+        # still holds its values
+        m.ln_f.bias.data = m.ln_f.bias.data.float()
+        with self.assertRaisesRegex(spillway.SpillwayError, "offload blocks.1.out.weight: .*refused"):
+            st.offload_parameters(m, socket=self.d.control, region_bytes=1 << 20)
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            self.assertTrue(torch.equal(p, q), n)
+        self.assertNotIn("_spillway_offload", m.__dict__)
 
     def meta_model(self, **kw):
         m = om.GPT(layers=2, device="meta")
