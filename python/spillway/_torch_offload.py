@@ -22,6 +22,8 @@ gradient: summed over its uses, it goes to spillway's gradient store
 None. OffloadAdamW on such parameters takes over the same spillway
 optimizer instead of building its own (adopt()).
 """
+import itertools
+import os
 import threading
 import weakref
 
@@ -354,7 +356,7 @@ def offload_parameters(model, tier="cpu", device="cpu", max_live_bytes=None, pre
     if not (isinstance(prefetch_layers, int) and prefetch_layers >= 0):
         raise ValueError("prefetch_layers must be an integer >= 0, not %r" % (prefetch_layers,))
     _patch_saved_tensors_hooks()
-    entries, by_param, owners, names = [], {}, {}, {}
+    entries, by_param, owners, names, swapped = [], {}, {}, {}, []
 
     def walk(m, prefix):
         for attr, p in m._parameters.items():
@@ -375,19 +377,26 @@ def offload_parameters(model, tier="cpu", device="cpu", max_live_bytes=None, pre
                 by_param[id(p)] = e
             elif prefix + attr not in e.names:
                 e.names.append(prefix + attr)
-            m._parameters[attr] = e.p
+            if m._parameters[attr] is not e.p:
+                swapped.append((m, attr, m._parameters[attr]))
+                m._parameters[attr] = e.p
             owners.setdefault(m, []).append((attr, e))
             names[prefix + attr] = e
         for cname, c in m._modules.items():
             if c is not None:
                 walk(c, prefix + cname + ".")
-    walk(model, "")
-    if not entries:
-        raise ValueError("spillway: %s has no parameters" % type(model).__name__)
-    session = session or "torch-params/%d.%d" % (__import__("os").getpid(), next(_counter))
-    store = Store(entries, tier, device, mode, max_live_bytes, prefetch_layers, socket, session,
-                  page_size, int(timeout * 1000) if timeout else 0, window, threads, region_bytes,
-                  accumulation_steps)
+    try:
+        walk(model, "")
+        if not entries:
+            raise ValueError("spillway: %s has no parameters" % type(model).__name__)
+        session = session or "torch-params/%d.%d" % (os.getpid(), next(_counter))
+        store = Store(entries, tier, device, mode, max_live_bytes, prefetch_layers, socket,
+                      session, page_size, int(timeout * 1000) if timeout else 0, window, threads,
+                      region_bytes, accumulation_steps)
+    except Exception:
+        for m, attr, p in swapped:  # a meta model gets its parameters back
+            m._parameters[attr] = p
+        raise
     if prefetch_bytes is not None:
         store.ahead_bytes = int(prefetch_bytes)
     handle = _Handle(model, store, owners, names, [])
@@ -402,7 +411,7 @@ def offload_parameters(model, tier="cpu", device="cpu", max_live_bytes=None, pre
     return model
 
 
-_counter = __import__("itertools").count()
+_counter = itertools.count()
 
 
 def _state_dict_hook(module, destination, prefix, local_metadata):

@@ -103,6 +103,16 @@ class Weights(unittest.TestCase):
         with torch.no_grad():
             self.assertTrue(torch.equal(m(x), ref(x)))
 
+    def test_refused_meta_offload_keeps_the_model(self):
+        m = om.GPT(layers=2, device="meta")
+        params = dict(m.named_parameters())
+        with self.assertRaisesRegex(spillway.SpillwayError, "refused"):
+            st.offload_parameters(m, socket=self.d.control, region_bytes=1 << 20)
+        for n, p in m.named_parameters():
+            self.assertIs(p, params[n])
+            self.assertEqual(p.device.type, "meta")
+        self.assertIs(m.lm_head.weight, m.wte.weight)
+
     def test_load_into_meta_from_state_dict(self):
         ref = reference()
         m = self.meta_model(max_live_bytes=30000)
