@@ -30,7 +30,7 @@ from . import Session
 from . import _lib as L
 from ._torch_checks import _TYPES, spw_name
 
-_MAX_GROUPS = 1024  # spw_optimizer_new's limit on param groups
+_MAX_GROUPS = 65536  # spw_optimizer_new's limit on param groups
 
 
 class _Mem(bytearray):

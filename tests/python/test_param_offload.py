@@ -154,6 +154,33 @@ class ParamOffload(unittest.TestCase):
         finally:
             opt.close()
 
+    def test_many_tensors(self):
+        # one spillway param group per trainable tensor: more than 1024 (on
+        # the nvme tier, where 1025 x 4 pages need not fit in the region)
+        ok, why = spwtest.swappable_supported(self.d)
+        if not ok:
+            self.skipTest(why)
+        m = torch.nn.Sequential(*(torch.nn.Linear(2, 2, bias=False) for _ in range(1025)))
+        with torch.no_grad():
+            for f in m:
+                f.weight.copy_(torch.eye(2) + 0.01 * f.weight)
+        ref = copy.deepcopy(m)
+        st.offload_parameters(m, tier="nvme", socket=self.d.control, max_live_bytes=4096)
+        opt = OffloadAdamW(m.named_parameters(), mode="exact", tier="nvme", lr=0.01,
+                           socket=self.d.control)
+        ropt = OffloadAdamW(ref.named_parameters(), mode="exact", tier="nvme", lr=0.01,
+                            socket=self.d.control)
+        try:
+            x = torch.randn(3, 2)
+            for o, net in ((opt, m), (ropt, ref)):
+                net(x).square().sum().backward()
+                o.step()
+            with torch.no_grad():
+                self.assertTrue(torch.equal(m(x), ref(x)))
+        finally:
+            opt.close()
+            ropt.close()
+
     def test_forward_that_raises(self):
         torch.manual_seed(4)
         ref = om.MLP()
