@@ -474,7 +474,8 @@ class gather_parameters:
         st = self.h.store
         try:
             for e, v, full in self.saved:
-                if self.write_back and (e.p._version != v or e.p.data is not full):
+                # changed in place, or given other data, inside
+                if self.write_back and (e.p._version != v or e.p.data_ptr() != full.data_ptr()):
                     st.write(e, e.p.data)
         finally:
             for e, _, _ in self.saved:

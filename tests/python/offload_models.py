@@ -119,7 +119,7 @@ def full_params(model, offloaded):
 
 
 def train(model, kind, data, offload, socket, eval_every=0, switch=False, mode="exact", clip=None,
-          accum=1, **okw):
+          accum=1, dtype=None, **okw):
     """Trains model on data with OffloadAdamW (exact mode, cpu tier), with
     or without parameter offload. Returns what a test compares: outputs,
     losses, gradients and parameters per step."""
@@ -140,6 +140,8 @@ def train(model, kind, data, offload, socket, eval_every=0, switch=False, mode="
             torch.manual_seed(100 + i)
             opt.zero_grad(set_to_none=True)
             # accum backwards per step, on slices of the batch
+            if dtype is not None and x.is_floating_point():
+                x = x.to(dtype)
             for xs, ys in zip(x.chunk(accum), y.chunk(accum)):
                 out = model(xs)
                 loss = loss_of(kind, out, ys)

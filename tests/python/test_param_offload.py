@@ -38,6 +38,12 @@ class ParamOffload(unittest.TestCase):
     def test_mlp_frozen(self):
         om.pair(self, lambda: om.MLP(frozen=True), "mlp")
 
+    def test_mlp_bfloat16(self):
+        # bfloat16 parameters: fetched as the bf16 cast of the fp32 master,
+        # bf16 gradients summed into spillway's fp32 store
+        om.pair(self, lambda: om.MLP().to(torch.bfloat16), "mlp", dtype=torch.bfloat16,
+                max_live_bytes=2048)
+
     def test_gpt_tied(self):
         om.pair(self, om.GPT, "gpt")
 

@@ -54,9 +54,11 @@ class Weights(unittest.TestCase):
             with torch.no_grad():
                 m.blocks[1].out.weight.mul_(2.0)
                 m.wte.weight[3].fill_(0.5)
+            m.blocks[0].proj.bias.data = torch.full((32,), 0.25)
         with torch.no_grad():
             ref.blocks[1].out.weight.mul_(2.0)
             ref.wte.weight[3].fill_(0.5)
+            ref.blocks[0].proj.bias.fill_(0.25)
             self.assertTrue(torch.equal(m(x), ref(x)))
         self.assertEqual(m.blocks[1].out.weight.numel(), 0)
         # without write_back, changes are dropped
