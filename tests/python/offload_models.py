@@ -125,9 +125,16 @@ def train(model, kind, data, offload, socket, eval_every=0, switch=False, mode="
     losses, gradients and parameters per step."""
     if offload:
         st.offload_parameters(model, socket=socket, mode=mode, accumulation_steps=accum, **okw)
-    opt = OffloadAdamW(model.named_parameters(), lr=1e-2, weight_decay=0.01, mode=mode,
-                       accumulation_steps=accum,
+    # two param groups (by name: an offloaded parameter's shape is a
+    # placeholder's) and a schedule, as a real loop has
+    named = list(model.named_parameters())
+    is_plain = [n.endswith("bias") or ".ln" in n or "norm" in n for n, _ in named]
+    plain = [np for np, x in zip(named, is_plain) if x]
+    decay = [np for np, x in zip(named, is_plain) if not x]
+    opt = OffloadAdamW([{"params": decay}, {"params": plain, "weight_decay": 0.0, "lr": 2e-2}],
+                       lr=1e-2, weight_decay=0.01, mode=mode, accumulation_steps=accum,
                        tier=okw.get("tier", "cpu"), socket=socket)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
     rec = {"out": [], "loss": [], "grads": [], "params": [], "eval": [], "norm": []}
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     if offload:
@@ -159,6 +166,7 @@ def train(model, kind, data, offload, socket, eval_every=0, switch=False, mode="
             if clip:  # torch's clip_grad_norm_, computed in spillway's pass
                 rec["norm"].append(opt.clip_grad_norm_(clip))
             opt.step()
+            sched.step()
             rec["out"].append(out.detach().clone())
             rec["loss"].append(loss.detach().clone())
             rec["grads"].append(grads)
