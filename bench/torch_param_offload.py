@@ -7,7 +7,7 @@ same model resident, both trained by OffloadAdamW in exact mode.
     spillway-bench torch --param-offload [--json] [--quick] [--layers L]
         [--width W] [--heads H] [--vocab V] [--seq T] [--batch B]
         [--steps S] [--warmup N] [--tiers cpu,nvme] [--budget-ratio R]
-        [--prefetch-layers K] [--socket PATH]
+        [--prefetch-layers K] [--device cpu|cuda] [--socket PATH]
 
 For each tier, two trainers (each a process of its own, same seed, same
 data): "resident" (the model's parameters in torch, OffloadAdamW's state in
@@ -56,6 +56,7 @@ def parse_args(argv):
     ap.add_argument("--tiers", default="cpu,nvme")
     ap.add_argument("--budget-ratio", type=float, default=6.0)
     ap.add_argument("--prefetch-layers", type=int, default=2)
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--socket", default=None)
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -114,7 +115,7 @@ def worker(a, cfg):
             self.head.weight = self.tok.weight
 
         def forward(self, idx, mask):
-            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
             for blk in self.blocks:
                 x = blk(x, mask)
             return self.head(self.ln(x))
@@ -123,17 +124,24 @@ def worker(a, cfg):
     model = GPT()
     nbytes = sum(p.numel() * 4 for p in model.parameters())
     budget = int(nbytes / a.budget_ratio)
+    device = torch.device(a.device)
     if cfg["kind"] == "offload":
         st.offload_parameters(model, tier=cfg["tier"], max_live_bytes=budget, socket=cfg["socket"],
-                              prefetch_layers=a.prefetch_layers,
+                              prefetch_layers=a.prefetch_layers, device=device,
                               session="bench/params-%s-%d" % (cfg["tier"], os.getpid()))
+    else:
+        model.to(device)
     opt = st.OffloadAdamW(model.named_parameters(), lr=a.lr, weight_decay=0.01, mode="exact",
                           tier=cfg["tier"], socket=cfg["socket"],
                           session="bench/opt-%s-%s-%d" % (cfg["kind"], cfg["tier"], os.getpid()))
     g = torch.Generator().manual_seed(1)
-    data = torch.randint(a.vocab, (a.batch, a.seq + 1), generator=g)
+    data = torch.randint(a.vocab, (a.batch, a.seq + 1), generator=g).to(device)
     x, y = data[:, :-1], data[:, 1:]
-    mask = ~torch.tril(torch.ones(a.seq, a.seq, dtype=torch.bool))
+    mask = ~torch.tril(torch.ones(a.seq, a.seq, dtype=torch.bool, device=device))
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
 
     def answer(obj):
         out.write(json.dumps(obj) + "\n")
@@ -142,11 +150,13 @@ def worker(a, cfg):
     for line in sys.stdin:
         cmd = line.strip()
         if cmd == "step":
+            sync()
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             loss = F.cross_entropy(model(x, mask).reshape(-1, a.vocab), y.reshape(-1))
             loss.backward()
             opt.step()
+            sync()
             answer({"step_s": time.perf_counter() - t0, "loss": float(loss)})
         elif cmd == "reset":
             if cfg["kind"] == "offload":
@@ -212,7 +222,7 @@ def main(argv):
     for i, c in enumerate(cfgs):
         step, f = ts.median(times[i]), stats[i]
         row = {"bench": "torch-param-offload", "trainer": c["kind"], "tier": c["tier"],
-               "mode": "exact", "device": "cpu", "layers": a.layers, "width": a.width,
+               "mode": "exact", "device": a.device, "layers": a.layers, "width": a.width,
                "vocab": a.vocab, "seq": a.seq, "batch": a.batch, "warmup": a.warmup,
                "steps": a.steps, "param_bytes": trainers[i].info["param_bytes"],
                "step_s": round(step, 4), "step_s_each": [round(t, 4) for t in times[i]],

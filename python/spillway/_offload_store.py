@@ -61,8 +61,9 @@ class _Buf:
             flat = torch.frombuffer(self.mem, dtype=dtype)
         if stride is None:
             stride = torch.empty(0).new_empty(shape).stride() if len(shape) else ()
+        stor = flat.untyped_storage() if hasattr(flat, "untyped_storage") else flat.storage()
         return torch.empty(0, dtype=dtype, device=flat.device).set_(
-            flat.storage(), offset, torch.Size(shape), stride)
+            stor, offset, torch.Size(shape), stride)
 
     def busy(self):
         # Our own reference (self.mem) and getrefcount's argument: any more
