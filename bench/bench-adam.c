@@ -311,6 +311,7 @@ static void run_cfg(struct spw__pool *pool, struct bufs *b, const float *g32, co
 	struct spw_adamw_hparams hp = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
 					.weight_decay = 0.01f, .grad_scale = 1.0f, .step = 10 };
 	struct job j = { .b = b, .grad = c->grad, .copy = c->copy };
+	struct bench_progress pg;
 	double t[KINDS][64], pps[KINDS], mn[KINDS], mx[KINDS];
 	size_t bpp = 3 * 8 + spw_dtype_size(c->grad) + spw_dtype_size(c->copy);
 	/* The unfused path's bytes: Adam's, plus the unscale pass (read and
@@ -326,15 +327,20 @@ static void run_cfg(struct spw__pool *pool, struct bufs *b, const float *g32, co
 	bufs_grad_as(b, c->grad, g32);
 	spw_adamw_prepare(&hp, &j.k);
 	j.inv_scale = c->loss_scale > 0 ? 1.0f / c->loss_scale : 1.0f;
-	for (int k = 0; k < KINDS; k++)
+	bench_progress_init(&pg, "adam", (unsigned)(runs + 1) * KINDS);
+	for (int k = 0; k < KINDS; k++) {
 		run_once(pool, k, &j); /* warm-up */
+		bench_progress_step(&pg, "run");
+	}
 	/* Alternate the four every repetition: this machine drifts between runs. */
 	for (unsigned r = 0; r < runs; r++)
 		for (int q = 0; q < KINDS; q++) {
 			int k = (q + (int)r) % KINDS; /* rotate who goes first */
 
 			t[k][r] = (double)(k == SCALAR ? scalar_n(c->n) : c->n) / run_once(pool, k, &j);
+			bench_progress_step(&pg, "run");
 		}
+	bench_progress_end(&pg);
 	for (int k = 0; k < KINDS; k++)
 		pps[k] = median_min_max(t[k], runs, &mn[k], &mx[k]);
 

@@ -8,6 +8,7 @@
  *                           [--tier resident|nvme] [--socket PATH]
  *                           [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]
  *                           [--steps S] [--threads T] [--device host|cuda]
+ *                           [--trace]
  *
  * The device is the host backend, or with --device cuda (a build with
  * CUDA, on a GPU host) the GPU: gradients and parameters then live in
@@ -24,6 +25,23 @@
  *   bound_s            max(compute, transfers, Adam, disk) from each
  *                      part's own time measured alone
  *
+ * With --trace, a second session runs the same step with the timeline on
+ * (SPILLWAY_TRACE, client/trace.c, written to a temporary file and removed),
+ * the two taking single steps in turn, the first of each pair alternating:
+ *
+ *   step_s             the mean step with the timeline off, as above
+ *   trace_step_s       the mean step with the timeline on
+ *   trace_overhead     the median of the pairs' ratios, on / off
+ *   trace_bytes        the size of the trace the traced session wrote
+ *
+ * With --persistent, the second session is a persistent one instead (the
+ * step marks of docs/persistent.md), the same way:
+ *   persistent_step_s     the mean step of the persistent session
+ *   persistent_overhead   the median of the pairs' ratios, persistent / plain
+ *   extra_bytes_per_step  bytes the persistent session's optimizer moved
+ *                         (gradients out, parameters in) per step beyond the
+ *                         plain one's
+ *
  * The disk part (nvme tier) is the steady step time of the same pipeline
  * with the compute set to zero: everything but the disk overlaps, so it is
  * what the tier itself allows (an upper estimate of the disk's own time). Without --socket it
@@ -38,6 +56,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <spillway/spillway.h>
 
@@ -201,23 +220,26 @@ struct run {
 	spw_client *c;
 	spw_optimizer *o;
 	uint32_t *id;
-	uint16_t **grad, **dev;
+	uint16_t **grad;        /* shared by every run: read only */
+	uint16_t **dev;         /* this run's parameters on the device */
+	uint64_t next;          /* the next step's number */
 };
 
-static int run_steps(const struct cfg *c, struct run *rn, uint64_t first, int steps, double *per_step)
+/* Runs steps steps from rn->next on; *per_step is their mean time. */
+static int run_steps(const struct cfg *c, struct run *rn, int steps, double *per_step, struct bench_progress *pg)
 {
 	uint64_t t0 = now_ns();
 	int r;
 
-	for (uint64_t s = first; s < first + (uint64_t)steps; s++) {
+	for (int i = 0; i < steps; i++, rn->next++) {
 		struct spw_step_result res = { .size = sizeof(res) };
 
-		if ((r = spw_optimizer_begin(rn->o, s, NULL, 0.0f)) < 0)
-			return r;
+		if ((r = spw_optimizer_begin(rn->o, rn->next, NULL, 0.0f)) < 0)
+			goto fail;
 		/* Forward: each layer waits for its updated parameters. */
 		for (int l = 0; l < c->layers; l++) {
 			if ((r = spw_optimizer_wait_params(rn->o, rn->id[l], NULL)) < 0)
-				return r;
+				goto fail;
 			sleep_ms(c->fwd_ms);
 		}
 		/* Backward, last layer first; a layer's gradient is handed over
@@ -226,19 +248,143 @@ static int run_steps(const struct cfg *c, struct run *rn, uint64_t first, int st
 			sleep_ms(c->bwd_ms);
 			if ((r = spw_optimizer_grad_ready(rn->o, rn->id[l], SPW_ALL_CHUNKS, rn->grad[l],
 							  c->params * 2, SPW_TYPE_BF16, NULL)) < 0)
-				return r;
+				goto fail;
 		}
 		if ((r = spw_optimizer_end(rn->o, &res)) < 0)
-			return r;
+			goto fail;
+		bench_progress_step(pg, "step");
 	}
 	*per_step = secs(t0) / steps;
 	return 0;
+fail:
+	bench_progress_end(pg);
+	fprintf(stderr, "spillway-bench pipeline: step %ju: %s\n", (uintmax_t)rn->next, spw_optimizer_last_error(rn->o));
+	return r;
+}
+
+/* Attaches session name, builds its optimizer and adds the layers, with
+ * device parameters of its own and the shared gradients. Prints why it
+ * failed and returns -1, or 0. */
+static int run_open(const struct cfg *c, const char *socket_path, struct spw_attach_opts *a,
+		    const struct spw_optimizer_opts *oo, uint16_t **grad, const float *init, struct run *rn)
+{
+	int r;
+
+	rn->next = 1;
+	rn->grad = grad;
+	rn->id = calloc((size_t)c->layers, sizeof(*rn->id));
+	rn->dev = calloc((size_t)c->layers, sizeof(*rn->dev));
+	if (!rn->id || !rn->dev) {
+		fprintf(stderr, "spillway-bench pipeline: out of memory\n");
+		return -1;
+	}
+	if ((r = spw_client_new(NULL, &rn->c)) < 0 || (r = spw_client_connect(rn->c, socket_path)) < 0 ||
+	    (r = spw_client_attach(rn->c, a)) < 0 || (r = spw_optimizer_new(rn->c, oo, &rn->o)) < 0) {
+		fprintf(stderr, "spillway-bench pipeline: %s: %s\n", a->session,
+			rn->c ? spw_client_last_error(rn->c) : spw_strerror(r));
+		return -1;
+	}
+	for (int l = 0; l < c->layers; l++) {
+		uint16_t *h = calloc(c->params, 2);
+
+		rn->dev[l] = dev_alloc(c, c->params * 2);
+		r = h && rn->dev[l] ? dev_copy(c, rn->dev[l], h, c->params * 2, true) : -ENOMEM;
+		free(h);
+		if (r < 0) {
+			fprintf(stderr, "spillway-bench pipeline: no memory for layer %d on the %s device\n", l,
+				oo->device);
+			return -1;
+		}
+	}
+	/* Added last layer first: the order backward produces them. */
+	for (int l = c->layers - 1; l >= 0; l--) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "layer%d", l);
+		if (spw_optimizer_add(rn->o, name, 0, c->params, init, rn->dev[l], SPW_TYPE_BF16, &rn->id[l]) < 0) {
+			fprintf(stderr, "spillway-bench pipeline: %s\n", spw_optimizer_last_error(rn->o));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static void run_close(const struct cfg *c, struct run *rn)
+{
+	spw_optimizer_free(rn->o);
+	rn->o = NULL;
+	if (rn->c)
+		spw_client_detach(rn->c);
+	spw_client_free(rn->c);
+	rn->c = NULL;
+	for (int l = 0; rn->dev && l < c->layers; l++)
+		dev_free(c, rn->dev[l]);
+	free(rn->id);
+	free(rn->dev);
+	rn->id = NULL;
+	rn->dev = NULL;
+}
+
+/* The gradients every run hands over: small and varied, so Adam's
+ * arithmetic is ordinary. Returns NULL when the device is out of memory. */
+static uint16_t **grads_new(const struct cfg *c)
+{
+	uint16_t **g = calloc((size_t)c->layers, sizeof(*g)), *h = calloc(c->params, 2);
+	int l;
+
+	if (!g || !h)
+		goto fail;
+	for (uint64_t i = 0; i < c->params; i++)
+		h[i] = spw_f32_to_bf16((float)((int)(i % 97) - 48) * 1e-4f);
+	for (l = 0; l < c->layers; l++)
+		if (!(g[l] = dev_alloc(c, c->params * 2)) || dev_copy(c, g[l], h, c->params * 2, true) < 0)
+			goto fail;
+	free(h);
+	return g;
+fail:
+	for (l = 0; g && l < c->layers; l++)
+		dev_free(c, g[l]);
+	free(g);
+	free(h);
+	return NULL;
+}
+
+/*
+ * Tracing off (rn) and on (tr), one step each in turn, the first of each
+ * pair alternating; *off and *on are mean steps, *ratio the median of the
+ * pairs' on/off ratios.
+ */
+static int run_pairs(const struct cfg *c, struct run *rn, struct run *tr, double *off, double *on, double *ratio,
+		     struct bench_progress *pg)
+{
+	double *ratios = calloc((size_t)c->steps, sizeof(*ratios)), a, b;
+	int r = -ENOMEM;
+
+	if (!ratios)
+		return r;
+	*off = *on = 0;
+	for (int i = 0; i < c->steps; i++) {
+		if (i % 2 == 0)
+			r = run_steps(c, rn, 1, &a, pg) < 0 ? -1 : run_steps(c, tr, 1, &b, pg);
+		else
+			r = run_steps(c, tr, 1, &b, pg) < 0 ? -1 : run_steps(c, rn, 1, &a, pg);
+		if (r < 0)
+			goto out;
+		*off += a / c->steps;
+		*on += b / c->steps;
+		ratios[i] = b / a;
+	}
+	*ratio = bench_median(ratios, (size_t)c->steps);
+	r = 0;
+out:
+	free(ratios);
+	return r;
 }
 
 static const char usage[] =
 	"usage: spillway-bench pipeline [--json] [--mode overlapped|exact] [--tier resident|nvme]\n"
 	"         [--socket PATH] [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]\n"
-	"         [--steps S] [--threads T] [--device host|cuda]\n";
+	"         [--steps S] [--threads T] [--device host|cuda] [--trace | --persistent]\n";
 
 int bench_pipeline(int argc, char **argv)
 {
@@ -249,19 +395,28 @@ int bench_pipeline(int argc, char **argv)
 				     .weight_decay = 0.01f };
 	struct spw_optimizer_opts oo = { .size = sizeof(oo), .groups = &g, .ngroups = 1, .device = "host" };
 	struct spw_attach_opts a = { .size = sizeof(a), .session = "bench/pipeline" };
-	struct run rn = { 0 };
+	struct run rn = { 0 }, tr = { 0 };
 	struct parts p = { 0 };
+	struct bench_progress pg;
 	const char *socket_path = NULL;
-	double step_s = 0, serial_s, after_s, bound_s, transfers, state_bytes;
+	char trace_dir[] = "/tmp/spw-bench-trace-XXXXXX", trace_path[sizeof(trace_dir) + 16] = "";
+	char *env_trace = NULL;
+	double step_s = 0, trace_step_s = 0, trace_overhead = 0, serial_s, after_s, bound_s, transfers,
+	       state_bytes;
+	long long trace_bytes = -1;
+	uint16_t **grad = NULL;
 	float *init = NULL;
-	bool json = false, own = false;
+	bool json = false, own = false, trace = false, persist = false;
+	double extra_bytes = 0;
 	int r, ret = 1;
 
 	for (int i = 1; i < argc; i++) {
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 
-		if (!strcmp(argv[i], "--json")) {
-			json = true;
+		if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "--trace") || !strcmp(argv[i], "--persistent")) {
+			json |= !strcmp(argv[i], "--json");
+			trace |= !strcmp(argv[i], "--trace");
+			persist |= !strcmp(argv[i], "--persistent");
 			continue;
 		}
 		if (!v || !strcmp(argv[i], "--help"))
@@ -291,7 +446,7 @@ int bench_pipeline(int argc, char **argv)
 		}
 		i++;
 	}
-	if (c.layers < 1 || c.layers > 1024 || c.params < 1024 || c.steps < 1) {
+	if (c.layers < 1 || c.layers > 1024 || c.params < 1024 || c.steps < 1 || (trace && persist)) {
 		return bench_usage(usage, NULL);
 	}
 	if (c.cuda && !SPW_HAVE_CUDA) {
@@ -339,55 +494,74 @@ int bench_pipeline(int argc, char **argv)
 	/* Resident: all the state, the gradient store and staging. NVMe: a
 	 * region well under a third of the state. */
 	a.region_bytes = c.nvme ? (uint64_t)(state_bytes / 4) : (uint64_t)(state_bytes * 1.5) + (64u << 20);
+	/* The NVMe tier's swap: the state twice over, named so that the
+	 * traced session (--trace) finds room beside the first one. */
+	if (c.nvme) {
+		a.swap_bytes = ((uint64_t)(2 * state_bytes) + (64u << 20)) & ~(uint64_t)((1u << 20) - 1);
+		a.flags |= SPW_ATTACH_SWAP_BYTES;
+	}
 	oo.mode = c.mode;
 	oo.tier = c.nvme ? SPW_TENSOR_SWAPPABLE : SPW_TENSOR_RESIDENT;
 	oo.threads = c.threads;
 	oo.window = 4;
-	rn.id = calloc((size_t)c.layers, sizeof(*rn.id));
-	rn.grad = calloc((size_t)c.layers, sizeof(*rn.grad));
-	rn.dev = calloc((size_t)c.layers, sizeof(*rn.dev));
 	init = calloc(c.params, sizeof(float));
-	if (!rn.id || !rn.grad || !rn.dev || !init)
-		goto out;
-	if ((r = spw_client_new(NULL, &rn.c)) < 0 || (r = spw_client_connect(rn.c, socket_path)) < 0 ||
-	    (r = spw_client_attach(rn.c, &a)) < 0 || (r = spw_optimizer_new(rn.c, &oo, &rn.o)) < 0) {
-		fprintf(stderr, "spillway-bench pipeline: %s\n", rn.c ? spw_client_last_error(rn.c) : spw_strerror(r));
+	grad = grads_new(&c);
+	if (!init || !grad) {
+		fprintf(stderr, "spillway-bench pipeline: no memory for the gradients on the %s device\n", oo.device);
 		goto out;
 	}
-	for (int l = 0; l < c.layers; l++) {
-		uint16_t *h = calloc(c.params, 2);
+	/* The timeline is read from the environment when an optimizer is
+	 * built: off for this one whatever the caller's environment says, on
+	 * for the traced one. */
+	if (trace) {
+		const char *e = getenv("SPILLWAY_TRACE");
 
-		rn.grad[l] = dev_alloc(&c, c.params * 2);
-		rn.dev[l] = dev_alloc(&c, c.params * 2);
-		if (!h || !rn.grad[l] || !rn.dev[l] || dev_copy(&c, rn.dev[l], h, c.params * 2, true) < 0) {
-			free(h);
-			fprintf(stderr, "spillway-bench pipeline: no memory for layer %d on the %s device\n", l,
-				oo.device);
+		if (e && !(env_trace = strdup(e)))
+			goto out;
+		unsetenv("SPILLWAY_TRACE");
+	}
+	if (run_open(&c, socket_path, &a, &oo, grad, init, &rn) < 0)
+		goto out;
+	if (trace) {
+		if (!mkdtemp(trace_dir)) {
+			fprintf(stderr, "spillway-bench pipeline: %s: %s\n", trace_dir, strerror(errno));
 			goto out;
 		}
-		/* Small, varied gradients, so Adam's arithmetic is ordinary. */
-		for (uint64_t i = 0; i < c.params; i++)
-			h[i] = spw_f32_to_bf16((float)((int)(i % 97) - 48) * 1e-4f);
-		r = dev_copy(&c, rn.grad[l], h, c.params * 2, true);
-		free(h);
+		snprintf(trace_path, sizeof(trace_path), "%s/trace.json", trace_dir);
+		setenv("SPILLWAY_TRACE", trace_path, 1);
+		a.session = "bench/pipeline-trace";
+		r = run_open(&c, socket_path, &a, &oo, grad, init, &tr);
+		unsetenv("SPILLWAY_TRACE");
 		if (r < 0)
 			goto out;
 	}
-	/* Added last layer first: the order backward produces them. */
-	for (int l = c.layers - 1; l >= 0; l--) {
-		char name[32];
-
-		snprintf(name, sizeof(name), "layer%d", l);
-		if ((r = spw_optimizer_add(rn.o, name, 0, c.params, init, rn.dev[l], SPW_TYPE_BF16, &rn.id[l])) < 0) {
-			fprintf(stderr, "spillway-bench pipeline: %s\n", spw_optimizer_last_error(rn.o));
+	if (persist) {
+		a.session = "bench/pipeline-persistent";
+		a.persistent = 1;
+		if (run_open(&c, socket_path, &a, &oo, grad, init, &tr) < 0)
 			goto out;
-		}
 	}
+	bench_progress_init(&pg, "pipeline",
+			    (unsigned)((trace || persist ? 2 : 1) * (2 + c.steps) + (c.nvme ? 3 : 0)));
 	/* Warm-up steps learn the order and touch every page; then measure. */
-	if ((r = run_steps(&c, &rn, 1, 2, &step_s)) < 0 ||
-	    (r = run_steps(&c, &rn, 3, c.steps, &step_s)) < 0) {
-		fprintf(stderr, "spillway-bench pipeline: %s\n", spw_optimizer_last_error(rn.o));
-		goto out;
+	if ((r = run_steps(&c, &rn, 2, &step_s, &pg)) < 0 ||
+	    ((trace || persist) && (r = run_steps(&c, &tr, 2, &step_s, &pg)) < 0))
+		goto step_failed;
+	if (trace || persist)
+		r = run_pairs(&c, &rn, &tr, &step_s, &trace_step_s, &trace_overhead, &pg);
+	else
+		r = run_steps(&c, &rn, c.steps, &step_s, &pg);
+	if (r < 0)
+		goto step_failed;
+	if (persist) {
+		/* Both ran the same steps so far: what the marks cost in bytes. */
+		struct spw_optimizer_stats sa = { .size = sizeof(sa) }, sb = { .size = sizeof(sb) };
+
+		if (spw_optimizer_sync(rn.o) < 0 || spw_optimizer_sync(tr.o) < 0 || spw_optimizer_stats(rn.o, &sa) < 0 ||
+		    spw_optimizer_stats(tr.o, &sb) < 0)
+			goto step_failed;
+		extra_bytes = ((double)(sb.bytes_d2h + sb.bytes_h2d + sb.bytes_fetched) -
+			       (double)(sa.bytes_d2h + sa.bytes_h2d + sa.bytes_fetched)) / (2 + c.steps);
 	}
 	/* The NVMe tier's own time: the same steps with no compute at all,
 	 * so the disk (the slowest part left) sets the pace. */
@@ -395,11 +569,17 @@ int bench_pipeline(int argc, char **argv)
 		struct cfg z = c;
 
 		z.fwd_ms = z.bwd_ms = 0.0;
-		r = run_steps(&z, &rn, 3 + (uint64_t)c.steps, 3, &p.disk);
+		if ((r = run_steps(&z, &rn, 3, &p.disk, &pg)) < 0)
+			goto step_failed;
 	}
-	if (r < 0) {
-		fprintf(stderr, "spillway-bench pipeline: %s\n", spw_optimizer_last_error(rn.o));
-		goto out;
+	bench_progress_end(&pg);
+	if (trace) {
+		struct stat st;
+
+		/* The traced optimizer writes its timeline when freed. */
+		run_close(&c, &tr);
+		if (stat(trace_path, &st) == 0)
+			trace_bytes = (long long)st.st_size;
 	}
 
 	transfers = p.d2h + p.h2d;
@@ -412,17 +592,24 @@ int bench_pipeline(int argc, char **argv)
 		bound_s = p.adam_pool;
 	if (p.disk > bound_s)
 		bound_s = p.disk;
-	if (json)
+	if (json) {
 		printf("{\"bench\":\"pipeline\",\"device\":\"%s\",\"mode\":\"%s\",\"tier\":\"%s\",\"layers\":%d,\"params\":%ju,"
 		       "\"state_bytes\":%.0f,\"region_bytes\":%ju,\"compute_s\":%.6f,\"transfers_s\":%.6f,"
 		       "\"adam_s\":%.6f,\"disk_s\":%.6f,\"step_s\":%.6f,\"serial_s\":%.6f,"
 		       "\"after_backward_s\":%.6f,\"bound_s\":%.6f,\"overlap_efficiency\":%.3f,"
-		       "\"speedup_vs_after_backward\":%.3f,\"speedup_vs_serial\":%.3f}\n",
+		       "\"speedup_vs_after_backward\":%.3f,\"speedup_vs_serial\":%.3f",
 		       oo.device, c.mode == SPW_OPT_EXACT ? "exact" : "overlapped", c.nvme ? "nvme" : "resident",
 		       c.layers, (uintmax_t)c.params, state_bytes, (uintmax_t)a.region_bytes, p.compute, transfers,
 		       p.adam_pool, p.disk, step_s, serial_s, after_s, bound_s, bound_s / step_s,
 		       after_s / step_s, serial_s / step_s);
-	else
+		if (trace)
+			printf(",\"trace_step_s\":%.6f,\"trace_overhead\":%.4f,\"trace_bytes\":%lld", trace_step_s,
+			       trace_overhead, trace_bytes);
+		if (persist)
+			printf(",\"persistent_step_s\":%.6f,\"persistent_overhead\":%.4f,\"extra_bytes_per_step\":%.0f",
+			       trace_step_s, trace_overhead, extra_bytes);
+		printf("}\n");
+	} else {
 		printf("pipeline (%s, %s): %d layers x %ju params; compute %.1f ms, transfers %.1f ms, "
 		       "Adam %.1f ms, disk %.1f ms\n  step %.1f ms, serial %.1f ms, after-backward %.1f ms, "
 		       "bound %.1f ms: overlap efficiency %.2f, %.2fx faster than after-backward\n",
@@ -430,19 +617,32 @@ int bench_pipeline(int argc, char **argv)
 		       (uintmax_t)c.params, p.compute * 1e3, transfers * 1e3, p.adam_pool * 1e3, p.disk * 1e3,
 		       step_s * 1e3, serial_s * 1e3, after_s * 1e3, bound_s * 1e3, bound_s / step_s,
 		       after_s / step_s);
-	ret = 0;
-out:
-	spw_optimizer_free(rn.o);
-	if (rn.c)
-		spw_client_detach(rn.c);
-	spw_client_free(rn.c);
-	for (int l = 0; rn.grad && l < c.layers; l++) {
-		dev_free(&c, rn.grad[l]);
-		dev_free(&c, rn.dev[l]);
+		if (trace)
+			printf("  with the timeline on: step %.1f ms, overhead x%.4f (median of %d pairs), "
+			       "trace %lld bytes\n", trace_step_s * 1e3, trace_overhead, c.steps, trace_bytes);
+		if (persist)
+			printf("  on a persistent session: step %.1f ms, overhead x%.4f (median of %d pairs), "
+			       "%.0f extra bytes moved per step\n", trace_step_s * 1e3, trace_overhead, c.steps,
+			       extra_bytes);
 	}
-	free(rn.id);
-	free(rn.grad);
-	free(rn.dev);
+	ret = 0;
+	goto out;
+step_failed:
+	bench_progress_end(&pg);
+out:
+	run_close(&c, &tr);
+	run_close(&c, &rn);
+	if (trace_path[0]) {
+		unlink(trace_path);
+		rmdir(trace_dir);
+	}
+	if (env_trace) {
+		setenv("SPILLWAY_TRACE", env_trace, 1);
+		free(env_trace);
+	}
+	for (int l = 0; grad && l < c.layers; l++)
+		dev_free(&c, grad[l]);
+	free(grad);
 	free(init);
 	if (own)
 		local_daemon_stop(&d);

@@ -143,6 +143,7 @@ int bench_ring(int argc, char **argv)
 				      .page_size = 1u << 20 };
 	struct samples ring[OP__N] = { 0 }, sock[OP__N] = { 0 };
 	struct local_daemon d = { .pid = -1 };
+	struct bench_progress pg = { 0 };
 	const char *socket_path = NULL;
 	char status_path[320];
 	int json = 0, rounds = 20, ops = 2000, sp[2] = { -1, -1 }, rc = 1, r;
@@ -208,7 +209,9 @@ int bench_ring(int argc, char **argv)
 
 	/* Alternate A (ring) and B (socket) per op, round by round, so drift
 	 * during the run lands on both sides alike. */
+	bench_progress_init(&pg, "ring", (unsigned)rounds);
 	for (int round = 0; round < rounds; round++) {
+		bench_progress_step(&pg, "round");
 		for (int op = 0; op < OP__N; op++) {
 			for (int i = 0; i < ops; i++) {
 				uint64_t a = now_ns();
@@ -229,6 +232,7 @@ int bench_ring(int argc, char **argv)
 			}
 		}
 	}
+	bench_progress_end(&pg);
 
 	for (int op = 0; op < OP__N; op++) {
 		double ops_s = (double)ring[op].n / (ring[op].total_ns * 1e-9);
@@ -268,6 +272,7 @@ int bench_ring(int argc, char **argv)
 	rc = 0;
 
 out_echo:
+	bench_progress_end(&pg);
 	/* Closing our end makes the echo thread's read fail and return. */
 	shutdown(sp[0], SHUT_RDWR);
 	pthread_join(echo, NULL);

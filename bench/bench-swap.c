@@ -405,6 +405,7 @@ int bench_swap(int argc, char **argv)
 	static const uint32_t page_sizes[] = { 1u << 20, 4u << 20 };
 	struct opts o = { .dir = "/var/tmp", .gib = 0, .pairs = 0, .window = 32, .sessions = 1 };
 	struct local_daemon d = { .pid = -1 };
+	struct bench_progress pg = { 0 };
 	char dir[PATH_MAX], cfg[PATH_MAX + 1024];
 	int rc = 1, r;
 
@@ -460,6 +461,7 @@ int bench_swap(int argc, char **argv)
 	if (!o.json)
 		printf("swap: %.2f GiB per pass, region %.2f GiB, %d pairs, window %u, queue depth %u, dir %s\n", o.gib,
 		       o.gib / 4, o.pairs, o.window, DEPTH, dir);
+	bench_progress_init(&pg, "swap", (unsigned)(o.pairs * (int)(sizeof(page_sizes) / sizeof(page_sizes[0]))));
 	for (size_t k = 0; k < sizeof(page_sizes) / sizeof(page_sizes[0]); k++) {
 		double sw[64], sr[64], fw[64], fr[64], wr[64], rr[64], wf[64], rf[64], cpu = 0, gb = 0;
 
@@ -483,7 +485,9 @@ int bench_swap(int argc, char **argv)
 			rf[i] = s.read_fairness;
 			cpu += s.cpu_s;
 			gb += s.bytes / 1e9;
+			bench_progress_step(&pg, "spillway/fio pair");
 		}
+		bench_progress_end(&pg);
 		if (o.json)
 			printf("{\"bench\":\"swap\",\"page_bytes\":%u,\"gbytes_per_pass\":%.3f,\"sessions\":%d,\"pairs\":%d,"
 			       "\"window\":%u,\"queue_depth\":%u,\"write_fairness\":%.3f,\"read_fairness\":%.3f,"
@@ -505,6 +509,7 @@ int bench_swap(int argc, char **argv)
 	}
 	rc = 0;
 out:
+	bench_progress_end(&pg);
 	if (local_daemon_stop(&d) != 0) {
 		fprintf(stderr, "bench swap: spillwayd did not stop cleanly\n");
 		rc = 1;

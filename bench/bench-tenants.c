@@ -291,6 +291,7 @@ int bench_tenants(int argc, char **argv)
 	struct cfg c = { .noisy = 4, .pairs = 4, .phase_s = 2.0, .tensors = 20000, .layers = 8, .params = 256u << 10 };
 	struct local_daemon d = { .pid = -1 };
 	struct bystander b = { 0 };
+	struct bench_progress pg = { 0 };
 	struct noisy_counters *nc = noisy_counters_new();
 	double *alone = NULL, *noisy = NULL, pair_slow[MAX_PAIRS], a_med, n_med;
 	int na = 0, nn = 0, steps_alone = 0, steps_noisy = 0;
@@ -326,6 +327,7 @@ int bench_tenants(int argc, char **argv)
 	if ((r = bystander_steps(&c, &b, 0, 3, NULL, NULL)) < 0)
 		goto fail;
 	usleep(1000000);
+	bench_progress_init(&pg, "tenants", (unsigned)(2 * c.pairs));
 	for (int p = 0; p < c.pairs; p++) {
 		double *pa = alone + na, *pn = noisy + nn, ma, mn;
 		int ka = 0, kn = 0;
@@ -334,10 +336,12 @@ int bench_tenants(int argc, char **argv)
 		usleep(200000); /* what they had queued drains */
 		if ((r = bystander_steps(&c, &b, c.phase_s, 0, pa, &ka)) < 0)
 			goto fail;
+		bench_progress_step(&pg, "phase (alone, noisy)");
 		kill(-pgid, SIGCONT);
 		usleep(200000);
 		if ((r = bystander_steps(&c, &b, c.phase_s, 0, pn, &kn)) < 0)
 			goto fail;
+		bench_progress_step(&pg, "phase (alone, noisy)");
 		/* The pair's medians (sorting its part in place), then on. */
 		ma = bench_median(pa, (size_t)ka);
 		mn = bench_median(pn, (size_t)kn);
@@ -345,6 +349,7 @@ int bench_tenants(int argc, char **argv)
 		na += ka;
 		nn += kn;
 	}
+	bench_progress_end(&pg);
 	a_med = bench_median(alone, (size_t)na);
 	n_med = bench_median(noisy, (size_t)nn);
 	steps_alone = na;
@@ -370,6 +375,7 @@ int bench_tenants(int argc, char **argv)
 	ret = 0;
 	goto out;
 fail:
+	bench_progress_end(&pg);
 	fprintf(stderr, "spillway-bench tenants: bystander step: %s: %s\n", spw_strerror(r),
 		spw_optimizer_last_error(b.o));
 out:

@@ -10,6 +10,7 @@
 #ifndef SPW_BENCH_H
 #define SPW_BENCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,16 @@ int bench_ring(int argc, char **argv);
 int bench_swap(int argc, char **argv);
 int bench_pipeline(int argc, char **argv);
 int bench_tenants(int argc, char **argv);
+int bench_resume(int argc, char **argv);
+
+/* Runs bench name (fn) as with --json, its lines passed through to stdout,
+ * then bench/plot.py on them, drawing out (a PNG). Returns an exit code:
+ * the bench's when it failed, 2 when the script cannot draw name here
+ * (it says why), else the script's. bench-plot.c. */
+int bench_plotted(const char *name, bench_fn fn, int argc, char **argv, const char *out);
+
+/* The directory this executable is in, or "" when /proc/self/exe is unreadable. */
+void bench_exe_dir(char *dir, size_t size);
 
 /* Sorts v in place and returns its median / p-th percentile (0..100). */
 double bench_median(double *v, size_t n);
@@ -39,6 +50,24 @@ int bench_usage(const char *usage, const char *arg);
  * not JSON). */
 struct cJSON;
 int bench_status_doc(const char *status_path, struct cJSON **ret);
+
+/*
+ * Progress for a person waiting at a terminal: "pipeline: step 12/40" on
+ * stderr, redrawn in place at most ten times a second and always at the
+ * last one, and only when stderr is a terminal, so neither --json output
+ * on stdout nor a log file ever holds it. bench_progress_end() clears the
+ * line; every call accepts NULL and an unused (off) progress.
+ */
+struct bench_progress {
+	const char *name;
+	bool on;
+	unsigned done, total;
+	uint64_t drawn_ns;
+};
+
+void bench_progress_init(struct bench_progress *p, const char *name, unsigned total);
+void bench_progress_step(struct bench_progress *p, const char *what);
+void bench_progress_end(struct bench_progress *p);
 
 /* Process CPU time (user + system) in seconds, for this process. */
 double bench_cpu_s(void);

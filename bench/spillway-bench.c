@@ -29,6 +29,7 @@ static const struct bench benches[] = {
 	{ "pipeline", bench_pipeline, "offload pipeline step vs serial, after-backward and the bound" },
 	{ "swap", bench_swap, "NVMe tier streaming through spillwayd vs fio on the same directory" },
 	{ "torch", bench_torch, "a GPT step with torch.optim.AdamW vs OffloadAdamW (bench/torch_step.py)" },
+	{ "resume", bench_resume, "a killed trainer back at work: reattach vs reload from a file" },
 	{ "tenants", bench_tenants, "one session's step alone vs beside hostile and busy tenants" },
 };
 
@@ -67,6 +68,35 @@ double bench_cpu_s(void)
 	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
+void bench_progress_init(struct bench_progress *p, const char *name, unsigned total)
+{
+	*p = (struct bench_progress){ .name = name, .total = total, .on = isatty(STDERR_FILENO) == 1 };
+}
+
+void bench_progress_step(struct bench_progress *p, const char *what)
+{
+	uint64_t now;
+
+	if (!p || !p->on)
+		return;
+	p->done++;
+	now = now_ns();
+	if (p->done < p->total && now - p->drawn_ns < 100000000u)
+		return;
+	p->drawn_ns = now;
+	fprintf(stderr, "\r\033[K%s: %s %u/%u", p->name, what, p->done, p->total);
+	fflush(stderr);
+}
+
+void bench_progress_end(struct bench_progress *p)
+{
+	if (!p || !p->on || !p->drawn_ns)
+		return;
+	fputs("\r\033[K", stderr);
+	fflush(stderr);
+	p->drawn_ns = 0;
+}
+
 int bench_usage(const char *usage, const char *arg)
 {
 	bool help = arg && !strcmp(arg, "--help");
@@ -87,8 +117,7 @@ int bench_status_doc(const char *status_path, cJSON **ret)
 	return *ret ? 0 : -EPROTO;
 }
 
-/* The directory this executable is in, or "" when /proc/self/exe is unreadable. */
-static void exe_dir(char *dir, size_t size)
+void bench_exe_dir(char *dir, size_t size)
 {
 	ssize_t n = readlink("/proc/self/exe", dir, size - 1);
 	char *slash;
@@ -120,7 +149,7 @@ static int bench_torch(int argc, char **argv)
 	const char *python = getenv("SPILLWAY_PYTHON"), *s = getenv("SPILLWAY_BENCH_TORCH");
 	char **args;
 
-	exe_dir(dir, sizeof(dir));
+	bench_exe_dir(dir, sizeof(dir));
 	if (!s || !*s) {
 		snprintf(script, sizeof(script), "%s/torch_step.py", dir);
 		s = dir[0] && access(script, R_OK) == 0 ? script : SPW_BENCH_TORCH_SCRIPT;
@@ -164,10 +193,11 @@ static int bench_torch(int argc, char **argv)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: spillway-bench <name> [--json] [options]\n\nbenchmarks:\n");
+	fprintf(f, "usage: spillway-bench <name> [--json] [--plot out.png] [options]\n\nbenchmarks:\n");
 	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
 		fprintf(f, "  %-10s %s\n", benches[i].name, benches[i].what);
-	fprintf(f, "\n'spillway-bench <name> --help' lists a benchmark's options.\n");
+	fprintf(f, "\n'spillway-bench <name> --help' lists a benchmark's options. --plot out.png draws the\n"
+		   "JSON lines of pipeline, adam or swap with bench/plot.py (python3-matplotlib).\n");
 }
 
 int main(int argc, char **argv)
@@ -176,9 +206,23 @@ int main(int argc, char **argv)
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
-	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
-		if (!strcmp(argv[1], benches[i].name))
-			return benches[i].run(argc - 1, argv + 1);
+	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++) {
+		const char *plot = NULL;
+
+		if (strcmp(argv[1], benches[i].name))
+			continue;
+		for (int a = 2; a < argc; a++)
+			if (!strcmp(argv[a], "--plot")) {
+				if (a + 1 >= argc || !argv[a + 1][0]) {
+					fprintf(stderr, "spillway-bench: --plot needs a file name (--plot out.png)\n");
+					return 2;
+				}
+				plot = argv[a + 1];
+			}
+		if (plot)
+			return bench_plotted(benches[i].name, benches[i].run, argc - 1, argv + 1, plot);
+		return benches[i].run(argc - 1, argv + 1);
+	}
 	fprintf(stderr, "spillway-bench: no benchmark named '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;

@@ -447,6 +447,18 @@ def median(v):
     return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
+def progress(done, total):
+    """'torch: step 3/20' on stderr, redrawn in place, only on a terminal
+    (as spillway-bench's C benches do); done == total clears the line."""
+    if not sys.stderr.isatty():
+        return
+    if done >= total:
+        sys.stderr.write("\r\033[K")
+    else:
+        sys.stderr.write("\r\033[Ktorch: step %d/%d" % (done + 1, total))
+    sys.stderr.flush()
+
+
 def main(argv):
     if "--param-offload" in argv:  # parameters in spillway too: bench/torch_param_offload.py
         sys.path.insert(0, HERE)
@@ -493,12 +505,17 @@ def main(argv):
         cpu_times = [[] for _ in trainers]
         daemon_times = [[] for _ in trainers]
         losses = [None] * len(trainers)
+        total, done = (a.warmup + a.steps) * len(trainers), 0
         for _ in range(a.warmup):
             for t in trainers:
+                progress(done, total)
                 t.ask("step")
+                done += 1
         for r in range(a.steps):
             for k in range(len(trainers)):
                 i = (r + k) % len(trainers)
+                progress(done, total)
+                done += 1
                 d0 = cpu_seconds(daemon.proc.pid) if daemon else None
                 res = trainers[i].ask("step")
                 d1 = cpu_seconds(daemon.proc.pid) if daemon else None
@@ -508,6 +525,7 @@ def main(argv):
                 if d0 is not None and d1 is not None:
                     daemon_times[i].append(d1 - d0)
                 losses[i] = res["loss"]
+        progress(total, total)
         mems = [t.ask("mem") for t in trainers]
     finally:
         for t in trainers:

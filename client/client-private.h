@@ -75,6 +75,7 @@ struct spw_client {
 	int32_t numa_node;
 	bool locked, hugepages;
 	uint64_t swap_bytes;     /* what the daemon reserved (attach reply) */
+	struct spw_session_info persist; /* the attach reply's persistence fields */
 	void *region;            /* region_bytes mapped shared */
 	void *rings;
 	size_t rings_bytes;
@@ -104,6 +105,13 @@ void spw__ring_fini(struct spw__ring *r);
  * fails like spw_submit_nop(). */
 int spw__submit_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page,
 		   uint64_t user_data);
+/* Submits SPW_OP_MARK (spw-ring.h): OPEN or COMMIT of step; a COMMIT
+ * carries the loss scale's bits and the good-step word. */
+int spw__submit_mark(spw_client *c, uint8_t flags, uint64_t step, uint32_t scale_bits, uint32_t good,
+		     uint64_t user_data);
+/* The same for an OPEN, waiting for the daemon's answer (the caller owns
+ * the ring). 0 or the error, described. */
+int spw__mark_sync(spw_client *c, uint8_t flags, uint64_t step);
 
 /* Sleeps until a completion is ready, extra_fd (>= 0) is readable, or
  * timeout_ms passes (< 0: no limit), watching for the daemon's hangup as

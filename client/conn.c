@@ -425,6 +425,33 @@ static int check_memfd(spw_client *c, int fd, const char *what, uint64_t min)
 	return 0;
 }
 
+/* The attach reply's persistence fields; absent ones (an older daemon)
+ * read as a session that is not persistent. */
+static void persist_from_reply(spw_client *c, const cJSON *reply)
+{
+	struct spw_session_info *p = &c->persist;
+	uint32_t scale_bits = 0, good = 0;
+	uint64_t step = 0;
+
+	memset(p, 0, sizeof(*p));
+	p->persistent = json_flag(reply, "persistent");
+	p->reattached = json_flag(reply, "reattached");
+	p->step_open = json_flag(reply, "step_open");
+	if (json_u32(reply, "lease_s", &p->lease_s) < 0)
+		p->lease_s = 0;
+	if (json_u32(reply, "tensors", &p->tensors) < 0)
+		p->tensors = 0;
+	if (json_u64(reply, "committed_step", &step) == 0)
+		p->committed_step = step;
+	if (json_u32(reply, "scale_bits", &scale_bits) == 0 && json_u32(reply, "good_steps", &good) == 0) {
+		/* The COMMIT mark's page field: good steps, and the top bit
+		 * for a skipped step (engine.c). */
+		memcpy(&p->loss_scale, &scale_bits, sizeof(p->loss_scale));
+		p->good_steps = good & 0x7fffffffu;
+		p->skipped = good >> 31;
+	}
+}
+
 SPW_EXPORT int spw_client_attach(spw_client *c, const struct spw_attach_opts *caller_opts)
 {
 	struct spw_attach_opts o = { .size = sizeof(o) }, *opts = &o;
@@ -464,6 +491,9 @@ SPW_EXPORT int spw_client_attach(spw_client *c, const struct spw_attach_opts *ca
 	if (opts->region_bytes == 0 || opts->region_bytes > (uint64_t)UINT32_MAX * page_size)
 		return spw__error(c, -EINVAL, "attach %s: a region of %llu bytes is empty or over 2^32 pages of %u bytes",
 				  opts->session, (unsigned long long)opts->region_bytes, page_size);
+	if (opts->persistent > 1 || opts->lease_s > 7u * 24u * 3600u)
+		return spw__error(c, -EINVAL, "attach %s: persistent is 0 or 1 (it is %u) and lease_s at most 7 days "
+				  "(it is %u s)", opts->session, opts->persistent, opts->lease_s);
 	if (opts->flags & ~SPW_ATTACH_SWAP_BYTES)
 		return spw__error(c, -EINVAL, "attach %s: flags 0x%x are not SPW_ATTACH_* flags this library knows",
 				  opts->session, opts->flags & ~SPW_ATTACH_SWAP_BYTES);
@@ -476,7 +506,9 @@ SPW_EXPORT int spw_client_attach(spw_client *c, const struct spw_attach_opts *ca
 	req = new_request(SPW_MSG_ATTACH);
 	if (!req || !cJSON_AddStringToObject(req, "session", opts->session) ||
 	    !add_num(req, "region_bytes", (double)want_bytes) || !add_num(req, "page_size", page_size) ||
-	    ((opts->flags & SPW_ATTACH_SWAP_BYTES) && !add_num(req, "swap_bytes", (double)opts->swap_bytes))) {
+	    ((opts->flags & SPW_ATTACH_SWAP_BYTES) && !add_num(req, "swap_bytes", (double)opts->swap_bytes)) ||
+	    (opts->persistent && (!cJSON_AddBoolToObject(req, "persistent", 1) ||
+				  (opts->lease_s && !add_num(req, "lease_s", opts->lease_s))))) {
 		cJSON_Delete(req);
 		return spw__error(c, -ENOMEM, "attach: out of memory");
 	}
@@ -552,6 +584,7 @@ SPW_EXPORT int spw_client_attach(spw_client *c, const struct spw_attach_opts *ca
 	/* Older daemons do not say; their sessions have what swap.session_bytes gave. */
 	if (json_u64(reply, "swap_bytes", &c->swap_bytes) < 0)
 		c->swap_bytes = 0;
+	persist_from_reply(c, reply);
 	c->locked = json_flag(reply, "locked");
 	c->hugepages = json_flag(reply, "hugepages");
 	numa = cJSON_GetObjectItemCaseSensitive(reply, "numa_node");
@@ -614,12 +647,36 @@ SPW_EXPORT int spw_client_info(const spw_client *c, struct spw_session_info *inf
 	all.locked = c->locked;
 	all.hugepages = c->hugepages;
 	all.swap_bytes = c->swap_bytes;
+	all.persistent = c->persist.persistent;
+	all.reattached = c->persist.reattached;
+	all.step_open = c->persist.step_open;
+	all.lease_s = c->persist.lease_s;
+	all.tensors = c->persist.tensors;
+	all.committed_step = c->persist.committed_step;
+	all.loss_scale = c->persist.loss_scale;
+	all.good_steps = c->persist.good_steps;
+	all.skipped = c->persist.skipped;
 	return spw__info_out(info, &all, sizeof(all), SPW__SESSION_INFO_SIZE_VER0,
 			     "struct spw_session_info", NULL, 0);
 }
 
+static int register_tensor(spw_client *c, const char *name, uint64_t bytes, enum spw_tensor_kind kind, bool adopt,
+			   uint32_t *ret_tensor, uint32_t *ret_pages);
+
 SPW_EXPORT int spw_tensor_register(spw_client *c, const char *name, uint64_t bytes, enum spw_tensor_kind kind,
 				   uint32_t *ret_tensor, uint32_t *ret_pages)
+{
+	return register_tensor(c, name, bytes, kind, false, ret_tensor, ret_pages);
+}
+
+SPW_EXPORT int spw_tensor_adopt(spw_client *c, const char *name, uint64_t bytes, enum spw_tensor_kind kind,
+				uint32_t *ret_tensor, uint32_t *ret_pages)
+{
+	return register_tensor(c, name, bytes, kind, true, ret_tensor, ret_pages);
+}
+
+static int register_tensor(spw_client *c, const char *name, uint64_t bytes, enum spw_tensor_kind kind, bool adopt,
+			   uint32_t *ret_tensor, uint32_t *ret_pages)
 {
 	cJSON *req, *reply = NULL;
 	uint32_t tensor, pages;
@@ -637,7 +694,8 @@ SPW_EXPORT int spw_tensor_register(spw_client *c, const char *name, uint64_t byt
 				  SPW_PROTO_MAX_TENSOR_NAME);
 	req = new_request(SPW_MSG_REGISTER);
 	if (!req || !cJSON_AddStringToObject(req, "name", name) || !add_num(req, "bytes", (double)bytes) ||
-	    !cJSON_AddStringToObject(req, "kind", kind == SPW_TENSOR_RESIDENT ? "resident" : "swappable")) {
+	    !cJSON_AddStringToObject(req, "kind", kind == SPW_TENSOR_RESIDENT ? "resident" : "swappable") ||
+	    (adopt && !cJSON_AddBoolToObject(req, "adopt", 1))) {
 		cJSON_Delete(req);
 		return spw__error(c, -ENOMEM, "register: out of memory");
 	}
@@ -674,6 +732,28 @@ SPW_EXPORT int spw_tensor_unregister(spw_client *c, uint32_t tensor)
 		return spw__error(c, -ENOMEM, "unregister: out of memory");
 	}
 	r = request(c, req, SPW_MSG_UNREGISTER, &reply, NULL, NULL);
+	cJSON_Delete(reply);
+	return r;
+}
+
+SPW_EXPORT int spw_client_drop(spw_client *c, const char *session)
+{
+	cJSON *req, *reply = NULL;
+	int r;
+
+	if (!c)
+		return -EINVAL;
+	r = check_connected(c);
+	if (r < 0)
+		return r;
+	if (!spw_proto_session_name_valid(session))
+		return spw__error(c, -EINVAL, "drop: '%s' is not a session name", session ? session : "(null)");
+	req = new_request(SPW_MSG_DROP);
+	if (!req || !cJSON_AddStringToObject(req, "session", session)) {
+		cJSON_Delete(req);
+		return spw__error(c, -ENOMEM, "drop: out of memory");
+	}
+	r = request(c, req, SPW_MSG_DROP, &reply, NULL, NULL);
 	cJSON_Delete(reply);
 	return r;
 }

@@ -24,6 +24,7 @@
 #define UD_STEP 1u
 #define UD_PREFETCH 2u
 #define UD_FETCH_HINT 3u
+#define UD_MARK 4u /* persist.c */
 
 static void push(struct job **head, struct job *j)
 {
@@ -162,6 +163,10 @@ static bool admit(spw_optimizer *o)
 
 		if (o->ring_reserved + o->hints_inflight + np > o->ring_cap)
 			break;
+		/* The daemon learns a step's updates began before any page of
+		 * it is handed out for writing. */
+		if (!spw__persist_open(o, j) || o->ring_reserved + o->hints_inflight + np > o->ring_cap)
+			break;
 		o->q_head = j->next;
 		if (!o->q_head)
 			o->q_tail = NULL;
@@ -232,6 +237,10 @@ static void kernels_done(spw_optimizer *o, struct job *j)
 	}
 
 	pthread_mutex_lock(&o->lock);
+	/* Its writes are in the region: the step may commit once its
+	 * other updates are too. */
+	if (job_updates(j->kind))
+		o->persist.mod_left[j->step & 1]--;
 	if (j->gbuf >= 0)
 		o->gfree[o->ngfree++] = j->gbuf;
 	j->gbuf = -1;
@@ -296,6 +305,10 @@ static void completion(spw_optimizer *o, const struct spw_completion *cp)
 	struct job *j;
 	unsigned role;
 
+	if (cp->user_data == UD_MARK) {
+		spw__persist_marked(o, cp->res);
+		return;
+	}
 	if (cp->user_data == UD_STEP || cp->user_data == UD_PREFETCH || cp->user_data == UD_FETCH_HINT) {
 		o->hints_inflight--;
 		if (cp->res == -EOPNOTSUPP) {
@@ -393,6 +406,7 @@ void *spw__opt_engine_main(void *arg)
 					finish_job(o, j);
 				progress = true;
 			}
+			spw__persist_commit(o);
 			progress |= admit(o);
 			for (;;) {
 				struct spw_completion cq[32];

@@ -109,6 +109,7 @@ struct job {
 	uint64_t t_d2h, t_kern, t_h2d;     /* span starts, when tracing (trace.h) */
 	struct spw__kernel_op ops[3];   /* run in order on each tile (job-kernels.c) */
 	unsigned nops;
+	uint64_t step;                  /* the step whose update (or gradient) this is */
 	struct spw__pool_call call;
 	atomic_size_t tiles_left;
 	struct job *next;
@@ -235,6 +236,24 @@ struct spw_optimizer {
 		st_fast_pins, st_prefetches, st_fetches, st_fetch_bytes, st_fetch_hints;
 	atomic_int st_hints;
 
+	/* Persistent sessions (persist.c): the step marks the engine sends
+	 * and what a reattached session held. */
+	struct {
+		bool on;                /* the session is persistent: marks are sent */
+		bool resumed;           /* tensors adopted with their state */
+		bool adopting;          /* reattached: tensors are adopted, not registered */
+		uint64_t resumed_step;  /* the committed step the state holds */
+		uint32_t adopted, session_tensors; /* checked at the first begin */
+		uint32_t layout_id;
+		/* (lock) */
+		uint32_t mod_left[2];   /* by step parity: updating jobs not done */
+		uint64_t ended;         /* the last step whose end() ran */
+		uint64_t acked;         /* COMMITs the daemon has answered up to (free waits) */
+		uint32_t scale_bits, good; /* what COMMIT(ended) carries */
+		/* engine */
+		uint64_t opened, committed;
+	} persist;
+
 	struct spw__trace *trace;       /* NULL: tracing off (trace.h) */
 	uint64_t t_step;                /* this step's begin, when tracing */
 
@@ -314,6 +333,35 @@ void spw__opt_queue_locked(spw_optimizer *o, struct job *j);
  * spw__opt_ring_release(). Returns 0. */
 int spw__opt_ring_acquire(spw_optimizer *o);
 void spw__opt_ring_release(spw_optimizer *o);
+
+/* ---- persist.c ---- */
+
+/* Whether a job of this kind writes master weights or moments. */
+static inline bool job_updates(enum job_kind k)
+{
+	return k == JOB_ADAM || k == JOB_GRAD_ADAM || k == JOB_ADAM_STORE;
+}
+
+/* At spw_optimizer_new: what the attach said of the session. -ESTALE
+ * (with the message in c's last error) for a state left mid-update. */
+int spw__persist_init(spw_optimizer *o);
+/* A tensor of the optimizer's: registered, or adopted on a reattached
+ * session. 0 or the client's error. */
+int spw__persist_tensor(spw_optimizer *o, const char *name, uint64_t bytes, enum spw_tensor_kind kind,
+			uint32_t *id);
+/* At the first begin, ring held: the layout record written, or compared
+ * with the reattached session's. 0 or the error (with its message). */
+int spw__persist_layout(spw_optimizer *o);
+/* Engine: sends OPEN before the first pin of an updating job of a new
+ * step. false when the ring has no room now (admit the job later). */
+bool spw__persist_open(spw_optimizer *o, const struct job *j);
+/* spw_optimizer_write, ring held: OPEN of the next step before the
+ * state is written outside a step. 0 or -errno. */
+int spw__persist_open_write(spw_optimizer *o);
+/* Engine: sends COMMIT once an ended step's updates are all done. */
+void spw__persist_commit(spw_optimizer *o);
+/* Engine: a MARK's completion. */
+void spw__persist_marked(spw_optimizer *o, int32_t res);
 
 /* ---- job-kernels.c ---- */
 

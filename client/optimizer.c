@@ -238,6 +238,9 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	o->k = spw_kernels();
 	atomic_store(&o->st_hints, 1);
 	o->trace = spw__trace_from_env();
+	r = spw__persist_init(o);
+	if (r < 0)
+		goto fail;
 	w = opts->window ? opts->window : DEFAULT_WINDOW;
 	/* Each chunk in flight pins up to 4 pages and uses 2 staging pages;
 	 * the ring must carry every pin of the window with room for hints. */
@@ -295,8 +298,8 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 
 	/* Staging pages stay pinned for the optimizer's life: their
 	 * addresses are where the copy streams read and write. */
-	r = spw_tensor_register(c, "spw.opt.staging", (uint64_t)2 * w * o->page_size, SPW_TENSOR_RESIDENT,
-				&o->staging_id, NULL);
+	r = spw__persist_tensor(o, "spw.opt.staging", (uint64_t)2 * w * o->page_size, SPW_TENSOR_RESIDENT,
+				&o->staging_id);
 	if (r < 0)
 		goto fail;
 	for (i = 0; i < 2 * w; i++) {
@@ -331,7 +334,10 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 		return NULL;
 	if (o->engine_started) {
 		pthread_mutex_lock(&o->lock);
-		WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0, "free: the work in flight");
+		/* A persistent session's last step is committed before the
+		 * engine goes, or the daemon would think it still open. */
+		WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0 &&
+			   (!o->persist.on || o->persist.acked >= o->persist.ended), "free: the work in flight");
 		o->stop = true;
 		pthread_cond_broadcast(&o->cond);
 		pthread_mutex_unlock(&o->lock);
@@ -348,9 +354,11 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 	if (!o->c->dead && !o->err) {
 		for (i = 0; i < 2 * o->window && o->sbuf && o->sbuf[i]; i++)
 			spw_unpin(o->c, o->staging_id, i, SPW_CLEAN);
-		if (o->staging_id != UINT32_MAX)
+		if (o->staging_id != UINT32_MAX && !o->persist.on)
 			spw_tensor_unregister(o->c, o->staging_id);
-		for (i = 0; i < o->ntensors; i++)
+		/* A persistent session's tensors are its state: they stay
+		 * until it detaches or is dropped. */
+		for (i = 0; i < o->ntensors && !o->persist.on; i++)
 			for (unsigned r = 0; r < R__N; r++)
 				if (role_used(&o->tensors[i], r))
 					spw_tensor_unregister(o->c, o->tensors[i].id[r]);
@@ -403,7 +411,10 @@ SPW_EXPORT int spw_optimizer_sync(spw_optimizer *o)
 	if (!o)
 		return -EINVAL;
 	pthread_mutex_lock(&o->lock);
-	WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0, "sync: the ended steps' work");
+	/* On a persistent session the ended steps are committed too: a
+	 * trainer killed after sync resumes after its last step. */
+	WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0 && (!o->persist.on || o->persist.acked >= o->persist.ended),
+		   "sync: the ended steps' work");
 	r = spw__opt_broken_locked(o);
 	pthread_mutex_unlock(&o->lock);
 	return r;

@@ -81,8 +81,8 @@ static int check_ready(spw_client *c)
 }
 
 /* Queues one sqe and rings the doorbell if the daemon sleeps. */
-static int submit(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page,
-		  uint64_t user_data, bool sync)
+static int submit_arg(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page,
+		      uint64_t arg, uint64_t user_data, bool sync)
 {
 	struct spw__ring *r = &c->ring;
 	struct spw_sqe *sqe;
@@ -115,6 +115,7 @@ static int submit(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor,
 	sqe->flags = flags;
 	sqe->tensor = tensor;
 	sqe->page = page;
+	sqe->arg = arg;
 	sqe->user_data = (uint64_t)r->tags[idx].gen << 32 | idx;
 	r->sq_tail++;
 	/* Release: the sqe's contents become visible to the daemon no later
@@ -139,6 +140,12 @@ static int submit(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor,
 						       c->session, spw_strerror(-errno)));
 	}
 	return 0;
+}
+
+static int submit(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page,
+		  uint64_t user_data, bool sync)
+{
+	return submit_arg(c, opcode, flags, tensor, page, 0, user_data, sync);
 }
 
 SPW_EXPORT int spw_submit_nop(spw_client *c, uint64_t user_data)
@@ -405,9 +412,10 @@ static void park(struct spw__ring *r, const struct spw_completion *comp)
 /* Submits one operation and waits for its own completion, parking others
  * for spw_reap(). Returns 0 with the daemon's answer in *res, or the
  * library's own error (already described in the last-error message). */
-static int sync_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page, int32_t *res)
+static int sync_op_arg(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page, uint64_t arg,
+		       int32_t *res)
 {
-	int err = submit(c, opcode, flags, tensor, page, 0, true);
+	int err = submit_arg(c, opcode, flags, tensor, page, arg, 0, true);
 
 	if (err < 0)
 		return err;
@@ -448,6 +456,22 @@ static int sync_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor
 				return err;
 		}
 	}
+}
+
+static int sync_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page, int32_t *res)
+{
+	return sync_op_arg(c, opcode, flags, tensor, page, 0, res);
+}
+
+int spw__mark_sync(spw_client *c, uint8_t flags, uint64_t step)
+{
+	int32_t res = 0;
+	int r = sync_op_arg(c, SPW_OP_MARK, flags, 0, 0, step, &res);
+
+	if (r < 0)
+		return r;
+	return res < 0 ? spw__error(c, res, "session %s: marking step %llu: %s", c->session,
+				    (unsigned long long)step, spw_strerror(res)) : 0;
 }
 
 static int op_error(spw_client *c, const char *what, uint32_t tensor, uint32_t page, int res)
@@ -522,6 +546,14 @@ int spw__submit_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor
 	if (!c)
 		return -EINVAL;
 	return submit(c, opcode, flags, tensor, page, user_data, false);
+}
+
+int spw__submit_mark(spw_client *c, uint8_t flags, uint64_t step, uint32_t scale_bits, uint32_t good,
+		     uint64_t user_data)
+{
+	if (!c)
+		return -EINVAL;
+	return submit_arg(c, SPW_OP_MARK, flags, scale_bits, good, step, user_data, false);
 }
 
 int spw__wait_ring(spw_client *c, int timeout_ms, int extra_fd)

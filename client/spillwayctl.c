@@ -27,6 +27,8 @@ static void usage(FILE *f)
 		"  status --json   the daemon's status document as it sent it\n"
 		"  top             a live view, refreshed every second; keys: s or > next sort\n"
 		"                  key, < previous, q quit; off a terminal, a plain table a refresh\n"
+		"  drop SESSION    end an orphaned persistent session now (its owner or root):\n"
+		"                  its memory, tensors and swap are released\n"
 		"\n"
 		"options:\n"
 		"  --socket-dir DIR   the daemon whose sockets live in DIR (DIR/status.sock)\n"
@@ -135,11 +137,11 @@ static void print_fields(const cJSON *o, const char *spec, const char *fmt)
 	printf(fmt, cell[0], cell[1], cell[2], cell[3], cell[4], cell[5]);
 }
 
-enum col { C_NAME, C_UID, C_PID, C_STATE, C_REGION, C_PAGE, C_SLOTS, C_USED, C_TENSORS,
+enum col { C_NAME, C_UID, C_PID, C_STATE, C_STEP, C_REGION, C_PAGE, C_SLOTS, C_USED, C_TENSORS,
 	   C_PINNED, C_LOCKED, C_HUGE, C_NUMA, C_OPS, C_ERRORS, C__N };
 
 static const char *const col_title[C__N] = {
-	"SESSION", "UID", "PID", "STATE", "REGION", "PAGE", "SLOTS", "USED", "TENSORS",
+	"SESSION", "UID", "PID", "STATE", "STEP", "REGION", "PAGE", "SLOTS", "USED", "TENSORS",
 	"PINNED", "LOCKED", "HUGE", "NUMA", "OPS", "ERRORS",
 };
 
@@ -151,6 +153,15 @@ static void session_row(const cJSON *s, char row[C__N][CELL])
 	fmt_num(s, "uid", row[C_UID], CELL);
 	fmt_num(s, "pid", row[C_PID], CELL);
 	fmt_str(s, "state", row[C_STATE], CELL);
+	if (!strcmp(row[C_STATE], "orphaned")) {
+		/* How long until the daemon lets it go. */
+		char age[16], left[16];
+
+		fmt_duration(s, "orphaned_s", age, sizeof(age));
+		fmt_duration(s, "lease_left_s", left, sizeof(left));
+		snprintf(row[C_STATE], CELL, "orphaned %.10s ago, %.10s left", age, left);
+	}
+	fmt_num(s, "committed_step", row[C_STEP], CELL);
 	fmt_bytes(s, "region_bytes", row[C_REGION], CELL);
 	fmt_bytes(s, "page_size", row[C_PAGE], CELL);
 	fmt_num(s, "slots", row[C_SLOTS], CELL);
@@ -283,6 +294,31 @@ static int print_table(const cJSON *doc)
 	return 0;
 }
 
+/* Ends an orphaned session through the control socket (the status socket
+ * only reads). */
+static int drop_session(const char *dir, const char *name)
+{
+	char path[4096];
+	spw_client *c = NULL;
+	int r;
+
+	if (dir && (size_t)snprintf(path, sizeof(path), "%s/control.sock", dir) >= sizeof(path)) {
+		fprintf(stderr, "spillwayctl: --socket-dir %s: path too long\n", dir);
+		return 2;
+	}
+	r = spw_client_new(NULL, &c);
+	if (r == 0)
+		r = spw_client_connect(c, dir ? path : NULL);
+	if (r == 0)
+		r = spw_client_drop(c, name);
+	if (r < 0)
+		fprintf(stderr, "spillwayctl drop %s: %s\n", name, c ? spw_client_last_error(c) : spw_strerror(r));
+	else
+		printf("dropped %s: its memory, tensors and swap are released\n", name);
+	spw_client_free(c);
+	return r < 0;
+}
+
 int main(int argc, char **argv)
 {
 	/* One command line for every command; a command refuses the options
@@ -338,6 +374,13 @@ int main(int argc, char **argv)
 	}
 	cmd = argv[optind++];
 	top = !strcmp(cmd, "top");
+	if (!strcmp(cmd, "drop")) {
+		if (optind + 1 != argc || status || as_json || iterations || sort) {
+			fprintf(stderr, "spillwayctl drop: give one SESSION, and no option but --socket-dir\n");
+			return 2;
+		}
+		return drop_session(dir, argv[optind]);
+	}
 	if (strcmp(cmd, "status") != 0 && !top) {
 		fprintf(stderr, "spillwayctl: unknown command '%s'\n", cmd);
 		usage(stderr);

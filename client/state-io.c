@@ -41,6 +41,7 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 	if ((r = state_access(o, "read", tensor, which, out, &t)) < 0)
 		return r;
 	spw__opt_ring_acquire(o);
+	r = spw__persist_open_write(o);
 	for (uint32_t k = 0; k < t->nchunks && r >= 0; k++) {
 		const struct chunk *ch = &t->chunks[k];
 		void *p;

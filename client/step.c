@@ -63,6 +63,19 @@ SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float 
 			return spw__opt_error(o, -EINVAL, "begin %ju: tensor %s sat out %ju steps, so its "
 					      "step would be below 1 (spw_optimizer_set_lag)", (uintmax_t)step,
 					      o->tensors[i].name, (uintmax_t)o->tensors[i].lag);
+	if (!o->started && o->persist.resumed && step != o->persist.resumed_step + 1 &&
+	    !(step == o->persist.resumed_step && o->c->persist.skipped))
+		return spw__opt_error(o, -EINVAL, "begin %ju: the session resumed after step %ju, so this step is %ju "
+				      "(spw_optimizer_resumed_step() + 1)", (uintmax_t)step,
+				      (uintmax_t)o->persist.resumed_step,
+				      (uintmax_t)(o->persist.resumed_step + (o->c->persist.skipped ? 0 : 1)));
+	if (!o->started) {
+		spw__opt_ring_acquire(o);
+		r = spw__persist_layout(o);
+		spw__opt_ring_release(o);
+		if (r < 0)
+			return r;
+	}
 	for (g = 0; g < o->ngroups; g++) {
 		float lr = lrs ? lrs[g] : o->groups[g].lr;
 
@@ -123,6 +136,7 @@ static void plan_job(spw_optimizer *o, struct chunk *ch, enum spw_dtype gdt)
 	bool last = ch->arrivals == o->accum;
 
 	j->gdt = gdt;
+	j->step = o->step;
 	j->first = ch->arrivals == 1;
 	j->copy = false;
 	j->want_norm = last;
@@ -141,6 +155,7 @@ static void plan_job(spw_optimizer *o, struct chunk *ch, enum spw_dtype gdt)
 	if (j->kind != JOB_GRAD) {
 		set_copy(ch, j);
 		j->consts = tensor_consts(o, ch->t);
+		o->persist.mod_left[o->step & 1]++;
 	}
 }
 
@@ -387,6 +402,8 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 			if (ch->t->none)
 				continue;
 			j->kind = JOB_ADAM_STORE;
+			j->step = o->step;
+			o->persist.mod_left[o->step & 1]++;
 			j->roles = 1u << R_P | 1u << R_M | 1u << R_V | 1u << R_G;
 			j->wait_free = false;
 			j->nhints = 0;
@@ -426,6 +443,14 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 	out.clip_coef = coef;
 	out.skipped = skip;
 	out.next_loss_scale = o->dynamic ? o->dyn_scale.scale : o->loss_scale;
+	/* The step is over for the trainer: the engine commits it once its
+	 * updates are in (persist.c). */
+	pthread_mutex_lock(&o->lock);
+	o->persist.ended = o->step;
+	memcpy(&o->persist.scale_bits, &out.next_loss_scale, sizeof(o->persist.scale_bits));
+	o->persist.good = (o->dynamic ? o->dyn_scale.good_steps & 0x7fffffffu : 0) | (uint32_t)skip << 31;
+	pthread_mutex_unlock(&o->lock);
+	spw__opt_wake(o);
 	TRACE_SPAN(o, SPW_TRACK_TRAINER, "step", o->t_step, now_ns(), UINT32_MAX, UINT32_MAX, o->step);
 	o->in_step = false;
 	atomic_fetch_add_explicit(&o->st_steps, 1, memory_order_relaxed);

@@ -123,6 +123,8 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 		ch->job.o = o;
 		ch->job.ch = ch;
 		ch->job.gbuf = ch->job.cbuf = -1;
+		/* Resumed moments are the session's: never taken as zero. */
+		ch->zeroed = o->persist.resumed;
 		if (!ch->partial)
 			goto oom;
 	}
@@ -134,15 +136,16 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 		if (!role_used(t, registered))
 			continue;
 		snprintf(full, sizeof(full), "spw.opt.%s.%s", name, role_suffix[registered]);
-		r = spw_tensor_register(o->c, full, count * sizeof(float), o->tier, &t->id[registered], NULL);
+		r = spw__persist_tensor(o, full, count * sizeof(float), o->tier, &t->id[registered]);
 		if (r < 0)
 			break;
 	}
-	if (r >= 0)
+	/* Resumed: the session's state is the truth, init is not used. */
+	if (r >= 0 && !o->persist.resumed)
 		r = write_init(o, t, init, init_type);
 	if (r < 0) {
 		spw__opt_error(o, r, "add %s: %s", name, spw_client_last_error(o->c));
-		for (i = 0; i < registered && i < R__N; i++)
+		for (i = 0; i < registered && i < R__N && !o->persist.adopting; i++)
 			if (role_used(t, i))
 				spw_tensor_unregister(o->c, t->id[i]);
 		spw__opt_ring_release(o);

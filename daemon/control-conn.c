@@ -9,6 +9,7 @@
  * requests themselves are handled in control.c.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "control-conn.h"
 #include "daemon.h"
 #include "log.h"
+#include "persist.h"
 #include "session.h"
 #include "util/unixsock.h"
 
@@ -69,6 +71,9 @@ void control_client_close(struct client *c, const char *why)
 			 c->session->name, c->id, (unsigned)c->uid, (int)c->pid, why);
 		c->session->owner = NULL;
 		c->session = NULL;
+	} else if (c->session && persist_orphan(c->session, why)) {
+		c->session = NULL;
+		daemon_update_status(c->d);
 	} else if (c->session) {
 		log_info("detach %s: client %u (uid %u, pid %d) %s; released %s", c->session->name, c->id,
 			 (unsigned)c->uid, (int)c->pid, why, format_bytes(c->session->bytes, a, sizeof(a)));
@@ -83,6 +88,13 @@ void control_client_close(struct client *c, const char *why)
 	free(c->tx);
 	c->tx = NULL;
 	uv_close((uv_handle_t *)&c->poll, client_freed);
+}
+
+bool control_client_gone(const struct client *c)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLRDHUP };
+
+	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 static void timer_freed(uv_handle_t *h)

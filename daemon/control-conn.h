@@ -64,6 +64,8 @@ cJSON *control_reply(const char *type);
 void control_reply_error(struct client *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* One whole request frame (len bytes, NUL-terminated): control.c. */
+/* Whether c's peer has hung up, though the loop has not seen it yet. */
+bool control_client_gone(const struct client *c);
 void control_handle_frame(struct client *c, const char *buf, uint32_t len);
 
 #endif

@@ -18,6 +18,7 @@
 #include "daemon.h"
 #include "escape.h"
 #include "log.h"
+#include "persist.h"
 #include "region.h"
 #include "session.h"
 #include "swap.h"
@@ -152,19 +153,22 @@ static int uid_limits(struct client *c, const char *name, uint64_t bytes, uint32
 	unsigned sessions;
 	char a[32], b[32], u[32];
 
+	char orphans[512];
+
 	session_uid_use(c->d, c->uid, &sessions, &region_used, &swap_used);
+	persist_orphans_text(c->d, false, c->uid, orphans, sizeof(orphans));
 	if (sessions >= cfg->limits_sessions_per_uid) {
 		control_reply_error(c, EDQUOT, "attach %s: uid %u already has %u sessions, the most limits.sessions_per_uid "
-			    "(%u) allows; detach one or raise limits.sessions_per_uid in %s", name, (unsigned)c->uid,
-			    sessions, cfg->limits_sessions_per_uid, cfg->origin);
+			    "(%u) allows; detach one or raise limits.sessions_per_uid in %s%s", name, (unsigned)c->uid,
+			    sessions, cfg->limits_sessions_per_uid, cfg->origin, orphans);
 		return -EDQUOT;
 	}
 	if (cfg->limits_region_bytes_per_uid &&
 	    (region_used > cfg->limits_region_bytes_per_uid || bytes > cfg->limits_region_bytes_per_uid - region_used)) {
 		control_reply_error(c, EDQUOT, "attach %s: region %s would exceed limits.region_bytes_per_uid (%s; uid %u's "
-			    "sessions hold %s); ask for less, detach a session or raise limits.region_bytes_per_uid in %s",
+			    "sessions hold %s); ask for less, detach a session or raise limits.region_bytes_per_uid in %s%s",
 			    name, format_bytes(bytes, a, sizeof(a)), format_bytes(cfg->limits_region_bytes_per_uid, b, sizeof(b)),
-			    (unsigned)c->uid, format_bytes(region_used, u, sizeof(u)), cfg->origin);
+			    (unsigned)c->uid, format_bytes(region_used, u, sizeof(u)), cfg->origin, orphans);
 		return -EDQUOT;
 	}
 	if (cfg->limits_swap_bytes_per_uid) {
@@ -195,7 +199,7 @@ static void do_attach(struct client *c, const cJSON *msg)
 	struct daemon *d = c->d;
 	const struct config *cfg = d->cfg;
 	const char *name;
-	uint64_t bytes = 0, page_size = cfg->session_page_size, swap = 0;
+	uint64_t bytes = 0, page_size = cfg->session_page_size, swap = 0, lease_s = PERSIST_LEASE_DEFAULT_S;
 	bool persistent = false;
 	int have_swap;
 	char err[768], a[32];
@@ -211,6 +215,7 @@ static void do_attach(struct client *c, const cJSON *msg)
 	    field_uint(msg, "attach", "region_bytes", true, UINT64_MAX, &bytes, err, sizeof(err)) < 0 ||
 	    field_uint(msg, "attach", "page_size", false, UINT32_MAX, &page_size, err, sizeof(err)) < 0 ||
 	    field_bool(msg, "attach", "persistent", &persistent, err, sizeof(err)) < 0 ||
+	    field_uint(msg, "attach", "lease_s", false, PERSIST_LEASE_MAX_S, &lease_s, err, sizeof(err)) < 0 ||
 	    (have_swap = field_uint(msg, "attach", "swap_bytes", false, 1ull << 50, &swap, err, sizeof(err))) < 0) {
 		control_reply_error(c, EINVAL, "%s", err);
 		return;
@@ -220,9 +225,9 @@ static void do_attach(struct client *c, const cJSON *msg)
 			    "with '/' or '.' and without \"..\"", SPW_PROTO_MAX_SESSION_NAME);
 		return;
 	}
-	if (persistent) {
-		control_reply_error(c, EOPNOTSUPP, "attach %s: persistent sessions (that outlive their client) are not "
-			    "supported by this spillwayd yet; attach without \"persistent\"", name);
+	if (lease_s == 0) {
+		control_reply_error(c, EINVAL, "attach %s: lease_s is 0; a persistent session is kept 1 s to %u s (7 days) "
+			    "after its client dies (default %u)", name, PERSIST_LEASE_MAX_S, PERSIST_LEASE_DEFAULT_S);
 		return;
 	}
 	if (!spw_proto_page_size_valid(page_size)) {
@@ -238,11 +243,41 @@ static void do_attach(struct client *c, const cJSON *msg)
 	/* Whole slots; bytes <= 2^53, so rounding up cannot overflow. */
 	bytes = (bytes + page_size - 1) / page_size * page_size;
 	other = session_find(d, name);
+	if (other && other->owner && other->owner != c && control_client_gone(other->owner)) {
+		/* Its trainer died a moment ago and the loop has not seen
+		 * the hang-up yet: a restarted trainer races it. */
+		control_client_close(other->owner, "disconnected");
+		other = session_find(d, name);
+	}
+	if (other && other->attaching && !other->owner) {
+		control_reply_error(c, EAGAIN, "attach %s: the session's last client left while its region was being set "
+			    "up; it is being released: attach again in a moment", name);
+		return;
+	}
 	if (other && other->uid != c->uid) {
 		/* Names belong to the uid that holds them; who that is stays
 		 * its business. */
 		control_reply_error(c, EPERM, "attach %s: the name is held by another user's session; pick another name "
 			    "(session names are owned per uid)", name);
+		return;
+	}
+	if (other && other->orphaned_ns && persistent && other->committed_step == 0 &&
+	    (other->opened_step > 0 || other->ntensors == 0)) {
+		/* Empty, or its optimizer began but never committed a step:
+		 * nothing worth resuming. The new trainer starts anew. */
+		log_info("attach %s: the orphaned session's optimizer never committed a step; released, and attached anew",
+			 name);
+		session_free(other);
+		other = NULL;
+	}
+	if (other && other->orphaned_ns && persistent) {
+		persist_take_over(c, other, bytes, (uint32_t)page_size, (uint32_t)lease_s);
+		return;
+	}
+	if (other && other->orphaned_ns) {
+		control_reply_error(c, EBUSY, "attach %s: an orphaned persistent session of that name waits for its trainer "
+			    "(orphaned %llu s ago); attach with \"persistent\" to resume it, or drop it first "
+			    "(spillwayctl drop %s)", name, (unsigned long long)persist_orphan_age_s(other), name);
 		return;
 	}
 	if (other) {
@@ -252,7 +287,11 @@ static void do_attach(struct client *c, const cJSON *msg)
 	}
 	r = session_admit(d, name, bytes, err, sizeof(err));
 	if (r < 0) {
-		control_reply_error(c, -r, "%s", err);
+		char orphans[512];
+
+		/* Orphans are never evicted to make room: say who they are. */
+		persist_orphans_text(d, true, 0, orphans, sizeof(orphans));
+		control_reply_error(c, -r, "%s%s", err, r == -ENOSPC ? orphans : "");
 		return;
 	}
 	if (have_swap && swap && !d->nswap_dirs) {
@@ -273,6 +312,8 @@ static void do_attach(struct client *c, const cJSON *msg)
 	s = c->session;
 	s->uid = c->uid;
 	s->pid = c->pid;
+	s->persistent = persistent;
+	s->lease_s = (uint32_t)lease_s;
 	c->attaching = true;
 	control_client_watch(c);
 }
@@ -281,8 +322,6 @@ void control_attach_done(struct session *s, int r)
 {
 	struct client *c = s->owner;
 	char a[32], b[32], sw[32];
-	int fds[SPW_ATTACH_NFDS];
-	cJSON *o;
 
 	if (!c) {
 		log_info("attach %s: released, its client is gone", s->name);
@@ -298,12 +337,19 @@ void control_attach_done(struct session *s, int r)
 		control_reply_error(c, -r, "%s", err);
 		return;
 	}
-	log_info("attach %s: client %u (uid %u, pid %d): %s in %u slots of %s, %s, %s, NUMA node %d, swap %s", s->name,
+	log_info("attach %s: client %u (uid %u, pid %d): %s in %u slots of %s, %s, %s, NUMA node %d, swap %s%s", s->name,
 		 c->id, (unsigned)c->uid, (int)c->pid, format_bytes(s->bytes, a, sizeof(a)), s->nslots,
 		 format_bytes(s->page_size, b, sizeof(b)), s->region->locked ? "locked" : "NOT locked",
 		 s->region->hugepages ? "hugetlb pages" : "ordinary pages", s->region->numa_node,
-		 format_bytes(s->swap_bytes, sw, sizeof(sw)));
+		 format_bytes(s->swap_bytes, sw, sizeof(sw)), s->persistent ? ", persistent" : "");
 	daemon_update_status(c->d);
+	control_attach_reply(c, s, false);
+}
+
+void control_attach_reply(struct client *c, struct session *s, bool reattached)
+{
+	int fds[SPW_ATTACH_NFDS];
+	cJSON *o;
 
 	o = control_reply(SPW_MSG_ATTACH);
 	cJSON_AddStringToObject(o, "session", s->name);
@@ -317,6 +363,14 @@ void control_attach_done(struct session *s, int r)
 	cJSON_AddBoolToObject(o, "hugepages", s->region->hugepages);
 	cJSON_AddNumberToObject(o, "numa_node", s->region->numa_node);
 	cJSON_AddNumberToObject(o, "swap_bytes", (double)s->swap_bytes);
+	cJSON_AddBoolToObject(o, "persistent", s->persistent);
+	cJSON_AddNumberToObject(o, "lease_s", s->lease_s);
+	cJSON_AddBoolToObject(o, "reattached", reattached);
+	cJSON_AddNumberToObject(o, "tensors", s->ntensors);
+	cJSON_AddNumberToObject(o, "committed_step", (double)s->committed_step);
+	cJSON_AddBoolToObject(o, "step_open", s->opened_step > s->committed_step);
+	cJSON_AddNumberToObject(o, "scale_bits", s->scale_bits);
+	cJSON_AddNumberToObject(o, "good_steps", s->good_steps);
 	fds[SPW_ATTACH_FD_REGION] = s->region->fd;
 	fds[SPW_ATTACH_FD_RINGS] = s->rings_fd;
 	fds[SPW_ATTACH_FD_SQ_EVT] = s->sq_evt;
@@ -328,7 +382,7 @@ static void do_register(struct client *c, const cJSON *msg)
 {
 	const char *name, *kind = "resident";
 	uint64_t bytes = 0;
-	bool persistent = false, swappable;
+	bool persistent = false, adopt = false, swappable;
 	uint32_t id, npages;
 	char err[768], a[32];
 	const cJSON *k;
@@ -341,7 +395,8 @@ static void do_register(struct client *c, const cJSON *msg)
 	}
 	if (field_string(msg, "register", "name", &name, err, sizeof(err)) < 0 ||
 	    field_uint(msg, "register", "bytes", true, UINT64_MAX, &bytes, err, sizeof(err)) < 0 ||
-	    field_bool(msg, "register", "persistent", &persistent, err, sizeof(err)) < 0) {
+	    field_bool(msg, "register", "persistent", &persistent, err, sizeof(err)) < 0 ||
+	    field_bool(msg, "register", "adopt", &adopt, err, sizeof(err)) < 0) {
 		control_reply_error(c, EINVAL, "%s", err);
 		return;
 	}
@@ -377,16 +432,18 @@ static void do_register(struct client *c, const cJSON *msg)
 		control_reply_error(c, EINVAL, "register %s: bytes is 0; a tensor holds at least one byte", name);
 		return;
 	}
-	r = session_register(c->session, name, bytes, swappable, &id, &npages, err, sizeof(err));
+	r = adopt ? persist_adopt(c->session, name, bytes, swappable, &id, &npages, err, sizeof(err)) :
+		    session_register(c->session, name, bytes, swappable, &id, &npages, err, sizeof(err));
 	if (r < 0) {
 		control_reply_error(c, -r, "%s", err);
 		return;
 	}
-	log_debug("register %s in %s: tensor %u, %s %s in %u pages", name, c->session->name, id, kind,
-		  format_bytes(bytes, a, sizeof(a)), npages);
+	log_debug("register %s in %s: tensor %u, %s %s in %u pages%s", name, c->session->name, id, kind,
+		  format_bytes(bytes, a, sizeof(a)), npages, adopt ? ", adopted" : "");
 	o = control_reply(SPW_MSG_REGISTER);
 	cJSON_AddNumberToObject(o, "tensor", id);
 	cJSON_AddNumberToObject(o, "pages", npages);
+	cJSON_AddBoolToObject(o, "adopted", adopt);
 	control_send_json(c, o, NULL, 0);
 }
 
@@ -449,6 +506,22 @@ static void do_detach(struct client *c)
 	control_send_json(c, control_reply(SPW_MSG_DETACH), NULL, 0);
 }
 
+static void do_drop(struct client *c, const cJSON *msg)
+{
+	const char *name;
+	char err[256];
+
+	if (field_string(msg, "drop", "session", &name, err, sizeof(err)) < 0) {
+		control_reply_error(c, EINVAL, "%s", err);
+		return;
+	}
+	if (!spw_proto_session_name_valid(name)) {
+		control_reply_error(c, EINVAL, "drop: that is not a session name");
+		return;
+	}
+	persist_drop(c, name);
+}
+
 void control_handle_frame(struct client *c, const char *buf, uint32_t len)
 {
 	cJSON *msg = cJSON_ParseWithLength(buf, len);
@@ -482,6 +555,8 @@ void control_handle_frame(struct client *c, const char *buf, uint32_t len)
 		do_unregister(c, msg);
 	else if (!strcmp(type->valuestring, SPW_MSG_DETACH))
 		do_detach(c);
+	else if (!strcmp(type->valuestring, SPW_MSG_DROP))
+		do_drop(c, msg);
 	else
 		control_reply_error(c, EOPNOTSUPP, "unknown message type \"%s\"", tname);
 out:

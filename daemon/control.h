@@ -7,6 +7,7 @@
 #ifndef SPW_DAEMON_CONTROL_H
 #define SPW_DAEMON_CONTROL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct client;
@@ -18,6 +19,9 @@ int control_listen(struct daemon *d);
  * in s->work_err. Replies to the owner, or frees s when the owner left. */
 void control_attach_done(struct session *s, int r);
 void control_client_close(struct client *c, const char *why);
+/* The attach reply for c, now the owner of s, with its descriptors;
+ * reattached: c took s over from a client that died. */
+void control_attach_reply(struct client *c, struct session *s, bool reattached);
 void control_close_all(struct daemon *d);
 
 /* The SPW_FEAT_* bits granted to c at hello. */

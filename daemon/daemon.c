@@ -17,6 +17,7 @@
 #include "daemon.h"
 #include "dataplane.h"
 #include "log.h"
+#include "persist.h"
 #include "metrics.h"
 #include "notify.h"
 #include "pager.h"
@@ -421,6 +422,7 @@ static void teardown(struct daemon *d)
 	/* Frees every pager (bounded waits for their I/O) before the ring's
 	 * poll handle goes; the ring itself is freed after the loop. */
 	control_close_all(d);
+	persist_release_all(d);
 	metrics_stop(d);
 	if (session_draining() && d->uring_poll.loop && (drain_timer = malloc(sizeof(*drain_timer)))) {
 		/* Sessions whose I/O is still in flight keep the ring's poll

@@ -24,6 +24,7 @@
 #include "dataplane.h"
 #include "log.h"
 #include "pager.h"
+#include "persist.h"
 #include "session.h"
 
 #define BACKLOG_RETRY_MS 10
@@ -103,6 +104,9 @@ static int32_t execute(struct session *s, const struct spw_sqe *sqe)
 	case SPW_OP_STEP:
 		pager_step(s->pager);
 		r = 0;
+		break;
+	case SPW_OP_MARK:
+		r = persist_mark(s, sqe);
 		break;
 	case SPW_OP_FLUSH:
 		r = pager_flush(s->pager, sqe->user_data);
@@ -196,6 +200,12 @@ void dataplane_complete(void *ctx, uint64_t user_data, int32_t res)
 		else
 			log_warn("session %s: completion %s", s->name, strerror(-res));
 		s->errors_logged = pager_error_count(s->pager);
+	}
+	if (!s->owner) {
+		/* An orphan: its client is gone, and so is the reader of
+		 * this completion. */
+		persist_settled(s);
+		return;
 	}
 	cq_post(s, user_data, res);
 	cq_publish(s);

@@ -73,6 +73,7 @@ struct ptensor {
 	char *name;
 	struct ppage *pages;
 	uint32_t npages;
+	uint64_t bytes;           /* as registered */
 	uint32_t nio;             /* its pages' reads and writes in the ring */
 	bool used, swappable, dying;
 };

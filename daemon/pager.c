@@ -290,6 +290,32 @@ int pager_unpin(struct pager *p, uint32_t tensor, uint32_t page, bool dirty)
 	return 0;
 }
 
+int pager_tensor_info(const struct pager *p, uint32_t id, uint64_t *bytes, bool *swappable, uint32_t *npages)
+{
+	const struct ptensor *t = id < p->ntensors ? &p->tensors[id] : NULL;
+
+	if (!t || !t->used || t->dying)
+		return -ENOENT;
+	*bytes = t->bytes;
+	*swappable = t->swappable;
+	*npages = t->npages;
+	return 0;
+}
+
+uint64_t pager_unpin_all(struct pager *p)
+{
+	uint64_t n = 0;
+
+	for (uint32_t id = 0; id < p->ntensors; id++) {
+		struct ptensor *t = &p->tensors[id];
+
+		for (uint32_t i = 0; t->used && !t->dying && i < t->npages; i++)
+			for (; t->pages[i].pins > t->pages[i].npending; n++)
+				pager_unpin(p, id, i, true);
+	}
+	return n;
+}
+
 int pager_prefetch(struct pager *p, uint32_t tensor, uint32_t page)
 {
 	struct ppage *pg = lookup(p, tensor, page);
@@ -413,6 +439,7 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 		p->ntensors++;
 	p->ntensors_used++;
 	t->npages = (uint32_t)n;
+	t->bytes = bytes;
 	t->swappable = swappable;
 	t->used = true;
 	for (uint32_t i = 0; i < n; i++) {

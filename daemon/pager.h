@@ -166,6 +166,14 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
  * one of its pages is pinned or has a pending PIN. */
 int pager_tensor_remove(struct pager *p, uint32_t id);
 
+/* A live tensor's registered size, kind and pages: 0, or -ENOENT. */
+int pager_tensor_info(const struct pager *p, uint32_t id, uint64_t *bytes, bool *swappable, uint32_t *npages);
+
+/* Releases every delivered pin (a client that died holding pages), as if
+ * each were unpinned dirty: whatever the client wrote stays. Pending PINs
+ * are not touched; call it once none is. Returns the pins released. */
+uint64_t pager_unpin_all(struct pager *p);
+
 /* Slots not claimed by resident or pinned pages (what a resident tensor
  * could still take), without pager_stats()'s walk over every page. */
 uint32_t pager_slots_unclaimed(const struct pager *p);

@@ -87,6 +87,58 @@ static void prefault(uint8_t *p, size_t bytes)
 		((volatile uint8_t *)p)[o] = 0;
 }
 
+uint64_t region_ready_bytes(const struct region_opts *o)
+{
+	/* Relaxed: a figure for people, it orders nothing. */
+	return __atomic_load_n(&o->ready_bytes, __ATOMIC_RELAXED);
+}
+
+static void ready(struct region_opts *o, uint64_t bytes)
+{
+	__atomic_store_n(&o->ready_bytes, bytes, __ATOMIC_RELAXED);
+	if (o->progress)
+		o->progress(o->progress_arg, bytes, o->bytes);
+}
+
+/* A hugetlb mapping splits only at hugepage boundaries, so a step there
+ * is a whole number of hugepages. */
+static size_t ready_step(const struct region_opts *o, const struct region *r, uint64_t hp)
+{
+	uint64_t step = o->step ? o->step : REGION_READY_STEP;
+
+	if (r->hugepages && hp)
+		step = (step + hp - 1) / hp * hp;
+	return (size_t)step;
+}
+
+/* mlock, one step at a time. On failure nothing stays locked. */
+static int lock_steps(struct region_opts *o, struct region *r, size_t step)
+{
+	for (size_t off = 0; off < r->bytes; off += step) {
+		size_t n = r->bytes - off < step ? r->bytes - off : step;
+		int e = lock_range(r->base + off, n);
+
+		if (e < 0) {
+			if (off)
+				unlock_range(r->base, off);
+			ready(o, 0);
+			return e;
+		}
+		ready(o, off + n);
+	}
+	return 0;
+}
+
+static void prefault_steps(struct region_opts *o, struct region *r, size_t step)
+{
+	for (size_t off = 0; off < r->bytes; off += step) {
+		size_t n = r->bytes - off < step ? r->bytes - off : step;
+
+		prefault(r->base + off, n);
+		ready(o, off + n);
+	}
+}
+
 static int bind_node(struct region *r, int node, char *err, size_t errlen)
 {
 #if SPW_HAVE_NUMA
@@ -190,7 +242,7 @@ static void undo(struct region *r)
 	r->fd = -1;
 }
 
-int region_create(const struct region_opts *o, struct region **ret, char *err, size_t errlen)
+int region_create(struct region_opts *o, struct region **ret, char *err, size_t errlen)
 {
 	struct region *r;
 	uint64_t hp, hfree = 0;
@@ -235,7 +287,8 @@ int region_create(const struct region_opts *o, struct region **ret, char *err, s
 	e = bind_node(r, o->numa_node, err, errlen);
 	if (e < 0)
 		goto fail;
-	e = lock_range(r->base, r->bytes);
+	ready(o, 0);
+	e = lock_steps(o, r, ready_step(o, r, hp));
 	if (e == 0) {
 		r->locked = true;
 	} else {
@@ -247,7 +300,7 @@ int region_create(const struct region_opts *o, struct region **ret, char *err, s
 		}
 		log_warn("attach %s: region not locked (%s); pool.require_locked is false, so going on unlocked",
 			 o->name, strerror(er));
-		prefault(r->base, r->bytes);
+		prefault_steps(o, r, ready_step(o, r, hp));
 	}
 	r->numa_node = first_page_node(r->base);
 	*ret = r;

@@ -91,6 +91,66 @@ fail:
 	return r;
 }
 
+static void rings_drop(struct session *s)
+{
+	if (s->rings)
+		munmap(s->rings, s->layout.bytes);
+	if (s->rings_fd >= 0) {
+		/* A client may keep the rings memfd after detach: free its
+		 * pages, or they stay alive outside every cap. */
+		safemem_punch(s->rings_fd, 0, 0);
+		close(s->rings_fd);
+	}
+	if (s->sq_evt >= 0)
+		close(s->sq_evt);
+	if (s->cq_evt >= 0)
+		close(s->cq_evt);
+	s->rings = NULL;
+	s->rings_fd = s->sq_evt = s->cq_evt = -1;
+}
+
+/* The eventfds of a session's doorbells. */
+static int doorbells_create(struct session *s, char *err, size_t errlen)
+{
+	int r;
+
+	s->sq_evt = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	s->cq_evt = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s->sq_evt >= 0 && s->cq_evt >= 0)
+		return 0;
+	r = -errno;
+	snprintf(err, errlen, "attach %s: cannot create eventfds: %s", s->name, strerror(errno));
+	return r;
+}
+
+int session_takeover(struct session *s, struct client *owner, char *err, size_t errlen)
+{
+	int r;
+
+	/* The dead client may still map the old rings (a zombie, a copy of
+	 * the fd): they are punched and forgotten, never shared again. */
+	rings_drop(s);
+	s->sq_head = s->cq_tail = s->cq_head_seen = 0;
+	s->garbage = 0;
+	s->backlog = s->throttled = false;
+	r = rings_create(s, s->d->cfg->session_ring_entries, err, errlen);
+	if (r == 0)
+		r = doorbells_create(s, err, errlen);
+	if (r < 0)
+		return r;
+	s->owner = owner;
+	s->poll = (control_client_features(owner) & SPW_FEAT_RING_POLL) != 0;
+	r = dataplane_start(s);
+	if (r < 0) {
+		s->owner = NULL;
+		snprintf(err, errlen, "attach %s: cannot watch the ring doorbell: %s", s->name, uv_strerror(r));
+		return -ENOMEM;
+	}
+	if (s->tclaimed)
+		memset(s->tclaimed, 0, s->ntnames_cap);
+	return 0;
+}
+
 /* The pager's checksums run on the libuv threadpool: a 4 MiB page costs
  * the better part of a millisecond of CPU that the loop owes every other
  * session. */
@@ -170,13 +230,9 @@ static int session_finish(struct session *s)
 	if (r < 0)
 		return r;
 	s->attached_ns = uv_hrtime();
-	s->sq_evt = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	s->cq_evt = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (s->sq_evt < 0 || s->cq_evt < 0) {
-		r = -errno;
-		snprintf(err, errlen, "attach %s: cannot create eventfds: %s", s->name, strerror(errno));
+	r = doorbells_create(s, err, errlen);
+	if (r < 0)
 		return r;
-	}
 	r = dataplane_start(s);
 	if (r < 0) {
 		snprintf(err, errlen, "attach %s: cannot watch the ring doorbell: %s", s->name, uv_strerror(r));
@@ -372,6 +428,11 @@ static void orphan_released(void *arg)
 	status_refresh_soon(d);
 }
 
+static void lease_freed(uv_handle_t *h)
+{
+	free(h);
+}
+
 struct session *session_free(struct session *s)
 {
 	struct region_hold *h;
@@ -379,6 +440,10 @@ struct session *session_free(struct session *s)
 	if (!s)
 		return NULL;
 	dataplane_stop(s);
+	if (s->lease) {
+		uv_close((uv_handle_t *)s->lease, lease_freed);
+		s->lease = NULL;
+	}
 	h = calloc(1, sizeof(*h));
 	if (h) {
 		*h = (struct region_hold){ .d = s->d, .region = s->region, .bytes = s->bytes,
@@ -423,18 +488,8 @@ struct session *session_free(struct session *s)
 	free(s->tnames);
 	free(s->tname_next);
 	free(s->name_heads);
-	if (s->rings)
-		munmap(s->rings, s->layout.bytes);
-	if (s->rings_fd >= 0) {
-		/* A client may keep the rings memfd after detach: free its
-		 * pages, or they stay alive outside every cap. */
-		safemem_punch(s->rings_fd, 0, 0);
-		close(s->rings_fd);
-	}
-	if (s->sq_evt >= 0)
-		close(s->sq_evt);
-	if (s->cq_evt >= 0)
-		close(s->cq_evt);
+	rings_drop(s);
+	free(s->tclaimed);
 	free(s->name);
 	free(s);
 	return NULL;
@@ -513,6 +568,7 @@ static int names_reserve(struct session *s, uint32_t id)
 {
 	uint32_t cap = s->ntnames_cap ? s->ntnames_cap : 16;
 	uint32_t *nx;
+	uint8_t *cl;
 	char **n;
 
 	if (id < s->ntnames_cap)
@@ -528,6 +584,11 @@ static int names_reserve(struct session *s, uint32_t id)
 	if (!nx)
 		return -ENOMEM;
 	s->tname_next = nx;
+	cl = realloc(s->tclaimed, cap);
+	if (!cl)
+		return -ENOMEM;
+	memset(cl + s->ntnames_cap, 0, cap - s->ntnames_cap);
+	s->tclaimed = cl;
 	s->ntnames_cap = cap;
 	return names_rehash(s, s->ntensors + 1);
 }
@@ -586,6 +647,7 @@ int session_register(struct session *s, const char *name, uint64_t bytes, bool s
 		goto oom;
 	}
 	s->tnames[tid] = copy;
+	s->tclaimed[tid] = 1;
 	name_link(s, tid);
 	s->ntensors++;
 	*id = tid;
@@ -594,6 +656,11 @@ int session_register(struct session *s, const char *name, uint64_t bytes, bool s
 oom:
 	snprintf(err, errlen, "register %s in %s: out of memory", name, s->name);
 	return -ENOMEM;
+}
+
+uint32_t session_tensor_find(const struct session *s, const char *name)
+{
+	return name_find(s, name);
 }
 
 static void name_drop(struct session *s, uint32_t id)

@@ -60,7 +60,22 @@ struct session {
 	uint64_t attached_ns;    /* for the tier's average MB/s */
 	uint64_t errors_logged;  /* the pager's error count last logged */
 
+	/* A persistent session outlives a client that dies without DETACH:
+	 * it is orphaned (owner NULL, rings idle) for lease_s, and an attach
+	 * of its name by its uid takes it over (persist.c). */
+	bool persistent;
+	uint32_t lease_s;
+	uint64_t orphaned_ns;   /* uv_hrtime() when orphaned; 0 while a client holds it */
+	uv_timer_t *lease;      /* while orphaned; its own allocation, freed in the close cb */
+	bool settling;          /* orphaned with PIN/FLUSH pending: pins dropped when the last completes */
+	uint32_t reattaches;
+	/* SPW_OP_MARK: the last step opened and the last committed. The
+	 * state is one whole step's while opened_step <= committed_step. */
+	uint64_t opened_step, committed_step;
+	uint32_t scale_bits, good_steps; /* from the last COMMIT */
+
 	char **tnames;          /* by tensor id (the pager's); NULL: free id */
+	uint8_t *tclaimed;      /* by tensor id: adopted since the last takeover */
 	uint32_t *tname_next;   /* by tensor id: the next id in its hash chain */
 	uint32_t ntnames_cap;
 	uint32_t *name_heads;   /* hash of tnames: the first id per bucket, UINT32_MAX none */
@@ -120,6 +135,12 @@ void session_uid_use(struct daemon *d, uid_t uid, unsigned *sessions, uint64_t *
 /* Sessions that ended with I/O in flight and still hold their region. */
 unsigned session_draining(void);
 struct session *session_find(struct daemon *d, const char *name);
+/* The id of the session's tensor of that name, or UINT32_MAX. */
+uint32_t session_tensor_find(const struct session *s, const char *name);
+/* Gives an orphaned session to a new client: fresh rings and eventfds
+ * (the dead client's are dropped), the doorbell watched again. Returns 0
+ * or -errno with a sentence in err. */
+int session_takeover(struct session *s, struct client *owner, char *err, size_t errlen);
 
 int session_register(struct session *s, const char *name, uint64_t bytes, bool swappable, uint32_t *id,
 		     uint32_t *npages, char *err, size_t errlen);

@@ -21,6 +21,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "pager.h"
+#include "persist.h"
 #include "region.h"
 #include "session.h"
 #include "spw-proto.h"
@@ -195,8 +196,19 @@ static cJSON *session_json(const struct session *s)
 	cJSON_AddStringToObject(o, "name", s->name);
 	cJSON_AddNumberToObject(o, "uid", s->uid);
 	cJSON_AddNumberToObject(o, "pid", s->pid);
-	cJSON_AddStringToObject(o, "state", s->attaching ? "attaching" : "attached");
+	cJSON_AddStringToObject(o, "state", s->attaching ? "attaching" : s->orphaned_ns ? "orphaned" : "attached");
+	cJSON_AddBoolToObject(o, "persistent", s->persistent);
+	if (s->persistent) {
+		cJSON_AddNumberToObject(o, "lease_s", s->lease_s);
+		cJSON_AddNumberToObject(o, "orphaned_s", (double)persist_orphan_age_s(s));
+		cJSON_AddNumberToObject(o, "lease_left_s", (double)persist_lease_left_s(s));
+		cJSON_AddNumberToObject(o, "reattaches", s->reattaches);
+	}
+	cJSON_AddNumberToObject(o, "committed_step", (double)s->committed_step);
+	cJSON_AddBoolToObject(o, "step_open", s->opened_step > s->committed_step);
 	cJSON_AddNumberToObject(o, "region_bytes", (double)s->bytes);
+	/* While attaching: how far locking (or prefaulting) the region is. */
+	cJSON_AddNumberToObject(o, "region_ready_bytes", (double)region_ready_bytes(&s->ropts));
 	cJSON_AddNumberToObject(o, "page_size", s->page_size);
 	cJSON_AddNumberToObject(o, "slots", s->nslots);
 	if (s->pager)
@@ -218,6 +230,7 @@ static cJSON *session_json(const struct session *s)
 	cJSON_AddNumberToObject(ring, "prefetch", (double)s->stats.by_op[SPW_OP_PREFETCH]);
 	cJSON_AddNumberToObject(ring, "step", (double)s->stats.by_op[SPW_OP_STEP]);
 	cJSON_AddNumberToObject(ring, "flush", (double)s->stats.by_op[SPW_OP_FLUSH]);
+	cJSON_AddNumberToObject(ring, "mark", (double)s->stats.by_op[SPW_OP_MARK]);
 	cJSON_AddNumberToObject(ring, "pending", s->pending);
 	if (s->pager)
 		tier_json(o, s);

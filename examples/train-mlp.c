@@ -9,7 +9,14 @@
  *   train-mlp [--steps N] [--batch B] [--hidden H] [--layers L] [--lr X]
  *             [--mode overlapped|exact] [--tier resident|swappable]
  *             [--region-bytes N] [--page-size N] [--accum N] [--socket PATH]
- *             [--every K] [--check F]
+ *             [--every K] [--check F] [--session NAME] [--persistent]
+ *             [--losses FILE]
+ *
+ * --persistent keeps the state in spillwayd when the trainer dies: started
+ * again with the same --session, it takes the session over, restores the
+ * model from the master weights and goes on after the last committed step
+ * (docs/persistent.md). --losses writes "step loss" lines (a resumed run
+ * keeps the lines up to its committed step and appends).
  *
  * With --tier swappable and a daemon without the NVMe tier, it says so and
  * falls back to resident. --check F exits 1 unless the loss of the last 10
@@ -21,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 #include <spillway/spillway.h>
@@ -130,12 +138,32 @@ static int status_path_for(const char *control, char *buf, size_t len)
 	return 0;
 }
 
+/* The loss file of a run that resumes after step keep: its lines up to
+ * that step, then appended to. */
+static FILE *losses_open(const char *path, uint64_t keep)
+{
+	FILE *f = fopen(path, keep ? "r+" : "w");
+	char line[128];
+	long end = 0;
+
+	if (!f)
+		return NULL;
+	for (uint64_t n = 0; keep && n < keep && fgets(line, sizeof(line), f); n++)
+		end = ftell(f);
+	if (fseek(f, end, SEEK_SET) < 0 || ftruncate(fileno(f), end) < 0) {
+		fclose(f);
+		return NULL;
+	}
+	return f;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: train-mlp [--steps N] [--batch B] [--hidden H] [--layers L] [--lr X]\n"
 		   "                 [--mode overlapped|exact] [--tier resident|swappable]\n"
 		   "                 [--region-bytes N] [--page-size N] [--accum N] [--socket PATH]\n"
-		   "                 [--every K] [--check F]\n");
+		   "                 [--every K] [--check F] [--session NAME] [--persistent]\n"
+		   "                 [--losses FILE]\n");
 }
 
 int main(int argc, char **argv)
@@ -146,7 +174,10 @@ int main(int argc, char **argv)
 				     .weight_decay = 0.01f };
 	struct spw_optimizer_opts oo = { .size = sizeof(oo), .groups = &g, .ngroups = 1 };
 	struct mlp_config cfg = { .n_in = 64, .n_out = 10 };
-	const char *socket = NULL, *tier = "resident";
+	const char *socket = NULL, *tier = "resident", *session = "demo/train-mlp", *losses_path = NULL;
+	bool persistent = false;
+	uint64_t first = 1;
+	FILE *losses = NULL;
 	float check = 0.0f, loss;
 	struct mlp_loss_ends ends = { 0 };
 	struct trainer tr = { 0 };
@@ -190,6 +221,12 @@ int main(int argc, char **argv)
 			r = mlp_parse_float(v, &check);
 		else if (!strcmp(a, "--socket"))
 			socket = v;
+		else if (!strcmp(a, "--session"))
+			session = v;
+		else if (!strcmp(a, "--losses"))
+			losses_path = v;
+		else if (!strcmp(a, "--persistent") && (persistent = true))
+			i--; /* takes no value */
 		else if (!strcmp(a, "--mode") && (!strcmp(v, "overlapped") || !strcmp(v, "exact")))
 			oo.mode = !strcmp(v, "exact") ? SPW_OPT_EXACT : SPW_OPT_OVERLAPPED;
 		else if (!strcmp(a, "--tier") && (!strcmp(v, "resident") || !strcmp(v, "swappable")))
@@ -223,12 +260,13 @@ int main(int argc, char **argv)
 		goto out;
 
 	{
-		struct spw_attach_opts a = { .size = sizeof(a), .session = "demo/train-mlp",
-					     .region_bytes = region, .page_size = (uint32_t)page };
+		struct spw_attach_opts a = { .size = sizeof(a), .session = session, .region_bytes = region,
+					     .page_size = (uint32_t)page, .persistent = persistent };
 
 		if ((r = spw_client_new(NULL, &c)) < 0 || (r = spw_client_connect(c, socket)) < 0 ||
 		    (r = spw_client_attach(c, &a)) < 0 || (r = spw_optimizer_new(c, &oo, &tr.opt)) < 0) {
 			fprintf(stderr, "train-mlp: %s\n", c ? spw_client_last_error(c) : spw_strerror(r));
+			ret = r == -ESTALE ? 3 : 1;
 			goto out;
 		}
 	}
@@ -260,12 +298,26 @@ int main(int argc, char **argv)
 	       state_bytes / 1048576.0, tier, (double)region / 1048576.0, 100.0 * (double)region / state_bytes,
 	       (uintmax_t)(page >> 10), oo.mode == SPW_OPT_EXACT ? "exact" : "overlapped", (uintmax_t)accum);
 
+	first = spw_optimizer_resumed_step(tr.opt) + 1;
+	if (first > 1) {
+		/* The model is the trainer's to restore: the master weights of
+		 * the last committed step, as the copy-out would have left it. */
+		for (i = 0; i < n; i++)
+			if ((r = spw_optimizer_read(tr.opt, tr.id[i], SPW_STATE_PARAM, t[i].param)) < 0)
+				goto fail;
+		printf("resumed: session %s held the state after step %ju; going on with step %ju\n", session,
+		       (uintmax_t)(first - 1), (uintmax_t)first);
+	}
+	if (losses_path && !(losses = losses_open(losses_path, first - 1))) {
+		fprintf(stderr, "train-mlp: %s: %s\n", losses_path, strerror(errno));
+		goto out;
+	}
 	if (status_path_for(socket, status_path, sizeof(status_path)) == 0)
-		tier_read(status_path, "demo/train-mlp", &tf0);
+		tier_read(status_path, session, &tf0);
 	tf = tf0;
 	prev = tf0;
 
-	for (uint64_t step = 1; step <= steps; step++) {
+	for (uint64_t step = first; step <= steps; step++) {
 		struct spw_step_result res = { .size = sizeof(res) };
 		double t0 = now_s(), dt;
 
@@ -288,6 +340,10 @@ int main(int argc, char **argv)
 		t_total += dt;
 		spw_optimizer_stats(tr.opt, &st);
 		mlp_loss_ends_add(&ends, step, steps, loss);
+		if (losses) {
+			fprintf(losses, "%ju %.9g\n", (uintmax_t)step, (double)loss);
+			fflush(losses);
+		}
 		if (every && (step % every == 0 || step == 1))
 			printf("step %4ju  loss %.4f  acc %.3f  %6.1f ms  grad-norm %.3f  moved %.1f MiB  "
 			       "adam %.1f ms  pins %ju (%ju fast)  prefetch %ju\n",
@@ -298,7 +354,7 @@ int main(int argc, char **argv)
 			       (uintmax_t)(st.fast_pins - st0.fast_pins), (uintmax_t)(st.prefetches - st0.prefetches));
 		/* Outside the timed step: one status round trip to the daemon. */
 		if (every && (step % every == 0 || step == 1) && status_path[0]) {
-			tier_read(status_path, "demo/train-mlp", &tf);
+			tier_read(status_path, session, &tf);
 			if (tf.valid && (tf.read_bytes + tf.write_bytes > 0 || tf.prefetch_hits + tf.misses > 0)) {
 				printf("          daemon: disk read %.1f MiB, written %.1f MiB, prefetch hits %.0f, "
 				       "misses %.0f, evictions %.0f (since the last line)\n",
@@ -311,15 +367,21 @@ int main(int argc, char **argv)
 	}
 	if ((r = spw_optimizer_sync(tr.opt)) < 0)
 		goto fail;
-	t_start = (double)steps;
-	printf("summary: %ju steps, %.1f ms per step, loss %.4f -> %.4f (first/last 10), "
-	       "moved %.1f MiB, adam %.2f s, pins %ju (%ju fast, %.0f%%), prefetch hints %ju%s\n",
-	       (uintmax_t)steps, t_total / t_start * 1e3, (double)ends.first, (double)ends.last,
+	t_start = (double)(steps - first + 1);
+	/* A resumed run saw only its own steps: no first-10 loss of its own. */
+	if (first > 1)
+		printf("summary: steps %ju-%ju here (1-%ju before the kill), %.1f ms per step, loss %.4f (last 10), ",
+		       (uintmax_t)first, (uintmax_t)steps, (uintmax_t)(first - 1), t_total / t_start * 1e3,
+		       (double)ends.last);
+	else
+		printf("summary: %ju steps, %.1f ms per step, loss %.4f -> %.4f (first/last 10), ", (uintmax_t)steps,
+		       t_total / t_start * 1e3, (double)ends.first, (double)ends.last);
+	printf("moved %.1f MiB, adam %.2f s, pins %ju (%ju fast, %.0f%%), prefetch hints %ju%s\n",
 	       (double)(st.bytes_d2h + st.bytes_h2d) / 1048576.0, st.adam_s, (uintmax_t)st.pins,
 	       (uintmax_t)st.fast_pins, st.pins ? 100.0 * (double)st.fast_pins / (double)st.pins : 0.0,
 	       (uintmax_t)st.prefetches, st.hints ? "" : " (the daemon takes no hints)");
 	if (status_path[0]) {
-		tier_read(status_path, "demo/train-mlp", &tf);
+		tier_read(status_path, session, &tf);
 		if (tf.valid && tf.prefetch_hits + tf.misses > 0)
 			printf("daemon:  NVMe tier read %.1f MiB, wrote %.1f MiB; prefetch hits %.0f, misses %.0f "
 			       "(%.0f%% of disk-backed pins found their page ready), evictions %.0f\n",
@@ -329,13 +391,17 @@ int main(int argc, char **argv)
 				       (tf.prefetch_hits - tf0.prefetch_hits + tf.misses - tf0.misses),
 			       tf.evictions - tf0.evictions);
 	}
-	ret = steps >= 20 ? mlp_loss_ends_check(&ends, check, "train-mlp") : 0;
+	/* A resumed run saw only its own steps: the check is the whole run's. */
+	ret = steps >= 20 && first == 1 ? mlp_loss_ends_check(&ends, check, "train-mlp") : 0;
 	goto out;
 fail:
 	fprintf(stderr, "train-mlp: %s\n", spw_optimizer_last_error(tr.opt));
 out:
+	if (losses)
+		fclose(losses);
 	spw_optimizer_free(tr.opt);
-	if (c)
+	/* A state left mid-update stays where it is, for the operator. */
+	if (c && ret != 3)
 		spw_client_detach(c);
 	spw_client_free(c);
 	free(x);

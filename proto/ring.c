@@ -33,7 +33,7 @@ int spw_sqe_check(const struct spw_sqe *sqe)
 {
 	if (sqe->opcode >= SPW_OP__COUNT)
 		return -EINVAL;
-	if (sqe->reserved0 || sqe->reserved1 || sqe->reserved2)
+	if (sqe->reserved0 || sqe->reserved1 || (sqe->arg && sqe->opcode != SPW_OP_MARK))
 		return -EINVAL;
 	switch (sqe->opcode) {
 	case SPW_OP_PIN:
@@ -42,6 +42,13 @@ int spw_sqe_check(const struct spw_sqe *sqe)
 		break;
 	case SPW_OP_UNPIN:
 		if (sqe->flags & ~SPW_UNPIN_DIRTY)
+			return -EINVAL;
+		break;
+	case SPW_OP_MARK:
+		/* One of OPEN and COMMIT, for a step from 1; an OPEN carries
+		 * no scale. */
+		if ((sqe->flags != SPW_MARK_OPEN && sqe->flags != SPW_MARK_COMMIT) || sqe->arg == 0 ||
+		    (sqe->flags == SPW_MARK_OPEN && (sqe->tensor || sqe->page)))
 			return -EINVAL;
 		break;
 	default:
@@ -57,6 +64,7 @@ const char *spw_op_name(unsigned opcode)
 	static const char *const names[SPW_OP__COUNT] = {
 		[SPW_OP_NOP] = "nop",           [SPW_OP_PIN] = "pin",   [SPW_OP_UNPIN] = "unpin",
 		[SPW_OP_PREFETCH] = "prefetch", [SPW_OP_STEP] = "step", [SPW_OP_FLUSH] = "flush",
+		[SPW_OP_MARK] = "mark",
 	};
 	return opcode < SPW_OP__COUNT ? names[opcode] : "unknown";
 }

@@ -49,12 +49,19 @@ _Static_assert(sizeof(struct spw_proto_frame_hdr) == 8, "frame header is 8 bytes
  * Control messages ("type" key). Requests (client -> daemon):
  *
  *   hello       {magic, major, minor, features}
- *   attach      {session, region_bytes, page_size, persistent?, swap_bytes?}
+ *   attach      {session, region_bytes, page_size, persistent?, lease_s?,
+ *                swap_bytes?}
  *               swap_bytes: the session's swap on NVMe (0 = none); absent:
- *               the daemon's swap.session_bytes, or what fits
- *   register    {name, bytes, kind: "resident"|"swappable"}
+ *               the daemon's swap.session_bytes, or what fits.
+ *               persistent: the session outlives a client that dies
+ *               without detach, orphaned for lease_s (default 900); an
+ *               attach of an orphan's name by its uid takes it over
+ *   register    {name, bytes, kind: "resident"|"swappable", adopt?}
+ *               adopt: take over the tensor of that name a reattached
+ *               session holds (same bytes and kind) instead of a new one
  *   unregister  {tensor}
  *   detach      {}
+ *   drop        {session}: ends an orphaned session (its uid or root)
  *
  * Replies (daemon -> client) repeat "type" and carry "ok": true plus the
  * fields below, or {"type":"error","errno":N,"message":"..."} where errno is
@@ -63,19 +70,22 @@ _Static_assert(sizeof(struct spw_proto_frame_hdr) == 8, "frame header is 8 bytes
  *   hello       {magic, major, minor, features}
  *   attach      {session, region_bytes, page_size, slots, sq_entries,
  *                cq_entries, rings_bytes, locked, hugepages, numa_node,
- *                swap_bytes}
+ *                swap_bytes, persistent, lease_s, reattached, tensors,
+ *                committed_step, step_open, loss_scale, good_steps}
  *               + fds, in this order: region memfd, rings memfd,
  *                 sq eventfd (client -> daemon doorbell),
  *                 cq eventfd (daemon -> client doorbell)
- *   register    {tensor, pages}
+ *   register    {tensor, pages, adopted}
  *   unregister  {}
  *   detach      {}
+ *   drop        {session, region_bytes}
  */
 #define SPW_MSG_HELLO      "hello"
 #define SPW_MSG_ATTACH     "attach"
 #define SPW_MSG_REGISTER   "register"
 #define SPW_MSG_UNREGISTER "unregister"
 #define SPW_MSG_DETACH     "detach"
+#define SPW_MSG_DROP       "drop"
 #define SPW_MSG_ERROR      "error"
 
 #define SPW_ATTACH_FD_REGION 0

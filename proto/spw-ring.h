@@ -42,6 +42,7 @@ enum spw_op {
 	SPW_OP_PREFETCH = 3, /* (tensor, page) -> res = 0 once the read is queued; no pin */
 	SPW_OP_STEP     = 4, /* marks a step boundary for the pager's order learning */
 	SPW_OP_FLUSH    = 5, /* every dirty page durable on disk, then res = 0 */
+	SPW_OP_MARK     = 6, /* a step's updates begin (OPEN) or are all in the state (COMMIT) */
 	SPW_OP__COUNT
 };
 
@@ -51,6 +52,13 @@ enum spw_op {
  * then on, whatever the UNPIN says. Saves the read of a page about to be
  * overwritten (a gradient store's first arrival). */
 #define SPW_PIN_OVERWRITE (1u << 0)
+
+/* sqe.flags for MARK, exactly one of them. The entry carries the step in
+ * arg; a COMMIT also carries what the step leaves for the next one: the
+ * loss scale's float bits in tensor and its good-step count in page. The
+ * daemon keeps the last of each for a persistent session's next client. */
+#define SPW_MARK_OPEN   (1u << 0)
+#define SPW_MARK_COMMIT (1u << 1)
 
 /* sqe.flags for UNPIN */
 #define SPW_UNPIN_CLEAN 0u
@@ -64,7 +72,7 @@ struct spw_sqe {
 	uint32_t page;       /* page index within the tensor */
 	uint32_t reserved1;  /* must be zero */
 	uint64_t user_data;  /* copied to the completion untouched */
-	uint64_t reserved2;  /* must be zero */
+	uint64_t arg;        /* MARK: the step; zero for every other op */
 };
 _Static_assert(sizeof(struct spw_sqe) == 32, "sqe is 32 bytes");
 

@@ -7,12 +7,13 @@
 # optimizer state; the region is 6 MiB (24%) of 1 MiB pages.
 
 demo_tier=swappable
+demo_args=(--steps 60 --batch 32 --hidden 1024 --layers 3 --tier "$demo_tier" --region-bytes $((6 << 20))
+	   --page-size $((1 << 20)))
 # The optimizer's timeline (Chrome trace events), kept after the demo.
 demo_trace=/var/tmp/spillway-demo-trace.json
 say "train: SPILLWAY_TRACE=$demo_trace build-demo/examples/train-mlp --tier $demo_tier --region-bytes 6 MiB (state ~25 MiB)"
-SPILLWAY_TRACE=$demo_trace build-demo/examples/train-mlp --steps 60 --batch 32 --hidden 1024 --layers 3 \
-	--tier "$demo_tier" --region-bytes $((6 << 20)) --page-size $((1 << 20)) \
-	--every 5 --check 1.5 &
+SPILLWAY_TRACE=$demo_trace build-demo/examples/train-mlp "${demo_args[@]}" --every 5 --check 1.5 \
+	--losses "$demo_dir/ref.losses" &
 demo_train_pid=$!
 
 # The daemon's view mid-run: the session, its pages by state, the disk.
@@ -64,3 +65,40 @@ ev = json.load(open(sys.argv[1]))["traceEvents"]
 spans = collections.Counter(e["name"] for e in ev if e.get("ph") == "X")
 print("  %d spans: %s" % (sum(spans.values()), ", ".join("%s %d" % kv for kv in spans.most_common())))
 PY
+
+# Kill and resume: the same run on a persistent session, SIGKILLed half
+# way; a new trainer of the same session name takes the state over from
+# spillwayd and goes on after the last committed step.
+say "kill and resume: the same 60 steps with --persistent --session demo/resume, SIGKILLed half way"
+demo_resume=(build-demo/examples/train-mlp "${demo_args[@]}" --every 20 --session demo/resume --persistent
+	     --losses "$demo_dir/run.losses")
+"${demo_resume[@]}" &
+demo_train_pid=$!
+for _ in $(seq 1 1200); do
+	[ "$(cat "$demo_dir/run.losses" 2>/dev/null | wc -l)" -ge 30 ] && break
+	sleep 0.05
+done
+kill -KILL "$demo_train_pid" 2>/dev/null || true
+wait "$demo_train_pid" 2>/dev/null || true
+say "killed (kill -9) after step $(wc -l <"$demo_dir/run.losses"); the daemon keeps the session, orphaned:"
+build-demo/client/spillwayctl status | sed -n '/^SESSION/,/^$/p' || true
+say "restart: the same command"
+"${demo_resume[@]}" && demo_rc=0 || demo_rc=$?
+if [ "$demo_rc" -eq 3 ]; then
+	# The kill landed inside a step's updates: that state mixes two
+	# steps, and spillway refuses to resume it rather than guess.
+	say "the kill landed inside a step's updates; spillwayctl drop demo/resume and start over"
+	build-demo/client/spillwayctl drop demo/resume
+	"${demo_resume[@]}" && demo_rc=0 || demo_rc=$?
+fi
+if [ "$demo_rc" -ne 0 ]; then
+	echo "the resumed train-mlp failed with status $demo_rc" >&2
+	exit 1
+fi
+if cmp -s "$demo_dir/ref.losses" "$demo_dir/run.losses"; then
+	say "the killed-and-resumed run's 60 losses equal the uninterrupted run's, bit for bit"
+else
+	echo "the resumed run's losses differ from the uninterrupted run's:" >&2
+	diff "$demo_dir/ref.losses" "$demo_dir/run.losses" | head >&2
+	exit 1
+fi

@@ -13,13 +13,16 @@ say() { printf '\n==> %s\n' "$*"; }
 # when libopenblas0-pthread is there (20x faster than the reference BLAS).
 # tmux drives spillwayctl top on a real terminal; mandoc lints the man
 # pages; prometheus (promtool) and python3-prometheus-client check the
-# metrics endpoint's exposition format with the ecosystem's own parsers.
+# metrics endpoint's exposition format with the ecosystem's own parsers;
+# python3-matplotlib draws spillway-bench --plot (bench/plot.py);
+# python3-tqdm draws the attach progress bar of spillway.Session(progress=True).
 spw_packages=(
 	gcc pkg-config meson ninja-build
 	liburing-dev libnuma-dev libuv1-dev libcjson-dev libsystemd-dev
 	systemd util-linux fio
 	python3 python3-cffi python3-torch python3-numpy libopenblas0-pthread
-	tmux mandoc prometheus python3-prometheus-client
+	tmux mandoc prometheus python3-prometheus-client python3-matplotlib
+	python3-tqdm
 )
 
 # For the fuzz step of scripts/test and for scripts/fuzz (libFuzzer comes

@@ -12,9 +12,11 @@ import ctypes
 import errno
 import json
 import os
+import time
 
 from ._lib import SpillwayError, load, library_path, library_version  # noqa: F401
 from . import _lib as L
+from ._progress import AttachProgress
 
 __all__ = ["SpillwayError", "Session", "Optimizer", "StepResult", "socket_path", "status",
            "from_deepspeed_config", "library_path", "library_version", "DeepSpeedConfigError", "SpillwaySettings"]
@@ -63,9 +65,20 @@ class Session:
     $SPILLWAY_SOCKET or the default path); region_bytes: pinned memory to
     reserve; page_size: 0 for the daemon's default (4 MiB); swap_bytes: NVMe
     swap to reserve, exactly (0: none, a resident-only session; None: the
-    daemon's swap.session_bytes)."""
+    daemon's swap.session_bytes); progress: while the daemon locks the
+    region, True draws a tqdm bar on stderr (when tqdm is installed and
+    stderr is a terminal), a callable gets (ready_bytes, total_bytes) from
+    the status document's region_ready_bytes.
 
-    def __init__(self, name, region_bytes, page_size=0, socket=None, reply_timeout_ms=0, swap_bytes=None):
+    persistent: the session outlives this process when it dies without
+    close(): the daemon keeps it, orphaned, for lease_s seconds (default
+    900), and the next Session of the same name and uid takes it over
+    (info()["reattached"]). close() ends it; garbage collection of a
+    persistent Session only disconnects, so an exception that kills the
+    trainer leaves the state to resume."""
+
+    def __init__(self, name, region_bytes, page_size=0, socket=None, reply_timeout_ms=0, swap_bytes=None,
+                 progress=None, persistent=False, lease_s=0):
         lib = L.load()
         self.name = name
         self.socket = socket or socket_path("control")
@@ -91,7 +104,18 @@ class Session:
                          region_bytes=int(region_bytes), page_size=int(page_size))
         if swap_bytes is not None:
             a.swap_bytes, a.flags = int(swap_bytes), L.ATTACH_SWAP_BYTES
-        r = lib.spw_client_attach(c, ctypes.byref(a))
+        self.persistent = bool(persistent)
+        a.persistent, a.lease_s = int(self.persistent), int(lease_s)
+        status_path = _status_path_for(self.socket)
+        with AttachProgress(progress, name, lambda: status(status_path), a.region_bytes):
+            # A session whose dead trainer's last requests are still
+            # completing answers EAGAIN for a moment: a restarted trainer
+            # waits it out.
+            for _ in range(250):
+                r = lib.spw_client_attach(c, ctypes.byref(a))
+                if r != -errno.EAGAIN:
+                    break
+                time.sleep(0.02)
         if r < 0:
             msg = L.decode(lib.spw_client_last_error(c))
             self.close()
@@ -112,7 +136,10 @@ class Session:
         return {"region_bytes": i.region_bytes, "page_size": i.page_size, "slots": i.slots,
                 "sq_entries": i.sq_entries, "cq_entries": i.cq_entries, "features": i.features,
                 "numa_node": i.numa_node, "locked": bool(i.locked), "hugepages": bool(i.hugepages),
-                "swap_bytes": i.swap_bytes}
+                "swap_bytes": i.swap_bytes, "persistent": bool(i.persistent),
+                "reattached": bool(i.reattached), "step_open": bool(i.step_open), "lease_s": i.lease_s,
+                "tensors": i.tensors, "committed_step": i.committed_step, "loss_scale": i.loss_scale,
+                "good_steps": i.good_steps, "skipped": bool(i.skipped)}
 
     def close(self):
         """Detaches (cleanly when possible) and frees the client."""
@@ -131,11 +158,43 @@ class Session:
     def __exit__(self, *exc):
         self.close()
 
+    def _disconnect(self):
+        """Frees the client without a detach: a persistent session stays
+        with the daemon, orphaned, for the next trainer."""
+        if self._c is None:
+            return
+        if self.owner is not None:
+            self.owner.close()
+        L.load().spw_client_free(self._c)
+        self._c = None
+
     def __del__(self):
         try:
-            self.close()
+            if getattr(self, "persistent", False):
+                self._disconnect()
+            else:
+                self.close()
         except Exception:
             pass
+
+
+def drop(name, socket=None):
+    """Ends the orphaned persistent session name now (yours, or any as
+    root): its memory, tensors and swap are released."""
+    lib = L.load()
+    if not L.has("spw_client_drop"):
+        raise NotImplementedError("drop needs a libspillway with spw_client_drop (%s is older)" % L.library_path())
+    sock = socket or socket_path("control")
+    c = ctypes.c_void_p()
+    _check(lib.spw_client_new(None, ctypes.byref(c)), "spillway client")
+    try:
+        r = lib.spw_client_connect(c, sock.encode())
+        if r == 0:
+            r = lib.spw_client_drop(c, name.encode())
+        if r < 0:
+            raise SpillwayError(r, L.decode(lib.spw_client_last_error(c)), "drop session %s" % name)
+    finally:
+        lib.spw_client_free(c)
 
 
 class StepResult:
@@ -302,9 +361,18 @@ class Optimizer:
         self._call(r, "trace flush")
         return True
 
+    @property
+    def resumed_step(self):
+        """The committed step a reattached persistent session's state holds
+        (0: the optimizer started fresh)."""
+        if not L.has("spw_optimizer_resumed_step"):
+            return 0
+        return L.lib.spw_optimizer_resumed_step(self._o)
+
     def close(self):
-        """Frees the optimizer (its tensors are unregistered); the session's
-        client is free for other uses again."""
+        """Frees the optimizer (its tensors are unregistered, unless the
+        session is persistent); the session's client is free for other
+        uses again."""
         if self._o is None:
             return
         L.lib.spw_optimizer_free(self._o)

@@ -47,7 +47,8 @@ class ClientOpts(ctypes.Structure):
 class AttachOpts(ctypes.Structure):
     _fields_ = [("size", c_size_t), ("session", ctypes.c_char_p),
                 ("region_bytes", u64), ("page_size", u32),
-                ("swap_bytes", u64), ("flags", u32)]
+                ("swap_bytes", u64), ("flags", u32),
+                ("persistent", u32), ("lease_s", u32)]
 
 
 ATTACH_SWAP_BYTES = 1 << 0
@@ -57,7 +58,10 @@ class SessionInfo(ctypes.Structure):
     _fields_ = [("size", c_size_t), ("region_bytes", u64), ("page_size", u32),
                 ("slots", u32), ("sq_entries", u32), ("cq_entries", u32),
                 ("features", u32), ("numa_node", i32), ("locked", u8),
-                ("hugepages", u8), ("reserved", u8 * 6), ("swap_bytes", u64)]
+                ("hugepages", u8), ("reserved", u8 * 6), ("swap_bytes", u64),
+                ("persistent", u8), ("reattached", u8), ("step_open", u8), ("reserved2", u8),
+                ("lease_s", u32), ("tensors", u32), ("good_steps", u32),
+                ("committed_step", u64), ("loss_scale", ctypes.c_float), ("skipped", u32)]
 
 
 class ParamGroup(ctypes.Structure):
@@ -145,6 +149,11 @@ _PROTOS = {
 }
 # Not in every library: looked up, declared when present.
 _OPTIONAL = {
+    # Persistent sessions:
+    # int spw_client_drop(spw_client *c, const char *session);
+    "spw_client_drop": (ctypes.c_int, [_vp, ctypes.c_char_p]),
+    # uint64_t spw_optimizer_resumed_step(const spw_optimizer *o);
+    "spw_optimizer_resumed_step": (u64, [_vp]),
     # int spw_optimizer_write(spw_optimizer *o, uint32_t tensor,
     #                         enum spw_optimizer_state which, const float *in);
     "spw_optimizer_write": (ctypes.c_int, [_vp, u32, ctypes.c_int, _vp]),

@@ -602,6 +602,9 @@ def adopt(opt, snapshot):
     if opt._dynamic:
         raise ValueError("OffloadAdamW: loss_scale='dynamic' is not available with offloaded "
                          "parameters (use a fixed loss_scale)")
+    if getattr(opt, "_persistent", False):
+        raise ValueError("OffloadAdamW: persistent=True is not available with offloaded "
+                         "parameters yet (their session is offload_parameters')")
     if opt.accumulation_steps != st.accum:
         raise ValueError("OffloadAdamW: accumulation_steps=%d, but the parameters were offloaded "
                          "with accumulation_steps=%d (spillway sums their gradients over that "

@@ -44,7 +44,10 @@ import torch.optim
 
 from . import Optimizer as _SpwOptimizer, Session, SpillwayError
 from . import _lib as L
+from . import _torch_persist as _persist
 from ._torch_amp import AmpMixin
+from ._torch_hooks import make_accumulated_hook as _make_accumulated_hook, \
+    make_average_hook as _make_average_hook, remove_hooks as _remove_hooks
 from ._torch_checks import _TYPES, f32 as _f32, check_flags as _check_flags, \
     check_hparams as _check_hparams, check_param as _check_param, spw_name, trace_flush as _trace_flush
 from ._torch_state import LiveState, StateMixin
@@ -113,8 +116,9 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                  max_grad_norm=None, accumulation_steps=1, loss_scale=None,
                  init_loss_scale=65536.0, growth_interval=2000, session=None, socket=None,
                  clip_coef=None, data_parallel_group=None, timeout=None, page_size=None,
-                 region_bytes=None, window=0, threads=0, trace=None):
+                 region_bytes=None, window=0, threads=0, trace=None, persistent=False, lease=None):
         self._live_state = LiveState(self)
+        self._persistent, self._lease, self.resumed_step = _persist.check(persistent, lease, session)
         self._built = False
         self._opt = None
         self._trace = trace
@@ -321,7 +325,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             if self._session is None:
                 self._session = Session(self._session_name, region_bytes=region, page_size=psz,
                                         socket=self._socket, reply_timeout_ms=self._timeout_ms(),
-                                        swap_bytes=swap)
+                                        swap_bytes=swap, **_persist.session_args(self))
         groups = [dict(lr=float(g["lr"]), beta1=float(g["betas"][0]), beta2=float(g["betas"][1]),
                        eps=float(g["eps"]), weight_decay=float(g["weight_decay"]))
                   for g in self.param_groups]
@@ -368,6 +372,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             opt.close()
             raise
         self._opt = opt
+        self.resumed_step = _persist.resume(self, opt, entries)
         for e in entries:
             e.ref = e.p.detach()  # keeps the buffer spillway writes into alive
             e.ptr = e.p.data_ptr()
@@ -420,6 +425,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         self._entries = []
         self._by_id = {}
         self._add_entries(entries)
+        _persist.before_rebuild(self)
         try:
             self._build(snapshot)
         except Exception:
@@ -764,7 +770,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
 
     def __del__(self):
         try:
-            self.close()
+            _persist.abandon(self) or self.close()
         except Exception:
             pass
 
@@ -774,27 +780,3 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     def __repr__(self):
         return "OffloadAdamW(tier=%r, mode=%r, params=%d, groups=%d, session=%r)" % (
             self.tier, self.mode, len(self._entries), len(self.param_groups), self._session_name)
-
-
-def _remove_hooks(e):
-    for h in e.hooks:
-        h.remove()
-    e.hooks = []
-    e.acc = None
-
-
-def _make_accumulated_hook(opt_ref, entry_ref):
-    def hook(grad_inputs, grad_outputs):
-        opt, e = opt_ref(), entry_ref()
-        if opt is not None and e is not None:
-            opt._on_accumulated(e)
-    return hook
-
-
-def _make_average_hook(opt_ref, entry_ref):
-    def hook(grad):
-        opt, e = opt_ref(), entry_ref()
-        if opt is None or e is None or opt.data_parallel_group in (None, False):
-            return None
-        return opt._on_grad(e, grad)
-    return hook

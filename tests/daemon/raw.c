@@ -29,7 +29,8 @@ int raw_send(int fd, const char *json)
 
 cJSON *raw_recv(int fd, int *fds, unsigned *nfds, int *err)
 {
-	static char buf[SPW_PROTO_MAX_FRAME + 1];
+	/* Per thread: test-attach-progress reads status beside an attach. */
+	static _Thread_local char buf[SPW_PROTO_MAX_FRAME + 1];
 	struct timeval tv = { .tv_sec = 5 };
 	int r;
 

@@ -108,6 +108,7 @@ static void test_attach_and_pages(struct spw_test_daemon *d)
 	ASSERT_EQ(raw_num(ss, "pid"), getpid());
 	ASSERT_STREQ(cJSON_GetObjectItem(ss, "state")->valuestring, "attached");
 	ASSERT_EQ(raw_num(ss, "region_bytes"), 16.0 * MiB);
+	ASSERT_EQ(raw_num(ss, "region_ready_bytes"), 16.0 * MiB);
 	ASSERT_EQ(raw_num(ss, "page_size"), 1.0 * MiB);
 	ASSERT_EQ(raw_num(ss, "slots"), 16);
 	ASSERT_EQ(raw_num(ss, "slots_used"), 6);
@@ -240,10 +241,17 @@ static void test_refusals(struct spw_test_daemon *d)
 	cJSON_Delete(r);
 	raw_session_close(&a);
 	{
+		/* A lease of 0 or over 7 days is refused, naming the range. */
 		int fd = raw_connect_hello(d->control);
-		r = raw_request(fd, "{\"type\":\"attach\",\"session\":\"p/0\",\"region_bytes\":1048576,\"persistent\":true}");
-		ASSERT_EQ(raw_reply_errno(r), -EOPNOTSUPP);
-		ASSERT_CONTAINS(raw_reply_message(r), "persistent sessions");
+		r = raw_request(fd, "{\"type\":\"attach\",\"session\":\"p/0\",\"region_bytes\":1048576,\"persistent\":true,"
+				"\"lease_s\":0}");
+		ASSERT_EQ(raw_reply_errno(r), -EINVAL);
+		ASSERT_CONTAINS(raw_reply_message(r), "7 days");
+		cJSON_Delete(r);
+		r = raw_request(fd, "{\"type\":\"attach\",\"session\":\"p/0\",\"region_bytes\":1048576,\"persistent\":true,"
+				"\"lease_s\":604801}");
+		ASSERT_EQ(raw_reply_errno(r), -EINVAL);
+		ASSERT_CONTAINS(raw_reply_message(r), "lease_s");
 		cJSON_Delete(r);
 		close(fd);
 	}

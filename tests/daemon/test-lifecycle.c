@@ -387,6 +387,8 @@ static void test_user_mode(void)
 	ASSERT_OK(raw_attach(control, "user/1", 8 * MiB, 0, &s));
 	j = raw_status(status);
 	ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(raw_status_session(j, "user/1"), "locked")));
+	/* unlocked, but prefaulted: the attach progress ends at the region */
+	ASSERT_EQ(raw_num(raw_status_session(j, "user/1"), "region_ready_bytes"), 8.0 * MiB);
 	ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "pool"), "locked")));
 	ASSERT_EQ(raw_num(j, "pool.used_bytes"), 8.0 * MiB);
 	ASSERT_EQ(raw_num(j, "pool.locked_bytes"), 0);

@@ -174,6 +174,8 @@ static void test_sqe_check(void)
 
 	for (unsigned op = 0; op < SPW_OP__COUNT; op++) {
 		s = (struct spw_sqe){ .opcode = (uint8_t)op };
+		if (op == SPW_OP_MARK) /* a mark names its step */
+			s = (struct spw_sqe){ .opcode = (uint8_t)op, .flags = SPW_MARK_OPEN, .arg = 1 };
 		ASSERT_OK(spw_sqe_check(&s));
 		ASSERT_TRUE(strcmp(spw_op_name(op), "unknown") != 0);
 	}
@@ -187,7 +189,19 @@ static void test_sqe_check(void)
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
 	s = (struct spw_sqe){ .opcode = SPW_OP_NOP, .reserved1 = 1 };
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
-	s = (struct spw_sqe){ .opcode = SPW_OP_NOP, .reserved2 = 1 };
+	s = (struct spw_sqe){ .opcode = SPW_OP_NOP, .arg = 1 };
+	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
+	/* MARK: exactly one of OPEN and COMMIT, a step from 1; only a
+	 * COMMIT carries the loss scale and good steps. */
+	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .flags = SPW_MARK_COMMIT, .arg = 7, .tensor = 0x47800000u, .page = 3 };
+	ASSERT_OK(spw_sqe_check(&s));
+	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .flags = SPW_MARK_COMMIT };
+	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
+	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .flags = SPW_MARK_OPEN | SPW_MARK_COMMIT, .arg = 1 };
+	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
+	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .flags = SPW_MARK_OPEN, .arg = 1, .page = 1 };
+	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
+	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .arg = 1 };
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
 	/* PIN takes OVERWRITE (bit 0, the same bit as UNPIN's DIRTY) and
 	 * nothing else; NOP takes no flag. */

@@ -47,7 +47,7 @@ static void test_invalid_entries(void)
 		{ .opcode = SPW_OP__COUNT },
 		{ .opcode = SPW_OP_NOP, .reserved0 = 1 },
 		{ .opcode = SPW_OP_NOP, .reserved1 = 0xffffffff },
-		{ .opcode = SPW_OP_NOP, .reserved2 = 1 },
+		{ .opcode = SPW_OP_NOP, .arg = 1 },
 		{ .opcode = SPW_OP_NOP, .flags = 1 },
 		{ .opcode = SPW_OP_UNPIN, .flags = 0x80 },
 		{ .opcode = SPW_OP_PIN, .tensor = 0xffffffff },

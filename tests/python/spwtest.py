@@ -44,7 +44,8 @@ def _die_with_parent():
 class Daemon:
     """spillwayd with sockets in a temp dir and swap under /var/tmp."""
 
-    def __init__(self, swap=True, pool="1GiB", session_max="256MiB"):
+    def __init__(self, swap=True, pool="1GiB", session_max="256MiB", extra=None):
+        """extra: more config sections, e.g. {"metrics": {"listen": ...}}."""
         self.dir = tempfile.mkdtemp(prefix="spw-py-", dir=os.environ.get("TMPDIR") or "/tmp")
         self.swapdir = tempfile.mkdtemp(prefix="spw-py-swap-", dir="/var/tmp") if swap else None
         self.control = os.path.join(self.dir, "control.sock")
@@ -56,6 +57,7 @@ class Daemon:
         }
         if swap:
             cfg["swap"] = {"dirs": [{"path": self.swapdir, "max_bytes": "1GiB"}]}
+        cfg.update(extra or {})
         self.config = os.path.join(self.dir, "spillwayd.json")
         with open(self.config, "w") as f:
             json.dump(cfg, f)

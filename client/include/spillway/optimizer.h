@@ -148,6 +148,26 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 				 spw_optimizer **ret);
 
 /*
+ * Persistent sessions (spw_attach_opts.persistent, docs/persistent.md).
+ * The optimizer marks each step for the daemon: a step is committed once
+ * all its updates are in the session's state. On a session taken over
+ * from a trainer that died (spw_session_info.reattached),
+ * spw_optimizer_new() and spw_optimizer_add*() adopt the session's tensors
+ * with their master weights and moments instead of writing init, and the
+ * first spw_optimizer_begin() checks the layout (modes, groups, every
+ * tensor's name, size, group and type) against the one left, refusing
+ * with -ESTALE and the first difference. spw_optimizer_new() refuses with
+ * -ESTALE a session whose trainer died inside a step's updates (its state
+ * mixes two steps). Read the master weights back with
+ * spw_optimizer_read(SPW_STATE_PARAM) to restore the device parameters.
+ *
+ * Returns the committed step the adopted state holds (0 when the
+ * optimizer started fresh): continue with begin(step + 1), or with the
+ * same number when that step was skipped (spw_session_info.skipped).
+ */
+SPW_EXPORT uint64_t spw_optimizer_resumed_step(const spw_optimizer *o);
+
+/*
  * Waits for work in flight, unregisters the optimizer's tensors (when the
  * daemon is still there), stops the threads and frees. The client is the
  * caller's again afterwards. Accepts NULL; returns NULL.
@@ -380,8 +400,10 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res);
  */
 SPW_EXPORT int spw_optimizer_wait_params(spw_optimizer *o, uint32_t tensor, void *stream);
 
-/* Waits until all work of every ended step is done. Returns 0 or the
- * broken optimizer's error. */
+/* Waits until all work of every ended step is done, and on a persistent
+ * session until the daemon has those steps as committed (a trainer killed
+ * after it resumes after its last ended step). Returns 0 or the broken
+ * optimizer's error. */
 SPW_EXPORT int spw_optimizer_sync(spw_optimizer *o);
 
 enum spw_optimizer_state {

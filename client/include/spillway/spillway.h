@@ -183,6 +183,11 @@ struct spw_attach_opts {
 	uint64_t swap_bytes;   /* with SPW_ATTACH_SWAP_BYTES: the swap to reserve, exactly;
 				* 0 is a resident-only session that reserves none */
 	uint32_t flags;        /* SPW_ATTACH_* */
+	/* Added after swap_bytes (docs/persistent.md). */
+	uint32_t persistent;   /* 1: the session outlives a client that dies without
+				* detach, and the next attach of its name by this uid
+				* takes it over (spw_session_info.reattached) */
+	uint32_t lease_s;      /* persistent: seconds an orphan is kept; 0 = 900, at most 7 days */
 };
 
 /* spw_attach_opts.flags: swap_bytes says how much swap the session gets.
@@ -240,6 +245,18 @@ struct spw_session_info {
 	uint8_t reserved[6];
 	/* Added after the first version. */
 	uint64_t swap_bytes;    /* NVMe-tier swap the daemon reserved for the session */
+	/* Added after swap_bytes: persistent sessions. */
+	uint8_t persistent;     /* the session outlives this client (lease_s) */
+	uint8_t reattached;     /* this attach took the session over from a client that died */
+	uint8_t step_open;      /* reattached: that client died inside a step's updates, so the
+				 * state mixes two steps (spw_optimizer_new refuses it) */
+	uint8_t reserved2;
+	uint32_t lease_s;
+	uint32_t tensors;       /* tensors the session held at attach */
+	uint32_t good_steps;    /* committed: the dynamic loss scale's steps since it last grew */
+	uint64_t committed_step; /* the last step whose updates are all in the state (0: none) */
+	float loss_scale;       /* committed: the loss scale for the next step */
+	uint32_t skipped;       /* committed: that step was skipped (its number repeats) */
 };
 
 /*
@@ -251,6 +268,16 @@ struct spw_session_info {
  * const).
  */
 SPW_EXPORT int spw_client_info(const spw_client *c, struct spw_session_info *info);
+
+/*
+ * Ends the orphaned persistent session named session at once (what its
+ * lease's end would do): its region, tensors and swap are released. The
+ * caller's uid must own it, or be root. c needs no session of its own.
+ * Returns 0; -ENOENT for no such session, -EPERM for another user's,
+ * -EBUSY while a client holds it (only orphans are dropped), with the
+ * daemon's sentence as the last error.
+ */
+SPW_EXPORT int spw_client_drop(spw_client *c, const char *session);
 
 /* ------------------------------------------------------------------ */
 /* Tensors */
@@ -278,6 +305,18 @@ enum spw_tensor_kind {
  */
 SPW_EXPORT int spw_tensor_register(spw_client *c, const char *name, uint64_t bytes,
 				   enum spw_tensor_kind kind, uint32_t *ret_tensor, uint32_t *ret_pages);
+
+/*
+ * On a reattached session (spw_session_info.reattached): takes over the
+ * tensor named name that the session already holds, with its contents,
+ * instead of registering a new one. bytes and kind must be what it was
+ * registered with. Returns as spw_tensor_register(); the daemon refuses
+ * with -ENOENT when the session holds no tensor of that name and -EEXIST
+ * when its size or kind differ or this client already took it, naming
+ * both sizes.
+ */
+SPW_EXPORT int spw_tensor_adopt(spw_client *c, const char *name, uint64_t bytes, enum spw_tensor_kind kind,
+				uint32_t *ret_tensor, uint32_t *ret_pages);
 
 /*
  * Unregisters a tensor; its pages must not be pinned. Returns 0 on success,

@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client/persist.c: an optimizer on a persistent session. It marks each
+ * step's updates for the daemon (OPEN before the first page of a step is
+ * written, COMMIT once every update of an ended step is in the state), and
+ * on a session taken over from a trainer that died it adopts the tensors
+ * instead of initialising them, after checking the layout is the one that
+ * was left (docs/persistent.md).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optimizer-private.h"
+
+/* User data of MARK completions (engine.c's are 1..3; jobs far above). */
+#define UD_MARK 4u
+
+#define LAYOUT_NAME "spw.opt.layout"
+#define LAYOUT_MAGIC 0x4c575053u /* "SPWL" */
+#define LAYOUT_VERSION 1u
+
+int spw__persist_init(spw_optimizer *o)
+{
+	const struct spw_session_info *p = &o->c->persist;
+
+	o->persist.on = p->persistent;
+	/* A fresh optimizer's first writes (tensors, initial weights) are
+	 * step 1's: a trainer that dies before step 1 commits leaves a
+	 * session the daemon knows is not worth resuming. */
+	if (p->persistent && !p->reattached) {
+		o->persist.opened = 1;
+		return spw__mark_sync(o->c, SPW_MARK_OPEN, 1);
+	}
+	if (!p->reattached)
+		return 0;
+	if (p->step_open)
+		return spw__error(o->c, -ESTALE,
+				  "spw_optimizer_new: session %s was left by a trainer that died while updating step "
+				  "%llu, so its state mixes steps %llu and %llu and cannot be resumed exactly; drop it "
+				  "(spillwayctl drop %s) and restart from a checkpoint",
+				  o->c->session, (unsigned long long)p->committed_step + 1,
+				  (unsigned long long)p->committed_step, (unsigned long long)p->committed_step + 1,
+				  o->c->session);
+	o->persist.adopting = true;
+	o->persist.session_tensors = p->tensors;
+	/* Before any committed step the state is worth nothing: the tensors
+	 * are adopted and written anew, as a fresh run would. */
+	o->persist.resumed = p->committed_step > 0;
+	o->persist.resumed_step = p->committed_step;
+	o->persist.committed = p->committed_step;
+	o->persist.opened = p->committed_step;
+	o->persist.ended = p->committed_step;
+	o->persist.acked = p->committed_step;
+	if (o->persist.resumed && o->dynamic && p->loss_scale > 0.0f)
+		o->dyn_scale = (struct spw__loss_scale){ .scale = p->loss_scale, .good_steps = p->good_steps };
+	return 0;
+}
+
+int spw__persist_tensor(spw_optimizer *o, const char *name, uint64_t bytes, enum spw_tensor_kind kind, uint32_t *id)
+{
+	int r;
+
+	if (!o->persist.adopting)
+		return spw_tensor_register(o->c, name, bytes, kind, id, NULL);
+	r = spw_tensor_adopt(o->c, name, bytes, kind, id, NULL);
+	if (r == 0)
+		o->persist.adopted++;
+	return r;
+}
+
+struct layout_entry {
+	uint64_t count;
+	uint32_t group, ptype, frozen, name_len;
+};
+
+/* The record of what the optimizer holds: mode, tier, chunking, groups,
+ * and every tensor's name, size, group and device type in order. A
+ * resumed optimizer must build the same bytes. Returns its size, and
+ * fills buf when it is not NULL. */
+static size_t layout_record(const spw_optimizer *o, unsigned char *buf)
+{
+	uint32_t head[6] = { LAYOUT_MAGIC, LAYOUT_VERSION, o->mode, o->tier, o->chunk_elems, o->ngroups };
+	size_t at = sizeof(head);
+
+	if (buf)
+		memcpy(buf, head, sizeof(head));
+	for (uint32_t i = 0; i < o->ntensors; i++) {
+		const struct tensor *t = &o->tensors[i];
+		struct layout_entry e = { .count = t->count, .group = t->group, .ptype = t->ptype, .frozen = t->frozen,
+					  .name_len = (uint32_t)strlen(t->name) };
+
+		if (buf) {
+			memcpy(buf + at, &e, sizeof(e));
+			memcpy(buf + at + sizeof(e), t->name, e.name_len);
+		}
+		at += sizeof(e) + e.name_len;
+	}
+	return at;
+}
+
+/* The first tensor where two records differ, as a sentence. */
+static void layout_diff(const spw_optimizer *o, const unsigned char *want, const unsigned char *have, char *out,
+			size_t len)
+{
+	size_t at = 6 * sizeof(uint32_t);
+
+	if (memcmp(want, have, at)) {
+		snprintf(out, len, "the mode, tier, chunk size or number of param groups differ");
+		return;
+	}
+	for (uint32_t i = 0; i < o->ntensors; i++) {
+		struct layout_entry e;
+		size_t n = sizeof(e) + strlen(o->tensors[i].name);
+
+		memcpy(&e, have + at, sizeof(e));
+		if (memcmp(want + at, have + at, n)) {
+			snprintf(out, len, "tensor %u (%s here: %llu elements, group %u) is %.*s there with %llu "
+				 "elements, group %u, device type %u", i, o->tensors[i].name,
+				 (unsigned long long)o->tensors[i].count, o->tensors[i].group,
+				 (int)(e.name_len < 200 ? e.name_len : 200), (const char *)have + at + sizeof(e),
+				 (unsigned long long)e.count, e.group, e.ptype);
+			return;
+		}
+		at += n;
+	}
+	snprintf(out, len, "the records differ");
+}
+
+/* Copies the record into (write) or out of (read) the layout tensor's
+ * pages. The ring is ours. */
+static int layout_io(spw_optimizer *o, unsigned char *rec, size_t bytes, bool write)
+{
+	for (size_t off = 0; off < bytes; off += o->page_size) {
+		size_t n = bytes - off < o->page_size ? bytes - off : o->page_size;
+		uint32_t page = (uint32_t)(off / o->page_size);
+		void *p;
+		int r = spw_pin(o->c, o->persist.layout_id, page, &p);
+
+		if (r < 0)
+			return r;
+		if (write)
+			memcpy(p, rec + off, n);
+		else
+			memcpy(rec + off, p, n);
+		r = spw_unpin(o->c, o->persist.layout_id, page, write ? SPW_DIRTY : SPW_CLEAN);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+int spw__persist_layout(spw_optimizer *o)
+{
+	size_t bytes = layout_record(o, NULL);
+	unsigned char *want, *have = NULL;
+	char why[512];
+	int r;
+
+	if (!o->persist.on && !o->persist.adopting)
+		return 0;
+	want = malloc(bytes);
+	if (!want || (o->persist.adopting && !(have = malloc(bytes)))) {
+		free(want);
+		return spw__opt_error(o, -ENOMEM, "begin: out of memory");
+	}
+	layout_record(o, want);
+	/* On the tier of the state: a region smaller than the state has no
+	 * free slot to give a resident tensor by now. */
+	r = spw__persist_tensor(o, LAYOUT_NAME, bytes, o->tier, &o->persist.layout_id);
+	if (r < 0) {
+		r = spw__opt_error(o, r, "begin: %s%s", spw_client_last_error(o->c),
+				   r == -EEXIST ? " (the number or names of tensors differ)" : "");
+		goto out;
+	}
+	if (o->persist.adopting && o->persist.adopted != o->persist.session_tensors) {
+		r = spw__opt_error(o, -ESTALE, "begin: session %s holds %u tensors and this optimizer took %u of them; "
+				   "the model differs from the run that left it: drop the session (spillwayctl drop "
+				   "%s) to start over", o->c->session, o->persist.session_tensors, o->persist.adopted,
+				   o->c->session);
+		goto out;
+	}
+	if (o->persist.resumed) {
+		r = layout_io(o, have, bytes, false);
+		if (r == 0 && memcmp(want, have, bytes)) {
+			layout_diff(o, want, have, why, sizeof(why));
+			r = spw__opt_error(o, -ESTALE, "begin: session %s was left by an optimizer of another layout: %s; "
+					   "drop the session (spillwayctl drop %s) to start over", o->c->session, why,
+					   o->c->session);
+			goto out;
+		}
+	} else {
+		r = layout_io(o, want, bytes, true);
+	}
+	if (r < 0)
+		r = spw__opt_error(o, r, "begin: the layout record: %s", spw_client_last_error(o->c));
+out:
+	free(want);
+	free(have);
+	return r;
+}
+
+int spw__persist_open_write(spw_optimizer *o)
+{
+	uint64_t step;
+	int r;
+
+	if (!o->persist.on)
+		return 0;
+	pthread_mutex_lock(&o->lock);
+	step = o->persist.ended + 1;
+	pthread_mutex_unlock(&o->lock);
+	if (step <= o->persist.opened)
+		return 0;
+	/* The engine is parked: the ring is ours until release. */
+	r = spw__mark_sync(o->c, SPW_MARK_OPEN, step);
+	if (r == 0)
+		o->persist.opened = step;
+	return r;
+}
+
+bool spw__persist_open(spw_optimizer *o, const struct job *j)
+{
+	if (!o->persist.on || !job_updates(j->kind) || j->step <= o->persist.opened)
+		return true;
+	if (o->hints_inflight + o->ring_reserved + 1 > o->ring_cap)
+		return false;
+	if (spw__submit_mark(o->c, SPW_MARK_OPEN, j->step, 0, 0, UD_MARK) < 0)
+		return false;
+	o->hints_inflight++;
+	o->persist.opened = j->step;
+	return true;
+}
+
+void spw__persist_commit(spw_optimizer *o)
+{
+	uint64_t step;
+	uint32_t bits, good;
+	bool ready;
+
+	if (!o->persist.on)
+		return;
+	pthread_mutex_lock(&o->lock);
+	step = o->persist.ended;
+	ready = step > o->persist.committed && o->persist.mod_left[step & 1] == 0;
+	bits = o->persist.scale_bits;
+	good = o->persist.good;
+	pthread_mutex_unlock(&o->lock);
+	if (!ready || o->hints_inflight + o->ring_reserved + 1 > o->ring_cap)
+		return;
+	if (spw__submit_mark(o->c, SPW_MARK_COMMIT, step, bits, good, UD_MARK) < 0)
+		return;
+	o->hints_inflight++;
+	o->persist.committed = step;
+}
+
+void spw__persist_marked(spw_optimizer *o, int32_t res)
+{
+	o->hints_inflight--;
+	pthread_mutex_lock(&o->lock);
+	if (res < 0)
+		spw__opt_fatal_locked(o, res, "marking step %llu for the persistent session: %s",
+				      (unsigned long long)o->persist.committed, spw_strerror(res));
+	/* Marks complete in order: this one is the newest COMMIT or older. */
+	o->persist.acked = o->persist.committed;
+	pthread_cond_broadcast(&o->cond);
+	pthread_mutex_unlock(&o->lock);
+}
+
+SPW_EXPORT uint64_t spw_optimizer_resumed_step(const spw_optimizer *o)
+{
+	return o && o->persist.resumed ? o->persist.resumed_step : 0;
+}

@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * persist-trainer: the deterministic trainer test-persist-storm kills. It
+ * trains the example MLP through spillway on a persistent session (or a
+ * plain one, for the reference run); the data of step N is a function of
+ * N. Started again after a SIGKILL, it takes the session over, restores
+ * its "device" weights from the master weights the session kept and
+ * continues from spw_optimizer_resumed_step() + 1. At the end it writes
+ * every tensor's master weights and moments to OUT.
+ *
+ *   persist-trainer SOCKET SESSION overlapped|exact resident|swappable
+ *                   ACCUM FP16(0|1) STEPS PAUSE_US PERSISTENT(0|1) OUT
+ *
+ * Exit status: 0 done, 3 the session was left mid-update (-ESTALE: the
+ * harness drops it and starts over), 1 anything else.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <spillway/spillway.h>
+
+#include "kernels.h"
+#include "mlp.h"
+
+#define MAXT (2 * (MLP_MAX_HIDDEN_LAYERS + 1))
+#define BATCH 16
+#define PAGE (64u * 1024u)
+
+struct trainer {
+	spw_optimizer *opt;
+	uint32_t id[MAXT];
+	uint16_t *h[MAXT];
+	bool fp16;
+	float scale;
+	const struct mlp_tensor *pend[2];
+	int pend_index[2], npend;
+};
+
+static int hand_over(struct trainer *tr, const struct mlp_tensor *t, int i)
+{
+	if (!tr->fp16)
+		return spw_optimizer_grad_ready(tr->opt, tr->id[i], SPW_ALL_CHUNKS, t->grad, t->count * 4, SPW_TYPE_F32,
+						NULL);
+	/* What an fp16 device hands over: gradient * loss scale, overflowing
+	 * to inf as it would there. */
+	for (size_t k = 0; k < t->count; k++)
+		tr->h[i][k] = spw_f32_to_f16(t->grad[k] * tr->scale);
+	return spw_optimizer_grad_ready(tr->opt, tr->id[i], SPW_ALL_CHUNKS, tr->h[i], t->count * 2, SPW_TYPE_F16,
+					NULL);
+}
+
+static int flush(struct trainer *tr)
+{
+	int r = 0;
+
+	for (int i = 0; i < tr->npend && r == 0; i++)
+		r = hand_over(tr, tr->pend[i], tr->pend_index[i]);
+	tr->npend = 0;
+	return r;
+}
+
+/* A layer is handed over once the layer below reports (backward still
+ * reads its weights until then). */
+static int on_grad(const struct mlp_tensor *t, int index, void *arg)
+{
+	struct trainer *tr = arg;
+	int r = 0;
+
+	if (index % 2 == 0)
+		r = flush(tr);
+	tr->pend[tr->npend] = t;
+	tr->pend_index[tr->npend++] = index;
+	return r;
+}
+
+/* Exits at once, as a killed trainer would: nothing freed, and no leak
+ * report (LeakSanitizer runs at exit(), not _exit()). */
+static int fail(const char *what, const char *why)
+{
+	fprintf(stderr, "persist-trainer: %s: %s\n", what, why);
+	_exit(1);
+}
+
+int main(int argc, char **argv)
+{
+	struct mlp_config cfg = { .n_in = 64, .n_hidden = 384, .n_hidden_layers = 2, .n_out = 10, .max_batch = BATCH };
+	struct spw_param_group g = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f };
+	struct spw_optimizer_opts oo = { .size = sizeof(oo), .groups = &g, .ngroups = 1, .threads = 2, .device = "host" };
+	struct spw_session_info info = { .size = sizeof(info) };
+	struct trainer tr = { 0 };
+	const struct mlp_tensor *t;
+	struct mlp_task *task;
+	struct mlp *m;
+	spw_client *c = NULL;
+	uint64_t accum, steps, pause_us, step;
+	float x[BATCH * 64], loss;
+	int32_t y[BATCH];
+	bool persistent;
+	FILE *out;
+	int n, r;
+
+	if (argc != 11)
+		return fail("usage", "SOCKET SESSION MODE TIER ACCUM FP16 STEPS PAUSE_US PERSISTENT OUT");
+	oo.mode = !strcmp(argv[3], "exact") ? SPW_OPT_EXACT : SPW_OPT_OVERLAPPED;
+	oo.tier = !strcmp(argv[4], "swappable") ? SPW_TENSOR_SWAPPABLE : SPW_TENSOR_RESIDENT;
+	accum = strtoull(argv[5], NULL, 10);
+	tr.fp16 = atoi(argv[6]) != 0;
+	steps = strtoull(argv[7], NULL, 10);
+	pause_us = strtoull(argv[8], NULL, 10);
+	persistent = atoi(argv[9]) != 0;
+	oo.accumulation = (uint32_t)accum;
+	oo.dynamic_loss_scale = tr.fp16;
+	oo.init_loss_scale = 1024.0f;
+	oo.max_norm = oo.mode == SPW_OPT_EXACT ? 1.0f : 0.0f;
+	tr.scale = tr.fp16 ? oo.init_loss_scale : 1.0f;
+
+	if (mlp_create(&cfg, 5, &m) < 0 || mlp_task_create(64, 10, 9, &task) < 0)
+		return fail("model", "cannot build");
+	t = mlp_tensors(m, &n);
+	{
+		/* Resident: the whole state fits; swappable: a region of a
+		 * third of it, so pages go to disk and come back every step. */
+		struct spw_attach_opts a = { .size = sizeof(a), .session = argv[2], .page_size = PAGE,
+					     .region_bytes = oo.tier == SPW_TENSOR_RESIDENT ? 16u << 20 : 2u << 20,
+					     .persistent = persistent, .lease_s = 120 };
+
+		if (spw_client_new(NULL, &c) < 0 || spw_client_connect(c, argv[1]) < 0)
+			return fail("connect", c ? spw_client_last_error(c) : "out of memory");
+		/* A session whose dead client's requests are still completing
+		 * answers EAGAIN for a moment. */
+		for (int tries = 0; (r = spw_client_attach(c, &a)) == -EAGAIN && tries < 250; tries++)
+			usleep(20 * 1000);
+		if (r < 0)
+			return fail("attach", spw_client_last_error(c));
+	}
+	r = spw_optimizer_new(c, &oo, &tr.opt);
+	if (r == -ESTALE) {
+		fprintf(stderr, "persist-trainer: %s\n", spw_client_last_error(c));
+		_exit(3);
+	}
+	if (r < 0)
+		return fail("optimizer", spw_client_last_error(c));
+	for (int i = 0; i < n; i++) {
+		if (spw_optimizer_add(tr.opt, t[i].name, 0, t[i].count, t[i].param, t[i].param, SPW_TYPE_F32,
+				      &tr.id[i]) < 0)
+			return fail("add", spw_optimizer_last_error(tr.opt));
+		if (!(tr.h[i] = malloc(t[i].count * 2)))
+			return fail("add", "out of memory");
+	}
+	step = spw_optimizer_resumed_step(tr.opt) + 1;
+	if (step > 1) {
+		/* The device weights are the trainer's to restore: the master
+		 * weights the session kept, cast as the copy-out would (fp32). */
+		for (int i = 0; i < n; i++)
+			if (spw_optimizer_read(tr.opt, tr.id[i], SPW_STATE_PARAM, t[i].param) < 0)
+				return fail("read", spw_optimizer_last_error(tr.opt));
+		spw_client_info(c, &info);
+		if (tr.fp16)
+			tr.scale = info.loss_scale;
+		printf("resumed %llu\n", (unsigned long long)step - 1);
+		fflush(stdout);
+	}
+	for (; step <= steps; step++) {
+		struct spw_step_result res = { .size = sizeof(res) };
+
+		if (spw_optimizer_begin(tr.opt, step, NULL, 0.0f) < 0)
+			return fail("begin", spw_optimizer_last_error(tr.opt));
+		for (uint64_t mb = 0; mb < accum; mb++) {
+			for (int i = 0; i < n; i++)
+				if (spw_optimizer_wait_params(tr.opt, tr.id[i], NULL) < 0)
+					return fail("wait", spw_optimizer_last_error(tr.opt));
+			mlp_task_batch(task, (step - 1) * accum + mb, BATCH, x, y);
+			if (mlp_forward(m, x, y, BATCH, &loss, NULL) < 0 || mlp_backward(m, on_grad, &tr) < 0 ||
+			    flush(&tr) < 0 || spw_optimizer_sync_grads(tr.opt) < 0)
+				return fail("step", spw_optimizer_last_error(tr.opt));
+		}
+		if (spw_optimizer_end(tr.opt, &res) < 0)
+			return fail("end", spw_optimizer_last_error(tr.opt));
+		tr.scale = res.next_loss_scale;
+		if (pause_us)
+			usleep((useconds_t)pause_us); /* the data loader's turn */
+	}
+	if (spw_optimizer_sync(tr.opt) < 0 || !(out = fopen(argv[10], "wb")))
+		return fail("sync", spw_optimizer_last_error(tr.opt));
+	for (int i = 0; i < n; i++) {
+		float *buf = malloc(t[i].count * 4);
+
+		for (int w = SPW_STATE_PARAM; w <= SPW_STATE_EXP_AVG_SQ && buf; w++) {
+			if (spw_optimizer_read(tr.opt, tr.id[i], (enum spw_optimizer_state)w, buf) < 0)
+				return fail("read", spw_optimizer_last_error(tr.opt));
+			fwrite(buf, 4, t[i].count, out);
+		}
+		free(buf);
+		free(tr.h[i]);
+	}
+	fclose(out);
+	spw_optimizer_free(tr.opt);
+	spw_client_detach(c);
+	spw_client_free(c);
+	mlp_task_free(task);
+	mlp_free(m);
+	return 0;
+}

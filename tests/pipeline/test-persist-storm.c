@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test-persist-storm: a training run on a persistent session, killed with
+ * SIGKILL at random instants again and again (issue 10). Each kill is
+ * followed by a new trainer that takes the session over and continues;
+ * the final master weights and moments must equal an uninterrupted run's
+ * bit for bit. A kill that lands inside a step's updates leaves a state
+ * that mixes two steps: the new trainer must be refused (-ESTALE, exit 3),
+ * never resume it; the harness then drops the session and starts over. At
+ * the end no session, pool byte or swap file is left.
+ *
+ *   test-persist-storm MODE TIER ACCUM FP16 KILLS
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include <cjson/cJSON.h>
+#include <spillway/spillway.h>
+
+#include "harness.h"
+#include "test.h"
+
+#define STEPS "200"
+#define PAUSE_US "3000"
+
+static struct spw_test_daemon d;
+static const char *mode, *tier, *accum, *fp16;
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static pid_t spawn(const char *session, const char *persistent, const char *out, int *out_fd)
+{
+	const char *exe = getenv("PERSIST_TRAINER");
+	int pfd[2];
+	pid_t pid;
+
+	ASSERT_TRUE(exe != NULL);
+	ASSERT_OK(pipe(pfd));
+	pid = fork();
+	ASSERT_TRUE(pid >= 0);
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		close(pfd[0]);
+		close(pfd[1]);
+		execl(exe, exe, d.control, session, mode, tier, accum, fp16, STEPS, PAUSE_US, persistent, out,
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+	*out_fd = pfd[0];
+	return pid;
+}
+
+/* Waits for pid; returns its exit status, or -1 when a signal ended it.
+ * Counts a "resumed N" line it printed. */
+static int reap(pid_t pid, int fd, int *resumed)
+{
+	char buf[256];
+	ssize_t got;
+	int st;
+
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	got = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (got > 0) {
+		buf[got] = '\0';
+		*resumed += strstr(buf, "resumed ") != NULL;
+	}
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void load(const char *path, float **buf, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	long len;
+
+	ASSERT_TRUE(f != NULL);
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	ASSERT_TRUE(len > 0 && len % 4 == 0);
+	*buf = malloc((size_t)len);
+	ASSERT_TRUE(*buf != NULL);
+	ASSERT_EQ(fread(*buf, 1, (size_t)len, f), (size_t)len);
+	fclose(f);
+	*n = (size_t)len / 4;
+}
+
+static void drop(const char *session)
+{
+	spw_client *c;
+
+	ASSERT_OK(spw_client_new(NULL, &c));
+	ASSERT_OK(spw_client_connect(c, d.control));
+	ASSERT_OK(spw_client_drop(c, session));
+	spw_client_free(c);
+}
+
+static double status_number(const char *a, const char *b)
+{
+	char *json = NULL;
+	cJSON *doc;
+	double v;
+
+	ASSERT_OK(spw_status_fetch(d.status, &json));
+	doc = cJSON_Parse(json);
+	ASSERT_TRUE(doc != NULL);
+	v = b ? cJSON_GetObjectItem(cJSON_GetObjectItem(doc, a), b)->valuedouble
+	      : (double)cJSON_GetArraySize(cJSON_GetObjectItem(doc, a));
+	cJSON_Delete(doc);
+	free(json);
+	return v;
+}
+
+static int swap_files(void)
+{
+	DIR *dd = opendir(d.dir);
+	struct dirent *e;
+	int n = 0;
+
+	ASSERT_TRUE(dd != NULL);
+	while ((e = readdir(dd)))
+		n += strstr(e->d_name, ".swap") != NULL;
+	closedir(dd);
+	return n;
+}
+
+int main(int argc, char **argv)
+{
+	char ref_out[512], storm_out[512];
+	long ref_ms;
+	int kills_wanted, kills = 0, resumed = 0, stale = 0, fd, st, ignored = 0;
+	float *a, *b;
+	size_t na, nb;
+	unsigned seed;
+	pid_t pid;
+
+	if (argc != 6)
+		TEST_FAIL("usage: test-persist-storm MODE TIER ACCUM FP16 KILLS");
+	mode = argv[1];
+	tier = argv[2];
+	accum = argv[3];
+	fp16 = argv[4];
+	kills_wanted = atoi(argv[5]);
+	if (!getenv("SPILLWAYD"))
+		SKIP("spillwayd is not built yet");
+	ASSERT_OK(spw_test_daemon_start(&d,
+		"{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
+		" \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
+		" \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"64MiB\"},"
+		" \"log\": {\"level\": \"warn\"}}"));
+	snprintf(ref_out, sizeof(ref_out), "%s/ref.bin", d.dir);
+	snprintf(storm_out, sizeof(storm_out), "%s/storm.bin", d.dir);
+	seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+	printf("# seed %u (%s, %s, accumulation %s, fp16 %s)\n", seed, mode, tier, accum, fp16);
+	srand(seed);
+
+	ref_ms = now_ms();
+	pid = spawn("storm/ref", "0", ref_out, &fd);
+	ASSERT_EQ(reap(pid, fd, &ignored), 0);
+	/* Kills come within a twelfth of a whole run's time, so most land
+	 * before the run could end and each lets it get a few steps on. */
+	ref_ms = now_ms() - ref_ms;
+
+	for (;;) {
+		pid = spawn("storm/run", "1", storm_out, &fd);
+		if (kills < kills_wanted) {
+			/* Anywhere: mid-attach, mid-backward, mid-Adam, between
+			 * steps, while the daemon writes pages back. */
+			usleep((useconds_t)(rand() % (ref_ms * 1000 / 12 + 1)));
+			kill(pid, SIGKILL);
+		}
+		st = reap(pid, fd, &resumed);
+		if (st == 0)
+			break;
+		if (st == 3) {
+			/* Refused: the state mixes two steps. Start over. */
+			stale++;
+			drop("storm/run");
+			continue;
+		}
+		ASSERT_EQ(st, -1); /* killed; anything else is a trainer failure */
+		kills++;
+	}
+	printf("# %d kills: %d resumed, %d refused as mid-update (dropped, started over)\n", kills, resumed, stale);
+	/* The run may end before every kill came (a lucky draw of long
+	 * delays); most must have. */
+	ASSERT_TRUE(kills >= kills_wanted / 2);
+	ASSERT_TRUE(resumed > 0);
+
+	load(ref_out, &a, &na);
+	load(storm_out, &b, &nb);
+	ASSERT_EQ(na, nb);
+	for (size_t i = 0; i < na; i++)
+		if (memcmp(&a[i], &b[i], 4))
+			TEST_FAIL("element %zu of the state (p, m, v of each tensor in order) differs: %.9g uninterrupted, "
+				  "%.9g after the kills", i, (double)a[i], (double)b[i]);
+	free(a);
+	free(b);
+
+	/* Nothing left behind: the last trainer detached. */
+	ASSERT_EQ(status_number("sessions", NULL), 0.0);
+	ASSERT_EQ(status_number("pool", "used_bytes"), 0.0);
+	ASSERT_EQ(status_number("pool", "locked_bytes"), 0.0);
+	ASSERT_EQ(swap_files(), 0);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	printf("ok\n");
+	return 0;
+}

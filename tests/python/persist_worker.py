@@ -1,0 +1,71 @@
+# SPDX-License-Identifier: MIT
+"""The trainer test_persist kills: a small torch model trained with
+OffloadAdamW(persistent=True); the batch of step N is a function of N.
+Started again after a SIGKILL it goes on from opt.resumed_step + 1, as
+docs/persistent.md tells a trainer to. At the end it saves the model's
+and the optimizer's state_dict to OUT.
+
+    persist_worker.py SOCKET SESSION MODE TIER STEPS PERSISTENT OUT [wide|raise5]
+
+wide: another model (a wider hidden layer); raise5: an exception in the
+training loop before step 5 ends the process the way a bug would.
+
+Exit status 3: the session was left mid-update (ESTALE), nothing resumed.
+"""
+import errno
+import sys
+import time
+
+import spwtest  # noqa: F401  (import path)
+import torch
+import torch.nn as nn
+import spillway
+from spillway.torch import OffloadAdamW
+
+
+def model(wide):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 96 if wide else 64), nn.Tanh(), nn.Linear(96 if wide else 64, 10))
+
+
+def batch(step):
+    g = torch.Generator().manual_seed(1000 + step)
+    return torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g)
+
+
+def main():
+    sock, session, mode, tier, steps, persistent, out = sys.argv[1:8]
+    extra = sys.argv[8] if len(sys.argv) > 8 else ""
+    wide = extra == "wide"
+    steps, persistent = int(steps), persistent == "1"
+    torch.set_num_threads(1)
+    m = model(wide)
+    kw = dict(session=session, persistent=True, lease=120) if persistent else {}
+    try:
+        opt = OffloadAdamW(m.named_parameters(), lr=1e-2, mode=mode, tier=tier, socket=sock,
+                           page_size=64 << 10, **kw)
+    except spillway.SpillwayError as e:
+        if e.errno == errno.ESTALE:
+            print("stale: %s" % e, file=sys.stderr)
+            sys.stdout.flush()
+            import os
+            os._exit(3)
+        raise
+    if opt.resumed_step:
+        print("resumed %d" % opt.resumed_step, flush=True)
+    # The three lines a trainer needs: start after the committed step.
+    for step in range(opt.resumed_step + 1, steps + 1):
+        if extra == "raise5" and step == 5:
+            raise RuntimeError("a bug in the training loop")
+        x, y = batch(step)
+        opt.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(m(x), y).backward()
+        opt.step()
+        print("step %d" % step, flush=True)
+        time.sleep(0.002)  # the data loader's turn
+    torch.save({"model": m.state_dict(), "opt": opt.state_dict()}, out)
+    opt.close()
+
+
+if __name__ == "__main__":
+    main()
