@@ -260,7 +260,12 @@ class Store:
             if not b.busy():
                 return b
             self._forget(b)
-        self._make_room(nbytes, protect, demand)
+        if self.budget is not None and self.live_bytes + nbytes > self.budget:
+            b = self._take_same_size(nbytes, protect, demand)
+            if b is None:
+                b = self._make_room(nbytes, protect, demand)
+            if b is not None:
+                return b
         b = _Buf(nbytes, self.device)
         self._track(b)
         self.live_bytes += nbytes
@@ -282,29 +287,54 @@ class Store:
             return
         self.pool.setdefault(b.nbytes, []).append(b)
 
+    def _take_same_size(self, nbytes, protect, demand):
+        """The buffer of an idle cached parameter of nbytes (least recently
+        used, those needed soon last), dropped from it to be refilled."""
+        for soon in (False, True) if demand else (False,):
+            for e in self.idle:
+                b = e.buf
+                if (b is None or b.nbytes != nbytes or b.mem is None or e.holds
+                        or (e.idx in protect) != soon):
+                    continue
+                self._drop(e, pool=False)
+                self.stats["evictions"] += 1
+                if b.busy():
+                    return None  # someone still reads it: not this one
+                self.live_bytes += nbytes  # taken back, to be refilled
+                return b
+        return None
+
     def _make_room(self, nbytes, protect, demand=True):
         """Frees held buffers until nbytes more fit the budget: free ones
         first, then idle cached parameters (least recently used, those the
         prediction needs soon last), then fetches in flight (waited first).
-        What cannot be freed (parameters in use) is allowed over."""
+        What cannot be freed (parameters in use) is allowed over. Returns
+        the buffer of an evicted parameter when it is of nbytes and nobody
+        holds it, for the caller to reuse (fresh memory costs a first
+        touch of every page), else None."""
         if self.budget is None:
-            return
+            return None
         need = lambda: self.live_bytes + nbytes > self.budget  # noqa: E731
         for size in list(self.pool):
             while need() and self.pool[size]:
                 self._forget(self.pool[size].pop())
         if not need():
-            return
+            return None
         for soon in (False, True) if demand else (False,):
             for e in list(self.idle):
                 if not need():
-                    return
+                    return None
                 if (e.idx in protect) != soon or e.holds:
                     continue
                 if e.inflight:
                     self._wait(e)
+                b = e.buf
                 self._drop(e, pool=False)
                 self.stats["evictions"] += 1
+                if b is not None and b.nbytes == nbytes and b.mem is not None and not b.busy():
+                    self.live_bytes += nbytes  # taken back, to be refilled
+                    return b
+        return None
 
     def _drop(self, e, pool=True):
         """e's buffer is no longer its values."""
