@@ -470,16 +470,21 @@ class Store:
                 e = self.entries[i]
                 if self.valid(e):
                     continue
-                if self.budget is not None:
-                    self._make_room(e.nbytes, protect, demand=False)
-                    if self.live_bytes + e.nbytes > self.budget and not self._pool_has(e.nbytes):
-                        return  # no room without dropping what is in use
+                if not self._fits(e.nbytes, protect):
+                    return  # no room without dropping what is in use or needed sooner
                 self._issue(e, protect, demand=False)
                 e.prefetched = True
                 self.stats["prefetches"] += 1
 
-    def _pool_has(self, nbytes):
-        return any(not b.busy() for b in self.pool.get(nbytes, ()))
+    def _fits(self, nbytes, protect):
+        """Whether nbytes more fit the budget once free buffers and idle
+        parameters outside protect are let go."""
+        if self.budget is None or self.live_bytes + nbytes <= self.budget:
+            return True
+        spare = sum(b.nbytes for bs in self.pool.values() for b in bs)
+        spare += sum(e.buf.nbytes for e in self.idle
+                     if e.buf is not None and not e.holds and e.idx not in protect)
+        return self.live_bytes + nbytes - spare <= self.budget
 
     def step_ended(self, key):
         """The optimizer updated the masters: every trainable buffer is

@@ -243,6 +243,11 @@ class Memory(unittest.TestCase):
         self.assertLessEqual(f["peak_materialised_bytes"], budget + layer)
         self.assertGreater(f["prefetches"], 0)
         self.assertGreaterEqual(f["prefetch_hit_rate"], 0.9, f)
+        # the counter is the buffers the store holds, no more, no less
+        st_ = h.store
+        held = sum(e.buf.nbytes for e in st_.entries if e.buf is not None)
+        held += sum(b.nbytes for bs in st_.pool.values() for b in bs)
+        self.assertEqual(f["live_bytes"], held)
 
 
 if __name__ == "__main__":
