@@ -585,7 +585,7 @@ def adopt(opt, snapshot):
     offloaded, it takes the store's spillway optimizer and returns True."""
     stores = {}
     for e in opt._entries:
-        h = _owner_of.get(id(e.p))
+        h = _handle_of_param(id(e.p))
         stores[id(h)] = h
     if list(stores) == [id(None)]:
         return False
@@ -638,7 +638,8 @@ def adopt(opt, snapshot):
         opt._opt.set_group(gi, dict(lr=float(g["lr"]), beta1=float(g["betas"][0]),
                                     beta2=float(g["betas"][1]), eps=float(g["eps"]),
                                     weight_decay=float(g["weight_decay"])))
-    st.opt.set_clip(float(opt.max_grad_norm or 0.0)) if st.mode == "exact" else None
+    if st.mode == "exact":
+        st.opt.set_clip(float(opt.max_grad_norm or 0.0))
     for oe in kept:
         snap = snapshot.get(oe) if snapshot else None
         if snap is not None:
@@ -653,16 +654,13 @@ def adopt(opt, snapshot):
     return True
 
 
-class _OwnerMap:
-    """id(placeholder parameter) -> its model's handle, for adopt()."""
-
-    def get(self, pid):
-        for h in list(_handles):
-            hh = h()
-            if hh is not None and pid in hh.by_param:
-                return hh
-        return None
+_handles = []  # weak references to every live handle
 
 
-_handles = []
-_owner_of = _OwnerMap()
+def _handle_of_param(pid):
+    """The handle whose model has the placeholder parameter id(p) == pid."""
+    for ref in list(_handles):
+        h = ref()
+        if h is not None and pid in h.by_param:
+            return h
+    return None

@@ -187,6 +187,35 @@ class ParamOffload(unittest.TestCase):
             opt.close()
             ropt.close()
 
+    def test_optimizer_state_dict_round_trip(self):
+        m = st.offload_parameters(om.GPT(layers=1), socket=self.d.control, max_live_bytes=30000)
+        opt = OffloadAdamW(m.named_parameters(), mode="exact", lr=0.01, socket=self.d.control)
+        data = om.batches("gpt", 3)
+        for x, y in data[:2]:
+            opt.zero_grad(set_to_none=True)
+            om.loss_of("gpt", m(x), y).backward()
+            opt.step()
+        sd = opt.state_dict()
+        opt.close()
+        opt2 = OffloadAdamW(m.named_parameters(), mode="exact", lr=0.01, socket=self.d.control)
+        try:
+            # moments changed on the way: load_state_dict writes them into spillway
+            sd = copy.deepcopy(sd)
+            for s in sd["state"].values():
+                s["exp_avg"].mul_(2.0)
+            opt2.load_state_dict(sd)
+            sd2 = opt2.state_dict()
+            self.assertEqual(sorted(sd2["state"]), sorted(sd["state"]))
+            for i, s in sd["state"].items():
+                for k in ("step", "exp_avg", "exp_avg_sq"):
+                    self.assertTrue(torch.equal(sd2["state"][i][k], s[k]), (i, k))
+            x, y = data[2]  # and it trains on from there
+            om.loss_of("gpt", m(x), y).backward()
+            opt2.step()
+            self.assertEqual(float(opt2.state_dict()["state"][0]["step"]), 3.0)
+        finally:
+            opt2.close()
+
     def test_forward_that_raises(self):
         torch.manual_seed(4)
         ref = om.MLP()
