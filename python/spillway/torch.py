@@ -322,6 +322,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         if self.tier == "nvme":
             k = 4 if self.mode == "exact" else 3
             swap = sum(-(-e.numel * 4 // psz) for e in entries) * k * psz
+            if self._persistent:  # the layout record (client/persist.c) lives on this tier too
+                swap += -(-(24 + sum(24 + len(e.name) + 8 for e in entries) + 256) // psz) * psz
         if self._own_session:
             if self._session is not None:
                 info = self._session.info()
