@@ -202,7 +202,7 @@ static void do_attach(struct client *c, const cJSON *msg)
 	const char *name;
 	uint64_t bytes = 0, page_size = cfg->session_page_size, swap = 0, lease_s = PERSIST_LEASE_DEFAULT_S;
 	bool persistent = false;
-	int have_swap;
+	int have_swap, have_lease;
 	char err[768], a[32];
 	struct session *s, *other;
 	int r;
@@ -216,7 +216,8 @@ static void do_attach(struct client *c, const cJSON *msg)
 	    field_uint(msg, "attach", "region_bytes", true, UINT64_MAX, &bytes, err, sizeof(err)) < 0 ||
 	    field_uint(msg, "attach", "page_size", false, UINT32_MAX, &page_size, err, sizeof(err)) < 0 ||
 	    field_bool(msg, "attach", "persistent", &persistent, err, sizeof(err)) < 0 ||
-	    field_uint(msg, "attach", "lease_s", false, PERSIST_LEASE_MAX_S, &lease_s, err, sizeof(err)) < 0 ||
+	    (have_lease = field_uint(msg, "attach", "lease_s", false, PERSIST_LEASE_MAX_S, &lease_s, err,
+				     sizeof(err))) < 0 ||
 	    (have_swap = field_uint(msg, "attach", "swap_bytes", false, 1ull << 50, &swap, err, sizeof(err))) < 0) {
 		control_reply_error(c, EINVAL, "%s", err);
 		return;
@@ -231,6 +232,15 @@ static void do_attach(struct client *c, const cJSON *msg)
 			    "after its client dies (default %u)", name, PERSIST_LEASE_MAX_S, PERSIST_LEASE_DEFAULT_S);
 		return;
 	}
+	if (have_lease && lease_s > cfg->limits_lease_max_s) {
+		control_reply_error(c, EDQUOT, "attach %s: lease_s %llu exceeds limits.lease_max_s (%u s) in %s; ask for a "
+			    "shorter lease or raise limits.lease_max_s", name, (unsigned long long)lease_s,
+			    cfg->limits_lease_max_s, cfg->origin);
+		return;
+	}
+	/* The default lease, within what this node allows. */
+	if (!have_lease && lease_s > cfg->limits_lease_max_s)
+		lease_s = cfg->limits_lease_max_s;
 	if (!spw_proto_page_size_valid(page_size)) {
 		control_reply_error(c, EINVAL, "attach %s: page_size %llu is not a power of two from 64 KiB to 64 MiB", name,
 			    (unsigned long long)page_size);

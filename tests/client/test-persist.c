@@ -401,6 +401,34 @@ static void test_settling(void)
 	ASSERT_EQ(spw_test_daemon_stop(&sd), 0);
 }
 
+/* limits.lease_max_s: a longer lease is refused naming the key; the
+ * default lease is cut to it. */
+static void test_lease_max(void)
+{
+	struct spw_test_daemon ld;
+	struct spw_session_info info = { .size = sizeof(info) };
+	struct spw_client_opts o = { .size = sizeof(o) };
+	struct spw_attach_opts a = { .size = sizeof(a), .session = "job/lease", .region_bytes = PAGE,
+				     .page_size = PAGE, .persistent = 1, .lease_s = 120 };
+	spw_client *c;
+
+	ASSERT_OK(spw_test_daemon_start(&ld,
+		"{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
+		" \"pool\": {\"max_bytes\": \"64MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
+		" \"limits\": {\"lease_max_s\": 60}, \"log\": {\"level\": \"warn\"}}"));
+	ASSERT_OK(spw_client_new(&o, &c));
+	ASSERT_OK(spw_client_connect(c, ld.control));
+	ASSERT_EQ(spw_client_attach(c, &a), -EDQUOT);
+	ASSERT_CONTAINS(spw_client_last_error(c), "limits.lease_max_s (60 s)");
+	a.lease_s = 0;
+	ASSERT_OK(spw_client_attach(c, &a));
+	ASSERT_OK(spw_client_info(c, &info));
+	ASSERT_UEQ(info.lease_s, 60);
+	ASSERT_OK(spw_client_detach(c));
+	spw_client_free(c);
+	ASSERT_EQ(spw_test_daemon_stop(&ld), 0);
+}
+
 int main(void)
 {
 	if (!getenv("SPILLWAYD"))
@@ -417,6 +445,7 @@ int main(void)
 	test_lease_ends();
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	test_settling();
+	test_lease_max();
 	printf("ok\n");
 	return 0;
 }
