@@ -6,10 +6,12 @@
  * which owns the connection and its framing.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -594,6 +596,47 @@ static cJSON *parse_strict(struct client *c, const char *buf, uint32_t len)
 	return msg;
 }
 
+/* A read-only view of a session's rings for spillwayctl trace: the I/O
+ * log is there. Only its uid or root: the rings show what it does. */
+static void do_io_log(struct client *c, const cJSON *msg)
+{
+	struct session *s;
+	const char *name;
+	char err[256], path[64];
+	cJSON *o;
+	int fd;
+
+	if (field_string(msg, "io_log", "session", &name, err, sizeof(err)) < 0) {
+		control_reply_error(c, EINVAL, "%s", err);
+		return;
+	}
+	s = spw_proto_session_name_valid(name) ? session_find(c->d, name) : NULL;
+	if (!s || (s->uid != c->uid && c->uid != 0) || s->rings_fd < 0) {
+		control_reply_error(c, s && s->rings_fd >= 0 ? EPERM : ENOENT, "io_log %s: %s", s ? s->name : "?",
+			    s && s->rings_fd >= 0 ? "the session belongs to another user" : "no such session with rings");
+		return;
+	}
+	/* A new open file description, read-only: the peer cannot write
+	 * the rings through it. Kept with the rings (a reply may wait for
+	 * the socket, and sends the descriptor then). */
+	if (s->rings_ro_fd < 0) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", s->rings_fd);
+		s->rings_ro_fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	fd = s->rings_ro_fd;
+	if (fd < 0) {
+		control_reply_error(c, errno, "io_log %s: reopening the rings read-only: %s", s->name, strerror(errno));
+		return;
+	}
+	o = control_reply(SPW_MSG_IO_LOG);
+	cJSON_AddStringToObject(o, "session", s->name);
+	cJSON_AddNumberToObject(o, "rings_bytes", (double)s->layout.bytes);
+	cJSON_AddNumberToObject(o, "io_hdr_off", (double)s->layout.io_hdr_off);
+	cJSON_AddNumberToObject(o, "io_events_off", (double)s->layout.io_events_off);
+	cJSON_AddNumberToObject(o, "entries", SPW_IO_LOG_ENTRIES);
+	control_send_json(c, o, &fd, 1);
+}
+
 static void do_drop(struct client *c, const cJSON *msg)
 {
 	const char *name;
@@ -643,6 +686,8 @@ void control_handle_frame(struct client *c, const char *buf, uint32_t len)
 		do_detach(c);
 	else if (!strcmp(type->valuestring, SPW_MSG_DROP))
 		do_drop(c, msg);
+	else if (!strcmp(type->valuestring, SPW_MSG_IO_LOG))
+		do_io_log(c, msg);
 	else
 		control_reply_error(c, EOPNOTSUPP, "unknown message type \"%s\"", tname);
 out:

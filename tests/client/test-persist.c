@@ -307,6 +307,78 @@ static void test_ctl(void)
 	ASSERT_CONTAINS(out, "no such session");
 }
 
+/* spillwayctl trace: the daemon's disk reads and writes of a session,
+ * from outside the trainer, as Chrome trace JSON naming tensor and page;
+ * another uid is refused. */
+static void test_ctl_trace(void)
+{
+	static char out[65536];
+	const char *ctl = getenv("SPILLWAYCTL");
+	char cmd[1024], file[512];
+	struct spw_attach_opts a = { .size = sizeof(a), .session = "job/traced", .region_bytes = PAGE,
+				     .page_size = PAGE };
+	spw_client *c = connect_client();
+	cJSON *doc, *e;
+	int reads = 0, writes = 0, st;
+	uint32_t t;
+	FILE *p;
+
+	snprintf(file, sizeof(file), "%s/io.json", d.dir);
+	ASSERT_OK(spw_client_attach(c, &a));
+	ASSERT_OK(spw_tensor_register(c, "w", 4 * PAGE, SPW_TENSOR_SWAPPABLE, &t, NULL));
+	snprintf(cmd, sizeof(cmd), "%s --socket-dir %s trace job/traced --seconds 1.5 -o %s 2>&1", ctl, d.dir, file);
+	p = popen(cmd, "r");
+	ASSERT_TRUE(p != NULL);
+	usleep(300 * 1000); /* the capture starts from the log's tail then */
+	/* One slot for four pages: every PIN after the first evicts. */
+	for (int round = 0; round < 3; round++)
+		for (uint32_t k = 0; k < 4; k++) {
+			void *q;
+
+			ASSERT_OK(spw_pin(c, t, k, &q));
+			memset(q, round + (int)k, 64);
+			ASSERT_OK(spw_unpin(c, t, k, SPW_DIRTY));
+		}
+	out[fread(out, 1, sizeof(out) - 1, p)] = '\0';
+	st = pclose(p);
+	ASSERT_EQ(WEXITSTATUS(st), 0);
+	ASSERT_CONTAINS(out, "reads");
+	{
+		FILE *f = fopen(file, "r");
+		static char json[1 << 20];
+
+		ASSERT_TRUE(f != NULL);
+		json[fread(json, 1, sizeof(json) - 1, f)] = '\0';
+		fclose(f);
+		doc = cJSON_Parse(json);
+	}
+	ASSERT_TRUE(doc != NULL);
+	cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "traceEvents")) {
+		const char *name = cJSON_GetObjectItem(e, "name")->valuestring;
+		const cJSON *args = cJSON_GetObjectItem(e, "args");
+
+		if (strcmp(name, "disk read") && strcmp(name, "disk write"))
+			continue;
+		ASSERT_EQ(cJSON_GetObjectItem(args, "tensor")->valueint, (int)t);
+		ASSERT_TRUE(cJSON_GetObjectItem(args, "page")->valueint < 4);
+		ASSERT_TRUE(cJSON_GetObjectItem(e, "dur")->valuedouble >= 0);
+		reads += name[5] == 'r';
+		writes += name[5] == 'w';
+	}
+	cJSON_Delete(doc);
+	ASSERT_TRUE(reads > 0 && writes > 0);
+	/* Another uid gets nothing of it. */
+	if (geteuid() == 0) {
+		snprintf(cmd, sizeof(cmd), "setpriv --reuid 65534 --regid 65534 --clear-groups %s --socket-dir %s trace "
+			 "job/traced --seconds 0.1 -o /dev/null 2>&1", ctl, d.dir);
+		st = command_output(cmd, out, sizeof(out));
+		ASSERT_EQ(WEXITSTATUS(st), 1);
+		ASSERT_CONTAINS(out, "another user");
+	}
+	ASSERT_OK(spw_client_detach(c));
+	spw_client_free(c);
+}
+
 static void test_lease_ends(void)
 {
 	char state[32];
@@ -442,6 +514,7 @@ int main(void)
 	test_other_uid();
 	test_drop_and_caps();
 	test_ctl();
+	test_ctl_trace();
 	test_lease_ends();
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	test_settling();

@@ -314,6 +314,14 @@ static void check_reply(const char *buf, int len, const int *fds, unsigned nfds,
 
 			FUZZ_CHECK(nfds == SPW_ATTACH_NFDS && cJSON_IsNumber(rb));
 			FUZZ_CHECK(fstat(fds[SPW_ATTACH_FD_REGION], &st) == 0 && (double)st.st_size == rb->valuedouble);
+		} else if (!strcmp(req_type, SPW_MSG_IO_LOG)) {
+			/* The rings, read-only: a write through it must fail. */
+			const cJSON *rb = cJSON_GetObjectItemCaseSensitive(r, "rings_bytes");
+			struct stat st;
+
+			FUZZ_CHECK(nfds == 1 && cJSON_IsNumber(rb));
+			FUZZ_CHECK(fstat(fds[0], &st) == 0 && (double)st.st_size == rb->valuedouble);
+			FUZZ_CHECK((fcntl(fds[0], F_GETFL) & O_ACCMODE) == O_RDONLY);
 		} else {
 			FUZZ_CHECK(nfds == 0);
 		}
