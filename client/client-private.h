@@ -53,6 +53,10 @@ struct spw__ring {
 	struct spw_completion *backlog;
 	uint32_t bl_head, bl_count;
 
+	/* The daemon's I/O log (spw-ring.h), read for the timeline only. */
+	const struct spw_io_log_hdr *io_hdr;
+	const struct spw_io_event *io_events;
+
 	int sq_evt, cq_evt;      /* doorbells: we write sq_evt, sleep on cq_evt */
 	int wake_fd;             /* a second fd to poll while sleeping (the control socket), or -1 */
 	uint32_t spin_us;

@@ -40,6 +40,7 @@ struct row {
 	char name[128];
 	char state[16];
 	double region, resident, inslot, disk, pinned;
+	double step, step_s;        /* the optimizer's committed step, time between commits */
 	double read_bytes, write_bytes, read_rate, write_rate;
 	double hits, misses, hit;   /* hit: -1 when no PIN needed a page yet */
 };
@@ -144,6 +145,8 @@ static void row_from(const cJSON *s, struct row *r, double dt)
 	snprintf(r->name, sizeof(r->name), "%s", str(s, "name"));
 	snprintf(r->state, sizeof(r->state), "%s", str(s, "state"));
 	r->region = num0(s, "region_bytes");
+	r->step = num0(s, "committed_step");
+	r->step_s = num0(s, "step_s");
 	r->pinned = num0(s, "pages_pinned");
 	r->resident = num0(pages, "resident");
 	r->inslot = num0(pages, "clean") + num0(pages, "dirty") + num0(pages, "writing") + num0(pages, "reading");
@@ -276,19 +279,24 @@ static void draw(const cJSON *doc, double dt, int rows_max)
 	top.prev = np;
 	top.nprev = (size_t)n;
 	qsort(rows, (size_t)n, sizeof(*rows), cmp_rows);
-	line("%-24s %-9s %10s %7s %7s %7s %7s %9s %9s %6s", "SESSION", "STATE", "REGION", "RESID", "INSLOT", "DISK",
-	     "PINNED", "READ MB/s", "WRITE MB/s", "PF HIT");
+	line("%-24s %-9s %7s %8s %10s %7s %7s %7s %7s %9s %9s %6s", "SESSION", "STATE", "STEP", "STEP MS", "REGION",
+	     "RESID", "INSLOT", "DISK", "PINNED", "READ MB/s", "WRITE MB/s", "PF HIT");
 	shown = rows_max > 0 && n > rows_max ? rows_max : n;
 	for (i = 0; i < shown; i++) {
-		char hit[16];
+		char hit[16], ms[16];
 
 		if (rows[i].hit < 0)
 			snprintf(hit, sizeof(hit), "-");
 		else
 			snprintf(hit, sizeof(hit), "%.0f%%", rows[i].hit);
-		line("%-24.24s %-9.9s %10s %7.0f %7.0f %7.0f %7.0f %9.1f %10.1f %6s", rows[i].name, rows[i].state,
-		     bytes(rows[i].region, a, sizeof(a)), rows[i].resident, rows[i].inslot, rows[i].disk, rows[i].pinned,
-		     rows[i].read_rate, rows[i].write_rate, hit);
+		/* No step time before two commits. */
+		if (rows[i].step_s > 0)
+			snprintf(ms, sizeof(ms), "%.1f", rows[i].step_s * 1e3);
+		else
+			snprintf(ms, sizeof(ms), "-");
+		line("%-24.24s %-9.9s %7.0f %8s %10s %7.0f %7.0f %7.0f %7.0f %9.1f %10.1f %6s", rows[i].name,
+		     rows[i].state, rows[i].step, ms, bytes(rows[i].region, a, sizeof(a)), rows[i].resident,
+		     rows[i].inslot, rows[i].disk, rows[i].pinned, rows[i].read_rate, rows[i].write_rate, hit);
 	}
 	if (shown < n)
 		line("... %d more (a taller terminal shows them)", n - shown);

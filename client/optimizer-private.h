@@ -255,6 +255,11 @@ struct spw_optimizer {
 	} persist;
 
 	struct spw__trace *trace;       /* NULL: tracing off (trace.h) */
+	/* The daemon's I/O log as far as the timeline has it (trace-daemon.c). */
+	uint64_t io_seen;
+	uint32_t traced_inflight;       /* the engine's last "jobs in flight" counter value */
+	struct spw_io_event *io_buf;    /* SPW_IO_LOG_ENTRIES, while tracing */
+	uint32_t *io_map, io_map_n;     /* daemon tensor id -> optimizer tensor + 1 (0: none) */
 	uint64_t t_step;                /* this step's begin, when tracing */
 
 	char errmsg[SPW__ERRMSG_MAX];
@@ -362,6 +367,15 @@ int spw__persist_open_write(spw_optimizer *o);
 void spw__persist_commit(spw_optimizer *o);
 /* Engine: a MARK's completion. */
 void spw__persist_marked(spw_optimizer *o, int32_t res);
+
+/* ---- trace-daemon.c ---- */
+
+/* When tracing, at the first begin (tensors known, engine not yet using
+ * them): the map from daemon tensor ids and the copy buffer. */
+void spw__opt_trace_disk_map(spw_optimizer *o);
+/* When tracing: the daemon's reads and writes since the last call onto
+ * the timeline (engine thread, or a caller holding the ring). */
+void spw__opt_trace_disk(spw_optimizer *o);
 
 /* ---- job-kernels.c ---- */
 

@@ -198,7 +198,7 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	if (r < 0)
 		return spw__error(c, r, "spw_optimizer_new: %s", err);
 	if (!opts->groups ||
-	    opts->ngroups == 0 || opts->ngroups > 1024 ||
+	    opts->ngroups == 0 || opts->ngroups > 65536 ||
 	    (opts->mode != SPW_OPT_OVERLAPPED && opts->mode != SPW_OPT_EXACT) ||
 	    (opts->tier != SPW_TENSOR_RESIDENT && opts->tier != SPW_TENSOR_SWAPPABLE) ||
 	    !(opts->clip_coef >= 0.0f) || !isfinite(opts->clip_coef) || !(opts->max_norm >= 0.0f) ||
@@ -334,10 +334,11 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 		return NULL;
 	if (o->engine_started) {
 		pthread_mutex_lock(&o->lock);
-		/* A persistent session's last step is committed before the
-		 * engine goes, or the daemon would think it still open. */
-		WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0 &&
-			   (!o->persist.on || o->persist.acked >= o->persist.ended), "free: the work in flight");
+		/* The last step is committed before the engine goes (a
+		 * persistent session's daemon would think it open), and no
+		 * mark's answer is left for a later user of the client. */
+		WAIT_UNTIL(o, o->jobs_open == 0 && o->d2h_open == 0 && o->persist.acked >= o->persist.ended,
+			   "free: the work in flight");
 		o->stop = true;
 		pthread_cond_broadcast(&o->cond);
 		pthread_mutex_unlock(&o->lock);
@@ -376,7 +377,11 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 	o->dev = spw__device_close(o->dev);
 	/* Every span has ended (the pool, streams and engine are gone);
 	 * a write error reaches only spw_trace_flush()'s callers. */
+	if (!o->c->dead)
+		spw__opt_trace_disk(o);
 	spw__trace_free(o->trace);
+	free(o->io_buf);
+	free(o->io_map);
 	for (i = 0; i < o->ntensors; i++) {
 		for (uint32_t k = 0; k < o->tensors[i].nchunks; k++)
 			free(o->tensors[i].chunks[k].partial);

@@ -239,8 +239,8 @@ void spw__persist_commit(spw_optimizer *o)
 	uint32_t bits, good;
 	bool ready;
 
-	if (!o->persist.on)
-		return;
+	/* Every session commits its steps: status, metrics and top show
+	 * them; only a persistent one also opens them (persist_open). */
 	pthread_mutex_lock(&o->lock);
 	step = o->persist.ended;
 	ready = step > o->persist.committed && o->persist.mod_left[step & 1] == 0;

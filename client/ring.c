@@ -30,6 +30,8 @@ int spw__ring_init(struct spw__ring *r, void *rings, const struct spw_ring_layou
 	r->cq_hdr = (struct spw_ring_hdr *)(base + l->cq_hdr_off);
 	r->sqes = (struct spw_sqe *)(base + l->sqes_off);
 	r->cqes = (struct spw_cqe *)(base + l->cqes_off);
+	r->io_hdr = (const struct spw_io_log_hdr *)(base + l->io_hdr_off);
+	r->io_events = (const struct spw_io_event *)(base + l->io_events_off);
 	r->sq_entries = l->sq_entries;
 	r->cq_entries = l->cq_entries;
 	r->sq_evt = sq_evt;

@@ -72,6 +72,7 @@ SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float 
 	if (!o->started) {
 		spw__opt_ring_acquire(o);
 		r = spw__persist_layout(o);
+		spw__opt_trace_disk_map(o);
 		spw__opt_ring_release(o);
 		if (r < 0)
 			return r;

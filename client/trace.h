@@ -21,6 +21,7 @@ enum spw__trace_track {
 	SPW_TRACK_PIN,          /* the engine's pin waits, PIN submit .. all back */
 	SPW_TRACK_KERNELS,      /* a job's kernels on the pool, first .. last tile */
 	SPW_TRACK_H2D,          /* parameter copies, queued .. arrived */
+	SPW_TRACK_DISK,         /* the daemon's reads and writes of this session (trace-daemon.c) */
 	SPW_TRACK__N,
 };
 
@@ -33,6 +34,10 @@ struct spw__trace *spw__trace_from_env(void);
  * none); step is the optimizer's step number (UINT64_MAX: none). */
 void spw__trace_span(struct spw__trace *t, enum spw__trace_track track, const char *name, uint64_t t0,
 		     uint64_t t1, uint32_t tensor, uint32_t chunk, uint64_t step);
+
+/* Records a counter's value (a Chrome "C" event) at ts (now_ns() clock):
+ * name a string literal. */
+void spw__trace_counter(struct spw__trace *t, const char *name, uint64_t ts, uint64_t value);
 
 /* Writes the events held to the file (path.tmp, then renamed): 0 or -errno. */
 int spw__trace_write(struct spw__trace *t);

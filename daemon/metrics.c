@@ -29,11 +29,6 @@ struct snap {
 	bool has_pager;
 };
 
-static const char *const op_names[SPW_OP__COUNT] = {
-	[SPW_OP_NOP] = "nop", [SPW_OP_PIN] = "pin", [SPW_OP_UNPIN] = "unpin",
-	[SPW_OP_PREFETCH] = "prefetch", [SPW_OP_STEP] = "step", [SPW_OP_FLUSH] = "flush",
-};
-
 /* One counter or gauge per session, taken from the snapshot by offset. */
 static void per_session_u64(struct mtext *t, const struct snap *sn, size_t n, const char *name, const char *type,
 			    const char *help, size_t off)
@@ -52,7 +47,7 @@ static void pool_families(struct mtext *t, struct daemon *d, const struct snap *
 {
 	const struct config *cfg = d->cfg;
 	struct rusage ru = { 0 };
-	unsigned attaching = 0;
+	unsigned attaching = 0, orphaned = 0;
 
 	mtext_family(t, "spillway_build_info", "gauge", "spillwayd's version; always 1.");
 	mtext_sample(t, "spillway_build_info", 1, "version", SPW_VERSION, NULL);
@@ -77,12 +72,16 @@ static void pool_families(struct mtext *t, struct daemon *d, const struct snap *
 	mtext_family(t, "spillway_pool_session_max_bytes", "gauge", "pool.session_max_bytes: the cap on one region.");
 	mtext_sample(t, "spillway_pool_session_max_bytes", (double)cfg->pool_session_max_bytes, NULL);
 
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		attaching += sn[i].s->attaching;
+		orphaned += sn[i].s->orphaned_ns != 0;
+	}
 	mtext_family(t, "spillway_sessions", "gauge",
-		     "Sessions by state: attaching (region being built) or attached.");
+		     "Sessions by state: attaching (region being built), attached, or orphaned (a persistent "
+		     "session whose trainer died, kept for its lease).");
 	mtext_sample(t, "spillway_sessions", attaching, "state", "attaching", NULL);
-	mtext_sample(t, "spillway_sessions", (double)(n - attaching), "state", "attached", NULL);
+	mtext_sample(t, "spillway_sessions", (double)(n - attaching - orphaned), "state", "attached", NULL);
+	mtext_sample(t, "spillway_sessions", orphaned, "state", "orphaned", NULL);
 }
 
 static void swap_families(struct mtext *t, struct daemon *d)
@@ -134,6 +133,27 @@ static void swap_families(struct mtext *t, struct daemon *d)
 	mtext_sample(t, "spillway_swap_inflight", us.queued, "state", "queued", NULL);
 	mtext_family(t, "spillway_swap_queue_depth", "gauge", "swap.queue_depth: entries of the daemon's io_uring.");
 	mtext_sample(t, "spillway_swap_queue_depth", us.queue_depth, NULL);
+}
+
+/* What the optimizer's COMMIT marks tell: the steps whose updates are in,
+ * how long a step takes, the steps skipped for inf/nan. */
+static void step_families(struct mtext *t, const struct snap *sn, size_t n)
+{
+	mtext_family(t, "spillway_session_committed_step", "gauge",
+		     "The last step whose updates are all in the session's state (its optimizer's COMMIT mark).");
+	for (size_t i = 0; i < n; i++)
+		mtext_sample(t, "spillway_session_committed_step", (double)sn[i].s->committed_step, "session",
+			     sn[i].s->name, NULL);
+	mtext_family(t, "spillway_session_step_seconds", "gauge",
+		     "Recent time between the session's step commits (a moving average); 0 before two commits.");
+	for (size_t i = 0; i < n; i++)
+		mtext_sample(t, "spillway_session_step_seconds", (double)sn[i].s->step_ns / 1e9, "session",
+			     sn[i].s->name, NULL);
+	mtext_family(t, "spillway_session_skipped_steps_total", "counter",
+		     "Steps the session's optimizer skipped (inf/nan gradients under a dynamic loss scale).");
+	for (size_t i = 0; i < n; i++)
+		mtext_sample(t, "spillway_session_skipped_steps_total", (double)sn[i].s->skipped_steps, "session",
+			     sn[i].s->name, NULL);
 }
 
 static void session_families(struct mtext *t, const struct snap *sn, size_t n)
@@ -199,13 +219,13 @@ static void session_families(struct mtext *t, const struct snap *sn, size_t n)
 	PS(t, sn, n, "spillway_write_behinds_total", "counter", "Writes started while the ring was not busy.",
 	   write_behinds);
 	PS(t, sn, n, "spillway_steps_total", "counter", "STEP marks the session's client sent.", steps);
+	step_families(t, sn, n);
 
 	mtext_family(t, "spillway_ring_ops_total", "counter", "Ring entries the session submitted, by operation.");
 	for (size_t i = 0; i < n; i++)
 		for (unsigned k = 0; k < SPW_OP__COUNT; k++)
-			if (op_names[k])
-				mtext_sample(t, "spillway_ring_ops_total", (double)sn[i].s->stats.by_op[k], "session",
-					     sn[i].s->name, "op", op_names[k], NULL);
+			mtext_sample(t, "spillway_ring_ops_total", (double)sn[i].s->stats.by_op[k], "session",
+				     sn[i].s->name, "op", spw_op_name(k), NULL);
 	mtext_family(t, "spillway_errors_total", "counter",
 		     "Errors by kind: ring (entries refused or failed), io (failed swap reads, writes, fsyncs).");
 	for (size_t i = 0; i < n; i++) {

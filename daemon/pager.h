@@ -96,6 +96,9 @@ struct pager_job {
 /* pager_pin()/pager_flush(): the result will come through config.complete. */
 #define PAGER_PENDING INT_MAX
 
+/* pager_config.io_event's op: the values of spw-ring.h's SPW_IO_*. */
+enum pager_io_op { PAGER_IO_READ = 1, PAGER_IO_WRITE = 2 };
+
 struct pager_config {
 	const char *session;      /* for messages and swap file names */
 	uint8_t *region;          /* nslots * page_size bytes, 4 KiB aligned */
@@ -113,6 +116,10 @@ struct pager_config {
 	 * (its I/O drained); called from inside uring_reap(), never after
 	 * pager_close(). May be NULL. */
 	void (*tensor_removed)(void *ctx, uint32_t id);
+	/* A read or write (PAGER_IO_*) of tensor's page ended (res 0 or
+	 * -errno), the transfer having started at t0 (now_ns() clock). May
+	 * be NULL. */
+	void (*io_event)(void *ctx, uint32_t tensor, uint32_t page, int op, uint64_t t0, uint64_t t1, int32_t res);
 	/* Runs j->fn elsewhere and j->done on this thread later (or both at
 	 * once, in order, when it cannot). NULL: both inline. */
 	void (*offload)(void *ctx, struct pager_job *j);

@@ -214,9 +214,16 @@ int32_t persist_mark(struct session *s, const struct spw_sqe *sqe)
 			s->opened_step = sqe->arg;
 		return 0;
 	}
-	/* Steps only go forward; a skipped step may be committed twice. */
-	if (sqe->arg < s->committed_step)
-		return -EINVAL;
+	uint64_t now = uv_hrtime();
+
+	/* The client's word: a new optimizer on the session may count
+	 * from 1 again (a takeover's is held to the committed step by the
+	 * library). The step time operators see (status, metrics, top): a moving
+	 * average of the time between commits, 1/4 weight on the newest. */
+	if (s->last_commit_ns && sqe->arg > s->committed_step)
+		s->step_ns = s->step_ns ? (3 * s->step_ns + (now - s->last_commit_ns)) / 4 : now - s->last_commit_ns;
+	s->last_commit_ns = now;
+	s->skipped_steps += sqe->page >> 31;
 	s->committed_step = sqe->arg;
 	s->scale_bits = sqe->tensor;
 	s->good_steps = sqe->page;

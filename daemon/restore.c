@@ -527,6 +527,15 @@ void restore_request(struct client *c, const cJSON *msg)
 		control_reply_error(c, ESHUTDOWN, "restore %s: spillwayd is shutting down", name);
 		return;
 	}
+	/* limits.lease_max_s as at attach: a lease asked for must fit, the
+	 * default is cut to it. */
+	if (cJSON_GetObjectItemCaseSensitive(msg, "lease_s") && lease_s > d->cfg->limits_lease_max_s) {
+		control_reply_error(c, EDQUOT, "restore %s: lease_s %llu exceeds limits.lease_max_s (%u s) in %s", name,
+			    (unsigned long long)lease_s, d->cfg->limits_lease_max_s, d->cfg->origin);
+		return;
+	}
+	if (lease_s > d->cfg->limits_lease_max_s)
+		lease_s = d->cfg->limits_lease_max_s;
 	if (c->session) {
 		control_reply_error(c, EISCONN, "restore %s: this connection is attached to session %s; restore from "
 			    "another connection", name, c->session->name);
@@ -649,6 +658,8 @@ int restore_from_state(struct daemon *d, int state_fd, const char *state_path, c
 		if (cJSON_GetObjectItemCaseSensitive(m, "lease_s") &&
 		    (get_uint(m, "lease_s", PERSIST_LEASE_MAX_S, &lease) < 0 || lease == 0))
 			lease = PERSIST_LEASE_DEFAULT_S;
+		if (lease > d->cfg->limits_lease_max_s)
+			lease = d->cfg->limits_lease_max_s;
 		if (!sname || !spw_proto_session_name_valid(sname)) {
 			snprintf(err, sizeof(err), "%s names no valid session", CHECKPOINT_MANIFEST);
 			r = -EINVAL;

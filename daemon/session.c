@@ -102,12 +102,14 @@ static void rings_drop(struct session *s)
 		safemem_punch(s->rings_fd, 0, 0);
 		close(s->rings_fd);
 	}
+	if (s->rings_ro_fd >= 0)
+		close(s->rings_ro_fd);
 	if (s->sq_evt >= 0)
 		close(s->sq_evt);
 	if (s->cq_evt >= 0)
 		close(s->cq_evt);
 	s->rings = NULL;
-	s->rings_fd = s->sq_evt = s->cq_evt = -1;
+	s->rings_fd = s->rings_ro_fd = s->sq_evt = s->cq_evt = -1;
 }
 
 /* The eventfds of a session's doorbells. */
@@ -132,6 +134,7 @@ int session_takeover(struct session *s, struct client *owner, char *err, size_t 
 	 * the fd): they are punched and forgotten, never shared again. */
 	rings_drop(s);
 	s->sq_head = s->cq_tail = s->cq_head_seen = 0;
+	s->io_tail = 0;
 	s->garbage = 0;
 	s->backlog = s->throttled = false;
 	r = rings_create(s, s->d->cfg->session_ring_entries, err, errlen);
@@ -183,6 +186,28 @@ static void session_offload(void *ctx, struct pager_job *j)
 	}
 }
 
+/* The pager's I/O into the session's I/O log (spw-ring.h), which the
+ * client reads for its timeline. The rings are the daemon's mapping; a
+ * client scribbling over the log only garbles its own timeline. */
+_Static_assert((int)PAGER_IO_READ == (int)SPW_IO_READ && (int)PAGER_IO_WRITE == (int)SPW_IO_WRITE,
+	       "one numbering of I/O ops");
+
+static void session_io_event(void *ctx, uint32_t tensor, uint32_t page, int op, uint64_t t0, uint64_t t1,
+			     int32_t res)
+{
+	struct session *s = ctx;
+	struct spw_io_event *ev;
+
+	if (!s->rings)
+		return;
+	ev = (struct spw_io_event *)(s->rings + s->layout.io_events_off) + s->io_tail % SPW_IO_LOG_ENTRIES;
+	*ev = (struct spw_io_event){ .start_ns = t0, .end_ns = t1, .tensor = tensor, .page = page,
+				     .op = (uint8_t)op, .res = res };
+	s->io_tail++;
+	__atomic_store_n(&((struct spw_io_log_hdr *)(s->rings + s->layout.io_hdr_off))->tail, s->io_tail,
+			 __ATOMIC_RELEASE);
+}
+
 /* The page table over the mapped region, and the swap files when the
  * session has swap. At most one completion per CQ entry can be pending, so
  * the pager never owes more completions than the CQ can take. */
@@ -203,6 +228,7 @@ static int pager_create(struct session *s, char *err, size_t errlen)
 		.max_pending = s->layout.cq_entries,
 		.complete = dataplane_complete,
 		.tensor_removed = session_tensor_removed,
+		.io_event = session_io_event,
 		.offload = session_offload,
 		.ctx = s,
 	};
@@ -306,7 +332,7 @@ int session_attach(struct daemon *d, struct client *owner, const char *name, uin
 	}
 	s->d = d;
 	s->owner = owner;
-	s->rings_fd = s->sq_evt = s->cq_evt = -1;
+	s->rings_fd = s->rings_ro_fd = s->sq_evt = s->cq_evt = -1;
 	list_init(&s->poll_link);
 	s->bytes = region_bytes;
 	s->page_size = page_size;

@@ -79,6 +79,8 @@ struct session {
 	bool sq_paused;
 	/* Being built from a checkpoint (restore.c): no client, no lease yet. */
 	struct restore *restore;
+	uint64_t last_commit_ns, step_ns; /* step_ns: moving average of the time between COMMITs */
+	uint64_t skipped_steps;           /* COMMITs of steps skipped for inf/nan */
 
 	char **tnames;          /* by tensor id (the pager's); NULL: free id */
 	uint8_t *tclaimed;      /* by tensor id: adopted since the last takeover */
@@ -93,6 +95,7 @@ struct session {
 	/* Rings: the memfd is shared; everything below it is the daemon's own
 	 * and the only copy it trusts. */
 	int rings_fd;
+	int rings_ro_fd;        /* the same memfd opened read-only, for io_log (-1: not yet) */
 	uint8_t *rings;
 	struct spw_ring_layout layout;
 	struct spw_ring_hdr *sqh, *cqh;
@@ -101,6 +104,7 @@ struct session {
 	uint32_t sq_head;       /* ours: next SQ entry to consume */
 	uint32_t cq_tail;       /* ours: next CQ entry to fill */
 	uint32_t cq_head_seen;  /* the client's CQ head as last read */
+	uint64_t io_tail;       /* records written to the I/O log (ours; the shared copy follows) */
 
 	int sq_evt, cq_evt;
 	uv_poll_t *sq_poll;     /* its own allocation: freed in the close callback */

@@ -209,6 +209,8 @@ static cJSON *session_json(const struct session *s)
 		cJSON_AddNumberToObject(o, "reattaches", s->reattaches);
 	}
 	cJSON_AddNumberToObject(o, "committed_step", (double)s->committed_step);
+	cJSON_AddNumberToObject(o, "step_s", (double)s->step_ns / 1e9);
+	cJSON_AddNumberToObject(o, "skipped_steps", (double)s->skipped_steps);
 	cJSON_AddBoolToObject(o, "step_open", s->opened_step > s->committed_step);
 	cJSON_AddNumberToObject(o, "region_bytes", (double)s->bytes);
 	/* While attaching: how far locking (or prefaulting) the region is. */

@@ -25,6 +25,11 @@ int spw_ring_layout(uint32_t sq_entries, uint32_t cq_entries, struct spw_ring_la
 	off += (size_t)sq_entries * sizeof(struct spw_sqe);
 	l->cqes_off = off;
 	off += (size_t)cq_entries * sizeof(struct spw_cqe);
+	off = (off + 63) & ~(size_t)63;
+	l->io_hdr_off = off;
+	off += sizeof(struct spw_io_log_hdr);
+	l->io_events_off = off;
+	off += (size_t)SPW_IO_LOG_ENTRIES * sizeof(struct spw_io_event);
 	l->bytes = (off + pg - 1) & ~(pg - 1);
 	return 0;
 }

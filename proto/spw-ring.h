@@ -104,10 +104,37 @@ _Static_assert(sizeof(struct spw_ring_hdr) == 192, "ring header is three cache l
 #define SPW_RING_ENTRIES_MAX 4096u
 #define SPW_RING_ENTRIES_DEFAULT 256u
 
+/*
+ * The I/O log: the daemon's disk reads and writes for the session, for the
+ * client's timeline (client/trace-daemon.c). The daemon fills the record
+ * at tail % SPW_IO_LOG_ENTRIES, then publishes tail + 1 (release); a
+ * reader copies records up to the tail it loaded (acquire) and, loading
+ * tail again after the copy, drops those the daemon may have overwritten
+ * meanwhile (index < new tail - entries). The daemon never reads it back.
+ */
+#define SPW_IO_LOG_ENTRIES 2048u
+
+enum spw_io_op { SPW_IO_READ = 1, SPW_IO_WRITE = 2 };
+
+struct spw_io_event {
+	uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC, as util/clock.h's now_ns() */
+	uint32_t tensor, page;     /* the session's tensor id and page */
+	uint8_t op;                /* enum spw_io_op */
+	uint8_t pad[3];
+	int32_t res;               /* 0, or -errno of a failed transfer */
+};
+_Static_assert(sizeof(struct spw_io_event) == 32, "io event is 32 bytes");
+
+struct spw_io_log_hdr {
+	uint64_t tail;             /* records ever written; written by the daemon only */
+	uint8_t pad[56];
+};
+
 struct spw_ring_layout {
 	uint32_t sq_entries, cq_entries;
 	size_t sq_hdr_off, cq_hdr_off; /* offsets of struct spw_ring_hdr */
 	size_t sqes_off, cqes_off;     /* offsets of the entry arrays */
+	size_t io_hdr_off, io_events_off; /* the I/O log */
 	size_t bytes;                  /* total size of the memfd, page aligned */
 };
 

@@ -42,8 +42,7 @@ import ctypes
 import torch
 import torch.optim
 
-from . import Optimizer as _SpwOptimizer
-from . import Session, SpillwayError
+from . import Optimizer as _SpwOptimizer, Session, SpillwayError
 from . import _lib as L
 from . import _torch_persist as _persist
 from . import _checkpoint as _ckpt
@@ -53,12 +52,12 @@ from ._torch_hooks import make_accumulated_hook as _make_accumulated_hook, \
 from ._torch_checks import _TYPES, f32 as _f32, check_flags as _check_flags, \
     check_hparams as _check_hparams, check_param as _check_param, spw_name, trace_flush as _trace_flush
 from ._torch_state import LiveState, StateMixin
+from ._torch_offload import adopt as _adopt, grad_of as _grad_of, offload_parameters, gather_parameters, load_into, offload_stats  # noqa: F401,E501
 
-__all__ = ["OffloadAdamW"]
+__all__ = ["OffloadAdamW", "offload_parameters", "gather_parameters", "load_into", "offload_stats"]
 
 _session_counter = itertools.count()
 _EALREADY = 114
-# Accepted as torch's defaults, refused when turned on.
 
 
 class _Entry:
@@ -103,6 +102,12 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     call opt.attach_ddp(ddp_model) instead. timeout: seconds any wait on
     the daemon may take before it raises (None: the library's default).
     page_size, region_bytes, window, threads: tuning (see spillway.h).
+    persistent: the state outlives this process (needs session="name"):
+    a trainer that dies leaves it in spillwayd for lease seconds (None:
+    900), and the next OffloadAdamW of that session takes it over: the
+    parameters get the last committed step's master weights and
+    opt.resumed_step names that step (continue with the next one);
+    close() releases it (docs/persistent.md).
 
     params may also be (name, tensor) pairs, e.g. model.named_parameters(),
     so that errors and spillway's status name them. Parameters with
@@ -305,6 +310,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     def _build(self, snapshot):
         """Creates the spw optimizer for self._entries and registers them.
         snapshot: {entry: (master or None, exp_avg, exp_avg_sq)} to restore."""
+        if _adopt(self, snapshot):
+            return  # offloaded parameters: the store's optimizer (spillway._torch_offload)
         entries = self._entries
         device = self._device_name(entries)
         psz, region = self._layout(entries)
@@ -621,7 +628,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         self._check_data_parallel()
         for e in self._entries:
             self._attach_hooks(e)  # a parameter unfrozen since the last step
-            g = e.p.grad
+            g = _grad_of(self, e)
             if e.src is not None:
                 if g is e.src and g._version == e.src_version:
                     continue
@@ -691,7 +698,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
 
     def _check_since_end(self, what):
         for e in self._entries:
-            g = e.p.grad
+            g = _grad_of(self, e)
             same = (g is None and e.none) or (g is not None and g is e.src
                                               and g._version == e.src_version)
             if not same:
@@ -717,7 +724,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             self._check_since_end("clip_grad_norm_()")
             self._finish(self._ended)
             return loss
-        if not self._in_step and all(e.p.grad is None for e in self._entries):
+        if not self._in_step and all(_grad_of(self, e) is None for e in self._entries):
             return loss  # as torch: no gradient, nothing to do
         self._open_step()
         self._settle()
@@ -758,15 +765,11 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         return self._session
 
     def save_checkpoint(self, dir):
-        """persistent=True: spillwayd writes this optimizer's state at the
-        last step into the new directory dir (spillway.checkpoint); load it
-        with spillway.restore(name, dir) and OffloadAdamW(persistent=True,
-        session=name). Returns the daemon's figures as a dict."""
+        """persistent=True: spillwayd writes the state at the last step into the new dir (a dict of figures)."""
         return _ckpt.save(self, dir)
 
     def load_checkpoint(self, dir):
-        """persistent=True: the model's parameters and this optimizer's state
-        become the checkpoint's in dir; returns its step (spillway/_checkpoint.py)."""
+        """persistent=True: parameters and state become dir's checkpoint's; returns its step."""
         return _ckpt.load(self, dir)
 
     def close(self):

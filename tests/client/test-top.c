@@ -80,14 +80,16 @@ int main(void)
 	ASSERT_EQ(st, 0);
 	ASSERT_CONTAINS(out, "sort: region");
 	ASSERT_TRUE(strstr(out, "\ntop/0 ") < strstr(out, "\ntop/1 "));
-	/* top/0's row: attached, 8 MiB of 4 MiB pages resident, one pinned. */
+	/* top/0's row: attached, no step committed (no optimizer), 8 MiB of
+	 * 4 MiB pages resident, one pinned. */
 	{
-		char name[64], state[16], unit[16];
-		double region, resid, inslot, disk, pinned;
+		char name[64], state[16], unit[16], ms[16];
+		double region, resid, inslot, disk, pinned, step;
 
-		ASSERT_EQ(sscanf(strstr(out, "\ntop/0 ") + 1, "%63s %15s %lf %15s %lf %lf %lf %lf", name, state, &region,
-				 unit, &resid, &inslot, &disk, &pinned), 8);
+		ASSERT_EQ(sscanf(strstr(out, "\ntop/0 ") + 1, "%63s %15s %lf %15s %lf %15s %lf %lf %lf %lf", name, state,
+				 &step, ms, &region, unit, &resid, &inslot, &disk, &pinned), 10);
 		ASSERT_STREQ(state, "attached");
+		ASSERT_TRUE(step == 0 && !strcmp(ms, "-"));
 		ASSERT_TRUE(region == 32.0 && !strcmp(unit, "MiB"));
 		ASSERT_TRUE(resid == 2 && pinned == 1);
 	}

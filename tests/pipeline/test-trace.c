@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
+
 #include <spillway/spillway.h>
 
 #include "harness.h"
@@ -29,15 +31,16 @@
 
 static float init[2][N], dev[2][N], g[2][N];
 
-/* Runs STEPS overlapped steps over two tensors, flushing after the first
- * when flush_rc says what flush should return; frees the optimizer. */
-static void run(spw_client *c, int flush_rc)
+/* Runs STEPS overlapped steps over two tensors on tier, flushing after
+ * the first when flush_rc says what flush should return; frees the
+ * optimizer. */
+static void run_on(spw_client *c, int flush_rc, enum spw_tensor_kind tier)
 {
 	static const struct spw_param_group group = {
 		.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
 	};
 	struct spw_optimizer_opts oo = {
-		.size = sizeof(oo), .mode = SPW_OPT_OVERLAPPED, .tier = SPW_TENSOR_RESIDENT, .groups = &group,
+		.size = sizeof(oo), .mode = SPW_OPT_OVERLAPPED, .tier = tier, .groups = &group,
 		.ngroups = 1, .threads = 2, .window = 2, .device = "host",
 	};
 	spw_optimizer *o;
@@ -61,6 +64,11 @@ static void run(spw_client *c, int flush_rc)
 			ASSERT_EQ(spw_trace_flush(o), flush_rc);
 	}
 	spw_optimizer_free(o);
+}
+
+static void run(spw_client *c, int flush_rc)
+{
+	run_on(c, flush_rc, SPW_TENSOR_RESIDENT);
 }
 
 static cJSON *load(const char *path)
@@ -113,7 +121,7 @@ static void check_on(const char *path)
 	static struct spans d2h[2][MAXCH], kern[2][MAXCH], h2d[2][MAXCH];
 	cJSON *root = load(path), *e;
 	double last_end = -1.0;
-	int steps = 0, names = 0, pins = 0, chunks = 0;
+	int steps = 0, names = 0, pins = 0, chunks = 0, counters = 0;
 
 	cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
 		const cJSON *ph = cJSON_GetObjectItem(e, "ph"), *name = cJSON_GetObjectItem(e, "name");
@@ -125,6 +133,15 @@ static void check_on(const char *path)
 		num(e, "tid");
 		if (!strcmp(ph->valuestring, "M")) {
 			names += !strcmp(name->valuestring, "thread_name");
+			continue;
+		}
+		if (!strcmp(ph->valuestring, "C")) {
+			/* The window's use: 0 up to the window (2 here). */
+			double v = num(args, "value");
+
+			ASSERT_STREQ(name->valuestring, "jobs in flight");
+			ASSERT_TRUE(v >= 0 && v <= 2 && num(e, "ts") > 0);
+			counters++;
 			continue;
 		}
 		ASSERT_STREQ(ph->valuestring, "X");
@@ -155,6 +172,7 @@ static void check_on(const char *path)
 			ASSERT_STREQ(name->valuestring, "a span this test knows");
 	}
 	ASSERT_EQ(steps, STEPS);
+	ASSERT_GT(counters, 0);
 	ASSERT_GE(names, 5);    /* one lane at least per track */
 	ASSERT_EQ(pins, 2 * 5 * STEPS);
 	for (int t = 0; t < 2; t++)
@@ -172,6 +190,40 @@ static void check_on(const char *path)
 	cJSON_Delete(root);
 }
 
+/* The NVMe tier in a region of a third of the state: the daemon's reads
+ * and writes of the session are on the timeline, each naming the tensor
+ * and page, none before the first step began. */
+static void check_disk(const char *path)
+{
+	cJSON *root = load(path), *e;
+	double first_step = -1.0;
+	int reads = 0, writes = 0;
+
+	cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents"))
+		if (!strcmp(cJSON_GetObjectItem(e, "name")->valuestring, "step") && first_step < 0)
+			first_step = num(e, "ts");
+	ASSERT_TRUE(first_step > 0);
+	cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
+		const char *name = cJSON_GetObjectItem(e, "name")->valuestring;
+		const cJSON *args = cJSON_GetObjectItem(e, "args");
+		bool rd = !strcmp(name, "disk read"), wr = !strcmp(name, "disk write");
+
+		if (!rd && !wr)
+			continue;
+		/* One clock on both sides: the daemon's spans fall in the run
+		 * (an I/O the daemon logged a moment after the first begin may
+		 * have ended just before it). */
+		ASSERT_TRUE(num(e, "dur") >= 0.0 && num(e, "ts") + num(e, "dur") >= first_step - 50e3);
+		ASSERT_TRUE((int)num(args, "tensor") >= 0 && (int)num(args, "tensor") < 2);
+		ASSERT_TRUE((int)num(args, "chunk") >= 0 && (int)num(args, "chunk") < 5);
+		reads += rd;
+		writes += wr;
+	}
+	fprintf(stderr, "disk spans: %d reads, %d writes\n", reads, writes);
+	ASSERT_TRUE(reads > 0 && writes > 0);
+	cJSON_Delete(root);
+}
+
 static void check_ring(const char *path)
 {
 	cJSON *root = load(path), *e;
@@ -180,7 +232,8 @@ static void check_ring(const char *path)
 	cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
 		const cJSON *name = cJSON_GetObjectItem(e, "name");
 
-		if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X"))
+		/* Spans and counters share the ring of the newest events. */
+		if (!strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "M"))
 			continue;
 		x++;
 		if (!strcmp(name->valuestring, "step"))
@@ -205,7 +258,11 @@ int main(void)
 	snprintf(path, sizeof(path), "%s/t.json", dir);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	ASSERT_EQ(spw_trace_flush(NULL), -EINVAL);
-	ASSERT_OK(spw_test_daemon_start(&d, NULL));
+	ASSERT_OK(spw_test_daemon_start(&d,
+		"{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
+		" \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
+		" \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"256MiB\"}], \"session_bytes\": \"16MiB\"},"
+		" \"log\": {\"level\": \"warn\"}}"));
 
 	unsetenv("SPILLWAY_TRACE");
 	c = connect_client(&d, "trace/0", 8u << 20);
@@ -219,6 +276,11 @@ int main(void)
 	spw_client_free(c);
 	ASSERT_TRUE(access(tmp, F_OK) != 0);
 	check_on(path);
+
+	c = connect_client(&d, "trace/disk", 12 * PAGE);
+	run_on(c, 0, SPW_TENSOR_SWAPPABLE);
+	spw_client_free(c);
+	check_disk(path);
 
 	setenv("SPILLWAY_TRACE_EVENTS", "10", 1);
 	c = connect_client(&d, "trace/2", 8u << 20);
