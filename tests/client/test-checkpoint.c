@@ -35,6 +35,7 @@
 #include "client-private.h"
 #include "harness.h"
 #include "test.h"
+#include "util/command.h"
 
 #define MiB (1024u * 1024u)
 #define PAGE MiB
@@ -225,6 +226,37 @@ static void remove_dir(const char *dir)
 	}
 	closedir(dd);
 	rmdir(dir);
+}
+
+/* spillwayctl restore and checkpoint: the same bytes through the command
+ * line; its refusal on stderr with a nonzero status. */
+static void through_ctl(spw_client *b, const char *ck1)
+{
+	const char *ctl = getenv("SPILLWAYCTL");
+	char cmd[2048], out[4096], ck4[512];
+	int st;
+
+	if (!ctl) {
+		printf("# SPILLWAYCTL unset: spillwayctl checkpoint/restore not exercised\n");
+		return;
+	}
+	snprintf(ck4, sizeof(ck4), "%s/ck4", d.dir);
+	snprintf(cmd, sizeof(cmd), "%s --socket-dir %s restore raw/ctl %s 2>&1", ctl, d.dir, ck1);
+	st = command_output(cmd, out, sizeof(out));
+	printf("# %s", out);
+	ASSERT_EQ(st, 0);
+	ASSERT_CONTAINS(out, "restored raw/ctl at step 2: 2 tensors");
+	snprintf(cmd, sizeof(cmd), "%s --socket-dir %s checkpoint raw/ctl %s 2>&1", ctl, d.dir, ck4);
+	st = command_output(cmd, out, sizeof(out));
+	printf("# %s", out);
+	ASSERT_EQ(st, 0);
+	ASSERT_CONTAINS(out, "checkpoint of raw/ctl at step 2: 2 tensors");
+	check_file(ck4, 0, R_BYTES, 2);
+	check_file(ck4, 1, S_BYTES, 2);
+	st = command_output(cmd, out, sizeof(out));
+	ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	ASSERT_CONTAINS(out, "already exists");
+	ASSERT_OK(spw_client_drop(b, "raw/ctl"));
 }
 
 /* A trainer killed inside a step's updates while a checkpoint waits for
@@ -449,6 +481,7 @@ int main(void)
 	spw_client_free(a);
 
 	killed_inside_step(b, ck3);
+	through_ctl(b, ck1);
 
 	/* Hostile checkpoints. */
 	ASSERT_EQ(pool_used(&sessions), 0.0);
