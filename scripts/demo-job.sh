@@ -84,6 +84,15 @@ kill -KILL "$demo_train_pid" 2>/dev/null || true
 wait "$demo_train_pid" 2>/dev/null || true
 say "killed (kill -9) after step $(wc -l <"$demo_dir/run.losses"); the daemon keeps the session, orphaned:"
 build-demo/client/spillwayctl status | sed -n '/^SESSION/,/^$/p' || true
+# The orphan's state as files: a checkpoint written by the daemon (no
+# byte through a trainer), against cp of the same files.
+say "checkpoint: spillwayctl checkpoint demo/resume $demo_dir/ckpt"
+build-demo/client/spillwayctl checkpoint demo/resume "$demo_dir/ckpt" || true
+if [ -d "$demo_dir/ckpt" ]; then
+	demo_t0=$(date +%s%N)
+	cp -r "$demo_dir/ckpt" "$demo_dir/ckpt-cp" && sync -f "$demo_dir/ckpt-cp"
+	say "for comparison, cp -r of those files and sync: $(( ($(date +%s%N) - demo_t0) / 1000000 )) ms"
+fi
 say "restart: the same command"
 "${demo_resume[@]}" && demo_rc=0 || demo_rc=$?
 if [ "$demo_rc" -eq 3 ]; then
