@@ -84,13 +84,13 @@ static inline __attribute__((always_inline)) void st16(void *x, enum spw_dtype t
 		_mm512_mask_storeu_ps((float *)x + i, k, a);
 }
 
-static inline __attribute__((always_inline)) void adamw16(const struct kv *K, float *p, float *m, float *v, const void *g,
+static inline __attribute__((always_inline)) void adamw16(const struct kv *K, float *p, void *m, void *v, const void *g,
 			   void *c, size_t i, __mmask16 k, enum spw_dtype gt, enum spw_dtype ct,
-			   bool native, bool scale)
+			   enum spw_dtype mt, bool native, bool scale)
 {
 	__m512 gi = ld16(g, gt, i, k);
-	__m512 pi = _mm512_maskz_loadu_ps(k, p + i), mi = _mm512_maskz_loadu_ps(k, m + i);
-	__m512 vi = _mm512_maskz_loadu_ps(k, v + i), d;
+	__m512 pi = _mm512_maskz_loadu_ps(k, p + i), mi = ld16(m, mt, i, k);
+	__m512 vi = ld16(v, mt, i, k), d;
 
 	if (scale) /* g * 1.0f == g exactly, so skipping it changes no bit */
 		gi = _mm512_mul_ps(gi, K->gs);
@@ -100,39 +100,51 @@ static inline __attribute__((always_inline)) void adamw16(const struct kv *K, fl
 	d = _mm512_add_ps(_mm512_mul_ps(_mm512_sqrt_ps(vi), K->ibc2s), K->eps);
 	pi = _mm512_add_ps(pi, _mm512_mul_ps(K->nss, _mm512_div_ps(mi, d)));
 	_mm512_mask_storeu_ps(p + i, k, pi);
-	_mm512_mask_storeu_ps(m + i, k, mi);
-	_mm512_mask_storeu_ps(v + i, k, vi);
+	st16(m, mt, i, mi, k, native);
+	st16(v, mt, i, vi, k, native);
 	st16(c, ct, i, pi, k, native);
 }
 
-static inline __attribute__((always_inline)) void adamw_span(const struct spw_adamw_consts *kc, float *p, float *m, float *v,
+/* mt: the moments' type, fp32 or bf16 (stored rounded to nearest even). */
+static inline __attribute__((always_inline)) void adamw_span(const struct spw_adamw_consts *kc, float *p, void *m, void *v,
 			      const void *g, void *c, size_t n, enum spw_dtype gt,
-			      enum spw_dtype ct, bool native)
+			      enum spw_dtype ct, enum spw_dtype mt, bool native)
 {
 	const struct kv K = kv_of(kc);
 	size_t i = 0;
 
 	if (kc->grad_scale == 1.0f)
 		for (; i + 16 <= n; i += 16)
-			adamw16(&K, p, m, v, g, c, i, (__mmask16)0xffff, gt, ct, native, false);
+			adamw16(&K, p, m, v, g, c, i, (__mmask16)0xffff, gt, ct, mt, native, false);
 	else
 		for (; i + 16 <= n; i += 16)
-			adamw16(&K, p, m, v, g, c, i, (__mmask16)0xffff, gt, ct, native, true);
+			adamw16(&K, p, m, v, g, c, i, (__mmask16)0xffff, gt, ct, mt, native, true);
 	if (i < n)
-		adamw16(&K, p, m, v, g, c, i, tail_mask(n - i), gt, ct, native, true);
+		adamw16(&K, p, m, v, g, c, i, tail_mask(n - i), gt, ct, mt, native, true);
 }
 
 #define ADAMW_FN(gn, gt, cn, ct, sfx, nat)                                                      \
 	static void adamw_##gn##_##cn##sfx(const struct spw_adamw_consts *k, float *p, float *m, \
 					   float *v, const void *g, void *c, size_t n)            \
 	{                                                                                       \
-		adamw_span(k, p, m, v, g, c, n, gt, ct, nat);                                   \
+		adamw_span(k, p, m, v, g, c, n, gt, ct, SPW_DTYPE_F32, nat);                    \
+	}
+#define ADAMW_M16_FN(gn, gt, cn, ct, sfx, nat)                                                      \
+	static void adamw_m16_##gn##_##cn##sfx(const struct spw_adamw_consts *k, float *p, uint16_t *m, \
+					       uint16_t *v, const void *g, void *c, size_t n)        \
+	{                                                                                           \
+		adamw_span(k, p, m, v, g, c, n, gt, ct, SPW_DTYPE_BF16, nat);                       \
 	}
 #define ADAMW_ROW(gn, gt, sfx, nat)                                   \
 	ADAMW_FN(gn, gt, f32, SPW_DTYPE_F32, sfx, nat)                \
 	ADAMW_FN(gn, gt, bf16, SPW_DTYPE_BF16, sfx, nat)              \
 	ADAMW_FN(gn, gt, f16, SPW_DTYPE_F16, sfx, nat)                \
 	ADAMW_FN(gn, gt, none, SPW_DTYPE_NONE, sfx, nat)
+#define ADAMW_M16_ROW(gn, gt, sfx, nat)                               \
+	ADAMW_M16_FN(gn, gt, f32, SPW_DTYPE_F32, sfx, nat)            \
+	ADAMW_M16_FN(gn, gt, bf16, SPW_DTYPE_BF16, sfx, nat)          \
+	ADAMW_M16_FN(gn, gt, f16, SPW_DTYPE_F16, sfx, nat)            \
+	ADAMW_M16_FN(gn, gt, none, SPW_DTYPE_NONE, sfx, nat)
 ADAMW_ROW(f32, SPW_DTYPE_F32, , false)
 ADAMW_ROW(bf16, SPW_DTYPE_BF16, , false)
 ADAMW_ROW(f16, SPW_DTYPE_F16, , false)
@@ -140,6 +152,13 @@ ADAMW_ROW(f16, SPW_DTYPE_F16, , false)
 ADAMW_FN(f32, SPW_DTYPE_F32, bf16, SPW_DTYPE_BF16, _nat, true)
 ADAMW_FN(bf16, SPW_DTYPE_BF16, bf16, SPW_DTYPE_BF16, _nat, true)
 ADAMW_FN(f16, SPW_DTYPE_F16, bf16, SPW_DTYPE_BF16, _nat, true)
+/* With bf16 moments every update writes bf16. */
+ADAMW_M16_ROW(f32, SPW_DTYPE_F32, , false)
+ADAMW_M16_ROW(bf16, SPW_DTYPE_BF16, , false)
+ADAMW_M16_ROW(f16, SPW_DTYPE_F16, , false)
+ADAMW_M16_ROW(f32, SPW_DTYPE_F32, _nat, true)
+ADAMW_M16_ROW(bf16, SPW_DTYPE_BF16, _nat, true)
+ADAMW_M16_ROW(f16, SPW_DTYPE_F16, _nat, true)
 
 /* 32 double lanes in a[0..3]: lane j of a block is a[j / 8][j % 8]. */
 static inline __attribute__((always_inline)) void sq32(__m512d a[4], const void *x, enum spw_dtype t, size_t i, __mmask16 k0,
