@@ -21,6 +21,7 @@ static void plan_ops(struct job *j)
 	struct spw__kernel_op adam = {
 		.op = SPW_POOL_ADAMW, .consts = &j->consts,
 		.param = j->ptr[R_P], .exp_avg = j->ptr[R_M], .exp_avg_sq = j->ptr[R_V],
+		.state_dtype = j->o->state_dtype == SPW_STATE_BF16 ? SPW_DTYPE_BF16 : SPW_DTYPE_F32,
 		.copy = j->copy ? j->scopy : NULL, .copy_dtype = j->copy ? j->cdt : SPW_DTYPE_NONE,
 	};
 
@@ -77,8 +78,10 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 	 * tenant), so the moments start as torch's zeros here, the first
 	 * time a chunk is updated, instead of costing a pass at add time. */
 	if (adam && !ch->zeroed) {
-		memset(j->ptr[R_M] + b, 0, n * sizeof(float));
-		memset(j->ptr[R_V] + b, 0, n * sizeof(float));
+		size_t es = role_esize(o, R_M);
+
+		memset((unsigned char *)j->ptr[R_M] + b * es, 0, n * es);
+		memset((unsigned char *)j->ptr[R_V] + b * es, 0, n * es);
 	}
 	for (unsigned i = 0; i < j->nops; i++) {
 		double s = spw__kernel_op_run(o->k, &j->ops[i], b, e);

@@ -72,6 +72,8 @@ _Static_assert((int)SPW_TYPE_F32 == (int)SPW_DTYPE_F32 && (int)SPW_TYPE_BF16 == 
 #define TILE SPW_POOL_ADAMW_TILE
 
 enum role { R_P, R_M, R_V, R_G, R__N };
+_Static_assert((int)SPW_STATE_PARAM == R_P && (int)SPW_STATE_EXP_AVG == R_M && (int)SPW_STATE_EXP_AVG_SQ == R_V,
+	       "spw_optimizer_read/write's states index the roles");
 
 enum job_kind {
 	JOB_ADAM,       /* gradient in staging -> Adam (overlapped, no accumulation) */
@@ -173,6 +175,7 @@ struct spw_optimizer {
 
 	enum spw_optimizer_mode mode;
 	enum spw_tensor_kind tier;
+	enum spw_state_dtype state_dtype;
 	struct spw_param_group *groups;
 	uint32_t ngroups, accum, window;
 	float clip_coef, max_norm;
@@ -287,6 +290,39 @@ static inline bool role_used(const struct tensor *t, unsigned r)
 	if (t->frozen)
 		return r == R_P;
 	return r != R_G || t->has_g;
+}
+
+/*
+ * Where chunk k's values of role r lie in r's tensor. Chunks hold
+ * chunk_elems = page_size / 4 elements, so fp32 values of chunk k fill
+ * page k; bf16 moments (SPW_STATE_BF16) fill half a page, chunk k in page
+ * k / 2 at byte (k % 2) * page_size / 2. Two chunks then share a moment
+ * page: each pins it (pins are counted) and writes its own half.
+ */
+static inline bool role_m16(const spw_optimizer *o, unsigned r)
+{
+	return o->state_dtype == SPW_STATE_BF16 && (r == R_M || r == R_V);
+}
+
+static inline size_t role_esize(const spw_optimizer *o, unsigned r)
+{
+	return role_m16(o, r) ? 2 : 4;
+}
+
+static inline uint32_t role_page(const spw_optimizer *o, unsigned r, uint32_t k)
+{
+	return role_m16(o, r) ? k / 2 : k;
+}
+
+static inline size_t role_offset(const spw_optimizer *o, unsigned r, uint32_t k)
+{
+	return role_m16(o, r) ? (size_t)(k % 2) * (o->page_size / 2) : 0;
+}
+
+/* Bytes of role r's tensor for count elements. */
+static inline uint64_t role_bytes(const spw_optimizer *o, unsigned r, uint64_t count)
+{
+	return count * role_esize(o, r);
 }
 
 /* ---- optimizer.c ---- */

@@ -415,12 +415,19 @@ double spw__kernel_op_run(const struct spw_kernels *k, const struct spw__kernel_
 	const unsigned char *src = (const unsigned char *)op->src + b * ss;
 
 	switch (op->op) {
-	case SPW_POOL_ADAMW:
-		k->adamw[op->src_dtype][op->copy_dtype](
-			op->consts, op->param + b, op->exp_avg + b, op->exp_avg_sq + b, src,
-			op->copy ? (unsigned char *)op->copy + b * spw_dtype_size(op->copy_dtype) : NULL,
-			n);
+	case SPW_POOL_ADAMW: {
+		void *c = op->copy ? (unsigned char *)op->copy + b * spw_dtype_size(op->copy_dtype) : NULL;
+
+		if (op->state_dtype == SPW_DTYPE_BF16)
+			k->adamw_m16[op->src_dtype][op->copy_dtype](op->consts, op->param + b,
+								    (uint16_t *)op->exp_avg + b,
+								    (uint16_t *)op->exp_avg_sq + b, src, c, n);
+		else
+			k->adamw[op->src_dtype][op->copy_dtype](op->consts, op->param + b,
+								(float *)op->exp_avg + b,
+								(float *)op->exp_avg_sq + b, src, c, n);
 		break;
+	}
 	case SPW_POOL_SUMSQ:
 		return k->sumsq[op->src_dtype](src, n);
 	case SPW_POOL_NONFINITE:

@@ -142,7 +142,9 @@ struct spw__kernel_op {
 	void *dst;
 	enum spw_dtype dst_dtype;
 	const struct spw_adamw_consts *consts;  /* ADAMW */
-	float *param, *exp_avg, *exp_avg_sq;    /* ADAMW */
+	float *param;                           /* ADAMW */
+	void *exp_avg, *exp_avg_sq;             /* ADAMW: of state_dtype */
+	enum spw_dtype state_dtype;             /* ADAMW: SPW_DTYPE_F32 (0) or SPW_DTYPE_BF16 */
 	void *copy;
 	enum spw_dtype copy_dtype;
 };

@@ -44,17 +44,21 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 	r = spw__persist_open_write(o);
 	for (uint32_t k = 0; k < t->nchunks && r >= 0; k++) {
 		const struct chunk *ch = &t->chunks[k];
-		void *p;
+		uint32_t page = role_page(o, which, k);
+		unsigned char *p;
 
-		r = spw_pin(o->c, t->id[which], k, &p);
+		r = spw_pin(o->c, t->id[which], page, (void **)&p);
 		if (r < 0)
 			break;
+		p += role_offset(o, which, k);
 		/* Moments never updated are torch's zeros, whatever the page holds. */
 		if (which != SPW_STATE_PARAM && !ch->zeroed)
 			memset(out + ch->off, 0, ch->n * sizeof(float));
+		else if (role_m16(o, which)) /* widening bf16 is exact */
+			o->k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](out + ch->off, p, ch->n);
 		else
 			memcpy(out + ch->off, p, ch->n * sizeof(float));
-		r = spw_unpin(o->c, t->id[which], k, SPW_CLEAN);
+		r = spw_unpin(o->c, t->id[which], page, SPW_CLEAN);
 	}
 	spw__opt_ring_release(o);
 	if (r < 0)
@@ -62,20 +66,27 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 	return 0;
 }
 
-/* Copies n values into page k of tensor id, which the caller's ring holds
- * (in NULL: zeros), and hands it back dirty so the daemon keeps them. */
-static int put_page(spw_optimizer *o, uint32_t id, uint32_t k, const float *in, uint64_t n)
+/* Copies chunk k's n values of role ro into its page, which the caller's
+ * ring holds (in NULL: zeros; bf16 moments rounded to nearest even, as
+ * the kernels store them), and hands it back dirty so the daemon keeps
+ * them. */
+static int put_page(spw_optimizer *o, const struct tensor *t, unsigned ro, uint32_t k, const float *in, uint64_t n)
 {
-	void *p;
-	int r = spw_pin(o->c, id, k, &p);
+	uint32_t id = t->id[ro], page = role_page(o, ro, k);
+	size_t es = role_esize(o, ro);
+	unsigned char *p;
+	int r = spw_pin(o->c, id, page, (void **)&p);
 
 	if (r < 0)
 		return r;
-	if (in)
-		memcpy(p, in, n * sizeof(float));
+	p += role_offset(o, ro, k);
+	if (!in)
+		memset(p, 0, n * es);
+	else if (role_m16(o, ro))
+		o->k->cast[SPW_DTYPE_BF16][SPW_DTYPE_F32](p, in, n);
 	else
-		memset(p, 0, n * sizeof(float));
-	return spw_unpin(o->c, id, k, SPW_DIRTY);
+		memcpy(p, in, n * sizeof(float));
+	return spw_unpin(o->c, id, page, SPW_DIRTY);
 }
 
 SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor, enum spw_optimizer_state which,
@@ -95,16 +106,16 @@ SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor, enum spw_o
 		struct chunk *ch = &t->chunks[k];
 
 		if (which == SPW_STATE_PARAM || ch->zeroed) {
-			r = put_page(o, t->id[which], k, in + ch->off, ch->n);
+			r = put_page(o, t, which, k, in + ch->off, ch->n);
 			continue;
 		}
 		/* A chunk never updated would have both moments zeroed by its
 		 * first update, wiping what is written now: zero the other
 		 * moment's page here instead (it may hold a slot's earlier
 		 * tenant) and mark the chunk initialised. */
-		r = put_page(o, t->id[which == SPW_STATE_EXP_AVG ? R_V : R_M], k, NULL, ch->n);
+		r = put_page(o, t, which == SPW_STATE_EXP_AVG ? R_V : R_M, k, NULL, ch->n);
 		if (r >= 0)
-			r = put_page(o, t->id[which], k, in + ch->off, ch->n);
+			r = put_page(o, t, which, k, in + ch->off, ch->n);
 		if (r >= 0)
 			ch->zeroed = true;
 	}
