@@ -13,7 +13,8 @@
  *              (nearest even) and widen exactly; the tiers hold half the
  *              moment bytes of an fp32 optimizer
  *   converge   the MLP trained 400 steps with fp32 and with bf16 moments:
- *              the final loss on a held-out set within 1% (both printed)
+ *              bf16's final loss on a held-out set no more than 1% above
+ *              fp32's (both printed, and why one-sided: case_converge)
  */
 #include <errno.h>
 #include <math.h>
@@ -414,9 +415,18 @@ static void case_converge(void)
 	rel = fabs(b16.eval_loss - f32.eval_loss) / f32.eval_loss;
 	fprintf(stderr, "converge: held-out loss before %.6f; after %d steps fp32 state %.6f, bf16 state %.6f "
 		"(relative difference %.4f%%)\n", first, c.steps, f32.eval_loss, b16.eval_loss, 100.0 * rel);
-	/* Training did something, and bf16 moments do not change where it ends. */
+	/*
+	 * Training did something, and bf16 moments end no worse than fp32
+	 * ones, within 1%. One-sided: the two runs' trajectories part, and
+	 * on this task, which the MLP learns by heart, the distance between
+	 * two sound runs grows with the steps: measured while writing this,
+	 * bf16 minus fp32 was -0.6% after 200 steps, -1.7% after 400 and
+	 * -10.7% after 1000 (bf16 lower each time), so "within 1% either
+	 * way" would test where the trajectories went, not the state's
+	 * precision.
+	 */
 	ASSERT_TRUE(f32.eval_loss < 0.5 * first);
-	ASSERT_TRUE(rel < 0.01);
+	ASSERT_TRUE(b16.eval_loss <= 1.01 * f32.eval_loss);
 	out_free(&f32);
 	out_free(&b16);
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
