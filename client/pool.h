@@ -185,7 +185,9 @@ struct spw__pool_kcall {
 	enum spw_dtype dst_dtype;
 	/* ADAMW */
 	struct spw_adamw_consts consts;
-	float *param, *exp_avg, *exp_avg_sq;
+	float *param;
+	void *exp_avg, *exp_avg_sq;     /* of state_dtype */
+	enum spw_dtype state_dtype;     /* SPW_DTYPE_F32 (0) or SPW_DTYPE_BF16 */
 	void *copy;                     /* NULL with copy_dtype SPW_DTYPE_NONE */
 	enum spw_dtype copy_dtype;
 	/* results */
