@@ -151,6 +151,9 @@ static inline __attribute__((always_inline)) void adamw_span(const struct spw_ad
 }
 
 VARIANT_ADAMW_FNS()
+/* 8-bit moments: the portable loop of q8.h, compiled for AVX2 (elementwise
+ * IEEE operations and integer maxima: the same bits as the c variant). */
+VARIANT_Q8_FNS()
 
 /* 32 double lanes in a[0..7]: lane j of a block is a[j / 4][j % 4]. */
 static inline __attribute__((always_inline)) void sq32(__m256d a[8], const void *x, enum spw_dtype t, size_t i)

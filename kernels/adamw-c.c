@@ -93,6 +93,7 @@ static inline __attribute__((always_inline)) void adamw_span(const struct spw_ad
 }
 
 VARIANT_ADAMW_FNS()
+VARIANT_Q8_FNS()
 
 static inline __attribute__((always_inline)) double sumsq_span(const void *x, size_t n, enum spw_dtype t)
 {

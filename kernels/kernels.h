@@ -143,6 +143,20 @@ struct spw_kernels {
 		uint16_t *exp_avg_sq, const void *grad, void *copy, size_t n);
 
 	/*
+	 * adamw_q8[grad_dtype][copy_dtype]: the same update with 8-bit
+	 * blockwise moments (q8.h has the codes): per block of SPW_Q8_BLOCK
+	 * elements, the codes m_code[i], v_code[i] are decoded with the
+	 * block's scales m_scale[b], v_scale[b], m, v, denom and p computed
+	 * as above in fp32 (p from the unrounded moments), then the block's
+	 * new scales (largest |m| and v) and codes stored. The span must
+	 * start on a block boundary (element 0 of its scales); its last block
+	 * may be short. The same bits in every variant.
+	 */
+	void (*adamw_q8[SPW_DTYPE_COUNT][SPW_DTYPE_COUNT + 1])(
+		const struct spw_adamw_consts *k, float *param, int8_t *m_code, float *m_scale,
+		uint8_t *v_code, float *v_scale, const void *grad, void *copy, size_t n);
+
+	/*
 	 * Sum of x[i]^2 in double. Each square is exact in double; they are
 	 * added into 32 lanes (element i of the span into lane i % 32) and the
 	 * lanes folded pairwise, the same order in every variant. Not finite

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "q8.h"
 
 /* adamw_<grad>_<copy> for every pair, from adamw_span(k, p, m, v, g, c, n,
  * gt, ct, mt) with fp32 moments (mt SPW_DTYPE_F32), and adamw_m16_<grad>_<copy>
@@ -29,6 +30,23 @@
 	{                                                                                     \
 		adamw_span(k, p, m, v, g, c, n, gt, ct, SPW_DTYPE_BF16);                      \
 	}
+/* adamw_q8_<grad>_<copy> from q8.h's portable loop (the c and avx2 variants). */
+#define VARIANT_Q8_FN(gn, gt, cn, ct)                                                                  \
+	static void adamw_q8_##gn##_##cn(const struct spw_adamw_consts *k, float *p, int8_t *mq, float *ms, \
+					 uint8_t *vq, float *vs, const void *g, void *c, size_t n)      \
+	{                                                                                              \
+		spw_q8_adamw_portable(k, p, mq, ms, vq, vs, g, c, n, gt, ct);                          \
+	}
+#define VARIANT_Q8_ROW(gn, gt)                               \
+	VARIANT_Q8_FN(gn, gt, f32, SPW_DTYPE_F32)            \
+	VARIANT_Q8_FN(gn, gt, bf16, SPW_DTYPE_BF16)          \
+	VARIANT_Q8_FN(gn, gt, f16, SPW_DTYPE_F16)            \
+	VARIANT_Q8_FN(gn, gt, none, SPW_DTYPE_NONE)
+#define VARIANT_Q8_FNS()                             \
+	VARIANT_Q8_ROW(f32, SPW_DTYPE_F32)           \
+	VARIANT_Q8_ROW(bf16, SPW_DTYPE_BF16)         \
+	VARIANT_Q8_ROW(f16, SPW_DTYPE_F16)
+
 #define VARIANT_ADAMW_ROW(gn, gt)                            \
 	VARIANT_ADAMW_FN(gn, gt, f32, SPW_DTYPE_F32)         \
 	VARIANT_ADAMW_FN(gn, gt, bf16, SPW_DTYPE_BF16)       \
@@ -85,6 +103,14 @@
 					     adamw_m16_bf16_f16##nat, adamw_m16_bf16_none##nat },      \
 			[SPW_DTYPE_F16] = { adamw_m16_f16_f32##nat, adamw_m16_f16_bf16##nat,           \
 					    adamw_m16_f16_f16##nat, adamw_m16_f16_none##nat },         \
+		},                                                                                     \
+		.adamw_q8 = {                                                                          \
+			[SPW_DTYPE_F32] = { adamw_q8_f32_f32##nat, adamw_q8_f32_bf16##nat,             \
+					    adamw_q8_f32_f16##nat, adamw_q8_f32_none##nat },           \
+			[SPW_DTYPE_BF16] = { adamw_q8_bf16_f32##nat, adamw_q8_bf16_bf16##nat,          \
+					     adamw_q8_bf16_f16##nat, adamw_q8_bf16_none##nat },        \
+			[SPW_DTYPE_F16] = { adamw_q8_f16_f32##nat, adamw_q8_f16_bf16##nat,             \
+					    adamw_q8_f16_f16##nat, adamw_q8_f16_none##nat },           \
 		},                                                                                     \
 		.sumsq = { sumsq_f32, sumsq_bf16, sumsq_f16 },                                         \
 		.nonfinite = { nonfinite_f32, nonfinite_bf16, nonfinite_f16 },                         \
