@@ -201,7 +201,7 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	    opts->ngroups == 0 || opts->ngroups > 1024 ||
 	    (opts->mode != SPW_OPT_OVERLAPPED && opts->mode != SPW_OPT_EXACT) ||
 	    (opts->tier != SPW_TENSOR_RESIDENT && opts->tier != SPW_TENSOR_SWAPPABLE) ||
-	    (opts->state_dtype != SPW_STATE_F32 && opts->state_dtype != SPW_STATE_BF16) ||
+	    (unsigned)opts->state_dtype > SPW_STATE_INT8 ||
 	    !(opts->clip_coef >= 0.0f) || !isfinite(opts->clip_coef) || !(opts->max_norm >= 0.0f) ||
 	    !(opts->init_loss_scale >= 0.0f))
 		return c ? spw__error(c, -EINVAL, "spw_optimizer_new: bad options (groups, mode, tier, state_dtype or a coefficient)")

@@ -35,6 +35,7 @@
 
 #include "config.h"
 #include "pool.h"
+#include "q8.h"
 #include "util/clock.h"
 
 #if SPW_HAVE_NUMA
@@ -418,7 +419,12 @@ double spw__kernel_op_run(const struct spw_kernels *k, const struct spw__kernel_
 	case SPW_POOL_ADAMW: {
 		void *c = op->copy ? (unsigned char *)op->copy + b * spw_dtype_size(op->copy_dtype) : NULL;
 
-		if (op->state_dtype == SPW_DTYPE_BF16)
+		if (op->q8)
+			k->adamw_q8[op->src_dtype][op->copy_dtype](op->consts, op->param + b, (int8_t *)op->exp_avg + b,
+								   op->m_scale + b / SPW_Q8_BLOCK,
+								   (uint8_t *)op->exp_avg_sq + b,
+								   op->v_scale + b / SPW_Q8_BLOCK, src, c, n);
+		else if (op->state_dtype == SPW_DTYPE_BF16)
 			k->adamw_m16[op->src_dtype][op->copy_dtype](op->consts, op->param + b,
 								    (uint16_t *)op->exp_avg + b,
 								    (uint16_t *)op->exp_avg_sq + b, src, c, n);

@@ -145,6 +145,10 @@ struct spw__kernel_op {
 	float *param;                           /* ADAMW */
 	void *exp_avg, *exp_avg_sq;             /* ADAMW: of state_dtype */
 	enum spw_dtype state_dtype;             /* ADAMW: SPW_DTYPE_F32 (0) or SPW_DTYPE_BF16 */
+	/* ADAMW with 8-bit moments (kernels' adamw_q8): exp_avg, exp_avg_sq
+	 * are the codes, these the block scales; spans start on blocks. */
+	bool q8;
+	float *m_scale, *v_scale;
 	void *copy;
 	enum spw_dtype copy_dtype;
 };

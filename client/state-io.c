@@ -30,6 +30,36 @@ static int state_access(spw_optimizer *o, const char *verb, uint32_t tensor, enu
 	return 0;
 }
 
+/* int8 moments: n values from codes and their blocks' scales (q8.h). */
+static void q8_decode(unsigned role, const unsigned char *codes, const unsigned char *scales, float *out, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		float s;
+
+		memcpy(&s, scales + i / SPW_Q8_BLOCK * 4, 4);
+		out[i] = role == R_M ? spw_q8_dec_m((int8_t)codes[i], s) : spw_q8_dec_v(codes[i], s);
+	}
+}
+
+/* n values coded as an update stores them: per block the largest
+ * |value| by its bits as the scale, then the codes. */
+static void q8_encode(unsigned role, const float *in, unsigned char *codes, unsigned char *scales, uint64_t n)
+{
+	for (uint64_t b = 0; b < n; b += SPW_Q8_BLOCK) {
+		uint64_t e = n - b < SPW_Q8_BLOCK ? n : b + SPW_Q8_BLOCK;
+		uint32_t mx = 0;
+		float s;
+
+		for (uint64_t i = b; i < e; i++)
+			if (spw_q8_absbits(in[i]) > mx)
+				mx = spw_q8_absbits(in[i]);
+		s = spw_q8_of_bits(mx);
+		memcpy(scales + b / SPW_Q8_BLOCK * 4, &s, 4);
+		for (uint64_t i = b; i < e; i++)
+			codes[i] = role == R_M ? (unsigned char)spw_q8_enc_m(in[i], s) : spw_q8_enc_v(in[i], s);
+	}
+}
+
 SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_optimizer_state which,
 				  float *out)
 {
@@ -56,6 +86,8 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 			memset(out + ch->off, 0, ch->n * sizeof(float));
 		else if (role_m16(o, which)) /* widening bf16 is exact */
 			o->k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](out + ch->off, p, ch->n);
+		else if (role_q8(o, which))
+			q8_decode(which, p, p + q8_scales_at(ch->n), out + ch->off, ch->n);
 		else
 			memcpy(out + ch->off, p, ch->n * sizeof(float));
 		r = spw_unpin(o->c, t->id[which], page, SPW_CLEAN);
@@ -73,7 +105,6 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 static int put_page(spw_optimizer *o, const struct tensor *t, unsigned ro, uint32_t k, const float *in, uint64_t n)
 {
 	uint32_t id = t->id[ro], page = role_page(o, ro, k);
-	size_t es = role_esize(o, ro);
 	unsigned char *p;
 	int r = spw_pin(o->c, id, page, (void **)&p);
 
@@ -81,7 +112,9 @@ static int put_page(spw_optimizer *o, const struct tensor *t, unsigned ro, uint3
 		return r;
 	p += role_offset(o, ro, k);
 	if (!in)
-		memset(p, 0, n * es);
+		memset(p, 0, role_chunk_bytes(o, ro, n));
+	else if (role_q8(o, ro))
+		q8_encode(ro, in, p, p + q8_scales_at(n), n);
 	else if (role_m16(o, ro))
 		o->k->cast[SPW_DTYPE_BF16][SPW_DTYPE_F32](p, in, n);
 	else

@@ -1,20 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-state-dtype: the optimizer with its moments stored as bf16
- * (spw_optimizer_opts.state_dtype = SPW_STATE_BF16).
+ * test-state-dtype: the optimizer with its moments stored as bf16 or as
+ * 8-bit blockwise codes (spw_optimizer_opts.state_dtype = SPW_STATE_BF16,
+ * SPW_STATE_INT8).
  *
  *   exact      the example MLP trained through spillway (resident tier,
  *              overlapped and exact modes, 1 and 2 threads) equals a plain
- *              loop calling kernels/' adamw_m16 on whole tensors: master
- *              weights and both moments bit-identical. Small pages cut
- *              every tensor into chunks that share moment pages.
- *   swappable  the same on the NVMe tier, the region under 1/4 of the state
+ *              loop calling kernels/' adamw_m16 or adamw_q8 on whole
+ *              tensors: master weights and both moments bit-identical.
+ *              Small pages cut every tensor into chunks that share moment
+ *              pages.
+ *   swappable  the same on the NVMe tier, the region under 1/3 of the state
  *   write      spw_optimizer_write/read of the moments round to bf16
- *              (nearest even) and widen exactly; the tiers hold half the
- *              moment bytes of an fp32 optimizer
- *   converge   the MLP trained 400 steps with fp32 and with bf16 moments:
+ *              (nearest even) and widen exactly, or code and decode int8
+ *              blocks; the tiers hold 4/7 (bf16) and 3/7 (int8) of the
+ *              moment pages of an fp32 optimizer, 7 chunks here
+ *   converge   the MLP trained 400 steps with fp32, bf16 and int8 moments:
  *              bf16's final loss on a held-out set no more than 1% above
- *              fp32's (both printed, and why one-sided: case_converge)
+ *              fp32's, int8's no more than 2% (all printed, and why
+ *              one-sided: case_converge)
  */
 #include <errno.h>
 #include <math.h>
@@ -27,6 +31,7 @@
 #include "harness.h"
 #include "kernels.h"
 #include "mlp.h"
+#include "q8.h"
 #include "pipeline-fixture.h"
 #include "session-figure.h"
 #include "test.h"
@@ -129,7 +134,9 @@ static void add_sumsq(const struct spw_kernels *k, const float *g, size_t count,
 	}
 }
 
-/* The reference: AdamW with bf16 moments straight from kernels/, whole tensors at once. */
+/* The reference: AdamW with bf16 or int8 moments straight from kernels/,
+ * whole tensors at once (chunks hold a whole number of int8 blocks, so the
+ * blocks are the pipeline's). */
 static void run_plain(const struct cfg *c, struct out *o)
 {
 	const struct spw_kernels *k = spw_kernels();
@@ -138,6 +145,9 @@ static void run_plain(const struct cfg *c, struct out *o)
 	struct mlp_task *task;
 	const struct mlp_tensor *t;
 	uint16_t *mh[MAXT], *vh[MAXT];
+	int8_t *mq[MAXT];
+	uint8_t *vq[MAXT];
+	float *msc[MAXT], *vsc[MAXT];
 	float x[BATCH * 64], loss;
 	int32_t y[BATCH];
 	int n;
@@ -145,8 +155,13 @@ static void run_plain(const struct cfg *c, struct out *o)
 	ASSERT_OK(mlp_task_create(64, 10, 3, &task));
 	t = mlp_tensors(m, &n);
 	out_alloc(o, t, n);
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
+		size_t nb = (t[i].count + SPW_Q8_BLOCK - 1) / SPW_Q8_BLOCK;
+
 		ASSERT_TRUE((mh[i] = calloc(t[i].count, 2)) && (vh[i] = calloc(t[i].count, 2)));
+		ASSERT_TRUE((mq[i] = calloc(t[i].count, 1)) && (vq[i] = calloc(t[i].count, 1)));
+		ASSERT_TRUE((msc[i] = calloc(nb, 4)) && (vsc[i] = calloc(nb, 4)));
+	}
 	for (int step = 1; step <= c->steps; step++) {
 		double total = 0.0, norm;
 		float coef = 1.0f;
@@ -168,16 +183,28 @@ static void run_plain(const struct cfg *c, struct out *o)
 			struct spw_adamw_consts kc;
 
 			ASSERT_OK(spw_adamw_prepare(&hp, &kc));
-			k->adamw_m16[SPW_DTYPE_F32][SPW_DTYPE_NONE](&kc, t[i].param, mh[i], vh[i], t[i].grad, NULL,
-								    t[i].count);
+			if (c->sd == SPW_STATE_INT8)
+				k->adamw_q8[SPW_DTYPE_F32][SPW_DTYPE_NONE](&kc, t[i].param, mq[i], msc[i], vq[i], vsc[i],
+									   t[i].grad, NULL, t[i].count);
+			else
+				k->adamw_m16[SPW_DTYPE_F32][SPW_DTYPE_NONE](&kc, t[i].param, mh[i], vh[i], t[i].grad,
+									    NULL, t[i].count);
 		}
 	}
 	for (int i = 0; i < n; i++) {
 		memcpy(o->p[i], t[i].param, t[i].count * 4);
 		k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](o->m[i], mh[i], t[i].count);
 		k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](o->v[i], vh[i], t[i].count);
+		for (size_t j = 0; c->sd == SPW_STATE_INT8 && j < t[i].count; j++) {
+			o->m[i][j] = spw_q8_dec_m(mq[i][j], msc[i][j / SPW_Q8_BLOCK]);
+			o->v[i][j] = spw_q8_dec_v(vq[i][j], vsc[i][j / SPW_Q8_BLOCK]);
+		}
 		free(mh[i]);
 		free(vh[i]);
+		free(mq[i]);
+		free(vq[i]);
+		free(msc[i]);
+		free(vsc[i]);
 	}
 	o->eval_loss = eval_loss(m, task);
 	mlp_task_free(task);
@@ -255,9 +282,9 @@ static void assert_same(const struct out *a, const struct out *b, const char *wh
 
 		if (memcmp(a->p[i], b->p[i], bytes) || memcmp(a->m[i], b->m[i], bytes) ||
 		    memcmp(a->v[i], b->v[i], bytes))
-			TEST_FAIL("%s: tensor %s differs from the plain bf16-moment run", what, t[i].name);
+			TEST_FAIL("%s: tensor %s differs from the plain run over kernels/", what, t[i].name);
 		/* bf16 moments: the low 16 bits of every value read back are 0. */
-		for (size_t j = 0; j < t[i].count; j++) {
+		for (size_t j = 0; !strstr(what, "int8") && j < t[i].count; j++) {
 			uint32_t u, w;
 
 			memcpy(&u, &b->m[i][j], 4);
@@ -278,7 +305,7 @@ static int compare(const struct spw_test_daemon *d, struct cfg c, const char *wh
 	r = run_spillway(d, &c, &spw);
 	if (r == 0) {
 		assert_same(&plain, &spw, what);
-		fprintf(stderr, "%s: bit-identical to the plain bf16-moment run (%d steps)\n", what, c.steps);
+		fprintf(stderr, "%s: bit-identical to the plain run over kernels/ (%d steps)\n", what, c.steps);
 	}
 	out_free(&plain);
 	if (r == 0)
@@ -301,6 +328,10 @@ static void case_exact(void)
 	ASSERT_OK(compare(&d, c, "exact, 2 threads"));
 	c.threads = 1;
 	ASSERT_OK(compare(&d, c, "exact, 1 thread"));
+	c.sd = SPW_STATE_INT8;
+	ASSERT_OK(compare(&d, c, "int8, exact, 1 thread"));
+	c.mode = SPW_OPT_OVERLAPPED, c.max_norm = 0.0f, c.threads = 2;
+	ASSERT_OK(compare(&d, c, "int8, overlapped, 2 threads"));
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 }
 
@@ -323,6 +354,8 @@ static void case_swappable(void)
 	ASSERT_OK(r);
 	c.mode = SPW_OPT_EXACT, c.max_norm = 1.0f;
 	ASSERT_OK(compare(&d, c, "swappable, exact"));
+	c.sd = SPW_STATE_INT8;
+	ASSERT_OK(compare(&d, c, "swappable, int8, exact"));
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 }
 
@@ -332,18 +365,34 @@ static double slots_used(const struct spw_test_daemon *d)
 	return session_figure(d->status, "state/0", "slots_used");
 }
 
+/* What an int8 moment written as in[] reads back as: element i coded
+ * with its block's scale (the block's largest |value| by its bits). Chunks
+ * start on blocks, so blocks are the whole array's. */
+static float q8_round_trip(const float *in, uint64_t n, uint64_t i, bool m)
+{
+	uint64_t b = i / SPW_Q8_BLOCK * SPW_Q8_BLOCK, e = b + SPW_Q8_BLOCK < n ? b + SPW_Q8_BLOCK : n;
+	uint32_t mx = 0;
+	float s;
+
+	for (uint64_t j = b; j < e; j++)
+		if (spw_q8_absbits(in[j]) > mx)
+			mx = spw_q8_absbits(in[j]);
+	s = spw_q8_of_bits(mx);
+	return m ? spw_q8_dec_m(spw_q8_enc_m(in[i], s), s) : spw_q8_dec_v(spw_q8_enc_v(in[i], s), s);
+}
+
 static void case_write(void)
 {
 	static const struct spw_param_group g = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
-	/* 3 chunks and a bit: chunks 0-1 share moment page 0, 2-3 page 1. */
-	const uint64_t n = 3 * CHUNK + 1000;
+	/* 6 chunks and a bit: moment pages of 1, 2 (bf16) or 3 (int8) chunks. */
+	const uint64_t n = 6 * CHUNK + 1000;
 	struct spw_test_daemon d;
 	float *in = malloc(n * 4), *back = malloc(n * 4), *dev = calloc(n, 4);
-	double bytes[2];
+	double bytes[3];
 
 	ASSERT_TRUE(in && back && dev);
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
-	for (int sd = 0; sd < 2; sd++) {
+	for (int sd = 0; sd < 3; sd++) {
 		struct spw_optimizer_opts oo = { .size = sizeof(oo), .tier = SPW_TENSOR_RESIDENT, .groups = &g,
 						 .ngroups = 1, .threads = 1, .device = "host", .state_dtype = sd };
 		spw_client *c = connect_client(&d, "state/0", 16u << 20);
@@ -365,6 +414,9 @@ static void case_write(void)
 				float want = sd == SPW_STATE_BF16 ? spw_bf16_to_f32(spw_f32_to_bf16(in[i])) : in[i];
 				uint32_t a, b;
 
+				if (sd == SPW_STATE_INT8)
+					want = q8_round_trip(in, n, i, which == SPW_STATE_EXP_AVG);
+
 				memcpy(&a, &back[i], 4);
 				memcpy(&b, &want, 4);
 				if (isnan(want) ? !isnan(back[i]) : a != b)
@@ -380,10 +432,13 @@ static void case_write(void)
 		ASSERT_OK(spw_client_detach(c));
 		spw_client_free(c);
 	}
-	/* The staging pages and master weights are the same in both: the
-	 * difference is the moments' pages, of 4 and of 2 bytes per element. */
-	fprintf(stderr, "resident slots: fp32 state %.0f, bf16 state %.0f\n", bytes[0], bytes[1]);
-	ASSERT_TRUE(bytes[0] - bytes[1] == 2.0 * (double)((4 * n + PAGE - 1) / PAGE - (2 * n + PAGE - 1) / PAGE));
+	/* The staging pages and master weights are the same in all: the
+	 * difference is the moments' pages, 7 (fp32), 4 (bf16) or 3 (int8)
+	 * for 7 chunks. */
+	fprintf(stderr, "resident slots: fp32 state %.0f, bf16 state %.0f, int8 state %.0f\n", bytes[0], bytes[1],
+		bytes[2]);
+	ASSERT_TRUE(bytes[0] - bytes[1] == 2.0 * (7 - 4));
+	ASSERT_TRUE(bytes[0] - bytes[2] == 2.0 * (7 - 3));
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	free(in);
 	free(back);
@@ -395,8 +450,8 @@ static void case_converge(void)
 	struct spw_test_daemon d;
 	struct cfg c = { .mode = SPW_OPT_OVERLAPPED, .tier = SPW_TENSOR_RESIDENT, .steps = 400,
 			 .region = 16u << 20, .lr = 1e-3f, .threads = 2 };
-	struct out f32, b16;
-	double first, rel;
+	struct out f32, b16, q8;
+	double first, rel, rel8;
 
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
 	{
@@ -412,9 +467,13 @@ static void case_converge(void)
 	ASSERT_OK(run_spillway(&d, &c, &f32));
 	c.sd = SPW_STATE_BF16;
 	ASSERT_OK(run_spillway(&d, &c, &b16));
-	rel = fabs(b16.eval_loss - f32.eval_loss) / f32.eval_loss;
+	c.sd = SPW_STATE_INT8;
+	ASSERT_OK(run_spillway(&d, &c, &q8));
+	rel = (b16.eval_loss - f32.eval_loss) / f32.eval_loss;
+	rel8 = (q8.eval_loss - f32.eval_loss) / f32.eval_loss;
 	fprintf(stderr, "converge: held-out loss before %.6f; after %d steps fp32 state %.6f, bf16 state %.6f "
-		"(relative difference %.4f%%)\n", first, c.steps, f32.eval_loss, b16.eval_loss, 100.0 * rel);
+		"(%+.4f%%), int8 state %.6f (%+.4f%%)\n", first, c.steps, f32.eval_loss, b16.eval_loss, 100.0 * rel,
+		q8.eval_loss, 100.0 * rel8);
 	/*
 	 * Training did something, and bf16 moments end no worse than fp32
 	 * ones, within 1%. One-sided: the two runs' trajectories part, and
@@ -427,8 +486,11 @@ static void case_converge(void)
 	 */
 	ASSERT_TRUE(f32.eval_loss < 0.5 * first);
 	ASSERT_TRUE(b16.eval_loss <= 1.01 * f32.eval_loss);
+	/* int8 moments: no more than 2% worse. */
+	ASSERT_TRUE(q8.eval_loss <= 1.02 * f32.eval_loss);
 	out_free(&f32);
 	out_free(&b16);
+	out_free(&q8);
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 }
 

@@ -88,10 +88,17 @@ enum spw_optimizer_mode {
  * nearest bf16 (ties to even): the same bits on every CPU variant, thread
  * count and chunking, but not torch's bits (about 3 significant digits
  * kept per moment per step).
+ * SPW_STATE_INT8: about 1 + 1 bytes per parameter (4/3 each in the tier:
+ * three chunks a page). Moments in blocks of 256 with one fp32 scale per
+ * block, exp_avg coded in 8 signed bits, exp_avg_sq in 8 unsigned ones,
+ * both denser near zero (docs/pipeline.md, State dtypes); the update
+ * decodes, computes in fp32 as above and encodes again, with the same
+ * bits everywhere. Lossy: about 2 significant digits per moment.
  */
 enum spw_state_dtype {
 	SPW_STATE_F32 = 0,
 	SPW_STATE_BF16 = 1,
+	SPW_STATE_INT8 = 2,
 };
 
 /* torch.optim.AdamW's per-group hyperparameters. */
@@ -439,7 +446,8 @@ enum spw_optimizer_state {
 /*
  * Copies a tensor's fp32 state (count elements) into out, after
  * spw_optimizer_sync(); for checkpoints and tests. With SPW_STATE_BF16 the
- * moments are widened to fp32, which is exact. Returns 0, -EINVAL for
+ * moments are widened to fp32, which is exact; with SPW_STATE_INT8 they
+ * are decoded (the values the next update starts from). Returns 0, -EINVAL for
  * an unknown tensor or state (a frozen tensor has only SPW_STATE_PARAM), -EBUSY while a step is open, or the pin's
  * error.
  */
@@ -459,8 +467,9 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor,
  * returns the written master weights.
  *
  * Moments: with SPW_STATE_BF16 each value is stored rounded to the
- * nearest bf16 (ties to even; a nan stays a nan), so a read after a write
- * returns the rounded values. A chunk's moments start as zeros at its first update, unless
+ * nearest bf16 (ties to even; a nan stays a nan), with SPW_STATE_INT8
+ * coded in blocks of 256 as an update would store them, so a read after a
+ * write returns the rounded values. A chunk's moments start as zeros at its first update, unless
  * one of them was written before: then the written values are kept, and
  * the moment not written (if any) reads as zeros. Write both for a
  * resumed run.
