@@ -8,7 +8,7 @@
  *                           [--tier resident|nvme] [--socket PATH]
  *                           [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]
  *                           [--steps S] [--threads T] [--device host|cuda]
- *                           [--trace] [--state-dtype fp32|bf16]
+ *                           [--trace] [--state-dtype fp32|bf16|int8]
  *
  * The device is the host backend, or with --device cuda (a build with
  * CUDA, on a GPU host) the GPU: gradients and parameters then live in
@@ -26,7 +26,8 @@
  *                      part's own time measured alone
  *   state_dtype        the moments' type (spw_optimizer_opts.state_dtype)
  *   state_bytes        master weights and moments: 12 bytes per parameter
- *                      with fp32 moments, 8 with bf16
+ *                      with fp32 moments, 8 with bf16, 4 + 2 * 4/3 with int8
+ *                      (three chunks' codes and scales a page)
  *   disk_bytes_per_step  the session's tier reads + writes (the daemon's
  *                      status, sessions[].tier) over the measured steps,
  *                      per step; 0 on the resident tier
@@ -95,7 +96,7 @@ struct cfg {
 	double fwd_ms, bwd_ms;
 	unsigned threads;
 	bool cuda;
-	bool m16;               /* --state-dtype bf16 */
+	enum spw_state_dtype sd; /* --state-dtype */
 };
 
 /* Zeroed buffers on the device under test: plain host memory for the
@@ -185,7 +186,12 @@ static int measure_parts(const struct cfg *c, struct parts *p)
 	kc.param = w;
 	kc.exp_avg = m;
 	kc.exp_avg_sq = v;
-	kc.state_dtype = c->m16 ? SPW_DTYPE_BF16 : SPW_DTYPE_F32;
+	kc.state_dtype = c->sd == SPW_STATE_BF16 ? SPW_DTYPE_BF16 : SPW_DTYPE_F32;
+	/* int8: codes in m and v, their block scales after them (the
+	 * buffers hold 4 bytes an element). */
+	kc.q8 = c->sd == SPW_STATE_INT8;
+	kc.m_scale = (float *)((unsigned char *)m + n);
+	kc.v_scale = (float *)((unsigned char *)v + n);
 	kc.copy = out;
 	kc.copy_dtype = SPW_DTYPE_BF16;
 	/* Twice each, keeping the second: the first touches fresh memory. */
@@ -199,7 +205,10 @@ static int measure_parts(const struct cfg *c, struct parts *p)
 		spw__pool_wait(pool, &kc.call);
 		p->adam_pool = secs(t0);
 		t0 = now_ns();
-		if (c->m16)
+		if (kc.q8)
+			spw_kernels()->adamw_q8[SPW_DTYPE_BF16][SPW_DTYPE_BF16](&kc.consts, w, (int8_t *)m, kc.m_scale,
+										(uint8_t *)v, kc.v_scale, gh, out, n);
+		else if (c->sd == SPW_STATE_BF16)
 			spw_kernels()->adamw_m16[SPW_DTYPE_BF16][SPW_DTYPE_BF16](&kc.consts, w, (uint16_t *)m,
 										 (uint16_t *)v, gh, out, n);
 		else
@@ -420,11 +429,13 @@ static int tier_bytes(const char *status, const char *session, double *ret)
 	return r;
 }
 
+static const char *const sd_name[] = { "fp32", "bf16", "int8" };
+
 static const char usage[] =
 	"usage: spillway-bench pipeline [--json] [--mode overlapped|exact] [--tier resident|nvme]\n"
 	"         [--socket PATH] [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]\n"
 	"         [--steps S] [--threads T] [--device host|cuda] [--trace | --persistent]\n"
-	"         [--state-dtype fp32|bf16]\n";
+	"         [--state-dtype fp32|bf16|int8]\n";
 
 int bench_pipeline(int argc, char **argv)
 {
@@ -483,8 +494,9 @@ int bench_pipeline(int argc, char **argv)
 			c.threads = (unsigned)atoi(v);
 		else if (!strcmp(argv[i], "--device") && (!strcmp(v, "host") || !strcmp(v, "cuda")))
 			c.cuda = !strcmp(v, "cuda");
-		else if (!strcmp(argv[i], "--state-dtype") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
-			c.m16 = !strcmp(v, "bf16");
+		else if (!strcmp(argv[i], "--state-dtype") && (!strcmp(v, "fp32") || !strcmp(v, "bf16") ||
+								!strcmp(v, "int8")))
+			c.sd = !strcmp(v, "int8") ? SPW_STATE_INT8 : !strcmp(v, "bf16") ? SPW_STATE_BF16 : SPW_STATE_F32;
 		else {
 			return bench_usage(usage, NULL);
 		}
@@ -531,7 +543,8 @@ int bench_pipeline(int argc, char **argv)
 		own = true;
 		socket_path = d.control;
 	}
-	state_bytes = (c.m16 ? 8.0 : 12.0) * (double)c.params * c.layers;
+	state_bytes = (c.sd == SPW_STATE_INT8 ? 4.0 + 8.0 / 3.0 : c.sd == SPW_STATE_BF16 ? 8.0 : 12.0) *
+		      (double)c.params * c.layers;
 	/* Smaller pages on the NVMe tier, so a region of a quarter of the
 	 * state still holds a window of several chunks. */
 	a.page_size = c.nvme ? 1u << 20 : 4u << 20;
@@ -548,7 +561,7 @@ int bench_pipeline(int argc, char **argv)
 	oo.tier = c.nvme ? SPW_TENSOR_SWAPPABLE : SPW_TENSOR_RESIDENT;
 	oo.threads = c.threads;
 	oo.window = 4;
-	oo.state_dtype = c.m16 ? SPW_STATE_BF16 : SPW_STATE_F32;
+	oo.state_dtype = c.sd;
 	if (own)
 		snprintf(status_path, sizeof(status_path), "%s", d.status);
 	else /* the status socket beside the control socket */
@@ -659,7 +672,7 @@ int bench_pipeline(int argc, char **argv)
 		       oo.device, c.mode == SPW_OPT_EXACT ? "exact" : "overlapped", c.nvme ? "nvme" : "resident",
 		       c.layers, (uintmax_t)c.params, state_bytes, (uintmax_t)a.region_bytes, p.compute, transfers,
 		       p.adam_pool, p.disk, step_s, serial_s, after_s, bound_s, bound_s / step_s,
-		       after_s / step_s, serial_s / step_s, c.m16 ? "bf16" : "fp32", disk_per_step);
+		       after_s / step_s, serial_s / step_s, sd_name[c.sd], disk_per_step);
 		if (trace)
 			printf(",\"trace_step_s\":%.6f,\"trace_overhead\":%.4f,\"trace_bytes\":%lld", trace_step_s,
 			       trace_overhead, trace_bytes);
@@ -675,7 +688,7 @@ int bench_pipeline(int argc, char **argv)
 		       (uintmax_t)c.params, p.compute * 1e3, transfers * 1e3, p.adam_pool * 1e3, p.disk * 1e3,
 		       step_s * 1e3, serial_s * 1e3, after_s * 1e3, bound_s * 1e3, bound_s / step_s,
 		       after_s / step_s);
-		printf("  %s moments; disk %.1f MB per step\n", c.m16 ? "bf16" : "fp32",
+		printf("  %s moments; disk %.1f MB per step\n", sd_name[c.sd],
 		       disk_per_step / 1e6);
 		if (trace)
 			printf("  with the timeline on: step %.1f ms, overhead x%.4f (median of %d pairs), "

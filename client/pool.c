@@ -489,7 +489,8 @@ int spw__pool_kernel_submit(struct spw__pool *p, struct spw__pool_kcall *kc)
 		if ((unsigned)kc->copy_dtype > SPW_DTYPE_NONE ||
 		    (kc->copy_dtype != SPW_DTYPE_NONE && kc->n && !kc->copy) ||
 		    (kc->n && (!kc->param || !kc->exp_avg || !kc->exp_avg_sq)) ||
-		    (kc->state_dtype != SPW_DTYPE_F32 && kc->state_dtype != SPW_DTYPE_BF16))
+		    (kc->state_dtype != SPW_DTYPE_F32 && kc->state_dtype != SPW_DTYPE_BF16) ||
+		    (kc->q8 && kc->n && (!kc->m_scale || !kc->v_scale)))
 			return -EINVAL;
 		if (kc->copy_dtype == SPW_DTYPE_NONE)
 			kc->copy = NULL;
@@ -524,7 +525,8 @@ int spw__pool_kernel_submit(struct spw__pool *p, struct spw__pool_kcall *kc)
 	kc->kop = (struct spw__kernel_op){
 		.op = kc->op, .src = kc->src, .src_dtype = kc->src_dtype, .dst = kc->dst,
 		.dst_dtype = kc->dst_dtype, .consts = &kc->consts, .param = kc->param,
-		.exp_avg = kc->exp_avg, .exp_avg_sq = kc->exp_avg_sq, .state_dtype = kc->state_dtype, .copy = kc->copy,
+		.exp_avg = kc->exp_avg, .exp_avg_sq = kc->exp_avg_sq, .state_dtype = kc->state_dtype,
+		.q8 = kc->q8, .m_scale = kc->m_scale, .v_scale = kc->v_scale, .copy = kc->copy,
 		.copy_dtype = kc->copy_dtype,
 	};
 	kc->call.fn = kernel_tile;

@@ -192,6 +192,8 @@ struct spw__pool_kcall {
 	float *param;
 	void *exp_avg, *exp_avg_sq;     /* of state_dtype */
 	enum spw_dtype state_dtype;     /* SPW_DTYPE_F32 (0) or SPW_DTYPE_BF16 */
+	bool q8;                        /* int8 codes in exp_avg/_sq, block scales here: */
+	float *m_scale, *v_scale;
 	void *copy;                     /* NULL with copy_dtype SPW_DTYPE_NONE */
 	enum spw_dtype copy_dtype;
 	/* results */

@@ -80,7 +80,7 @@ class OptimizerOpts(ctypes.Structure):
                 # passed only to a library that has them.
                 ("wait_timeout_ms", u32),
                 # Later still: a library without it takes the struct only
-                # when state_dtype is 0 (fp32), and refuses bf16 (E2BIG).
+                # when state_dtype is 0 (fp32), and refuses others (E2BIG).
                 ("reserved", u32), ("state_dtype", ctypes.c_int)]
 
 
@@ -108,7 +108,7 @@ TENSOR_RESIDENT, TENSOR_SWAPPABLE = 0, 1
 TYPE_F32, TYPE_BF16, TYPE_F16 = 0, 1, 2
 OPT_OVERLAPPED, OPT_EXACT = 0, 1
 STATE_PARAM, STATE_EXP_AVG, STATE_EXP_AVG_SQ = 0, 1, 2
-STATE_F32, STATE_BF16 = 0, 1
+STATE_F32, STATE_BF16, STATE_INT8 = 0, 1, 2
 ALL_CHUNKS = 0xFFFFFFFF
 
 # ---------------------------------------------------------------- loading

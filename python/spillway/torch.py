@@ -103,7 +103,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     call opt.attach_ddp(ddp_model) instead. timeout: seconds any wait on
     the daemon may take before it raises (None: the library's default).
     page_size, region_bytes, window, threads: tuning (see spillway.h).
-    state_dtype: 'fp32' or 'bf16' moments in the tiers (docs/pipeline.md).
+    state_dtype: 'fp32', 'bf16' or 'int8' moments in the tiers (docs/pipeline.md).
     persistent: the state outlives this process (needs session="name"):
     a trainer that dies leaves it in spillwayd for lease seconds (None:
     900), and the next OffloadAdamW of that session takes it over: the

@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: MIT
-"""OffloadAdamW(state_dtype="bf16"): moments kept as bf16 in spillway.
+"""OffloadAdamW(state_dtype="bf16"|"int8"): moments kept as bf16 or as
+8-bit blockwise codes in spillway.
 
 Against a torch twin that runs kernels.h's AdamW one fp32 operation at a
 time with its moments rounded to bf16 after every update (torch's fp32 ->
 bfloat16 cast rounds to nearest even, as the kernels do): the parameters
 are the same bits, and the moments state_dict returns are fp32 tensors
-holding exactly the twin's bf16 values. fp32 state (the default) keeps moments that are
+holding exactly the twin's bf16 values. The same for int8 moments against
+a twin that codes them as kernels/q8.h says (blocks of 256, one scale
+each). fp32 state (the default) keeps moments that are
 not bf16 values. load_state_dict rounds the moments it pushes in. Bad
 state_dtype values are refused by OffloadAdamW and spillway.Optimizer.
 """
@@ -64,6 +67,72 @@ class Bf16Twin:
             self.m[i], self.v[i] = m.bfloat16(), v.bfloat16()
 
 
+def fdiv(a, b):
+    """a / b in fp32, as a C float division of float constants."""
+    return (torch.tensor(a, dtype=torch.float32) / torch.tensor(b, dtype=torch.float32)).item()
+
+
+class Q8:
+    """kernels/q8.h's blockwise codes for one flattened moment (blocks of
+    256 from element 0, as the chunks' are)."""
+
+    def __init__(self, n, signed):
+        self.n, self.signed = n, signed
+        self.nb = -(-n // 256)
+        self.codes = torch.zeros(self.nb * 256)
+        self.scales = torch.zeros(self.nb)
+
+    def decode(self):
+        q = self.codes.view(self.nb, 256)
+        s = self.scales.view(self.nb, 1)
+        if self.signed:
+            a = q.abs() * fdiv(1.0, 127.0)
+            mag = (a * a) * s
+            return torch.where(q < 0, -mag, mag).flatten()[:self.n]
+        a = q * fdiv(1.0, 255.0)
+        a2 = a * a
+        return ((a2 * a2) * s).flatten()[:self.n]
+
+    def encode(self, x):
+        x = torch.cat([x.flatten(), torch.zeros(self.nb * 256 - self.n)]).view(self.nb, 256)
+        self.scales = x.abs().amax(dim=1)
+        s = self.scales.view(self.nb, 1)
+        if self.signed:
+            f = torch.round(torch.sqrt(x.abs() / s) * 127.0)
+            q = torch.where(f >= 1, f.clamp(max=127.0), torch.zeros_like(f))
+            q = torch.where(torch.signbit(x), -q, q)
+        else:
+            f = torch.round(torch.sqrt(torch.sqrt(x / s)) * 255.0)
+            q = torch.where(f >= 1, f.clamp(max=255.0), torch.zeros_like(f))
+        self.codes = q.flatten()
+
+
+class Q8Twin(Bf16Twin):
+    """The same update with int8 moments."""
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.mq = [Q8(p.numel(), True) for p in self.params]
+        self.vq = [Q8(p.numel(), False) for p in self.params]
+
+    @torch.no_grad()
+    def step(self):
+        self.t += 1
+        lr, b1, b2, wd = f32(LR), f32(B1), f32(B2), f32(WD)
+        omb1, omb2, decay = f32(1.0 - b1), f32(1.0 - b2), f32(1.0 - lr * wd)
+        nss = f32(-(lr / (1.0 - b1 ** self.t)))
+        ibc = f32(1.0 / math.sqrt(1.0 - b2 ** self.t))
+        for i, p in enumerate(self.params):
+            g = p.grad
+            m0, v0 = self.mq[i].decode().view_as(p), self.vq[i].decode().view_as(p)
+            m = m0 + omb1 * (g - m0)
+            v = v0 * b2 + (omb2 * g) * g
+            d = torch.sqrt(v) * ibc + f32(EPS)
+            p.copy_(p * decay + nss * (m / d))
+            self.mq[i].encode(m)
+            self.vq[i].encode(v)
+
+
 def train(m, opt, steps, gen):
     for _ in range(steps):
         x, y = torch.randn(16, 12, generator=gen), torch.randn(16, 5, generator=gen)
@@ -108,6 +177,26 @@ class StateDtype(unittest.TestCase):
         finally:
             oa.close()
 
+    def test_int8_matches_twin(self):
+        a = model()
+        twin = copy.deepcopy(a)
+        oa = OffloadAdamW(a.parameters(), lr=LR, betas=(B1, B2), eps=EPS, weight_decay=WD,
+                          socket=self.d.control, state_dtype="int8")
+        ot = Q8Twin(twin.parameters())
+        try:
+            train(a, oa, 20, torch.Generator().manual_seed(1))
+            train(twin, ot, 20, torch.Generator().manual_seed(1))
+            for pa, pb in zip(a.parameters(), twin.parameters()):
+                self.assertTrue(torch.equal(pa, pb), "params differ by %g" % (pa - pb).abs().max().item())
+            sd = oa.state_dict()
+            for i, p in enumerate(ot.params):
+                for key, q in (("exp_avg", ot.mq[i]), ("exp_avg_sq", ot.vq[i])):
+                    got = sd["state"][i][key]
+                    self.assertEqual(got.dtype, torch.float32)
+                    self.assertTrue(torch.equal(got, q.decode().view_as(p)), "%s of %d" % (key, i))
+        finally:
+            oa.close()
+
     def test_fp32_default_is_not_rounded(self):
         a = model()
         oa = OffloadAdamW(a.parameters(), lr=LR, socket=self.d.control)
@@ -141,6 +230,8 @@ class StateDtype(unittest.TestCase):
         a = model()
         with self.assertRaises(ValueError):
             OffloadAdamW(a.parameters(), socket=self.d.control, state_dtype="int4")
+        with self.assertRaises(ValueError):
+            OffloadAdamW(a.parameters(), socket=self.d.control, state_dtype="float32")
         s = spillway.Session("state/refuse", 8 << 20, socket=self.d.control)
         try:
             g = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0}
