@@ -101,6 +101,15 @@ static int optimizer(spw_client *c, struct model *m, spw_optimizer **ret)
 	return 0;
 }
 
+/* The end of a run: its optimizer, then its session. */
+static void run_end(spw_optimizer *o, spw_client *c)
+{
+	spw_optimizer_free(o);
+	if (c)
+		spw_client_detach(c);
+	spw_client_free(c);
+}
+
 static int one_step(spw_optimizer *o, struct model *m, uint64_t step)
 {
 	int r = spw_optimizer_begin(o, step, NULL, 0.0f);
@@ -185,10 +194,7 @@ static int run_reattach(const char *sock, struct model *m, double *reattach_s, d
 	if (r == 0)
 		r = one_step(o, m, 3);
 	*first_s = (double)(now_ns() - t0) * 1e-9;
-	spw_optimizer_free(o);
-	if (c)
-		spw_client_detach(c);
-	spw_client_free(c);
+	run_end(o, c);
 	return r;
 }
 
@@ -231,10 +237,7 @@ static int run_reload(const char *sock, struct model *m, const char *file, doubl
 	if (r == 0)
 		r = one_step(o, m, 3);
 	*first_s = (double)(now_ns() - t0) * 1e-9;
-	spw_optimizer_free(o);
-	if (c)
-		spw_client_detach(c);
-	spw_client_free(c);
+	run_end(o, c);
 	free(buf);
 	return r;
 }
@@ -264,10 +267,7 @@ static int write_checkpoint(const char *sock, struct model *m, const char *file)
 		}
 	if (fd >= 0)
 		close(fd);
-	spw_optimizer_free(o);
-	if (c)
-		spw_client_detach(c);
-	spw_client_free(c);
+	run_end(o, c);
 	free(buf);
 	return r;
 }

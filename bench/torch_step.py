@@ -8,6 +8,8 @@
                          [--device cpu|cuda] [--dtype float32|bfloat16]
                          [--spw-threads N] [--torch-threads N] [--socket PATH]
                          [--trainer-threads N|auto] [--variant LABEL[:K=V[;K=V]]]...
+    spillway-bench torch --param-offload ...   (bench/torch_param_offload.py: the
+                         model's parameters in spillway too, against the same model resident)
 
 Each configuration (torch's AdamW, then OffloadAdamW for every tier and
 mode asked for) trains the same model (same seed, same data) in a process
@@ -458,6 +460,10 @@ def progress(done, total):
 
 
 def main(argv):
+    if "--param-offload" in argv:  # parameters in spillway too: bench/torch_param_offload.py
+        sys.path.insert(0, HERE)
+        import torch_param_offload
+        return torch_param_offload.main(argv)
     a = parse_args(argv)
     if a.worker:
         return worker(a, json.loads(a.worker))

@@ -412,6 +412,11 @@ void *spw__opt_engine_main(void *arg)
 			if (o->trace)
 				spw__opt_trace_disk(o);
 			progress |= admit(o);
+			/* The window's use, when it changed: jobs holding pins. */
+			if (o->trace && o->inflight != o->traced_inflight) {
+				o->traced_inflight = o->inflight;
+				spw__trace_counter(o->trace, "jobs in flight", now_ns(), o->inflight);
+			}
 			for (;;) {
 				struct spw_completion cq[32];
 				int n = spw_reap(o->c, cq, 32, 0);

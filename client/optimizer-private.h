@@ -261,6 +261,7 @@ struct spw_optimizer {
 	struct spw__trace *trace;       /* NULL: tracing off (trace.h) */
 	/* The daemon's I/O log as far as the timeline has it (trace-daemon.c). */
 	uint64_t io_seen;
+	uint32_t traced_inflight;       /* the engine's last "jobs in flight" counter value */
 	struct spw_io_event *io_buf;    /* SPW_IO_LOG_ENTRIES, while tracing */
 	uint32_t *io_map, io_map_n;     /* daemon tensor id -> optimizer tensor + 1 (0: none) */
 	uint64_t t_step;                /* this step's begin, when tracing */

@@ -198,7 +198,7 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	if (r < 0)
 		return spw__error(c, r, "spw_optimizer_new: %s", err);
 	if (!opts->groups ||
-	    opts->ngroups == 0 || opts->ngroups > 1024 ||
+	    opts->ngroups == 0 || opts->ngroups > 65536 ||
 	    (opts->mode != SPW_OPT_OVERLAPPED && opts->mode != SPW_OPT_EXACT) ||
 	    (opts->tier != SPW_TENSOR_RESIDENT && opts->tier != SPW_TENSOR_SWAPPABLE) ||
 	    (unsigned)opts->state_dtype > SPW_STATE_INT8 ||

@@ -16,6 +16,7 @@
 #include <spillway/spillway.h>
 #include "util/bytes.h"
 #include "ctl-top.h"
+#include "ctl-trace.h"
 
 static void usage(FILE *f)
 {
@@ -29,6 +30,9 @@ static void usage(FILE *f)
 		"                  key, < previous, q quit; off a terminal, a plain table a refresh\n"
 		"  drop SESSION    end an orphaned persistent session now (its owner or root):\n"
 		"                  its memory, tensors and swap are released\n"
+		"  trace SESSION [--seconds N] [-o FILE]\n"
+		"                  the daemon's disk reads and writes of SESSION for N s (10) as\n"
+		"                  Chrome trace JSON (Perfetto), to FILE or stdout\n"
 		"\n"
 		"options:\n"
 		"  --socket-dir DIR   the daemon whose sockets live in DIR (DIR/status.sock)\n"
@@ -329,19 +333,27 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "iterations", required_argument, NULL, 'n' },
 		{ "sort", required_argument, NULL, 'k' },
+		{ "seconds", required_argument, NULL, 'S' },
+		{ "output", required_argument, NULL, 'o' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
-	const char *dir = NULL, *status = NULL, *cmd, *iterations = NULL, *sort = NULL;
+	const char *dir = NULL, *status = NULL, *cmd, *iterations = NULL, *sort = NULL, *seconds = NULL, *output = NULL;
 	char path[4096];
 	char *json = NULL;
 	bool as_json = false, top;
 	cJSON *doc;
 	int opt, r;
 
-	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
 		switch (opt) {
+		case 'S':
+			seconds = optarg;
+			break;
+		case 'o':
+			output = optarg;
+			break;
 		case 'd':
 			dir = optarg;
 			break;
@@ -374,6 +386,17 @@ int main(int argc, char **argv)
 	}
 	cmd = argv[optind++];
 	top = !strcmp(cmd, "top");
+	if (!strcmp(cmd, "trace")) {
+		if (optind + 1 != argc || status || as_json || iterations || sort) {
+			fprintf(stderr, "spillwayctl trace: give one SESSION, and no option but --socket-dir, --seconds, -o\n");
+			return 2;
+		}
+		return ctl_trace_main(dir, argv[optind], seconds, output);
+	}
+	if (seconds || output) {
+		fprintf(stderr, "spillwayctl %s: --seconds and -o are options of 'trace'\n", cmd);
+		return 2;
+	}
 	if (!strcmp(cmd, "drop")) {
 		if (optind + 1 != argc || status || as_json || iterations || sort) {
 			fprintf(stderr, "spillwayctl drop: give one SESSION, and no option but --socket-dir\n");

@@ -26,6 +26,7 @@
 #define DEFAULT_EVENTS 200000u
 #define MAX_EVENTS (64u << 20)
 #define LANES 32u
+#define COUNTER_TID UINT32_MAX /* an event with this tid is a counter: its value in step */
 
 struct event {
 	const char *name;
@@ -114,8 +115,23 @@ void spw__trace_span(struct spw__trace *t, enum spw__trace_track track, const ch
 	pthread_mutex_unlock(&t->lock);
 }
 
+void spw__trace_counter(struct spw__trace *t, const char *name, uint64_t ts, uint64_t value)
+{
+	pthread_mutex_lock(&t->lock);
+	t->ev[t->head] = (struct event){ .name = name, .t0 = ts, .t1 = ts, .step = value, .tid = COUNTER_TID };
+	t->head = (t->head + 1) % t->cap;
+	if (t->count < t->cap)
+		t->count++;
+	pthread_mutex_unlock(&t->lock);
+}
+
 static void put_event(FILE *f, const struct event *e, int pid, bool first)
 {
+	if (e->tid == COUNTER_TID) {
+		fprintf(f, "%s\n{\"ph\":\"C\",\"name\":\"%s\",\"cat\":\"spillway\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,"
+			"\"args\":{\"value\":%ju}}", first ? "" : ",", e->name, pid, (double)e->t0 / 1e3, (uintmax_t)e->step);
+		return;
+	}
 	fprintf(f, "%s\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"spillway\",\"pid\":%d,\"tid\":%u,"
 		"\"ts\":%.3f,\"dur\":%.3f,\"args\":{",
 		first ? "" : ",", e->name, pid, e->tid, (double)e->t0 / 1e3, (double)(e->t1 - e->t0) / 1e3);

@@ -35,6 +35,10 @@ struct spw__trace *spw__trace_from_env(void);
 void spw__trace_span(struct spw__trace *t, enum spw__trace_track track, const char *name, uint64_t t0,
 		     uint64_t t1, uint32_t tensor, uint32_t chunk, uint64_t step);
 
+/* Records a counter's value (a Chrome "C" event) at ts (now_ns() clock):
+ * name a string literal. */
+void spw__trace_counter(struct spw__trace *t, const char *name, uint64_t ts, uint64_t value);
+
 /* Writes the events held to the file (path.tmp, then renamed): 0 or -errno. */
 int spw__trace_write(struct spw__trace *t);
 

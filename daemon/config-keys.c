@@ -333,6 +333,7 @@ LIMIT_UINT(k_limits_sessions, limits_sessions_per_uid, 1, 1000000)
 LIMIT_UINT(k_limits_connections, limits_connections_per_uid, 1, 1000000)
 LIMIT_UINT(k_limits_hello_timeout, limits_hello_timeout_ms, 0, 3600000)
 LIMIT_UINT(k_limits_ring_ops, limits_ring_ops_per_s, 0, 1000000000)
+LIMIT_UINT(k_limits_lease_max, limits_lease_max_s, 1, CONFIG_DEFAULT_LEASE_MAX_S)
 LIMIT_SIZE(k_limits_region_bytes, limits_region_bytes_per_uid)
 LIMIT_SIZE(k_limits_swap_bytes, limits_swap_bytes_per_uid)
 
@@ -372,7 +373,8 @@ const struct section cfg_sections[] = {
 		       { "prefetch_window", k_swap_prefetch_window }, { "session_bytes", k_swap_session_bytes }) },
 	{ "limits", KEYS({ "sessions_per_uid", k_limits_sessions }, { "connections_per_uid", k_limits_connections },
 			 { "region_bytes_per_uid", k_limits_region_bytes }, { "swap_bytes_per_uid", k_limits_swap_bytes },
-			 { "hello_timeout_ms", k_limits_hello_timeout }, { "ring_ops_per_s", k_limits_ring_ops }) },
+			 { "hello_timeout_ms", k_limits_hello_timeout }, { "ring_ops_per_s", k_limits_ring_ops },
+			 { "lease_max_s", k_limits_lease_max }) },
 	{ "metrics", KEYS({ "listen", k_metrics_listen }, { "allow_remote", k_metrics_allow_remote }) },
 };
 

@@ -382,47 +382,51 @@ static unsigned uid_connections(struct daemon *d, const struct client *c)
 	return n;
 }
 
+struct client *control_client_adopt(struct daemon *d, int fd, uid_t uid, gid_t gid, pid_t pid)
+{
+	struct client *c = calloc(1, sizeof(*c));
+	unsigned n;
+
+	if (!c || uv_poll_init(&d->loop, &c->poll, fd) < 0) {
+		log_warn("control: refusing a connection from pid %d: out of memory", (int)pid);
+		free(c);
+		close(fd);
+		return NULL;
+	}
+	c->d = d;
+	c->fd = fd;
+	c->poll.data = c;
+	c->id = ++d->next_client_id;
+	c->uid = uid;
+	c->gid = gid;
+	c->pid = pid;
+	c->accepted_ms = uv_now(&d->loop);
+	list_add_tail(&d->clients, &c->link);
+	log_debug("client %u (uid %u, pid %d): connected", c->id, (unsigned)c->uid, (int)c->pid);
+	control_client_watch(c);
+	n = uid_connections(d, c);
+	if (n >= d->cfg->limits_connections_per_uid) {
+		protocol_error(c, EDQUOT, "uid %u already has %u control connections open, the most "
+			       "limits.connections_per_uid (%u) allows; close some or raise "
+			       "limits.connections_per_uid in %s", (unsigned)c->uid, n,
+			       d->cfg->limits_connections_per_uid, d->cfg->origin);
+		return NULL;
+	}
+	hello_watch(d);
+	return c;
+}
+
 static void client_new(struct daemon *d, int fd)
 {
 	struct ucred cred = { .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
 	socklen_t len = sizeof(cred);
-	struct client *c;
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
 		log_warn("control: cannot read the peer credentials of a new connection: %s", strerror(errno));
 		close(fd);
 		return;
 	}
-	c = calloc(1, sizeof(*c));
-	if (!c || uv_poll_init(&d->loop, &c->poll, fd) < 0) {
-		log_warn("control: refusing a connection from pid %d: out of memory", (int)cred.pid);
-		free(c);
-		close(fd);
-		return;
-	}
-	c->d = d;
-	c->fd = fd;
-	c->poll.data = c;
-	c->id = ++d->next_client_id;
-	c->uid = cred.uid;
-	c->gid = cred.gid;
-	c->pid = cred.pid;
-	c->accepted_ms = uv_now(&d->loop);
-	list_add_tail(&d->clients, &c->link);
-	log_debug("client %u (uid %u, pid %d): connected", c->id, (unsigned)c->uid, (int)c->pid);
-	control_client_watch(c);
-	{
-		unsigned n = uid_connections(d, c);
-
-		if (n >= d->cfg->limits_connections_per_uid) {
-			protocol_error(c, EDQUOT, "uid %u already has %u control connections open, the most "
-				       "limits.connections_per_uid (%u) allows; close some or raise "
-				       "limits.connections_per_uid in %s", (unsigned)c->uid, n,
-				       d->cfg->limits_connections_per_uid, d->cfg->origin);
-			return;
-		}
-	}
-	hello_watch(d);
+	control_client_adopt(d, fd, cred.uid, cred.gid, cred.pid);
 }
 
 int control_listen(struct daemon *d)

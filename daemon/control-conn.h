@@ -51,6 +51,16 @@ struct client {
 	unsigned tx_nfds;
 };
 
+/* Makes fd, a connected unix stream socket, a control connection of the
+ * peer uid/gid/pid: what accepting a connection does once its SO_PEERCRED
+ * is read (the limits.connections_per_uid check, the hello deadline).
+ * The fuzz target (tests/fuzz/fuzz-control.c) adopts one end of a
+ * socketpair this way and hands decoded frames to control_handle_frame().
+ * Returns the connection, or NULL when it was refused (fd closed; when
+ * over the limit the refusal is queued on fd and the connection closes
+ * itself on the loop). */
+struct client *control_client_adopt(struct daemon *d, int fd, uid_t uid, gid_t gid, pid_t pid);
+
 /* Polls c for what it waits for now: its reply to go out, or a request
  * (nothing while an attach is being prepared). */
 void control_client_watch(struct client *c);

@@ -6,10 +6,12 @@
  * which owns the connection and its framing.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -17,6 +19,7 @@
 #include "control-conn.h"
 #include "daemon.h"
 #include "escape.h"
+#include "json-strict.h"
 #include "log.h"
 #include "persist.h"
 #include "region.h"
@@ -201,7 +204,7 @@ static void do_attach(struct client *c, const cJSON *msg)
 	const char *name;
 	uint64_t bytes = 0, page_size = cfg->session_page_size, swap = 0, lease_s = PERSIST_LEASE_DEFAULT_S;
 	bool persistent = false;
-	int have_swap;
+	int have_swap, have_lease;
 	char err[768], a[32];
 	struct session *s, *other;
 	int r;
@@ -215,7 +218,8 @@ static void do_attach(struct client *c, const cJSON *msg)
 	    field_uint(msg, "attach", "region_bytes", true, UINT64_MAX, &bytes, err, sizeof(err)) < 0 ||
 	    field_uint(msg, "attach", "page_size", false, UINT32_MAX, &page_size, err, sizeof(err)) < 0 ||
 	    field_bool(msg, "attach", "persistent", &persistent, err, sizeof(err)) < 0 ||
-	    field_uint(msg, "attach", "lease_s", false, PERSIST_LEASE_MAX_S, &lease_s, err, sizeof(err)) < 0 ||
+	    (have_lease = field_uint(msg, "attach", "lease_s", false, PERSIST_LEASE_MAX_S, &lease_s, err,
+				     sizeof(err))) < 0 ||
 	    (have_swap = field_uint(msg, "attach", "swap_bytes", false, 1ull << 50, &swap, err, sizeof(err))) < 0) {
 		control_reply_error(c, EINVAL, "%s", err);
 		return;
@@ -230,6 +234,15 @@ static void do_attach(struct client *c, const cJSON *msg)
 			    "after its client dies (default %u)", name, PERSIST_LEASE_MAX_S, PERSIST_LEASE_DEFAULT_S);
 		return;
 	}
+	if (have_lease && lease_s > cfg->limits_lease_max_s) {
+		control_reply_error(c, EDQUOT, "attach %s: lease_s %llu exceeds limits.lease_max_s (%u s) in %s; ask for a "
+			    "shorter lease or raise limits.lease_max_s", name, (unsigned long long)lease_s,
+			    cfg->limits_lease_max_s, cfg->origin);
+		return;
+	}
+	/* The default lease, within what this node allows. */
+	if (!have_lease && lease_s > cfg->limits_lease_max_s)
+		lease_s = cfg->limits_lease_max_s;
 	if (!spw_proto_page_size_valid(page_size)) {
 		control_reply_error(c, EINVAL, "attach %s: page_size %llu is not a power of two from 64 KiB to 64 MiB", name,
 			    (unsigned long long)page_size);
@@ -506,6 +519,124 @@ static void do_detach(struct client *c)
 	control_send_json(c, control_reply(SPW_MSG_DETACH), NULL, 0);
 }
 
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first key that appears twice in one object of v (cJSON keeps both
+ * and its lookups take the first: {"type":"hello","type":"attach"} would
+ * mean whatever the reader picks). Sorted, so a frame of thousands of keys
+ * costs n log n, not n^2. Returns NULL when there is none; -ENOMEM as a
+ * key that cannot be checked. */
+static const char *dup_key(const cJSON *v, int *err)
+{
+	const cJSON *k;
+	const char **names, *found = NULL;
+	size_t n = 0;
+
+	if (!cJSON_IsObject(v) && !cJSON_IsArray(v))
+		return NULL;
+	for (k = v->child; k; k = k->next) {
+		n++;
+		if ((found = dup_key(k, err)) || *err)
+			return found;
+	}
+	if (!cJSON_IsObject(v) || n < 2)
+		return NULL;
+	names = malloc(n * sizeof(*names));
+	if (!names) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	n = 0;
+	for (k = v->child; k; k = k->next)
+		names[n++] = k->string ? k->string : "";
+	qsort(names, n, sizeof(*names), by_name);
+	for (size_t i = 1; i < n && !found; i++)
+		if (!strcmp(names[i - 1], names[i]))
+			found = names[i];
+	free(names);
+	return found;
+}
+
+/* The frame is hostile text: the same strict JSON as the config
+ * (json-strict.h: one value, no trailing data, no leading zeros, no raw
+ * control characters, valid UTF-8) and no key twice, before cJSON, which
+ * is lenient about all of these, reads it. Replies and returns NULL when
+ * the frame fails. */
+static cJSON *parse_strict(struct client *c, const char *buf, uint32_t len)
+{
+	char key[ESCAPE_BUF(32)];
+	const char *why, *dup;
+	size_t at = 0;
+	cJSON *msg;
+	int err = 0;
+
+	if (json_strict_check(buf, len, &at, &why) < 0) {
+		control_reply_error(c, EBADMSG, "the message is not a JSON object: invalid JSON at byte %zu: %s", at, why);
+		return NULL;
+	}
+	msg = cJSON_ParseWithLength(buf, len);
+	if (!msg || !cJSON_IsObject(msg)) {
+		control_reply_error(c, EBADMSG, "the message is not a JSON object");
+		cJSON_Delete(msg);
+		return NULL;
+	}
+	dup = dup_key(msg, &err);
+	if (err)
+		control_reply_error(c, ENOMEM, "out of memory while reading the message");
+	else if (dup)
+		control_reply_error(c, EBADMSG, "the message has the key \"%s\" twice; send each key once",
+				    escape_text(dup, 32, key, sizeof(key)));
+	if (err || dup) {
+		cJSON_Delete(msg);
+		return NULL;
+	}
+	return msg;
+}
+
+/* A read-only view of a session's rings for spillwayctl trace: the I/O
+ * log is there. Only its uid or root: the rings show what it does. */
+static void do_io_log(struct client *c, const cJSON *msg)
+{
+	struct session *s;
+	const char *name;
+	char err[256], path[64];
+	cJSON *o;
+	int fd;
+
+	if (field_string(msg, "io_log", "session", &name, err, sizeof(err)) < 0) {
+		control_reply_error(c, EINVAL, "%s", err);
+		return;
+	}
+	s = spw_proto_session_name_valid(name) ? session_find(c->d, name) : NULL;
+	if (!s || (s->uid != c->uid && c->uid != 0) || s->rings_fd < 0) {
+		control_reply_error(c, s && s->rings_fd >= 0 ? EPERM : ENOENT, "io_log %s: %s", s ? s->name : "?",
+			    s && s->rings_fd >= 0 ? "the session belongs to another user" : "no such session with rings");
+		return;
+	}
+	/* A new open file description, read-only: the peer cannot write
+	 * the rings through it. Kept with the rings (a reply may wait for
+	 * the socket, and sends the descriptor then). */
+	if (s->rings_ro_fd < 0) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", s->rings_fd);
+		s->rings_ro_fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	fd = s->rings_ro_fd;
+	if (fd < 0) {
+		control_reply_error(c, errno, "io_log %s: reopening the rings read-only: %s", s->name, strerror(errno));
+		return;
+	}
+	o = control_reply(SPW_MSG_IO_LOG);
+	cJSON_AddStringToObject(o, "session", s->name);
+	cJSON_AddNumberToObject(o, "rings_bytes", (double)s->layout.bytes);
+	cJSON_AddNumberToObject(o, "io_hdr_off", (double)s->layout.io_hdr_off);
+	cJSON_AddNumberToObject(o, "io_events_off", (double)s->layout.io_events_off);
+	cJSON_AddNumberToObject(o, "entries", SPW_IO_LOG_ENTRIES);
+	control_send_json(c, o, &fd, 1);
+}
+
 static void do_drop(struct client *c, const cJSON *msg)
 {
 	const char *name;
@@ -524,14 +655,12 @@ static void do_drop(struct client *c, const cJSON *msg)
 
 void control_handle_frame(struct client *c, const char *buf, uint32_t len)
 {
-	cJSON *msg = cJSON_ParseWithLength(buf, len);
+	cJSON *msg = parse_strict(c, buf, len);
 	char tname[ESCAPE_BUF(32)];
 	const cJSON *type;
 
-	if (!msg || !cJSON_IsObject(msg)) {
-		control_reply_error(c, EBADMSG, "the message is not a JSON object");
-		goto out;
-	}
+	if (!msg)
+		return;
 	type = cJSON_GetObjectItemCaseSensitive(msg, "type");
 	if (!cJSON_IsString(type)) {
 		control_reply_error(c, EBADMSG, "the message has no string \"type\"");
@@ -557,6 +686,8 @@ void control_handle_frame(struct client *c, const char *buf, uint32_t len)
 		do_detach(c);
 	else if (!strcmp(type->valuestring, SPW_MSG_DROP))
 		do_drop(c, msg);
+	else if (!strcmp(type->valuestring, SPW_MSG_IO_LOG))
+		do_io_log(c, msg);
 	else
 		control_reply_error(c, EOPNOTSUPP, "unknown message type \"%s\"", tname);
 out:

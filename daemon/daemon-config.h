@@ -30,6 +30,7 @@ enum config_hugepages {
 #define CONFIG_DEFAULT_CONNECTIONS_PER_UID 256u
 #define CONFIG_DEFAULT_HELLO_TIMEOUT_MS 10000u
 #define CONFIG_DEFAULT_RING_OPS_PER_S 1000000u
+#define CONFIG_DEFAULT_LEASE_MAX_S (7u * 24u * 3600u)
 
 struct config_swap_dir {
 	char *path;
@@ -75,6 +76,7 @@ struct config {
 	uint64_t limits_swap_bytes_per_uid;
 	uint32_t limits_hello_timeout_ms; /* 0: no deadline */
 	uint32_t limits_ring_ops_per_s;   /* per session; 0: no limit */
+	uint32_t limits_lease_max_s;      /* the longest lease a persistent session may ask */
 
 	/* Prometheus endpoint (metrics-server.c): NULL is off. Read at start. */
 	char *metrics_listen;

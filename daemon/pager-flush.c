@@ -43,7 +43,7 @@ static void flush_round(struct pager *p)
 	for (uint32_t t = 0; p->nfailed && t < p->ntensors && !p->fl.err; t++) {
 		const struct ptensor *te = &p->tensors[t];
 
-		for (uint32_t i = 0; te->used && i < te->npages; i++) {
+		for (uint32_t i = 0; te->used && !te->dying && i < te->npages; i++) {
 			if (te->pages[i].state == PAGER_FAILED) {
 				p->fl.err = te->pages[i].err;
 				pager_set_msg(p, "session '%s': flush: tensor '%s' page %u was lost by a write that failed "

@@ -8,6 +8,7 @@
  * indexes against a full scan in the tests.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pager-private.h"
@@ -89,6 +90,60 @@ void pager_page_sync(struct pager *p, struct ppage *pg)
 	}
 }
 
+/* Every slot accounted once: a slot's page points back at it and a
+ * page's slot at the page; the free list holds each other slot once. The
+ * claims (the -ENOMEM rule), the slot-wait queue and the swap pages add
+ * up. For pager_check(): a full scan, never on an operation's path. */
+static int check_slots(const struct pager *p)
+{
+	uint32_t owned = 0, with_slot = 0, claims = 0, waiting = 0, npending = 0;
+	uint64_t disk_used = 0;
+	uint8_t *seen;
+	int r = 0;
+
+	for (uint32_t s = 0; s < p->c.nslots; s++) {
+		const struct ppage *pg = p->slots[s].page;
+
+		if (pg && pg->slot != s)
+			return -EUCLEAN;
+		owned += pg != NULL;
+	}
+	for (uint32_t t = 0; t < p->ntensors; t++) {
+		const struct ptensor *te = &p->tensors[t];
+
+		for (uint32_t i = 0; te->used && i < te->npages; i++) {
+			const struct ppage *pg = &te->pages[i];
+
+			if (pg->slot != NONE && (pg->slot >= p->c.nslots || p->slots[pg->slot].page != pg))
+				return -EUCLEAN;
+			with_slot += pg->slot != NONE;
+			claims += pg->state == PAGER_RESIDENT || pg->pins > 0;
+			disk_used += pg->disk != NONE;
+			npending += pg->npending;
+			if (pg->npending > pg->pins || (pg->state == PAGER_RESIDENT) != (pg->slot != NONE && !te->swappable))
+				return -EUCLEAN;
+		}
+	}
+	for (const struct ppage *pg = p->sw_head; pg && waiting <= p->nslotwait; pg = pg->sw_next)
+		waiting++;
+	if (owned != with_slot || owned + p->nfree != p->c.nslots || claims != p->nclaim || claims > p->c.nslots ||
+	    waiting != p->nslotwait || disk_used + p->ndisk_free != p->ndisk || npending > p->npending)
+		return -EUCLEAN;
+	seen = calloc(p->c.nslots, 1);
+	if (!seen)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < p->nfree && !r; i++) {
+		uint32_t s = p->free_slots[i];
+
+		if (s >= p->c.nslots || seen[s] || p->slots[s].page)
+			r = -EUCLEAN;
+		else
+			seen[s] = 1;
+	}
+	free(seen);
+	return r;
+}
+
 int pager_check(const struct pager *p)
 {
 	uint32_t dirty = 0, spare = 0, clean = 0, listed = 0, clisted = 0, used = 0;
@@ -145,6 +200,8 @@ int pager_check(const struct pager *p)
 		if (++listed > p->ndirty || (pg->dl_next && pg->dl_next->dl_prev != pg))
 			return -EUCLEAN;
 	}
-	return dirty == p->ndirty && listed == p->ndirty && spare == p->nspare ? 0 : -EUCLEAN;
+	if (dirty != p->ndirty || listed != p->ndirty || spare != p->nspare)
+		return -EUCLEAN;
+	return check_slots(p);
 }
 

@@ -154,11 +154,18 @@ static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int r
 		pager_slot_release(p, pg);
 		pg->state = PAGER_DISK;
 		pg->flags &= (uint8_t)~F_PREFETCHED;
+		/* Read ahead again at once, a failing drive would have the
+		 * pager re-read the page in a loop (the ring never idle, the
+		 * loop thread spinning): only a PIN tries it again. */
+		pg->read_failed = true;
+		pg->rewrite_wait = false; /* its PINs fail with the read */
 		pager_pin_put(p, pg, n); /* syncs */
 		pager_deliver_page(p, pg, res);
 		return;
 	}
-	pg->state = PAGER_CLEAN;
+	pg->state = pg->rewrite_wait ? PAGER_DIRTY : PAGER_CLEAN;
+	pg->rewrite_wait = false;
+	pg->read_failed = false;
 	pager_page_sync(p, pg);
 	pager_deliver_page(p, pg, (int32_t)pg->slot);
 }
@@ -189,7 +196,7 @@ static bool write_retry(struct pager *p, struct pslot *sl, struct ppage *pg, int
 static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int res)
 {
 	uint64_t t1 = now_ns(), dt = t1 - sl->t0;
-	bool flagged = pg->flags & F_FLUSH;
+	bool flagged = pg->flags & F_FLUSH, going;
 
 	if (p->c.io_event)
 		p->c.io_event(p->c.ctx, pg->tensor, pg->index, PAGER_IO_WRITE, sl->t0, t1, res);
@@ -199,9 +206,18 @@ static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 		if (write_retry(p, sl, pg, res))
 			return true;
 	}
+	going = res < 0 && p->tensors[pg->tensor].dying;
 	p->nwriting--;
 	pg->flags &= (uint8_t)~F_FLUSH;
-	if (res < 0) {
+	if (going) {
+		/* Unregistered meanwhile: its data is owed to nobody, and a
+		 * FLUSH that waited for this write is not failed by it. */
+		pager_set_msg(p,
+			"session '%s': write of tensor '%s' page %u to %s (offset %llu) failed: %s; not retried, "
+			"the tensor is being unregistered",
+			p->session, tname(p, pg), pg->index, swap_page_path(p->swap, pg->disk),
+			(unsigned long long)sl->req.off, err_text(res));
+	} else if (res < 0) {
 		pager_set_msg(p,
 			"session '%s': write of tensor '%s' page %u to %s (offset %llu) failed %u times, last: %s; "
 			"the page's data is lost and its PINs will fail (check the drive behind that swap dir "
@@ -209,6 +225,8 @@ static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 			"a checkpoint)",
 			p->session, tname(p, pg), pg->index, swap_page_path(p->swap, pg->disk),
 			(unsigned long long)sl->req.off, pg->wfails + 1u, err_text(res));
+	}
+	if (res < 0) {
 		pg->state = PAGER_FAILED;
 		p->nfailed++;
 		pg->err = res;
@@ -216,7 +234,7 @@ static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 		/* A pinned page keeps its slot until the last UNPIN. */
 		if (pg->pins == 0)
 			pager_slot_release(p, pg);
-		if (flagged && !p->fl.err)
+		if (flagged && !going && !p->fl.err)
 			p->fl.err = res;
 	} else {
 		p->st.writes++;
@@ -224,6 +242,7 @@ static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 		p->st.write_ns += dt;
 		pg->crc = pg->wcrc;
 		pg->flags |= F_ONDISK;
+		pg->read_failed = false; /* a fresh copy on disk */
 		pg->state = pg->flags & F_REDIRTY ? PAGER_DIRTY : PAGER_CLEAN;
 		pg->flags &= (uint8_t)~F_REDIRTY;
 	}

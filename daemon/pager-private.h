@@ -64,6 +64,8 @@ struct ppage {
 	uint8_t wfails;           /* failed attempts of the write in flight (retried with backoff) */
 	uint8_t cstate;           /* the state pager.by_state counts it in; CSTATE_NONE before the first sync */
 	uint8_t counted;          /* C_* : what pager's counters count it as */
+	bool read_failed;         /* its last read failed: read-ahead leaves it to the next PIN */
+	bool rewrite_wait;        /* a PIN for overwrite waits for its read or zero-fill: dirty once in */
 	struct ppage *sw_next;    /* slot-wait queue */
 	struct ppage *dl_prev, *dl_next; /* pager.dirty */
 	struct ppage *cl_prev, *cl_next; /* pager.clean */

@@ -67,11 +67,13 @@ static void serve_slot_waiters(struct pager *p)
 			uint32_t n = pg->npending;
 
 			pager_region_gone(p, "pin", pg);
+			pg->rewrite_wait = false;
 			pager_slot_release(p, pg);
 			pager_pin_put(p, pg, n);
 			pager_deliver_page(p, pg, -EFAULT);
 		} else {
-			pg->state = PAGER_CLEAN;
+			pg->state = pg->rewrite_wait ? PAGER_DIRTY : PAGER_CLEAN;
+			pg->rewrite_wait = false;
 			pager_page_sync(p, pg);
 			p->st.zero_fills++;
 			pager_deliver_page(p, pg, (int32_t)s);
@@ -92,6 +94,9 @@ static void prefetch_ahead(struct pager *p)
 
 		/* A page rewritten whole there needs no read. */
 		if (pg->state != PAGER_DISK || p->tensors[pg->tensor].dying || pager_policy_overwrite_at(&p->order, i))
+			continue;
+		/* A page whose read just failed waits for a PIN to try again. */
+		if (pg->read_failed)
 			continue;
 		/* Only evict what is needed later than what comes in. When
 		 * only dirty pages qualify, clean enough of them for the rest

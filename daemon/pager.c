@@ -169,6 +169,11 @@ static int pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_da
 		if (w == NONE)
 			goto busy;
 		pin_accept(p, pg, true, rewrite);
+		/* Joining a read (or a zero-fill) that another PIN or a
+		 * read-ahead started: the caller rewrites the page once it is
+		 * in, so from then on it is dirty, however it is unpinned. */
+		if (rewrite && !(pg->flags & F_OVERWRITE))
+			pg->rewrite_wait = true;
 		/* A read-ahead now has a PIN waiting for it. */
 		if (pg->state == PAGER_READING)
 			uring_hurry(p->c.uring, &p->slots[pg->slot].req);

@@ -101,12 +101,14 @@ static void rings_drop(struct session *s)
 		safemem_punch(s->rings_fd, 0, 0);
 		close(s->rings_fd);
 	}
+	if (s->rings_ro_fd >= 0)
+		close(s->rings_ro_fd);
 	if (s->sq_evt >= 0)
 		close(s->sq_evt);
 	if (s->cq_evt >= 0)
 		close(s->cq_evt);
 	s->rings = NULL;
-	s->rings_fd = s->sq_evt = s->cq_evt = -1;
+	s->rings_fd = s->rings_ro_fd = s->sq_evt = s->cq_evt = -1;
 }
 
 /* The eventfds of a session's doorbells. */
@@ -328,7 +330,7 @@ int session_attach(struct daemon *d, struct client *owner, const char *name, uin
 	}
 	s->d = d;
 	s->owner = owner;
-	s->rings_fd = s->sq_evt = s->cq_evt = -1;
+	s->rings_fd = s->rings_ro_fd = s->sq_evt = s->cq_evt = -1;
 	list_init(&s->poll_link);
 	s->bytes = region_bytes;
 	s->page_size = page_size;

@@ -89,6 +89,7 @@ struct session {
 	/* Rings: the memfd is shared; everything below it is the daemon's own
 	 * and the only copy it trusts. */
 	int rings_fd;
+	int rings_ro_fd;        /* the same memfd opened read-only, for io_log (-1: not yet) */
 	uint8_t *rings;
 	struct spw_ring_layout layout;
 	struct spw_ring_hdr *sqh, *cqh;

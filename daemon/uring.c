@@ -332,7 +332,7 @@ static int fixed_index(const struct uring *u, const uint8_t *addr, size_t len)
 static bool prep(struct uring *u, struct uring_req *req)
 {
 	struct io_uring_sqe *sqe;
-	uint8_t *addr = req->addr + req->done;
+	uint8_t *addr = req->addr ? req->addr + req->done : NULL; /* an fsync has none */
 	uint32_t len = req->len - req->done;
 	uint64_t off = req->off + req->done;
 	int file = u->fixed_files ? req->file : u->files[req->file];

@@ -62,6 +62,9 @@ _Static_assert(sizeof(struct spw_proto_frame_hdr) == 8, "frame header is 8 bytes
  *   unregister  {tensor}
  *   detach      {}
  *   drop        {session}: ends an orphaned session (its uid or root)
+ *   io_log      {session}: a read-only descriptor of the session's rings
+ *               memfd, to read its I/O log (spillwayctl trace; its uid
+ *               or root)
  *
  * Replies (daemon -> client) repeat "type" and carry "ok": true plus the
  * fields below, or {"type":"error","errno":N,"message":"..."} where errno is
@@ -79,6 +82,8 @@ _Static_assert(sizeof(struct spw_proto_frame_hdr) == 8, "frame header is 8 bytes
  *   unregister  {}
  *   detach      {}
  *   drop        {session, region_bytes}
+ *   io_log      {session, rings_bytes, io_hdr_off, io_events_off, entries}
+ *               + fd: the rings memfd, opened read-only
  */
 #define SPW_MSG_HELLO      "hello"
 #define SPW_MSG_ATTACH     "attach"
@@ -86,6 +91,7 @@ _Static_assert(sizeof(struct spw_proto_frame_hdr) == 8, "frame header is 8 bytes
 #define SPW_MSG_UNREGISTER "unregister"
 #define SPW_MSG_DETACH     "detach"
 #define SPW_MSG_DROP       "drop"
+#define SPW_MSG_IO_LOG     "io_log"
 #define SPW_MSG_ERROR      "error"
 
 #define SPW_ATTACH_FD_REGION 0

@@ -23,6 +23,8 @@ if kill -0 "$demo_train_pid" 2>/dev/null; then
 	build-demo/client/spillwayctl status || true
 	say "while training: spillwayctl top --iterations 2 (off a terminal: a table a second)"
 	build-demo/client/spillwayctl top --iterations 2 || true
+	say "while training: spillwayctl trace demo/train-mlp --seconds 1 (the daemon's disk I/O of the session)"
+	build-demo/client/spillwayctl trace demo/train-mlp --seconds 1 -o "$demo_dir/io-trace.json" || true
 fi
 
 wait "$demo_train_pid" && demo_rc=0 || demo_rc=$?

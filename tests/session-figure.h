@@ -40,4 +40,26 @@ static inline double session_figure(const char *status_path, const char *session
 	return v;
 }
 
+/* A number of the whole document by dotted path ("pool.used_bytes"), or
+ * the length of the array there ("sessions"); -1 when it is neither. */
+static inline double status_figure(const char *status_path, const char *path)
+{
+	char *json = NULL;
+	const cJSON *x;
+	cJSON *doc;
+	double v = -1;
+
+	ASSERT_OK(spw_status_fetch(status_path, &json));
+	doc = cJSON_Parse(json);
+	ASSERT_TRUE(doc != NULL);
+	x = json_path(doc, path);
+	if (cJSON_IsNumber(x))
+		v = x->valuedouble;
+	else if (cJSON_IsArray(x))
+		v = cJSON_GetArraySize(x);
+	cJSON_Delete(doc);
+	free(json);
+	return v;
+}
+
 #endif

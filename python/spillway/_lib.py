@@ -102,6 +102,12 @@ class OptimizerStats(ctypes.Structure):
                 ("reserved", u32)]
 
 
+class OptimizerStats2(ctypes.Structure):
+    """struct spw_optimizer_stats with the fields added for parameter offload."""
+    _fields_ = OptimizerStats._fields_ + [("fetches", u64), ("bytes_fetched", u64),
+                                          ("fetch_prefetches", u64)]
+
+
 # enums, as in the header
 SOCKET_CONTROL, SOCKET_STATUS = 0, 1
 TENSOR_RESIDENT, TENSOR_SWAPPABLE = 0, 1
@@ -169,6 +175,17 @@ _OPTIONAL = {
     "spw_optimizer_set_loss_scale": (ctypes.c_int, [_vp, ctypes.c_float]),
     # The timeline (SPILLWAY_TRACE): int spw_trace_flush(spw_optimizer *o);
     "spw_trace_flush": (ctypes.c_int, [_vp]),
+    # Parameter offload (spillway.torch.offload_parameters):
+    # int spw_optimizer_add_offloaded(o, name, group, count, const float *init, uint32_t *ret);
+    "spw_optimizer_add_offloaded": (ctypes.c_int, [_vp, ctypes.c_char_p, u32, u64, _vp,
+                                                   ctypes.POINTER(u32)]),
+    # int spw_optimizer_add_frozen(o, name, count, const void *init, enum spw_type, uint32_t *ret);
+    "spw_optimizer_add_frozen": (ctypes.c_int, [_vp, ctypes.c_char_p, u64, _vp, ctypes.c_int,
+                                                ctypes.POINTER(u32)]),
+    # int spw_params_fetch(o, tensor, void *dst, size_t bytes, enum spw_type, void *stream);
+    "spw_params_fetch": (ctypes.c_int, [_vp, u32, _vp, c_size_t, ctypes.c_int, _vp]),
+    # int spw_params_release(o, tensor);
+    "spw_params_release": (ctypes.c_int, [_vp, u32]),
 }
 
 _lib = None

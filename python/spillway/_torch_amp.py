@@ -8,6 +8,7 @@ import math
 import torch
 
 from . import _lib as L
+from ._torch_offload import grad_of
 
 
 def scaler_stage(scaler, opt):
@@ -70,7 +71,7 @@ class AmpMixin:
                     self._grad_none(e)
                 self._finish(self._end())
             return
-        if not self._in_step and all(e.p.grad is None for e in self._entries):
+        if not self._in_step and all(grad_of(self, e) is None for e in self._entries):
             scaler_record(scaler, self, False)
             return
         self._open_step()
@@ -106,7 +107,7 @@ class AmpMixin:
         if self._ended is not None:
             raise RuntimeError("OffloadAdamW.clip_grad_norm_: called twice before step()")
         dev = self._entries[0].p.device
-        if not self._in_step and all(e.p.grad is None for e in self._entries):
+        if not self._in_step and all(grad_of(self, e) is None for e in self._entries):
             return torch.zeros((), device=dev)
         self._open_step()
         self._settle()

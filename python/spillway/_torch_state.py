@@ -81,11 +81,14 @@ class StateMixin:
                                "backward and step()")
         self._usable()
         self._opt.sync()
+        # An offloaded parameter (spillway._torch_offload) is an empty
+        # placeholder; its shape is kept on a meta tensor in e.ref.
+        shape = e.ref.shape if e.ref is not None and e.ref.device.type == "meta" else e.p.shape
         s = {"step": torch.tensor(float(e.steps)),
-             "exp_avg": self._read(e, L.STATE_EXP_AVG).view_as(e.p),
-             "exp_avg_sq": self._read(e, L.STATE_EXP_AVG_SQ).view_as(e.p)}
+             "exp_avg": self._read(e, L.STATE_EXP_AVG).view(shape),
+             "exp_avg_sq": self._read(e, L.STATE_EXP_AVG_SQ).view(shape)}
         if e.p.dtype != torch.float32:
-            s["master"] = self._read(e, L.STATE_PARAM).view_as(e.p)
+            s["master"] = self._read(e, L.STATE_PARAM).view(shape)
         return s
 
     def state_dict(self):

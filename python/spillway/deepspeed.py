@@ -6,8 +6,10 @@
     for key, why in s.ignored: print(key, why)
 
 What is read: zero_optimization.offload_optimizer and .offload_param
-(device, nvme_path, pin_memory, buffer_count, buffer_size, pipeline_read,
-pipeline_write, ...), optimizer (Adam/AdamW and its params),
+(device, nvme_path, pin_memory, buffer_count, buffer_size, max_in_cpu,
+pipeline_read, pipeline_write, ...), stage3_max_live_parameters and
+stage3_prefetch_bucket_size (param_offload_kwargs() for
+spillway.torch.offload_parameters), optimizer (Adam/AdamW and its params),
 gradient_accumulation_steps and gradient_clipping. Every other key is
 listed in .ignored with the reason. A key spillway must understand but
 cannot honour raises DeepSpeedConfigError naming it.
@@ -35,7 +37,9 @@ class SpillwaySettings:
     the config gives; "auto" values are left to the trainer);
     accumulation_steps, max_grad_norm, window (offload_optimizer.buffer_count);
     swap_dirs: NVMe directories for spillwayd's swap.dirs; pin_memory;
-    param_offload: offload_param as read (None when off); loss_scale,
+    param_offload: offload_param as read (None when off), with
+    max_live_parameters, prefetch_bucket_size and param_bytes behind
+    param_offload_kwargs(); loss_scale,
     init_loss_scale, growth_interval: from the fp16 section (None when
     off: dynamic loss scaling for loss_scale 0, else that fixed scale);
     ignored: a list of (key, reason)."""
@@ -50,6 +54,9 @@ class SpillwaySettings:
         self.swap_dirs = []
         self.pin_memory = True
         self.param_offload = None
+        self.max_live_parameters = None   # stage3_max_live_parameters
+        self.prefetch_bucket_size = None  # stage3_prefetch_bucket_size
+        self.param_bytes = 4              # 2 with fp16 or bf16 on
         self.loss_scale = None
         self.init_loss_scale = None
         self.growth_interval = None
@@ -65,6 +72,34 @@ class SpillwaySettings:
             if self.loss_scale == "dynamic":
                 kw.update(init_loss_scale=self.init_loss_scale,
                           growth_interval=self.growth_interval)
+        return kw
+
+    def param_offload_kwargs(self, param_bytes=None):
+        """Keyword arguments for spillway.torch.offload_parameters, or None
+        when offload_param is off. The budget (max_live_bytes) is
+        stage3_max_live_parameters elements, or else buffer_count buffers
+        of buffer_size elements (the smaller when both are given), of
+        param_bytes each (2 with fp16/bf16 on, else 4); the prefetch
+        depth is stage3_prefetch_bucket_size elements ahead; max_in_cpu
+        elements (fp32) size the pinned memory of the NVMe tier. tier and
+        mode are the optimizer's: OffloadAdamW updates the parameters
+        where they are."""
+        po = self.param_offload
+        if po is None:
+            return None
+        es = param_bytes or self.param_bytes
+        kw = dict(tier=self.tier, mode=self.mode)
+        live = []
+        if self.max_live_parameters:
+            live.append(self.max_live_parameters * es)
+        if po.get("buffer_count") and po.get("buffer_size"):
+            live.append(po["buffer_count"] * po["buffer_size"] * es)
+        if live:
+            kw["max_live_bytes"] = min(live)
+        if self.prefetch_bucket_size:
+            kw["prefetch_bytes"] = self.prefetch_bucket_size * es
+        if self.tier == "nvme" and po.get("max_in_cpu"):
+            kw["region_bytes"] = po["max_in_cpu"] * 4
         return kw
 
     def daemon_config(self, swap_max_bytes=None):
@@ -334,11 +369,22 @@ def from_deepspeed_config(path_or_dict):
                 po["max_in_cpu"] = _num(src, P + ".max_in_cpu", par["max_in_cpu"], lo=0,
                                         integer=True)
             s.param_offload = po
-            ign.append((P, "read into param_offload, but OffloadAdamW offloads optimizer state "
-                        "only: parameters stay where the model keeps them"))
+            if pdev != s.tier:
+                ign.append((P + ".device", "%r read as %r: parameters and optimizer state are one "
+                            "page set in spillway, on offload_optimizer's tier" % (pdev, s.tier)))
+    for k in ("stage3_max_live_parameters", "stage3_prefetch_bucket_size"):
+        if k in zero:
+            v = _num(src, "zero_optimization." + k, zero[k], lo=1, integer=True)
+            if v is None:
+                ign.append(("zero_optimization." + k, "\"auto\": left to spillway's default"))
+            elif s.param_offload is None:
+                ign.append(("zero_optimization." + k, "offload_param is off"))
+            else:
+                setattr(s, k[len("stage3_"):], v)
 
     for k in zero:
-        if k in ("offload_optimizer", "offload_param", "cpu_offload"):
+        if k in ("offload_optimizer", "offload_param", "cpu_offload", "stage3_max_live_parameters",
+                 "stage3_prefetch_bucket_size"):
             continue
         why = _ZERO_REASONS.get(k)
         if why is None:
@@ -406,6 +452,9 @@ def from_deepspeed_config(path_or_dict):
 
     if "fp16" in cfg:
         _fp16(src, s, _section(src, "fp16", cfg["fp16"]))
+    for k in ("fp16", "bf16"):
+        if isinstance(cfg.get(k), dict) and cfg[k].get("enabled") is True:
+            s.param_bytes = 2
 
     if "gradient_accumulation_steps" in cfg:
         v = _num(src, "gradient_accumulation_steps", cfg["gradient_accumulation_steps"], lo=1,

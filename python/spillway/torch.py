@@ -42,8 +42,7 @@ import ctypes
 import torch
 import torch.optim
 
-from . import Optimizer as _SpwOptimizer
-from . import Session, SpillwayError
+from . import Optimizer as _SpwOptimizer, Session, SpillwayError
 from . import _lib as L
 from . import _torch_persist as _persist
 from ._torch_amp import AmpMixin
@@ -53,12 +52,12 @@ from ._torch_checks import _TYPES, f32 as _f32, check_flags as _check_flags, \
     check_hparams as _check_hparams, check_param as _check_param, spw_name, trace_flush as _trace_flush
 from . import _state_dtype
 from ._torch_state import LiveState, StateMixin
+from ._torch_offload import adopt as _adopt, grad_of as _grad_of, offload_parameters, gather_parameters, load_into, offload_stats  # noqa: F401,E501
 
-__all__ = ["OffloadAdamW"]
+__all__ = ["OffloadAdamW", "offload_parameters", "gather_parameters", "load_into", "offload_stats"]
 
 _session_counter = itertools.count()
 _EALREADY = 114
-# Accepted as torch's defaults, refused when turned on.
 
 
 class _Entry:
@@ -315,6 +314,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     def _build(self, snapshot):
         """Creates the spw optimizer for self._entries and registers them.
         snapshot: {entry: (master or None, exp_avg, exp_avg_sq)} to restore."""
+        if _adopt(self, snapshot):
+            return  # offloaded parameters: the store's optimizer (spillway._torch_offload)
         entries = self._entries
         device = self._device_name(entries)
         psz, region = self._layout(entries)
@@ -326,6 +327,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         if self.tier == "nvme":
             k = 4 if self.mode == "exact" else 3
             swap = sum(-(-e.numel * 4 // psz) for e in entries) * k * psz
+            if self._persistent:  # the layout record (client/persist.c) lives on this tier too
+                swap += -(-(24 + sum(24 + len(e.name) + 8 for e in entries) + 256) // psz) * psz
         if self._own_session:
             if self._session is not None:
                 info = self._session.info()
@@ -629,7 +632,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         self._check_data_parallel()
         for e in self._entries:
             self._attach_hooks(e)  # a parameter unfrozen since the last step
-            g = e.p.grad
+            g = _grad_of(self, e)
             if e.src is not None:
                 if g is e.src and g._version == e.src_version:
                     continue
@@ -699,7 +702,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
 
     def _check_since_end(self, what):
         for e in self._entries:
-            g = e.p.grad
+            g = _grad_of(self, e)
             same = (g is None and e.none) or (g is not None and g is e.src
                                               and g._version == e.src_version)
             if not same:
@@ -725,7 +728,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             self._check_since_end("clip_grad_norm_()")
             self._finish(self._ended)
             return loss
-        if not self._in_step and all(e.p.grad is None for e in self._entries):
+        if not self._in_step and all(_grad_of(self, e) is None for e in self._entries):
             return loss  # as torch: no gradient, nothing to do
         self._open_step()
         self._settle()

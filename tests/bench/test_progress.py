@@ -7,41 +7,16 @@ terminal. Tiny sizes; no timing is asserted.
 Usage: test_progress.py SPILLWAY_BENCH"""
 import json
 import os
-import pty
-import select
 import subprocess
 import sys
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from ptyrun import run_on_pty  # noqa: E402
+
 BENCH = sys.argv.pop(1) if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else \
     os.environ.get("SPILLWAY_BENCH", "spillway-bench")
 TINY = ["--layers", "2", "--params", "65536", "--fwd-ms", "0.5"]
-
-
-def run_on_pty(args):
-    """Runs args with stderr on a new pty and stdout on a pipe; returns
-    (exit status, stdout, what the terminal received)."""
-    master, slave = pty.openpty()
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
-    os.close(slave)
-    term = b""
-    while True:
-        ready, _, _ = select.select([master], [], [], 0.2)
-        if ready:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:  # EIO: every writer has closed the slave
-                chunk = b""
-            if not chunk and p.poll() is not None:
-                break
-            term += chunk
-        elif p.poll() is not None:
-            break
-    os.close(master)
-    out = p.stdout.read()
-    p.stdout.close()
-    p.wait(60)
-    return p.returncode, out.decode(), term.decode(errors="replace")
 
 
 class Progress(unittest.TestCase):

@@ -72,9 +72,9 @@ static void expect_pattern(spw_client *c, uint32_t t, uint8_t seed)
 	ASSERT_OK(spw_unpin(c, t, 0, SPW_CLEAN));
 }
 
-/* A trainer that attaches name persistently, writes its tensor "t" and
- * is killed with SIGKILL: no detach, no chance to clean up. */
-static void trainer_dies(const char *name, uint64_t bytes, uint32_t lease_s, uint8_t seed)
+/* Runs body(arg) in a child that, once body returns 0, waits to be
+ * killed with SIGKILL, and kills it: no detach, no chance to clean up. */
+static void killed_after(int (*body)(void *arg), void *arg)
 {
 	int pfd[2];
 	pid_t pid;
@@ -84,16 +84,7 @@ static void trainer_dies(const char *name, uint64_t bytes, uint32_t lease_s, uin
 	pid = fork();
 	ASSERT_TRUE(pid >= 0);
 	if (pid == 0) {
-		spw_client *c = connect_client();
-		uint32_t t;
-
-		if (attach(c, name, bytes, true, lease_s) < 0 ||
-		    spw_tensor_register(c, "t", PAGE, SPW_TENSOR_RESIDENT, &t, NULL) < 0) {
-			fprintf(stderr, "trainer %s: %s\n", name, spw_client_last_error(c));
-			_exit(1);
-		}
-		fill(c, t, seed);
-		if (write(pfd[1], "k", 1) != 1)
+		if (body(arg) < 0 || write(pfd[1], "k", 1) != 1)
 			_exit(1);
 		pause();
 		_exit(0);
@@ -103,6 +94,37 @@ static void trainer_dies(const char *name, uint64_t bytes, uint32_t lease_s, uin
 	close(pfd[0]);
 	ASSERT_OK(kill(pid, SIGKILL));
 	ASSERT_EQ(waitpid(pid, NULL, 0), pid);
+}
+
+struct trainer {
+	const char *name;
+	uint64_t bytes;
+	uint32_t lease_s;
+	uint8_t seed;
+};
+
+static int trainer_body(void *arg)
+{
+	const struct trainer *tr = arg;
+	spw_client *c = connect_client();
+	uint32_t t;
+
+	if (attach(c, tr->name, tr->bytes, true, tr->lease_s) < 0 ||
+	    spw_tensor_register(c, "t", PAGE, SPW_TENSOR_RESIDENT, &t, NULL) < 0) {
+		fprintf(stderr, "trainer %s: %s\n", tr->name, spw_client_last_error(c));
+		return -1;
+	}
+	fill(c, t, tr->seed);
+	return 0;
+}
+
+/* A trainer that attaches name persistently, writes its tensor "t" and
+ * is killed. */
+static void trainer_dies(const char *name, uint64_t bytes, uint32_t lease_s, uint8_t seed)
+{
+	struct trainer tr = { .name = name, .bytes = bytes, .lease_s = lease_s, .seed = seed };
+
+	killed_after(trainer_body, &tr);
 }
 
 /* The session's "state" in the status document, or "" when it is gone. */
@@ -123,21 +145,6 @@ static void session_state(const char *name, char *out, size_t len)
 	}
 	cJSON_Delete(doc);
 	free(json);
-}
-
-static double pool_figure(const char *key)
-{
-	char *json = NULL;
-	cJSON *doc;
-	double v;
-
-	ASSERT_OK(spw_status_fetch(d.status, &json));
-	doc = cJSON_Parse(json);
-	ASSERT_TRUE(doc != NULL);
-	v = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "pool"), key)->valuedouble;
-	cJSON_Delete(doc);
-	free(json);
-	return v;
 }
 
 static int swap_files(const char *tag)
@@ -166,7 +173,7 @@ static void test_take_over(void)
 	ASSERT_TRUE(session_figure(d.status, "job/rank0", "lease_left_s") > 590);
 	ASSERT_EQ(session_figure(d.status, "job/rank0", "tensors"), 1.0);
 	/* It is counted in the pool while orphaned. */
-	ASSERT_TRUE(pool_figure("used_bytes") >= 8.0 * MiB);
+	ASSERT_TRUE(status_figure(d.status, "pool.used_bytes") >= 8.0 * MiB);
 
 	/* A plain attach of its name is told what waits there. */
 	c = connect_client();
@@ -300,6 +307,78 @@ static void test_ctl(void)
 	ASSERT_CONTAINS(out, "no such session");
 }
 
+/* spillwayctl trace: the daemon's disk reads and writes of a session,
+ * from outside the trainer, as Chrome trace JSON naming tensor and page;
+ * another uid is refused. */
+static void test_ctl_trace(void)
+{
+	static char out[65536];
+	const char *ctl = getenv("SPILLWAYCTL");
+	char cmd[1024], file[512];
+	struct spw_attach_opts a = { .size = sizeof(a), .session = "job/traced", .region_bytes = PAGE,
+				     .page_size = PAGE };
+	spw_client *c = connect_client();
+	cJSON *doc, *e;
+	int reads = 0, writes = 0, st;
+	uint32_t t;
+	FILE *p;
+
+	snprintf(file, sizeof(file), "%s/io.json", d.dir);
+	ASSERT_OK(spw_client_attach(c, &a));
+	ASSERT_OK(spw_tensor_register(c, "w", 4 * PAGE, SPW_TENSOR_SWAPPABLE, &t, NULL));
+	snprintf(cmd, sizeof(cmd), "%s --socket-dir %s trace job/traced --seconds 1.5 -o %s 2>&1", ctl, d.dir, file);
+	p = popen(cmd, "r");
+	ASSERT_TRUE(p != NULL);
+	usleep(300 * 1000); /* the capture starts from the log's tail then */
+	/* One slot for four pages: every PIN after the first evicts. */
+	for (int round = 0; round < 3; round++)
+		for (uint32_t k = 0; k < 4; k++) {
+			void *q;
+
+			ASSERT_OK(spw_pin(c, t, k, &q));
+			memset(q, round + (int)k, 64);
+			ASSERT_OK(spw_unpin(c, t, k, SPW_DIRTY));
+		}
+	out[fread(out, 1, sizeof(out) - 1, p)] = '\0';
+	st = pclose(p);
+	ASSERT_EQ(WEXITSTATUS(st), 0);
+	ASSERT_CONTAINS(out, "reads");
+	{
+		FILE *f = fopen(file, "r");
+		static char json[1 << 20];
+
+		ASSERT_TRUE(f != NULL);
+		json[fread(json, 1, sizeof(json) - 1, f)] = '\0';
+		fclose(f);
+		doc = cJSON_Parse(json);
+	}
+	ASSERT_TRUE(doc != NULL);
+	cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "traceEvents")) {
+		const char *name = cJSON_GetObjectItem(e, "name")->valuestring;
+		const cJSON *args = cJSON_GetObjectItem(e, "args");
+
+		if (strcmp(name, "disk read") && strcmp(name, "disk write"))
+			continue;
+		ASSERT_EQ(cJSON_GetObjectItem(args, "tensor")->valueint, (int)t);
+		ASSERT_TRUE(cJSON_GetObjectItem(args, "page")->valueint < 4);
+		ASSERT_TRUE(cJSON_GetObjectItem(e, "dur")->valuedouble >= 0);
+		reads += name[5] == 'r';
+		writes += name[5] == 'w';
+	}
+	cJSON_Delete(doc);
+	ASSERT_TRUE(reads > 0 && writes > 0);
+	/* Another uid gets nothing of it. */
+	if (geteuid() == 0) {
+		snprintf(cmd, sizeof(cmd), "setpriv --reuid 65534 --regid 65534 --clear-groups %s --socket-dir %s trace "
+			 "job/traced --seconds 0.1 -o /dev/null 2>&1", ctl, d.dir);
+		st = command_output(cmd, out, sizeof(out));
+		ASSERT_EQ(WEXITSTATUS(st), 1);
+		ASSERT_CONTAINS(out, "another user");
+	}
+	ASSERT_OK(spw_client_detach(c));
+	spw_client_free(c);
+}
+
 static void test_lease_ends(void)
 {
 	char state[32];
@@ -314,9 +393,32 @@ static void test_lease_ends(void)
 		usleep(100 * 1000);
 	}
 	ASSERT_STREQ(state, "");
-	ASSERT_EQ(pool_figure("used_bytes"), 0.0);
-	ASSERT_EQ(pool_figure("locked_bytes"), 0.0);
+	ASSERT_EQ(status_figure(d.status, "pool.used_bytes"), 0.0);
+	ASSERT_EQ(status_figure(d.status, "pool.locked_bytes"), 0.0);
 	ASSERT_EQ(swap_files("brief"), 0);
+}
+
+static const char *stalled_control;
+
+/* A trainer whose last PIN needs a read from disk: one slot for two pages,
+ * so page 0 goes to disk when page 1 comes in. */
+static int stalled_body(void *arg)
+{
+	struct spw_client_opts o = { .size = sizeof(o) };
+	struct spw_attach_opts a = { .size = sizeof(a), .session = "job/stall", .region_bytes = PAGE,
+				     .page_size = PAGE, .persistent = 1 };
+	spw_client *c;
+	uint32_t t;
+	uint8_t *p;
+
+	(void)arg;
+	if (spw_client_new(&o, &c) < 0 || spw_client_connect(c, stalled_control) < 0 || spw_client_attach(c, &a) < 0 ||
+	    spw_tensor_register(c, "t", 2 * PAGE, SPW_TENSOR_SWAPPABLE, &t, NULL) < 0)
+		return -1;
+	fill(c, t, 66);
+	if (spw_pin(c, t, 1, (void **)&p) < 0 || spw_unpin(c, t, 1, SPW_DIRTY) < 0 || spw_submit_pin(c, t, 0, 7) < 0)
+		return -1;
+	return 0;
 }
 
 /* A trainer killed while a page it asked for is still being read from a
@@ -328,10 +430,8 @@ static void test_settling(void)
 	struct spw_test_daemon sd;
 	struct spw_session_info info = { .size = sizeof(info) };
 	spw_client *c;
-	int pfd[2], r, tries = 0;
+	int r, tries = 0;
 	uint32_t t;
-	pid_t pid;
-	char ok;
 
 	/* The daemon's first disk read stalls 1.5 s. */
 	setenv("SPILLWAY_FAULTS", "read:stall=1500@1", 1);
@@ -341,37 +441,8 @@ static void test_settling(void)
 		" \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"64MiB\"}], \"session_bytes\": \"16MiB\"},"
 		" \"log\": {\"level\": \"info\"}}"));
 	unsetenv("SPILLWAY_FAULTS");
-	ASSERT_OK(pipe(pfd));
-	pid = fork();
-	ASSERT_TRUE(pid >= 0);
-	if (pid == 0) {
-		struct spw_client_opts o = { .size = sizeof(o) };
-		struct spw_attach_opts a = { .size = sizeof(a), .session = "job/stall", .region_bytes = PAGE,
-					     .page_size = PAGE, .persistent = 1 };
-
-		/* One slot for two pages: page 0 goes to disk when page 1
-		 * comes in, and its next PIN must read it back. */
-		if (spw_client_new(&o, &c) < 0 || spw_client_connect(c, sd.control) < 0 || spw_client_attach(c, &a) < 0 ||
-		    spw_tensor_register(c, "t", 2 * PAGE, SPW_TENSOR_SWAPPABLE, &t, NULL) < 0)
-			_exit(1);
-		fill(c, t, 66);
-		{
-			uint8_t *p;
-
-			if (spw_pin(c, t, 1, (void **)&p) < 0 || spw_unpin(c, t, 1, SPW_DIRTY) < 0 ||
-			    spw_submit_pin(c, t, 0, 7) < 0)
-				_exit(1);
-		}
-		if (write(pfd[1], "k", 1) != 1)
-			_exit(1);
-		pause();
-		_exit(0);
-	}
-	close(pfd[1]);
-	ASSERT_EQ(read(pfd[0], &ok, 1), 1);
-	close(pfd[0]);
-	ASSERT_OK(kill(pid, SIGKILL));
-	ASSERT_EQ(waitpid(pid, NULL, 0), pid);
+	stalled_control = sd.control;
+	killed_after(stalled_body, NULL);
 
 	c = NULL;
 	{
@@ -402,6 +473,34 @@ static void test_settling(void)
 	ASSERT_EQ(spw_test_daemon_stop(&sd), 0);
 }
 
+/* limits.lease_max_s: a longer lease is refused naming the key; the
+ * default lease is cut to it. */
+static void test_lease_max(void)
+{
+	struct spw_test_daemon ld;
+	struct spw_session_info info = { .size = sizeof(info) };
+	struct spw_client_opts o = { .size = sizeof(o) };
+	struct spw_attach_opts a = { .size = sizeof(a), .session = "job/lease", .region_bytes = PAGE,
+				     .page_size = PAGE, .persistent = 1, .lease_s = 120 };
+	spw_client *c;
+
+	ASSERT_OK(spw_test_daemon_start(&ld,
+		"{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
+		" \"pool\": {\"max_bytes\": \"64MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
+		" \"limits\": {\"lease_max_s\": 60}, \"log\": {\"level\": \"warn\"}}"));
+	ASSERT_OK(spw_client_new(&o, &c));
+	ASSERT_OK(spw_client_connect(c, ld.control));
+	ASSERT_EQ(spw_client_attach(c, &a), -EDQUOT);
+	ASSERT_CONTAINS(spw_client_last_error(c), "limits.lease_max_s (60 s)");
+	a.lease_s = 0;
+	ASSERT_OK(spw_client_attach(c, &a));
+	ASSERT_OK(spw_client_info(c, &info));
+	ASSERT_UEQ(info.lease_s, 60);
+	ASSERT_OK(spw_client_detach(c));
+	spw_client_free(c);
+	ASSERT_EQ(spw_test_daemon_stop(&ld), 0);
+}
+
 int main(void)
 {
 	if (!getenv("SPILLWAYD"))
@@ -415,9 +514,11 @@ int main(void)
 	test_other_uid();
 	test_drop_and_caps();
 	test_ctl();
+	test_ctl_trace();
 	test_lease_ends();
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	test_settling();
+	test_lease_max();
 	printf("ok\n");
 	return 0;
 }

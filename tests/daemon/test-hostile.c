@@ -125,6 +125,27 @@ static void test_messages(void)
 	alive();
 }
 
+/* A control frame's JSON is checked as strictly as the config: what
+ * cJSON alone would have read some way (ignoring trailing data, taking
+ * 012 as 12, keeping raw control characters, taking the first of two
+ * keys) is refused with the problem named, and the connection goes on. */
+static void test_strict_json(void)
+{
+	int fd = raw_connect_hello(d.control);
+
+	expect_err(fd, "{\"type\":\"detach\"} {\"type\":\"shout\"}", EBADMSG, "trailing data");
+	expect_err(fd, "{\"type\":\"unregister\",\"tensor\":012}", EBADMSG, "leading zero");
+	expect_err(fd, "{\"type\":\"sh\nout\"}", EBADMSG, "raw control character");
+	expect_err(fd, "{\"type\":\"sh\xff\"}", EBADMSG, "invalid UTF-8");
+	expect_err(fd, "{\"type\":\"detach\",\"type\":\"shout\"}", EBADMSG, "the key \"type\" twice");
+	expect_err(fd, "{\"type\":\"detach\",\"x\":{\"a\":1,\"b\":2,\"a\":3}}", EBADMSG, "the key \"a\" twice");
+	/* The refusals are answers, not framing errors: the same
+	 * connection still works. */
+	expect_err(fd, "{\"type\":\"detach\",\"x\":{\"a\":1,\"b\":2}}", ENOTCONN, NULL);
+	close(fd);
+	alive();
+}
+
 /* Requests sent back to back without waiting: answered one by one, in
  * order, the register after the attach it depends on. */
 static void test_pipelined(void)
@@ -369,6 +390,7 @@ int main(void)
 	raw_guard(&d);
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
 	test_messages();
+	test_strict_json();
 	test_pipelined();
 	test_framing();
 	test_half_frame();

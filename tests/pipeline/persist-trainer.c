@@ -24,6 +24,7 @@
 #include <spillway/spillway.h>
 
 #include "kernels.h"
+#include "handover.h"
 #include "mlp.h"
 
 #define MAXT (2 * (MLP_MAX_HIDDEN_LAYERS + 1))
@@ -31,17 +32,18 @@
 #define PAGE (64u * 1024u)
 
 struct trainer {
+	struct handover hv;     /* first: give() casts back */
 	spw_optimizer *opt;
 	uint32_t id[MAXT];
 	uint16_t *h[MAXT];
 	bool fp16;
 	float scale;
-	const struct mlp_tensor *pend[2];
-	int pend_index[2], npend;
 };
 
-static int hand_over(struct trainer *tr, const struct mlp_tensor *t, int i)
+static int hand_over(struct handover *hv, const struct mlp_tensor *t, int i)
 {
+	struct trainer *tr = (struct trainer *)hv;
+
 	if (!tr->fp16)
 		return spw_optimizer_grad_ready(tr->opt, tr->id[i], SPW_ALL_CHUNKS, t->grad, t->count * 4, SPW_TYPE_F32,
 						NULL);
@@ -51,30 +53,6 @@ static int hand_over(struct trainer *tr, const struct mlp_tensor *t, int i)
 		tr->h[i][k] = spw_f32_to_f16(t->grad[k] * tr->scale);
 	return spw_optimizer_grad_ready(tr->opt, tr->id[i], SPW_ALL_CHUNKS, tr->h[i], t->count * 2, SPW_TYPE_F16,
 					NULL);
-}
-
-static int flush(struct trainer *tr)
-{
-	int r = 0;
-
-	for (int i = 0; i < tr->npend && r == 0; i++)
-		r = hand_over(tr, tr->pend[i], tr->pend_index[i]);
-	tr->npend = 0;
-	return r;
-}
-
-/* A layer is handed over once the layer below reports (backward still
- * reads its weights until then). */
-static int on_grad(const struct mlp_tensor *t, int index, void *arg)
-{
-	struct trainer *tr = arg;
-	int r = 0;
-
-	if (index % 2 == 0)
-		r = flush(tr);
-	tr->pend[tr->npend] = t;
-	tr->pend_index[tr->npend++] = index;
-	return r;
 }
 
 /* Exits at once, as a killed trainer would: nothing freed, and no leak
@@ -91,7 +69,7 @@ int main(int argc, char **argv)
 	struct spw_param_group g = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f };
 	struct spw_optimizer_opts oo = { .size = sizeof(oo), .groups = &g, .ngroups = 1, .threads = 2, .device = "host" };
 	struct spw_session_info info = { .size = sizeof(info) };
-	struct trainer tr = { 0 };
+	struct trainer tr = { .hv.give = hand_over };
 	const struct mlp_tensor *t;
 	struct mlp_task *task;
 	struct mlp *m;
@@ -174,8 +152,8 @@ int main(int argc, char **argv)
 				if (spw_optimizer_wait_params(tr.opt, tr.id[i], NULL) < 0)
 					return fail("wait", spw_optimizer_last_error(tr.opt));
 			mlp_task_batch(task, (step - 1) * accum + mb, BATCH, x, y);
-			if (mlp_forward(m, x, y, BATCH, &loss, NULL) < 0 || mlp_backward(m, on_grad, &tr) < 0 ||
-			    flush(&tr) < 0 || spw_optimizer_sync_grads(tr.opt) < 0)
+			if (mlp_forward(m, x, y, BATCH, &loss, NULL) < 0 || mlp_backward(m, handover_on_grad, &tr.hv) < 0 ||
+			    handover_flush(&tr.hv) < 0 || spw_optimizer_sync_grads(tr.opt) < 0)
 				return fail("step", spw_optimizer_last_error(tr.opt));
 		}
 		if (spw_optimizer_end(tr.opt, &res) < 0)

@@ -25,6 +25,7 @@
 #include <spillway/spillway.h>
 
 #include "harness.h"
+#include "session-figure.h"
 #include "test.h"
 
 #define STEPS "200"
@@ -107,22 +108,6 @@ static void drop(const char *session)
 	ASSERT_OK(spw_client_connect(c, d.control));
 	ASSERT_OK(spw_client_drop(c, session));
 	spw_client_free(c);
-}
-
-static double status_number(const char *a, const char *b)
-{
-	char *json = NULL;
-	cJSON *doc;
-	double v;
-
-	ASSERT_OK(spw_status_fetch(d.status, &json));
-	doc = cJSON_Parse(json);
-	ASSERT_TRUE(doc != NULL);
-	v = b ? cJSON_GetObjectItem(cJSON_GetObjectItem(doc, a), b)->valuedouble
-	      : (double)cJSON_GetArraySize(cJSON_GetObjectItem(doc, a));
-	cJSON_Delete(doc);
-	free(json);
-	return v;
 }
 
 static int swap_files(void)
@@ -212,9 +197,9 @@ int main(int argc, char **argv)
 	free(b);
 
 	/* Nothing left behind: the last trainer detached. */
-	ASSERT_EQ(status_number("sessions", NULL), 0.0);
-	ASSERT_EQ(status_number("pool", "used_bytes"), 0.0);
-	ASSERT_EQ(status_number("pool", "locked_bytes"), 0.0);
+	ASSERT_EQ(status_figure(d.status, "sessions"), 0.0);
+	ASSERT_EQ(status_figure(d.status, "pool.used_bytes"), 0.0);
+	ASSERT_EQ(status_figure(d.status, "pool.locked_bytes"), 0.0);
 	ASSERT_EQ(swap_files(), 0);
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	printf("ok\n");

@@ -29,6 +29,7 @@
 #include "harness.h"
 #include "pipeline-fixture.h"
 #include "kernels.h"
+#include "handover.h"
 #include "mlp.h"
 #include "test.h"
 #include "session-figure.h"
@@ -212,17 +213,18 @@ static void run_plain(const struct run_cfg *rc, struct run_out *out)
 /* ---- (b), (c) the same run through spillway ---- */
 
 struct trainer {
+	struct handover hv;     /* first: give() casts back */
 	spw_optimizer *opt;
 	const struct run_cfg *rc;
 	uint32_t id[MAXT];
 	uint16_t *h[MAXT];      /* fp16 gradients, alive until sync_grads */
 	float scale;
-	const struct mlp_tensor *pend[2];
-	int pend_index[2], npend;
 };
 
-static int hand_over(struct trainer *tr, const struct mlp_tensor *t, int index)
+static int hand_over(struct handover *hv, const struct mlp_tensor *t, int index)
 {
+	struct trainer *tr = (struct trainer *)hv;
+
 	if (tr->rc->fp16) {
 		to_f16(tr->h[index], t->grad, t->count, tr->scale);
 		return spw_optimizer_grad_ready(tr->opt, tr->id[index], SPW_ALL_CHUNKS, tr->h[index],
@@ -230,37 +232,6 @@ static int hand_over(struct trainer *tr, const struct mlp_tensor *t, int index)
 	}
 	return spw_optimizer_grad_ready(tr->opt, tr->id[index], SPW_ALL_CHUNKS, t->grad, t->count * 4,
 					SPW_TYPE_F32, NULL);
-}
-
-/* Hands over the layer whose gradients came last. */
-static int flush(struct trainer *tr)
-{
-	int r = 0;
-
-	for (int i = 0; i < tr->npend && r == 0; i++)
-		r = hand_over(tr, tr->pend[i], tr->pend_index[i]);
-	tr->npend = 0;
-	return r;
-}
-
-/*
- * Called by backward the moment a tensor's gradient is final. The MLP
- * still reads a layer's weights after reporting its gradients (to
- * propagate to the layer below), and in overlapped mode the optimizer may
- * write the updated weights at once after grad_ready, so a layer is handed
- * over when the next layer's gradients arrive, as torch's
- * post-accumulate-grad hooks would, and the last one after backward.
- */
-static int on_grad(const struct mlp_tensor *t, int index, void *arg)
-{
-	struct trainer *tr = arg;
-	int r = 0;
-
-	if (index % 2 == 0)     /* a weight: the layer above is done with */
-		r = flush(tr);
-	tr->pend[tr->npend] = t;
-	tr->pend_index[tr->npend++] = index;
-	return r;
 }
 
 static spw_optimizer *make_opt(spw_client *c, const struct run_cfg *rc, int *err)
@@ -287,7 +258,7 @@ static spw_optimizer *make_opt(spw_client *c, const struct run_cfg *rc, int *err
 static int run_spillway_from(const struct spw_test_daemon *d, const struct run_cfg *rc, int first,
 			     const struct run_out *from, struct run_out *out)
 {
-	struct trainer tr = { .rc = rc, .scale = rc->init_scale };
+	struct trainer tr = { .hv.give = hand_over, .rc = rc, .scale = rc->init_scale };
 	struct mlp *m = model();
 	struct mlp_task *task;
 	const struct mlp_tensor *t;
@@ -330,8 +301,8 @@ static int run_spillway_from(const struct spw_test_daemon *d, const struct run_c
 				ASSERT_OK(spw_optimizer_wait_params(tr.opt, tr.id[i], NULL));
 			mlp_task_batch(task, (uint64_t)(step - 1) * rc->accum + mb, BATCH, x, y);
 			ASSERT_OK(mlp_forward(m, x, y, BATCH, &loss, NULL));
-			ASSERT_OK(mlp_backward(m, on_grad, &tr));
-			ASSERT_OK(flush(&tr));
+			ASSERT_OK(mlp_backward(m, handover_on_grad, &tr.hv));
+			ASSERT_OK(handover_flush(&tr.hv));
 			/* Backward of the next micro-batch rewrites the gradients. */
 			ASSERT_OK(spw_optimizer_sync_grads(tr.opt));
 		}

@@ -7,8 +7,6 @@ terminal or tqdm is missing; a refused attach still raises and leaves no
 thread behind. How many readings fall part way depends on the machine and
 is only printed."""
 import os
-import pty
-import select
 import subprocess
 import sys
 import threading
@@ -16,6 +14,9 @@ import unittest
 
 import spwtest
 import spillway
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from ptyrun import run_on_pty  # noqa: E402
 
 MiB = 1 << 20
 REGION = 256 * MiB
@@ -38,27 +39,7 @@ def run_child(control, name, stderr_tty, block_tqdm=False):
     if not stderr_tty:
         r = subprocess.run(args, capture_output=True, text=True, timeout=60)
         return r.returncode, r.stdout, r.stderr
-    master, slave = pty.openpty()
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
-    os.close(slave)
-    term = b""
-    while True:
-        ready, _, _ = select.select([master], [], [], 0.2)
-        if ready:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:
-                chunk = b""
-            if not chunk and p.poll() is not None:
-                break
-            term += chunk
-        elif p.poll() is not None:
-            break
-    os.close(master)
-    out = p.stdout.read().decode()
-    p.stdout.close()
-    p.wait(60)
-    return p.returncode, out, term.decode(errors="replace")
+    return run_on_pty(args)
 
 
 class AttachProgress(unittest.TestCase):

@@ -87,10 +87,19 @@ class Read(unittest.TestCase):
                   "zero_optimization.stage", "zero_optimization.overlap_comm",
                   "zero_optimization.offload_optimizer.pipeline_read",
                   "zero_optimization.offload_optimizer.pipeline_write",
-                  "zero_optimization.offload_optimizer.fast_init",
-                  "zero_optimization.offload_param",
-                  "zero_optimization.stage3_max_live_parameters"):
+                  "zero_optimization.offload_optimizer.fast_init"):
             self.assertIn(k, ig)
+        # offload_param and the ZeRO-3 live/prefetch limits are read, not ignored
+        for k in ("zero_optimization.offload_param", "zero_optimization.offload_param.device",
+                  "zero_optimization.stage3_max_live_parameters",
+                  "zero_optimization.stage3_prefetch_bucket_size"):
+            self.assertNotIn(k, ig)
+        # fp16 on: 2 bytes a parameter; stage3_max_live_parameters 1e9 against
+        # buffer_count 5 x buffer_size 1e8: the smaller, 5e8 parameters
+        self.assertEqual(s.param_offload_kwargs(),
+                         {"tier": "nvme", "mode": "exact", "max_live_bytes": 5 * 10 ** 8 * 2,
+                          "prefetch_bytes": 5 * 10 ** 8 * 2, "region_bytes": 10 ** 9 * 4})
+        self.assertEqual(s.param_offload_kwargs(param_bytes=4)["max_live_bytes"], 5 * 10 ** 8 * 4)
         for k, why in s.ignored:
             self.assertTrue(why, k)  # every ignored key says why
         dc = s.daemon_config(swap_max_bytes="200GiB")
@@ -161,6 +170,32 @@ class Read(unittest.TestCase):
         for k in ("optimizer.params.lr", "gradient_accumulation_steps", "gradient_clipping"):
             self.assertIn(k, ig)
         self.assertEqual(s.param_offload, {"device": "cpu", "pin_memory": True})
+        # no limits given: spillway's defaults (no budget, prefetch_layers)
+        self.assertEqual(s.param_offload_kwargs(), {"tier": "cpu", "mode": "overlapped"})
+
+    def test_param_offload_limits(self):
+        cfg = {"zero_optimization": {
+            "stage": 3, "offload_optimizer": {"device": "cpu"},
+            "offload_param": {"device": "nvme", "nvme_path": "/tmp"},
+            "stage3_max_live_parameters": 3e6, "stage3_prefetch_bucket_size": "auto"}}
+        s = from_deepspeed_config(cfg)
+        self.assertEqual(s.param_offload_kwargs(), {"tier": "cpu", "mode": "overlapped",
+                                                    "max_live_bytes": 12 * 10 ** 6})
+        ig = dict(s.ignored)
+        self.assertIn("read as 'cpu'", ig["zero_optimization.offload_param.device"])
+        self.assertIn("auto", ig["zero_optimization.stage3_prefetch_bucket_size"])
+        self.assertNotIn("zero_optimization.stage3_max_live_parameters", ig)
+        # without offload_param the limits are ignored, and say why
+        s = from_deepspeed_config({"zero_optimization": {
+            "offload_optimizer": {"device": "cpu"}, "stage3_max_live_parameters": 1e9}})
+        self.assertIsNone(s.param_offload_kwargs())
+        self.assertIn("offload_param is off",
+                      dict(s.ignored)["zero_optimization.stage3_max_live_parameters"])
+        with self.assertRaises(DeepSpeedConfigError) as cm:
+            from_deepspeed_config({"zero_optimization": {
+                "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"},
+                "stage3_max_live_parameters": -1}})
+        self.assertIn("stage3_max_live_parameters", str(cm.exception))
 
     def test_old_cpu_offload(self):
         s = from_deepspeed_config({"zero_optimization": {"stage": 2, "cpu_offload": True}})

@@ -296,6 +296,119 @@ static void test_stall_orphan(void)
 	fx_teardown(&f);
 }
 
+/* A drive that fails every read, with read-ahead on: a page whose read
+ * failed is left to the next PIN, so the ring goes idle. (Found by
+ * fuzz-pager: read-ahead re-read the window's failed pages at once, for
+ * ever: the ring never idle, the loop spinning.) */
+static void test_readahead_failing_drive(void)
+{
+	struct fx f;
+	struct pager_stats st;
+	uint32_t t, n;
+	char err[256];
+	bool pending;
+
+	fx_setup(&f, "read:eio@1+", 1, PAGE, SLOTS, DEPTH);
+	f.p = fx_pager(&f, "job/ra", (uint64_t)64 * PAGE, 4, DEPTH);
+	ASSERT_OK(pager_tensor_add(f.p, "params", (uint64_t)2 * SLOTS * PAGE, true, &t, &n, err, sizeof(err)));
+	fill_tensor(&f, t, 2 * SLOTS, 6);
+	pager_step(f.p); /* the fill's order becomes the plan: read-ahead of pages 0-3 */
+	fx_drain(&f); /* goes idle: each of them failed once */
+	pager_stats(f.p, &st);
+	ASSERT_GE(st.errors, 1);
+	ASSERT_LE(st.errors, 4);
+	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_DISK);
+	/* A PIN still tries again (and fails again, on this drive); the
+	 * window moves on by one page. */
+	ASSERT_EQ(fx_pin_p(&f, f.p, t, 0, &pending), -EIO);
+	ASSERT_TRUE(pending);
+	fx_drain(&f);
+	pager_stats(f.p, &st);
+	ASSERT_LE(st.errors, 4 + 2);
+	fx_teardown(&f);
+}
+
+/* A write fails while its tensor is being unregistered: it is not
+ * retried, and neither the FLUSH that waited for it nor one that comes
+ * while the tensor still drains (its other write is stalled) is failed by
+ * data nobody is owed any more. (Found by fuzz-pager: both FLUSHes failed
+ * with the dead tensor's -ENOSPC.) */
+static void test_write_error_unregistered(void)
+{
+	struct fx f;
+	uint32_t t, keep, n;
+	char err[256];
+	uint64_t ud1, ud2;
+
+	fx_setup(&f, "write:enospc@1,write:stall=300@2", 1, PAGE, SLOTS, DEPTH);
+	f.p = fx_pager(&f, "job/wu", (uint64_t)64 * PAGE, 0, DEPTH);
+	ASSERT_OK(pager_tensor_add(f.p, "params", (uint64_t)2 * PAGE, true, &t, &n, err, sizeof(err)));
+	ASSERT_OK(pager_tensor_add(f.p, "other", (uint64_t)2 * PAGE, true, &keep, &n, err, sizeof(err)));
+	for (uint32_t i = 0; i < 2; i++) {
+		int s = fx_pin(&f, t, i);
+
+		ASSERT_GE(s, 0);
+		fx_fill(fx_slot(&f, s), PAGE, SEED(7, i, 0));
+		ASSERT_OK(pager_unpin(f.p, t, i, true));
+	}
+	ud1 = fx_ud(&f);
+	ASSERT_EQ(pager_flush(f.p, ud1), PAGER_PENDING); /* page 0's write fails, page 1's stalls */
+	ASSERT_EQ(pager_tensor_remove(f.p, t), PAGER_PENDING);
+	for (int i = 0; i < 5; i++)
+		ASSERT_GE(uring_wait(f.u, 10), 0); /* page 0's failure, well before page 1's write */
+	ASSERT_UEQ(uring_busy(f.u), 1);
+	ud2 = fx_ud(&f);
+	ASSERT_EQ(pager_flush(f.p, ud2), PAGER_PENDING);
+	ASSERT_EQ(fx_wait(&f, ud1), 0);
+	ASSERT_EQ(fx_wait(&f, ud2), 0);
+	fx_drain(&f);
+	ASSERT_EQ(pager_page_state(f.p, t, 0), -EINVAL); /* gone */
+	fx_teardown(&f);
+}
+
+/* A page whose write failed for good, of a tensor being unregistered
+ * (another of its writes still stalled): a FLUSH that starts meanwhile is
+ * not failed by it. */
+static void test_flush_ignores_unregistered_failure(void)
+{
+	struct fx f;
+	uint32_t t, o, n, ud[2];
+	char err[256];
+	int i;
+
+	/* Page 0's write and its retries fail; page 1's (the 2nd) stalls. */
+	fx_setup(&f, "write:stall=5000@2,write:enospc@1+", 1, PAGE, SLOTS, DEPTH);
+	f.p = fx_pager(&f, "job/wf", (uint64_t)64 * PAGE, 0, DEPTH);
+	ASSERT_OK(pager_tensor_add(f.p, "params", (uint64_t)2 * PAGE, true, &t, &n, err, sizeof(err)));
+	ASSERT_OK(pager_tensor_add(f.p, "other", (uint64_t)SLOTS * PAGE, true, &o, &n, err, sizeof(err)));
+	for (uint32_t k = 0; k < 2; k++) {
+		int s = fx_pin(&f, t, k);
+
+		ASSERT_GE(s, 0);
+		fx_fill(fx_slot(&f, s), PAGE, SEED(8, k, 0));
+		ASSERT_OK(pager_unpin(f.p, t, k, true));
+	}
+	for (uint32_t k = 0; k < SLOTS - 2; k++)
+		ASSERT_GE(fx_pin(&f, o, k), 0);
+	/* Two more PINs need the dirty pages' slots: both are written back. */
+	for (int k = 0; k < 2; k++) {
+		ud[k] = (uint32_t)fx_ud(&f);
+		ASSERT_EQ(pager_pin(f.p, o, SLOTS - 2 + (uint32_t)k, ud[k]), PAGER_PENDING);
+	}
+	for (i = 0; i < 400 && pager_page_state(f.p, t, 0) != PAGER_FAILED; i++)
+		ASSERT_GE(uring_wait(f.u, 10), 0);
+	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_FAILED);
+	ASSERT_EQ(pager_page_state(f.p, t, 1), PAGER_WRITING); /* still stalled */
+	ASSERT_EQ(pager_tensor_remove(f.p, t), PAGER_PENDING);
+	ASSERT_EQ(fx_flush(&f, f.p), 0);
+	ASSERT_GE(fx_wait(&f, ud[0]), 0);
+	ASSERT_GE(fx_wait(&f, ud[1]), 0);
+	for (uint32_t k = 0; k < SLOTS; k++)
+		ASSERT_OK(pager_unpin(f.p, o, k, false));
+	fx_drain(&f);
+	fx_teardown(&f);
+}
+
 int main(void)
 {
 	test_write_error_once("write:eio@3", -EIO);
@@ -307,5 +420,8 @@ int main(void)
 	test_flip();
 	test_short();
 	test_stall_orphan();
+	test_readahead_failing_drive();
+	test_write_error_unregistered();
+	test_flush_ignores_unregistered_failure();
 	return 0;
 }

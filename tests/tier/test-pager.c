@@ -502,6 +502,50 @@ static void test_room(void)
 	fx_teardown(&f);
 }
 
+/* A PIN for overwrite that joins a read already in flight (a PREFETCH
+ * here) waits for that read, and then the page is dirty as after any PIN
+ * for overwrite: unpinned clean, the rewrite still survives eviction.
+ * (Found by fuzz-pager: the page used to stay clean and the rewrite was
+ * lost.) */
+static void test_overwrite_joins_read(void)
+{
+	struct fx f;
+	uint32_t order[NPAGES], t, n;
+	char err[256];
+	uint64_t ud;
+	int slot, st;
+
+	fx_setup(&f, NULL, 1, PAGE, SLOTS, DEPTH);
+	f.p = fx_pager(&f, "job/owr", (uint64_t)NPAGES * PAGE, 0, DEPTH);
+	ASSERT_OK(pager_tensor_add(f.p, "grads", (uint64_t)NPAGES * PAGE, true, &t, &n, err, sizeof(err)));
+	for (uint32_t i = 0; i < NPAGES; i++)
+		order[i] = i;
+	step(&f, t, order, NPAGES, 4, 0);
+	fx_drain(&f);
+	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_DISK);
+	ASSERT_OK(pager_prefetch(f.p, t, 0));
+	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_READING);
+	ud = fx_ud(&f);
+	ASSERT_EQ(pager_pin_overwrite(f.p, t, 0, ud), PAGER_PENDING);
+	slot = fx_wait(&f, ud);
+	ASSERT_GE(slot, 0);
+	fx_fill(fx_slot(&f, slot), PAGE, SEED(4, 0, 7));
+	ASSERT_OK(pager_unpin(f.p, t, 0, false));
+	st = pager_page_state(f.p, t, 0);
+	ASSERT_TRUE(st == PAGER_DIRTY || st == PAGER_WRITING);
+	for (uint32_t i = 1; i < NPAGES; i++) {
+		ASSERT_GE(fx_pin(&f, t, i), 0);
+		ASSERT_OK(pager_unpin(f.p, t, i, false));
+	}
+	fx_drain(&f);
+	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_DISK);
+	slot = fx_pin(&f, t, 0);
+	ASSERT_GE(slot, 0);
+	ASSERT_TRUE(fx_check(fx_slot(&f, slot), PAGE, SEED(4, 0, 7)));
+	ASSERT_OK(pager_unpin(f.p, t, 0, false));
+	fx_teardown(&f);
+}
+
 int main(void)
 {
 	test_round_trip();
@@ -512,6 +556,7 @@ int main(void)
 	test_resident();
 	test_two_sessions();
 	test_overwrite();
+	test_overwrite_joins_read();
 	test_room();
 	return 0;
 }

@@ -111,7 +111,7 @@ struct spw_optimizer_opts {
 	enum spw_optimizer_mode mode;
 	enum spw_tensor_kind tier;          /* where master weights and moments live */
 	const struct spw_param_group *groups; /* copied; at least one */
-	uint32_t ngroups;
+	uint32_t ngroups;                   /* 1 to 65536 (one per tensor is fine) */
 	/* Micro-batches per step: with N > 1 each chunk's gradient is handed
 	 * over N times per step, accumulated into fp32 pages in spillway, and
 	 * Adam runs after the last. 0 means 1. */

@@ -1,0 +1,33 @@
+# SPDX-License-Identifier: MIT
+"""Running a program with its stderr on a terminal, for the tests of what
+spillway shows only there (bench progress, the attach's tqdm bar)."""
+import os
+import pty
+import select
+import subprocess
+
+
+def run_on_pty(args):
+    """Runs args with stderr on a new pty and stdout on a pipe; returns
+    (exit status, stdout, what the terminal received)."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    term = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: every writer has closed the slave
+                chunk = b""
+            if not chunk and p.poll() is not None:
+                break
+            term += chunk
+        elif p.poll() is not None:
+            break
+    os.close(master)
+    out = p.stdout.read()
+    p.stdout.close()
+    p.wait(60)
+    return p.returncode, out.decode(), term.decode(errors="replace")
