@@ -292,7 +292,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                 psz *= 2
         win = self._window or 4
         if self.tier == "cpu":
-            pages = sum(-(-e.numel * 4 // psz) for e in entries) * k
+            pages = sum(_state_dtype.pages(e.numel, psz, k, self.state_dtype) for e in entries)
         else:
             pages = 4 * win * k
         pages += 2 * win + 8
@@ -326,7 +326,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         swap = 0
         if self.tier == "nvme":
             k = 4 if self.mode == "exact" else 3
-            swap = sum(-(-e.numel * 4 // psz) for e in entries) * k * psz
+            swap = sum(_state_dtype.pages(e.numel, psz, k, self.state_dtype) for e in entries) * psz
             if self._persistent:  # the layout record (client/persist.c) lives on this tier too
                 swap += -(-(24 + sum(24 + len(e.name) + 8 for e in entries) + 256) // psz) * psz
         if self._own_session:
