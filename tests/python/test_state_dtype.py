@@ -9,11 +9,16 @@ are the same bits, and the moments state_dict returns are fp32 tensors
 holding exactly the twin's bf16 values. The same for int8 moments against
 a twin that codes them as kernels/q8.h says (blocks of 256, one scale
 each). fp32 state (the default) keeps moments that are
-not bf16 values. load_state_dict rounds the moments it pushes in. Bad
-state_dtype values are refused by OffloadAdamW and spillway.Optimizer.
+not bf16 values. load_state_dict rounds the moments it pushes in. A persistent session left
+by a bf16 optimizer is refused to an fp32 one and taken over by a bf16
+one. Bad state_dtype values are refused by OffloadAdamW and
+spillway.Optimizer.
 """
 import copy
 import math
+import os
+import subprocess
+import sys
 import unittest
 
 import spwtest
@@ -23,6 +28,7 @@ import torch.nn as nn
 from spillway.torch import OffloadAdamW
 
 LR, B1, B2, EPS, WD = 1e-2, 0.9, 0.999, 1e-8, 0.01
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def model():
@@ -225,6 +231,52 @@ class StateDtype(unittest.TestCase):
                     self.assertTrue(torch.equal(back["state"][k][key], st[key].bfloat16().float()), key)
         finally:
             oa.close()
+
+    def test_persistent_other_dtype_refused(self):
+        """A persistent session left by a bf16 optimizer: an fp32 one is
+        refused naming the state dtype, the session stays orphaned, and a
+        bf16 one takes it over at the committed step (2 or 3: the child
+        exits at once after its third step)."""
+        session = "state/persist"
+        child = (
+            "import os, torch, torch.nn as nn, spwtest\n"
+            "from spillway.torch import OffloadAdamW\n"
+            "torch.manual_seed(3)\n"
+            "m = nn.Sequential(nn.Linear(12, 40), nn.Tanh(), nn.Linear(40, 5))\n"
+            "o = OffloadAdamW(m.parameters(), lr=1e-2, socket=%r, session=%r, persistent=True, lease=60,\n"
+            "                 state_dtype='bf16')\n"
+            "for _ in range(3):\n"
+            "    o.zero_grad()\n"
+            "    m(torch.ones(4, 12)).sum().backward()\n"
+            "    o.step()\n"
+            "os._exit(0)\n") % (self.d.control, session)
+        r = subprocess.run([sys.executable, "-c", child], cwd=HERE, capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        st = {s["name"]: s for s in spillway.status(self.d.control)["sessions"]}
+        self.assertEqual(st[session]["state"], "orphaned")
+        before = st[session]["committed_step"]
+        self.assertGreater(before, 0)
+
+        def take_over(dtype):
+            m = model()
+            o = OffloadAdamW(m.parameters(), lr=1e-2, socket=self.d.control, session=session,
+                             persistent=True, lease=60, state_dtype=dtype)
+            o.zero_grad()
+            m(torch.ones(4, 12)).sum().backward()
+            return o
+
+        with self.assertRaises(spillway.SpillwayError) as cm:
+            take_over("fp32").close()
+        self.assertIn("state_dtype", str(cm.exception))
+        st = {s["name"]: s for s in spillway.status(self.d.control)["sessions"]}
+        self.assertEqual(st[session]["state"], "orphaned")
+        o = take_over("bf16")
+        try:
+            o.step()
+            self.assertEqual(o.resumed_step, before)
+        finally:
+            o.close()
 
     def test_refusals(self):
         a = model()
