@@ -204,7 +204,8 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	    (unsigned)opts->state_dtype > SPW_STATE_INT8 ||
 	    !(opts->clip_coef >= 0.0f) || !isfinite(opts->clip_coef) || !(opts->max_norm >= 0.0f) ||
 	    !(opts->init_loss_scale >= 0.0f))
-		return c ? spw__error(c, -EINVAL, "spw_optimizer_new: bad options (groups, mode, tier, state_dtype or a coefficient)")
+		return c ? spw__error(c, -EINVAL, "spw_optimizer_new: bad options (groups, mode, tier, state_dtype "
+				      "or a coefficient)")
 			 : -EINVAL;
 	for (i = 0; i < opts->ngroups; i++)
 		if (!spw__group_ok(&opts->groups[i]))
