@@ -2,8 +2,8 @@
 /*
  * kernels/q8.h: the 8-bit blockwise codes of SPW_STATE_INT8 moments, as
  * scalar definitions every variant's kernels agree with (tests/kernels
- * checks every code), and the portable AdamW over them that the c and
- * avx2 variants compile (adamw-avx512.c has its own, the same bits).
+ * checks every code), and the portable AdamW over them that the c variant
+ * compiles (adamw-avx2.c and adamw-avx512.c have their own, the same bits).
  *
  * Moments are cut into blocks of SPW_Q8_BLOCK elements (a span's last
  * block may be shorter); each block has one fp32 scale s and one byte per
@@ -86,7 +86,7 @@ static inline uint8_t spw_q8_enc_v(float v, float s)
 }
 
 /*
- * The portable AdamW over q8 moments (the c and avx2 variants): the
+ * The portable AdamW over q8 moments (the c variant): the
  * update of kernels.h on the decoded moments, the parameter from the fp32
  * moments, then each block's new scales and codes. include kernels.h
  * first. gt and ct are constants at each call site.

@@ -30,7 +30,7 @@
 	{                                                                                     \
 		adamw_span(k, p, m, v, g, c, n, gt, ct, SPW_DTYPE_BF16);                      \
 	}
-/* adamw_q8_<grad>_<copy> from q8.h's portable loop (the c and avx2 variants). */
+/* adamw_q8_<grad>_<copy> from q8.h's portable loop (the c variant). */
 #define VARIANT_Q8_FN(gn, gt, cn, ct)                                                                  \
 	static void adamw_q8_##gn##_##cn(const struct spw_adamw_consts *k, float *p, int8_t *mq, float *ms, \
 					 uint8_t *vq, float *vs, const void *g, void *c, size_t n)      \
