@@ -8,7 +8,7 @@
  *                           [--tier resident|nvme] [--socket PATH]
  *                           [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]
  *                           [--steps S] [--threads T] [--device host|cuda]
- *                           [--trace]
+ *                           [--trace] [--state-dtype fp32|bf16|int8]
  *
  * The device is the host backend, or with --device cuda (a build with
  * CUDA, on a GPU host) the GPU: gradients and parameters then live in
@@ -24,6 +24,15 @@
  *                      backward, then Adam on the pool, then all params back
  *   bound_s            max(compute, transfers, Adam, disk) from each
  *                      part's own time measured alone
+ *   state_dtype        the moments' type (spw_optimizer_opts.state_dtype)
+ *   state_bytes        master weights and moments: 12 bytes per parameter
+ *                      with fp32 moments, 8 with bf16, 4 + 2 * 4/3 with int8
+ *                      (three chunks' codes and scales a page)
+ *   disk_bytes_per_step  the session's tier reads + writes (the daemon's
+ *                      status, sessions[].tier) over the measured steps,
+ *                      per step; 0 on the resident tier. On the NVMe tier
+ *                      the region is a quarter of the fp32 state for
+ *                      every state dtype.
  *
  * With --trace, a second session runs the same step with the timeline on
  * (SPILLWAY_TRACE, client/trace.c, written to a temporary file and removed),
@@ -58,6 +67,8 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include <cjson/cJSON.h>
+
 #include <spillway/spillway.h>
 
 #include "config.h"
@@ -87,6 +98,7 @@ struct cfg {
 	double fwd_ms, bwd_ms;
 	unsigned threads;
 	bool cuda;
+	enum spw_state_dtype sd; /* --state-dtype */
 };
 
 /* Zeroed buffers on the device under test: plain host memory for the
@@ -176,6 +188,12 @@ static int measure_parts(const struct cfg *c, struct parts *p)
 	kc.param = w;
 	kc.exp_avg = m;
 	kc.exp_avg_sq = v;
+	kc.state_dtype = c->sd == SPW_STATE_BF16 ? SPW_DTYPE_BF16 : SPW_DTYPE_F32;
+	/* int8: codes in m and v, their block scales after them (the
+	 * buffers hold 4 bytes an element). */
+	kc.q8 = c->sd == SPW_STATE_INT8;
+	kc.m_scale = (float *)((unsigned char *)m + n);
+	kc.v_scale = (float *)((unsigned char *)v + n);
 	kc.copy = out;
 	kc.copy_dtype = SPW_DTYPE_BF16;
 	/* Twice each, keeping the second: the first touches fresh memory. */
@@ -189,7 +207,14 @@ static int measure_parts(const struct cfg *c, struct parts *p)
 		spw__pool_wait(pool, &kc.call);
 		p->adam_pool = secs(t0);
 		t0 = now_ns();
-		spw_kernels()->adamw[SPW_DTYPE_BF16][SPW_DTYPE_BF16](&kc.consts, w, m, v, gh, out, n);
+		if (kc.q8)
+			spw_kernels()->adamw_q8[SPW_DTYPE_BF16][SPW_DTYPE_BF16](&kc.consts, w, (int8_t *)m, kc.m_scale,
+										(uint8_t *)v, kc.v_scale, gh, out, n);
+		else if (c->sd == SPW_STATE_BF16)
+			spw_kernels()->adamw_m16[SPW_DTYPE_BF16][SPW_DTYPE_BF16](&kc.consts, w, (uint16_t *)m,
+										 (uint16_t *)v, gh, out, n);
+		else
+			spw_kernels()->adamw[SPW_DTYPE_BF16][SPW_DTYPE_BF16](&kc.consts, w, m, v, gh, out, n);
 		p->adam_one = secs(t0);
 		t0 = now_ns();
 		if ((r = dev_copy(c, dev, out, n * 2, true)) < 0)
@@ -381,10 +406,38 @@ out:
 	return r;
 }
 
+/* The session's tier reads + writes so far, from the daemon's status. */
+static int tier_bytes(const char *status, const char *session, double *ret)
+{
+	cJSON *doc = NULL, *s;
+	int r = bench_status_doc(status, &doc);
+
+	if (r < 0)
+		return r;
+	r = -ENOENT;
+	cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(doc, "sessions")) {
+		const cJSON *n = cJSON_GetObjectItemCaseSensitive(s, "name");
+		const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "tier");
+		const cJSON *rb = cJSON_GetObjectItemCaseSensitive(t, "read_bytes");
+		const cJSON *wb = cJSON_GetObjectItemCaseSensitive(t, "write_bytes");
+
+		if (!cJSON_IsString(n) || strcmp(n->valuestring, session))
+			continue;
+		/* A resident session has no tier: no disk bytes. */
+		*ret = (cJSON_IsNumber(rb) ? rb->valuedouble : 0) + (cJSON_IsNumber(wb) ? wb->valuedouble : 0);
+		r = 0;
+	}
+	cJSON_Delete(doc);
+	return r;
+}
+
+static const char *const sd_name[] = { "fp32", "bf16", "int8" };
+
 static const char usage[] =
 	"usage: spillway-bench pipeline [--json] [--mode overlapped|exact] [--tier resident|nvme]\n"
 	"         [--socket PATH] [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]\n"
-	"         [--steps S] [--threads T] [--device host|cuda] [--trace | --persistent]\n";
+	"         [--steps S] [--threads T] [--device host|cuda] [--trace | --persistent]\n"
+	"         [--state-dtype fp32|bf16|int8]\n";
 
 int bench_pipeline(int argc, char **argv)
 {
@@ -407,7 +460,9 @@ int bench_pipeline(int argc, char **argv)
 	uint16_t **grad = NULL;
 	float *init = NULL;
 	bool json = false, own = false, trace = false, persist = false;
-	double extra_bytes = 0;
+	double extra_bytes = 0, disk0 = -1, disk1 = 0, disk_per_step = -1;
+	char status_path[sizeof(d.status) + 16];
+	const char *rn_session = a.session;
 	int r, ret = 1;
 
 	for (int i = 1; i < argc; i++) {
@@ -441,6 +496,9 @@ int bench_pipeline(int argc, char **argv)
 			c.threads = (unsigned)atoi(v);
 		else if (!strcmp(argv[i], "--device") && (!strcmp(v, "host") || !strcmp(v, "cuda")))
 			c.cuda = !strcmp(v, "cuda");
+		else if (!strcmp(argv[i], "--state-dtype") && (!strcmp(v, "fp32") || !strcmp(v, "bf16") ||
+								!strcmp(v, "int8")))
+			c.sd = !strcmp(v, "int8") ? SPW_STATE_INT8 : !strcmp(v, "bf16") ? SPW_STATE_BF16 : SPW_STATE_F32;
 		else {
 			return bench_usage(usage, NULL);
 		}
@@ -487,13 +545,17 @@ int bench_pipeline(int argc, char **argv)
 		own = true;
 		socket_path = d.control;
 	}
-	state_bytes = 12.0 * (double)c.params * c.layers;
+	state_bytes = (c.sd == SPW_STATE_INT8 ? 4.0 + 8.0 / 3.0 : c.sd == SPW_STATE_BF16 ? 8.0 : 12.0) *
+		      (double)c.params * c.layers;
 	/* Smaller pages on the NVMe tier, so a region of a quarter of the
 	 * state still holds a window of several chunks. */
 	a.page_size = c.nvme ? 1u << 20 : 4u << 20;
 	/* Resident: all the state, the gradient store and staging. NVMe: a
-	 * region well under a third of the state. */
-	a.region_bytes = c.nvme ? (uint64_t)(state_bytes / 4) : (uint64_t)(state_bytes * 1.5) + (64u << 20);
+	 * region well under a third of the state, the same whatever the
+	 * state dtype (a quarter of fp32 state), so the dtypes are compared
+	 * at one pinned-memory budget. */
+	a.region_bytes = c.nvme ? (uint64_t)(12.0 * (double)c.params * c.layers / 4)
+				: (uint64_t)(state_bytes * 1.5) + (64u << 20);
 	/* The NVMe tier's swap: the state twice over, named so that the
 	 * traced session (--trace) finds room beside the first one. */
 	if (c.nvme) {
@@ -504,6 +566,13 @@ int bench_pipeline(int argc, char **argv)
 	oo.tier = c.nvme ? SPW_TENSOR_SWAPPABLE : SPW_TENSOR_RESIDENT;
 	oo.threads = c.threads;
 	oo.window = 4;
+	oo.state_dtype = c.sd;
+	if (own)
+		snprintf(status_path, sizeof(status_path), "%s", d.status);
+	else /* the status socket beside the control socket */
+		snprintf(status_path, sizeof(status_path), "%.*s/status.sock",
+			 (int)(strrchr(socket_path, '/') ? strrchr(socket_path, '/') - socket_path : 1),
+			 strrchr(socket_path, '/') ? socket_path : ".");
 	init = calloc(c.params, sizeof(float));
 	grad = grads_new(&c);
 	if (!init || !grad) {
@@ -547,12 +616,18 @@ int bench_pipeline(int argc, char **argv)
 	if ((r = run_steps(&c, &rn, 2, &step_s, &pg)) < 0 ||
 	    ((trace || persist) && (r = run_steps(&c, &tr, 2, &step_s, &pg)) < 0))
 		goto step_failed;
+	/* Whatever the warm-up left to write counts against the measured
+	 * steps, as the next step's write-back would in a long run. */
+	if (spw_optimizer_sync(rn.o) < 0 || tier_bytes(status_path, rn_session, &disk0) < 0)
+		disk0 = -1;
 	if (trace || persist)
 		r = run_pairs(&c, &rn, &tr, &step_s, &trace_step_s, &trace_overhead, &pg);
 	else
 		r = run_steps(&c, &rn, c.steps, &step_s, &pg);
 	if (r < 0)
 		goto step_failed;
+	if (disk0 >= 0 && spw_optimizer_sync(rn.o) >= 0 && tier_bytes(status_path, rn_session, &disk1) >= 0)
+		disk_per_step = (disk1 - disk0) / c.steps;
 	if (persist) {
 		/* Both ran the same steps so far: what the marks cost in bytes. */
 		struct spw_optimizer_stats sa = { .size = sizeof(sa) }, sb = { .size = sizeof(sb) };
@@ -597,11 +672,12 @@ int bench_pipeline(int argc, char **argv)
 		       "\"state_bytes\":%.0f,\"region_bytes\":%ju,\"compute_s\":%.6f,\"transfers_s\":%.6f,"
 		       "\"adam_s\":%.6f,\"disk_s\":%.6f,\"step_s\":%.6f,\"serial_s\":%.6f,"
 		       "\"after_backward_s\":%.6f,\"bound_s\":%.6f,\"overlap_efficiency\":%.3f,"
-		       "\"speedup_vs_after_backward\":%.3f,\"speedup_vs_serial\":%.3f",
+		       "\"speedup_vs_after_backward\":%.3f,\"speedup_vs_serial\":%.3f,\"state_dtype\":\"%s\","
+		       "\"disk_bytes_per_step\":%.0f",
 		       oo.device, c.mode == SPW_OPT_EXACT ? "exact" : "overlapped", c.nvme ? "nvme" : "resident",
 		       c.layers, (uintmax_t)c.params, state_bytes, (uintmax_t)a.region_bytes, p.compute, transfers,
 		       p.adam_pool, p.disk, step_s, serial_s, after_s, bound_s, bound_s / step_s,
-		       after_s / step_s, serial_s / step_s);
+		       after_s / step_s, serial_s / step_s, sd_name[c.sd], disk_per_step);
 		if (trace)
 			printf(",\"trace_step_s\":%.6f,\"trace_overhead\":%.4f,\"trace_bytes\":%lld", trace_step_s,
 			       trace_overhead, trace_bytes);
@@ -617,6 +693,8 @@ int bench_pipeline(int argc, char **argv)
 		       (uintmax_t)c.params, p.compute * 1e3, transfers * 1e3, p.adam_pool * 1e3, p.disk * 1e3,
 		       step_s * 1e3, serial_s * 1e3, after_s * 1e3, bound_s * 1e3, bound_s / step_s,
 		       after_s / step_s);
+		printf("  %s moments; disk %.1f MB per step\n", sd_name[c.sd],
+		       disk_per_step / 1e6);
 		if (trace)
 			printf("  with the timeline on: step %.1f ms, overhead x%.4f (median of %d pairs), "
 			       "trace %lld bytes\n", trace_step_s * 1e3, trace_overhead, c.steps, trace_bytes);

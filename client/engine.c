@@ -126,7 +126,8 @@ static void hint_ahead(spw_optimizer *o, const struct chunk *ch)
 				continue;
 			if (o->hints_inflight + o->ring_reserved + 1 > o->ring_cap)
 				return;
-			if (spw__submit_op(o->c, SPW_OP_PREFETCH, 0, c->t->id[r], c->index, UD_PREFETCH) < 0)
+			if (spw__submit_op(o->c, SPW_OP_PREFETCH, 0, c->t->id[r], role_page(o, r, c->index),
+					   UD_PREFETCH) < 0)
 				return;
 			o->hints_inflight++;
 		}
@@ -186,7 +187,8 @@ static bool admit(spw_optimizer *o)
 				continue;
 			if (rewrite)
 				j->ch->g_spent = false;
-			if (spw__submit_op(o->c, SPW_OP_PIN, rewrite ? SPW_PIN_OVERWRITE : 0, tensor_id(j, r), j->ch->index,
+			if (spw__submit_op(o->c, SPW_OP_PIN, rewrite ? SPW_PIN_OVERWRITE : 0, tensor_id(j, r),
+					   role_page(o, r, j->ch->index),
 					   (uint64_t)(uintptr_t)j | r) < 0) {
 				engine_fatal(o, spw_client_last_error(o->c)[0] ? -ECONNRESET : -EIO, "pin");
 				return true;
@@ -292,7 +294,7 @@ static void kernels_done(spw_optimizer *o, struct job *j)
 		 * a fetch only reads. */
 		if ((ro == R_G && j->kind != JOB_GRAD) || j->kind == JOB_FETCH)
 			fl = SPW_CLEAN;
-		if (spw__submit_op(o->c, SPW_OP_UNPIN, (uint8_t)fl, tensor_id(j, ro), ch->index,
+		if (spw__submit_op(o->c, SPW_OP_UNPIN, (uint8_t)fl, tensor_id(j, ro), role_page(o, ro, ch->index),
 				   (uint64_t)(uintptr_t)j | (R__N + ro)) < 0) {
 			engine_fatal(o, -ECONNRESET, "unpin");
 			return;
@@ -333,9 +335,9 @@ static void completion(spw_optimizer *o, const struct spw_completion *cp)
 		return;
 	}
 	if (role < R__N) {
-		void *p = spw_slot_ptr(o->c, (uint32_t)cp->res);
+		unsigned char *p = spw_slot_ptr(o->c, (uint32_t)cp->res);
 
-		j->ptr[role] = p;
+		j->ptr[role] = (float *)(p + role_offset(o, role, j->ch->index));
 		if (++j->pins_back == j->npins)
 			spw__opt_start_kernels(o, j);
 		return;

@@ -21,6 +21,10 @@ static void plan_ops(struct job *j)
 	struct spw__kernel_op adam = {
 		.op = SPW_POOL_ADAMW, .consts = &j->consts,
 		.param = j->ptr[R_P], .exp_avg = j->ptr[R_M], .exp_avg_sq = j->ptr[R_V],
+		.state_dtype = j->o->state_dtype == SPW_STATE_BF16 ? SPW_DTYPE_BF16 : SPW_DTYPE_F32,
+		.q8 = j->o->state_dtype == SPW_STATE_INT8,
+		.m_scale = (float *)((unsigned char *)j->ptr[R_M] + q8_scales_at(j->ch->n)),
+		.v_scale = (float *)((unsigned char *)j->ptr[R_V] + q8_scales_at(j->ch->n)),
 		.copy = j->copy ? j->scopy : NULL, .copy_dtype = j->copy ? j->cdt : SPW_DTYPE_NONE,
 	};
 
@@ -77,8 +81,22 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 	 * tenant), so the moments start as torch's zeros here, the first
 	 * time a chunk is updated, instead of costing a pass at add time. */
 	if (adam && !ch->zeroed) {
-		memset(j->ptr[R_M] + b, 0, n * sizeof(float));
-		memset(j->ptr[R_V] + b, 0, n * sizeof(float));
+		if (o->state_dtype == SPW_STATE_INT8) {
+			/* Zero codes of a zero scale: a block of zeros. Tiles
+			 * start on block boundaries. */
+			size_t nb = (n + SPW_Q8_BLOCK - 1) / SPW_Q8_BLOCK;
+
+			for (unsigned r = R_M; r <= R_V; r++) {
+				memset((unsigned char *)j->ptr[r] + b, 0, n);
+				memset((unsigned char *)j->ptr[r] + q8_scales_at(ch->n) + b / SPW_Q8_BLOCK * 4, 0,
+				       nb * 4);
+			}
+		} else {
+			size_t es = role_chunk_bytes(o, R_M, 1);
+
+			memset((unsigned char *)j->ptr[R_M] + b * es, 0, n * es);
+			memset((unsigned char *)j->ptr[R_V] + b * es, 0, n * es);
+		}
 	}
 	for (unsigned i = 0; i < j->nops; i++) {
 		double s = spw__kernel_op_run(o->k, &j->ops[i], b, e);

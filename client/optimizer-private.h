@@ -61,6 +61,7 @@
 #include "client-private.h"
 #include "device.h"
 #include "kernels.h"
+#include "q8.h"
 #include "pool.h"
 #include "step-policy.h"
 #include "trace.h"
@@ -72,6 +73,8 @@ _Static_assert((int)SPW_TYPE_F32 == (int)SPW_DTYPE_F32 && (int)SPW_TYPE_BF16 == 
 #define TILE SPW_POOL_ADAMW_TILE
 
 enum role { R_P, R_M, R_V, R_G, R__N };
+_Static_assert((int)SPW_STATE_PARAM == R_P && (int)SPW_STATE_EXP_AVG == R_M && (int)SPW_STATE_EXP_AVG_SQ == R_V,
+	       "spw_optimizer_read/write's states index the roles");
 
 enum job_kind {
 	JOB_ADAM,       /* gradient in staging -> Adam (overlapped, no accumulation) */
@@ -173,6 +176,7 @@ struct spw_optimizer {
 
 	enum spw_optimizer_mode mode;
 	enum spw_tensor_kind tier;
+	enum spw_state_dtype state_dtype;
 	struct spw_param_group *groups;
 	uint32_t ngroups, accum, window;
 	float clip_coef, max_norm;
@@ -288,6 +292,78 @@ static inline bool role_used(const struct tensor *t, unsigned r)
 	if (t->frozen)
 		return r == R_P;
 	return r != R_G || t->has_g;
+}
+
+/*
+ * Where chunk k's values of role r lie in r's tensor. Chunks hold
+ * chunk_elems = page_size / 4 elements, so fp32 values of chunk k fill
+ * page k. Moments in a smaller state dtype share pages: bf16 moments
+ * (SPW_STATE_BF16) two chunks a page, chunk k in page k / 2 at byte
+ * (k % 2) * page_size / 2; int8 moments (SPW_STATE_INT8) three, chunk k in
+ * page k / 3 at byte (k % 3) * (page_size / 3 rounded down to 64), each
+ * chunk's n codes followed (at n rounded up to 64) by its blocks' fp32
+ * scales. Chunks sharing a page each pin it (pins are counted) and write
+ * their own part.
+ */
+static inline bool role_moment(unsigned r)
+{
+	return r == R_M || r == R_V;
+}
+
+static inline bool role_m16(const spw_optimizer *o, unsigned r)
+{
+	return o->state_dtype == SPW_STATE_BF16 && role_moment(r);
+}
+
+static inline bool role_q8(const spw_optimizer *o, unsigned r)
+{
+	return o->state_dtype == SPW_STATE_INT8 && role_moment(r);
+}
+
+/* Chunks per page of role r. */
+static inline uint32_t role_per_page(const spw_optimizer *o, unsigned r)
+{
+	return role_m16(o, r) ? 2 : role_q8(o, r) ? 3 : 1;
+}
+
+static inline size_t role_slot(const spw_optimizer *o, unsigned r)
+{
+	uint32_t per = role_per_page(o, r);
+
+	return per == 3 ? (o->page_size / 3) & ~(size_t)63 : o->page_size / per;
+}
+
+static inline uint32_t role_page(const spw_optimizer *o, unsigned r, uint32_t k)
+{
+	return k / role_per_page(o, r);
+}
+
+static inline size_t role_offset(const spw_optimizer *o, unsigned r, uint32_t k)
+{
+	return (size_t)(k % role_per_page(o, r)) * role_slot(o, r);
+}
+
+/* int8 moments: where a chunk of n elements keeps its block scales. */
+static inline size_t q8_scales_at(uint64_t n)
+{
+	return (size_t)((n + 63) & ~(uint64_t)63);
+}
+
+/* Bytes chunk data of n elements takes in role r's tensor. */
+static inline size_t role_chunk_bytes(const spw_optimizer *o, unsigned r, uint64_t n)
+{
+	if (role_q8(o, r))
+		return q8_scales_at(n) + 4 * (size_t)((n + SPW_Q8_BLOCK - 1) / SPW_Q8_BLOCK);
+	return (size_t)n * (role_m16(o, r) ? 2 : 4);
+}
+
+/* Bytes of role r's tensor for count elements: up to the end of its last chunk. */
+static inline uint64_t role_bytes(const spw_optimizer *o, unsigned r, uint64_t count)
+{
+	uint64_t last = (count - 1) / o->chunk_elems, n_last = count - last * o->chunk_elems;
+
+	return (uint64_t)role_page(o, r, (uint32_t)last) * o->page_size + role_offset(o, r, (uint32_t)last) +
+	       role_chunk_bytes(o, r, n_last);
 }
 
 /* ---- optimizer.c ---- */

@@ -201,9 +201,11 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	    opts->ngroups == 0 || opts->ngroups > 65536 ||
 	    (opts->mode != SPW_OPT_OVERLAPPED && opts->mode != SPW_OPT_EXACT) ||
 	    (opts->tier != SPW_TENSOR_RESIDENT && opts->tier != SPW_TENSOR_SWAPPABLE) ||
+	    (unsigned)opts->state_dtype > SPW_STATE_INT8 ||
 	    !(opts->clip_coef >= 0.0f) || !isfinite(opts->clip_coef) || !(opts->max_norm >= 0.0f) ||
 	    !(opts->init_loss_scale >= 0.0f))
-		return c ? spw__error(c, -EINVAL, "spw_optimizer_new: bad options (groups, mode, tier or a coefficient)")
+		return c ? spw__error(c, -EINVAL, "spw_optimizer_new: bad options (groups, mode, tier, state_dtype "
+				      "or a coefficient)")
 			 : -EINVAL;
 	for (i = 0; i < opts->ngroups; i++)
 		if (!spw__group_ok(&opts->groups[i]))
@@ -225,6 +227,7 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	o->daemon_pid = daemon_pid(c);
 	o->mode = opts->mode;
 	o->tier = opts->tier;
+	o->state_dtype = opts->state_dtype;
 	o->ngroups = opts->ngroups;
 	o->accum = opts->accumulation ? opts->accumulation : 1;
 	o->clip_coef = opts->clip_coef > 0.0f ? opts->clip_coef : 1.0f;

@@ -81,7 +81,10 @@ struct layout_entry {
  * fills buf when it is not NULL. */
 static size_t layout_record(const spw_optimizer *o, unsigned char *buf)
 {
-	uint32_t head[6] = { LAYOUT_MAGIC, LAYOUT_VERSION, o->mode, o->tier, o->chunk_elems, o->ngroups };
+	/* The state dtype rides in the mode word's high half: an fp32
+	 * optimizer's record is the one earlier versions wrote. */
+	uint32_t head[6] = { LAYOUT_MAGIC, LAYOUT_VERSION, (uint32_t)o->mode | (uint32_t)o->state_dtype << 16, o->tier,
+			     o->chunk_elems, o->ngroups };
 	size_t at = sizeof(head);
 
 	if (buf)
@@ -107,7 +110,7 @@ static void layout_diff(const spw_optimizer *o, const unsigned char *want, const
 	size_t at = 6 * sizeof(uint32_t);
 
 	if (memcmp(want, have, at)) {
-		snprintf(out, len, "the mode, tier, chunk size or number of param groups differ");
+		snprintf(out, len, "the mode, state dtype, tier, chunk size or number of param groups differ");
 		return;
 	}
 	for (uint32_t i = 0; i < o->ntensors; i++) {

@@ -35,6 +35,7 @@
 
 #include "config.h"
 #include "pool.h"
+#include "q8.h"
 #include "util/clock.h"
 
 #if SPW_HAVE_NUMA
@@ -415,12 +416,24 @@ double spw__kernel_op_run(const struct spw_kernels *k, const struct spw__kernel_
 	const unsigned char *src = (const unsigned char *)op->src + b * ss;
 
 	switch (op->op) {
-	case SPW_POOL_ADAMW:
-		k->adamw[op->src_dtype][op->copy_dtype](
-			op->consts, op->param + b, op->exp_avg + b, op->exp_avg_sq + b, src,
-			op->copy ? (unsigned char *)op->copy + b * spw_dtype_size(op->copy_dtype) : NULL,
-			n);
+	case SPW_POOL_ADAMW: {
+		void *c = op->copy ? (unsigned char *)op->copy + b * spw_dtype_size(op->copy_dtype) : NULL;
+
+		if (op->q8)
+			k->adamw_q8[op->src_dtype][op->copy_dtype](op->consts, op->param + b, (int8_t *)op->exp_avg + b,
+								   op->m_scale + b / SPW_Q8_BLOCK,
+								   (uint8_t *)op->exp_avg_sq + b,
+								   op->v_scale + b / SPW_Q8_BLOCK, src, c, n);
+		else if (op->state_dtype == SPW_DTYPE_BF16)
+			k->adamw_m16[op->src_dtype][op->copy_dtype](op->consts, op->param + b,
+								    (uint16_t *)op->exp_avg + b,
+								    (uint16_t *)op->exp_avg_sq + b, src, c, n);
+		else
+			k->adamw[op->src_dtype][op->copy_dtype](op->consts, op->param + b,
+								(float *)op->exp_avg + b,
+								(float *)op->exp_avg_sq + b, src, c, n);
 		break;
+	}
 	case SPW_POOL_SUMSQ:
 		return k->sumsq[op->src_dtype](src, n);
 	case SPW_POOL_NONFINITE:
@@ -475,7 +488,9 @@ int spw__pool_kernel_submit(struct spw__pool *p, struct spw__pool_kcall *kc)
 	case SPW_POOL_ADAMW:
 		if ((unsigned)kc->copy_dtype > SPW_DTYPE_NONE ||
 		    (kc->copy_dtype != SPW_DTYPE_NONE && kc->n && !kc->copy) ||
-		    (kc->n && (!kc->param || !kc->exp_avg || !kc->exp_avg_sq)))
+		    (kc->n && (!kc->param || !kc->exp_avg || !kc->exp_avg_sq)) ||
+		    (kc->state_dtype != SPW_DTYPE_F32 && kc->state_dtype != SPW_DTYPE_BF16) ||
+		    (kc->q8 && kc->n && (!kc->m_scale || !kc->v_scale)))
 			return -EINVAL;
 		if (kc->copy_dtype == SPW_DTYPE_NONE)
 			kc->copy = NULL;
@@ -510,7 +525,8 @@ int spw__pool_kernel_submit(struct spw__pool *p, struct spw__pool_kcall *kc)
 	kc->kop = (struct spw__kernel_op){
 		.op = kc->op, .src = kc->src, .src_dtype = kc->src_dtype, .dst = kc->dst,
 		.dst_dtype = kc->dst_dtype, .consts = &kc->consts, .param = kc->param,
-		.exp_avg = kc->exp_avg, .exp_avg_sq = kc->exp_avg_sq, .copy = kc->copy,
+		.exp_avg = kc->exp_avg, .exp_avg_sq = kc->exp_avg_sq, .state_dtype = kc->state_dtype,
+		.q8 = kc->q8, .m_scale = kc->m_scale, .v_scale = kc->v_scale, .copy = kc->copy,
 		.copy_dtype = kc->copy_dtype,
 	};
 	kc->call.fn = kernel_tile;

@@ -142,7 +142,13 @@ struct spw__kernel_op {
 	void *dst;
 	enum spw_dtype dst_dtype;
 	const struct spw_adamw_consts *consts;  /* ADAMW */
-	float *param, *exp_avg, *exp_avg_sq;    /* ADAMW */
+	float *param;                           /* ADAMW */
+	void *exp_avg, *exp_avg_sq;             /* ADAMW: of state_dtype */
+	enum spw_dtype state_dtype;             /* ADAMW: SPW_DTYPE_F32 (0) or SPW_DTYPE_BF16 */
+	/* ADAMW with 8-bit moments (kernels' adamw_q8): exp_avg, exp_avg_sq
+	 * are the codes, these the block scales; spans start on blocks. */
+	bool q8;
+	float *m_scale, *v_scale;
 	void *copy;
 	enum spw_dtype copy_dtype;
 };
@@ -183,7 +189,11 @@ struct spw__pool_kcall {
 	enum spw_dtype dst_dtype;
 	/* ADAMW */
 	struct spw_adamw_consts consts;
-	float *param, *exp_avg, *exp_avg_sq;
+	float *param;
+	void *exp_avg, *exp_avg_sq;     /* of state_dtype */
+	enum spw_dtype state_dtype;     /* SPW_DTYPE_F32 (0) or SPW_DTYPE_BF16 */
+	bool q8;                        /* int8 codes in exp_avg/_sq, block scales here: */
+	float *m_scale, *v_scale;
 	void *copy;                     /* NULL with copy_dtype SPW_DTYPE_NONE */
 	enum spw_dtype copy_dtype;
 	/* results */

@@ -30,6 +30,36 @@ static int state_access(spw_optimizer *o, const char *verb, uint32_t tensor, enu
 	return 0;
 }
 
+/* int8 moments: n values from codes and their blocks' scales (q8.h). */
+static void q8_decode(unsigned role, const unsigned char *codes, const unsigned char *scales, float *out, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		float s;
+
+		memcpy(&s, scales + i / SPW_Q8_BLOCK * 4, 4);
+		out[i] = role == R_M ? spw_q8_dec_m((int8_t)codes[i], s) : spw_q8_dec_v(codes[i], s);
+	}
+}
+
+/* n values coded as an update stores them: per block the largest
+ * |value| by its bits as the scale, then the codes. */
+static void q8_encode(unsigned role, const float *in, unsigned char *codes, unsigned char *scales, uint64_t n)
+{
+	for (uint64_t b = 0; b < n; b += SPW_Q8_BLOCK) {
+		uint64_t e = n - b < SPW_Q8_BLOCK ? n : b + SPW_Q8_BLOCK;
+		uint32_t mx = 0;
+		float s;
+
+		for (uint64_t i = b; i < e; i++)
+			if (spw_q8_absbits(in[i]) > mx)
+				mx = spw_q8_absbits(in[i]);
+		s = spw_q8_of_bits(mx);
+		memcpy(scales + b / SPW_Q8_BLOCK * 4, &s, 4);
+		for (uint64_t i = b; i < e; i++)
+			codes[i] = role == R_M ? (unsigned char)spw_q8_enc_m(in[i], s) : spw_q8_enc_v(in[i], s);
+	}
+}
+
 SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_optimizer_state which,
 				  float *out)
 {
@@ -43,17 +73,23 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 	spw__opt_ring_acquire(o);
 	for (uint32_t k = 0; k < t->nchunks && r >= 0; k++) {
 		const struct chunk *ch = &t->chunks[k];
-		void *p;
+		uint32_t page = role_page(o, which, k);
+		unsigned char *p;
 
-		r = spw_pin(o->c, t->id[which], k, &p);
+		r = spw_pin(o->c, t->id[which], page, (void **)&p);
 		if (r < 0)
 			break;
+		p += role_offset(o, which, k);
 		/* Moments never updated are torch's zeros, whatever the page holds. */
 		if (which != SPW_STATE_PARAM && !ch->zeroed)
 			memset(out + ch->off, 0, ch->n * sizeof(float));
+		else if (role_m16(o, which)) /* widening bf16 is exact */
+			o->k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](out + ch->off, p, ch->n);
+		else if (role_q8(o, which))
+			q8_decode(which, p, p + q8_scales_at(ch->n), out + ch->off, ch->n);
 		else
 			memcpy(out + ch->off, p, ch->n * sizeof(float));
-		r = spw_unpin(o->c, t->id[which], k, SPW_CLEAN);
+		r = spw_unpin(o->c, t->id[which], page, SPW_CLEAN);
 	}
 	spw__opt_ring_release(o);
 	if (r < 0)
@@ -61,20 +97,28 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 	return 0;
 }
 
-/* Copies n values into page k of tensor id, which the caller's ring holds
- * (in NULL: zeros), and hands it back dirty so the daemon keeps them. */
-static int put_page(spw_optimizer *o, uint32_t id, uint32_t k, const float *in, uint64_t n)
+/* Copies chunk k's n values of role ro into its page, which the caller's
+ * ring holds (in NULL: zeros; bf16 moments rounded to nearest even, as
+ * the kernels store them), and hands it back dirty so the daemon keeps
+ * them. */
+static int put_page(spw_optimizer *o, const struct tensor *t, unsigned ro, uint32_t k, const float *in, uint64_t n)
 {
-	void *p;
-	int r = spw_pin(o->c, id, k, &p);
+	uint32_t id = t->id[ro], page = role_page(o, ro, k);
+	unsigned char *p;
+	int r = spw_pin(o->c, id, page, (void **)&p);
 
 	if (r < 0)
 		return r;
-	if (in)
-		memcpy(p, in, n * sizeof(float));
+	p += role_offset(o, ro, k);
+	if (!in)
+		memset(p, 0, role_chunk_bytes(o, ro, n));
+	else if (role_q8(o, ro))
+		q8_encode(ro, in, p, p + q8_scales_at(n), n);
+	else if (role_m16(o, ro))
+		o->k->cast[SPW_DTYPE_BF16][SPW_DTYPE_F32](p, in, n);
 	else
-		memset(p, 0, n * sizeof(float));
-	return spw_unpin(o->c, id, k, SPW_DIRTY);
+		memcpy(p, in, n * sizeof(float));
+	return spw_unpin(o->c, id, page, SPW_DIRTY);
 }
 
 SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor, enum spw_optimizer_state which,
@@ -97,16 +141,16 @@ SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor, enum spw_o
 		struct chunk *ch = &t->chunks[k];
 
 		if (which == SPW_STATE_PARAM || ch->zeroed) {
-			r = put_page(o, t->id[which], k, in + ch->off, ch->n);
+			r = put_page(o, t, which, k, in + ch->off, ch->n);
 			continue;
 		}
 		/* A chunk never updated would have both moments zeroed by its
 		 * first update, wiping what is written now: zero the other
 		 * moment's page here instead (it may hold a slot's earlier
 		 * tenant) and mark the chunk initialised. */
-		r = put_page(o, t->id[which == SPW_STATE_EXP_AVG ? R_V : R_M], k, NULL, ch->n);
+		r = put_page(o, t, which == SPW_STATE_EXP_AVG ? R_V : R_M, k, NULL, ch->n);
 		if (r >= 0)
-			r = put_page(o, t->id[which], k, in + ch->off, ch->n);
+			r = put_page(o, t, which, k, in + ch->off, ch->n);
 		if (r >= 0)
 			ch->zeroed = true;
 	}

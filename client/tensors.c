@@ -136,7 +136,7 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 		if (!role_used(t, registered))
 			continue;
 		snprintf(full, sizeof(full), "spw.opt.%s.%s", name, role_suffix[registered]);
-		r = spw__persist_tensor(o, full, count * sizeof(float), o->tier, &t->id[registered]);
+		r = spw__persist_tensor(o, full, role_bytes(o, registered, count), o->tier, &t->id[registered]);
 		if (r < 0)
 			break;
 	}
@@ -144,7 +144,9 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 	if (r >= 0 && !o->persist.resumed)
 		r = write_init(o, t, init, init_type);
 	if (r < 0) {
-		spw__opt_error(o, r, "add %s: %s", name, spw_client_last_error(o->c));
+		spw__opt_error(o, r, "add %s: %s%s", name, spw_client_last_error(o->c),
+			       r == -EEXIST && o->persist.adopting && registered != R_P
+			       ? " (was the session left by an optimizer of another state_dtype?)" : "");
 		for (i = 0; i < registered && i < R__N && !o->persist.adopting; i++)
 			if (role_used(t, i))
 				spw_tensor_unregister(o->c, t->id[i]);

@@ -99,57 +99,219 @@ static inline __attribute__((always_inline)) __m256 upd8(const struct kv *K, __m
  * 4 MiB-aligned buffers (in cache 0.25 -> 0.7 Gparam/s; from memory 6.7 ->
  * 13 GB/s on a busy host); with unrelated offsets it changes nothing.
  */
-static inline __attribute__((always_inline)) void adamw16(const struct kv *K, float *p, float *m, float *v, const void *g,
-			   void *c, size_t i, enum spw_dtype gt, enum spw_dtype ct, bool scale)
+static inline __attribute__((always_inline)) void adamw16(const struct kv *K, float *p, void *m, void *v, const void *g,
+			   void *c, size_t i, enum spw_dtype gt, enum spw_dtype ct, enum spw_dtype mt,
+			   bool scale)
 {
 	__m256 ga = ld8(g, gt, i), gb = ld8(g, gt, i + 8);
 	__m256 pa = _mm256_loadu_ps(p + i), pb = _mm256_loadu_ps(p + i + 8);
-	__m256 ma = _mm256_loadu_ps(m + i), mb = _mm256_loadu_ps(m + i + 8);
-	__m256 va = _mm256_loadu_ps(v + i), vb = _mm256_loadu_ps(v + i + 8);
+	__m256 ma = ld8(m, mt, i), mb = ld8(m, mt, i + 8);
+	__m256 va = ld8(v, mt, i), vb = ld8(v, mt, i + 8);
 	__m256 a = upd8(K, &pa, &ma, &va, ga, scale);
 	__m256 b = upd8(K, &pb, &mb, &vb, gb, scale);
 
 	_mm256_storeu_ps(p + i, pa);
 	_mm256_storeu_ps(p + i + 8, pb);
-	_mm256_storeu_ps(m + i, ma);
-	_mm256_storeu_ps(m + i + 8, mb);
-	_mm256_storeu_ps(v + i, va);
-	_mm256_storeu_ps(v + i + 8, vb);
+	st16(m, mt, i, ma, mb);
+	st16(v, mt, i, va, vb);
 	st16(c, ct, i, a, b);
 }
 
-static inline __attribute__((always_inline)) void adamw_span(const struct spw_adamw_consts *k, float *p, float *m, float *v,
-			      const void *g, void *c, size_t n, enum spw_dtype gt, enum spw_dtype ct)
+/* mt: the moments' type, fp32 or bf16 (stored rounded to nearest even). */
+static inline __attribute__((always_inline)) void adamw_span(const struct spw_adamw_consts *k, float *p, void *m, void *v,
+			      const void *g, void *c, size_t n, enum spw_dtype gt, enum spw_dtype ct,
+			      enum spw_dtype mt)
 {
 	const struct kv K = kv_of(k);
-	size_t i = 0, gs = spw_dtype_size(gt), cs = spw_dtype_size(ct), r;
+	size_t i = 0, gs = spw_dtype_size(gt), cs = spw_dtype_size(ct), ms = spw_dtype_size(mt), r;
 
 	/* The multiply port is the busiest: drop the one that does nothing. */
 	if (k->grad_scale == 1.0f)
 		for (; i + 16 <= n; i += 16)
-			adamw16(&K, p, m, v, g, c, i, gt, ct, false);
+			adamw16(&K, p, m, v, g, c, i, gt, ct, mt, false);
 	else
 		for (; i + 16 <= n; i += 16)
-			adamw16(&K, p, m, v, g, c, i, gt, ct, true);
+			adamw16(&K, p, m, v, g, c, i, gt, ct, mt, true);
 	r = n - i;
 	if (r) {
-		float pb[16] = { 0 }, mb[16] = { 0 }, vb[16] = { 0 };
-		_Alignas(32) unsigned char gb[64] = { 0 }, cb[64];
+		float pb[16] = { 0 };
+		_Alignas(32) unsigned char mb[64] = { 0 }, vb[64] = { 0 }, gb[64] = { 0 }, cb[64];
 
 		memcpy(pb, p + i, r * 4);
-		memcpy(mb, m + i, r * 4);
-		memcpy(vb, v + i, r * 4);
+		memcpy(mb, (const unsigned char *)m + i * ms, r * ms);
+		memcpy(vb, (const unsigned char *)v + i * ms, r * ms);
 		memcpy(gb, (const unsigned char *)g + i * gs, r * gs);
-		adamw16(&K, pb, mb, vb, gb, cb, 0, gt, ct, true);
+		adamw16(&K, pb, mb, vb, gb, cb, 0, gt, ct, mt, true);
 		memcpy(p + i, pb, r * 4);
-		memcpy(m + i, mb, r * 4);
-		memcpy(v + i, vb, r * 4);
+		memcpy((unsigned char *)m + i * ms, mb, r * ms);
+		memcpy((unsigned char *)v + i * ms, vb, r * ms);
 		if (cs)
 			memcpy((unsigned char *)c + i * cs, cb, r * cs);
 	}
 }
 
 VARIANT_ADAMW_FNS()
+
+/*
+ * ---- 8-bit blockwise moments (q8.h has the codes) ----
+ * Eight lanes at a time; the last few elements of a short block take q8.h's
+ * scalar functions, the same IEEE operations one at a time.
+ */
+static inline __attribute__((always_inline)) __m256 q8_dec_m8(const int8_t *q, size_t i, __m256 s)
+{
+	__m256i c = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + i)));
+	__m256 a = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_abs_epi32(c)), _mm256_set1_ps(SPW_Q8_INV127));
+	__m256 mag = _mm256_mul_ps(_mm256_mul_ps(a, a), s);
+	__m256i neg = _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), c),
+				       _mm256_set1_epi32((int)0x80000000u));
+
+	return _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(mag), neg));
+}
+
+static inline __attribute__((always_inline)) __m256 q8_dec_v8(const uint8_t *q, size_t i, __m256 s)
+{
+	__m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + i)));
+	__m256 a = _mm256_mul_ps(_mm256_cvtepi32_ps(c), _mm256_set1_ps(SPW_Q8_INV255));
+	__m256 a2 = _mm256_mul_ps(a, a);
+
+	return _mm256_mul_ps(_mm256_mul_ps(a2, a2), s);
+}
+
+/* rint(f) clamped to [0, top], nan -> 0, as int32 lanes. */
+static inline __attribute__((always_inline)) __m256i q8_clamp8(__m256 f, float top)
+{
+	__m256 r = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m256 k = _mm256_cmp_ps(r, _mm256_set1_ps(1.0f), _CMP_GE_OQ);
+
+	return _mm256_cvttps_epi32(_mm256_and_ps(k, _mm256_min_ps(r, _mm256_set1_ps(top))));
+}
+
+/* Eight int32 lanes (each fits a byte as the codes do) to eight bytes at p. */
+static inline __attribute__((always_inline)) void q8_store8(void *p, __m256i q, bool is_signed)
+{
+	__m256i w = _mm256_packs_epi32(q, q);
+	int32_t lo, hi;
+
+	w = is_signed ? _mm256_packs_epi16(w, w) : _mm256_packus_epi16(w, w);
+	lo = _mm256_extract_epi32(w, 0);
+	hi = _mm256_extract_epi32(w, 4);
+	memcpy(p, &lo, 4);
+	memcpy((char *)p + 4, &hi, 4);
+}
+
+static inline __attribute__((always_inline)) void q8_enc8(int8_t *mq, uint8_t *vq, size_t i, __m256 m, __m256 v,
+							  __m256 sm, __m256 sv)
+{
+	__m256 am = _mm256_and_ps(m, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+	__m256i qm = q8_clamp8(_mm256_mul_ps(_mm256_sqrt_ps(_mm256_div_ps(am, sm)), _mm256_set1_ps(127.0f)), 127.0f);
+	__m256i qv = q8_clamp8(_mm256_mul_ps(_mm256_sqrt_ps(_mm256_sqrt_ps(_mm256_div_ps(v, sv))),
+					     _mm256_set1_ps(255.0f)), 255.0f);
+	__m256i neg = _mm256_srai_epi32(_mm256_castps_si256(m), 31); /* all ones where the sign bit is set */
+
+	qm = _mm256_sub_epi32(_mm256_xor_si256(qm, neg), neg);
+	q8_store8(mq + i, qm, true);
+	q8_store8(vq + i, qv, false);
+}
+
+/* Eight copy-out values of type t at x + i. */
+static inline __attribute__((always_inline)) void st8(void *x, enum spw_dtype t, size_t i, __m256 a)
+{
+	if (t == SPW_DTYPE_BF16) {
+		__m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(bf16_of(a), bf16_of(a)), 0xd8);
+
+		_mm_storeu_si128((__m128i *)((uint16_t *)x + i), _mm256_castsi256_si128(w));
+	} else if (t == SPW_DTYPE_F16) {
+		_mm_storeu_si128((__m128i *)((uint16_t *)x + i),
+				 _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+	} else if (t == SPW_DTYPE_F32) {
+		_mm256_storeu_ps((float *)x + i, a);
+	}
+}
+
+static inline __attribute__((always_inline)) void adamw_q8_span(const struct spw_adamw_consts *kc, float *p, int8_t *mq,
+								float *ms, uint8_t *vq, float *vs, const void *g,
+								void *c, size_t n, enum spw_dtype gt, enum spw_dtype ct)
+{
+	const struct kv K = kv_of(kc);
+	const __m256i absm = _mm256_set1_epi32(0x7fffffff);
+
+	for (size_t b = 0; b < n; b += SPW_Q8_BLOCK) {
+		size_t e = n - b < SPW_Q8_BLOCK ? n - b : SPW_Q8_BLOCK, blk = b / SPW_Q8_BLOCK, j = 0;
+		_Alignas(32) float m[SPW_Q8_BLOCK], v[SPW_Q8_BLOCK];
+		float sm = ms[blk], sv = vs[blk];
+		__m256 smv = _mm256_set1_ps(sm), svv = _mm256_set1_ps(sv);
+		__m256i mmax = _mm256_setzero_si256(), vmax = _mm256_setzero_si256();
+		uint32_t mx[8], vx[8], mm = 0, vm = 0;
+
+		for (; j + 8 <= e; j += 8) {
+			size_t i = b + j;
+			__m256 gi = _mm256_mul_ps(ld8(g, gt, i), K.gs);
+			__m256 pi = _mm256_mul_ps(_mm256_loadu_ps(p + i), K.decay);
+			__m256 mi = q8_dec_m8(mq, i, smv), vi = q8_dec_v8(vq, i, svv), d;
+
+			mi = _mm256_add_ps(mi, _mm256_mul_ps(K.omb1, _mm256_sub_ps(gi, mi)));
+			vi = _mm256_add_ps(_mm256_mul_ps(vi, K.b2), _mm256_mul_ps(_mm256_mul_ps(K.omb2, gi), gi));
+			d = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(vi), K.ibc2s), K.eps);
+			pi = _mm256_add_ps(pi, _mm256_mul_ps(K.nss, _mm256_div_ps(mi, d)));
+			_mm256_storeu_ps(p + i, pi);
+			st8(c, ct, i, pi);
+			_mm256_store_ps(m + j, mi);
+			_mm256_store_ps(v + j, vi);
+			mmax = _mm256_max_epu32(mmax, _mm256_and_si256(_mm256_castps_si256(mi), absm));
+			vmax = _mm256_max_epu32(vmax, _mm256_and_si256(_mm256_castps_si256(vi), absm));
+		}
+		for (; j < e; j++) {
+			size_t i = b + j;
+			float gi = spw_q8_load_g(g, gt, i) * kc->grad_scale;
+			float pi = p[i] * kc->decay;
+			float m0 = spw_q8_dec_m(mq[i], sm), v0 = spw_q8_dec_v(vq[i], sv);
+			float mi = m0 + kc->one_minus_beta1 * (gi - m0);
+			float vi = v0 * kc->beta2 + kc->one_minus_beta2 * gi * gi;
+			float d = sqrtf(vi) * kc->inv_bc2_sqrt + kc->eps;
+
+			pi = pi + kc->neg_step_size * (mi / d);
+			p[i] = pi;
+			spw_q8_store_copy(c, ct, i, pi);
+			m[j] = mi;
+			v[j] = vi;
+			if (spw_q8_absbits(mi) > mm)
+				mm = spw_q8_absbits(mi);
+			if (spw_q8_absbits(vi) > vm)
+				vm = spw_q8_absbits(vi);
+		}
+		_mm256_storeu_si256((__m256i *)mx, mmax);
+		_mm256_storeu_si256((__m256i *)vx, vmax);
+		for (int l = 0; l < 8; l++) {
+			mm = mx[l] > mm ? mx[l] : mm;
+			vm = vx[l] > vm ? vx[l] : vm;
+		}
+		sm = ms[blk] = spw_q8_of_bits(mm);
+		sv = vs[blk] = spw_q8_of_bits(vm);
+		smv = _mm256_set1_ps(sm);
+		svv = _mm256_set1_ps(sv);
+		for (j = 0; j + 8 <= e; j += 8)
+			q8_enc8(mq, vq, b + j, _mm256_load_ps(m + j), _mm256_load_ps(v + j), smv, svv);
+		for (; j < e; j++) {
+			mq[b + j] = spw_q8_enc_m(m[j], sm);
+			vq[b + j] = spw_q8_enc_v(v[j], sv);
+		}
+	}
+}
+
+#define ADAMW_Q8_FN(gn, gt, cn, ct)                                                                     \
+	static void adamw_q8_##gn##_##cn(const struct spw_adamw_consts *k, float *p, int8_t *mq, float *ms, \
+					 uint8_t *vq, float *vs, const void *g, void *c, size_t n)      \
+	{                                                                                               \
+		adamw_q8_span(k, p, mq, ms, vq, vs, g, c, n, gt, ct);                                   \
+	}
+#define ADAMW_Q8_ROW(gn, gt)                               \
+	ADAMW_Q8_FN(gn, gt, f32, SPW_DTYPE_F32)            \
+	ADAMW_Q8_FN(gn, gt, bf16, SPW_DTYPE_BF16)          \
+	ADAMW_Q8_FN(gn, gt, f16, SPW_DTYPE_F16)            \
+	ADAMW_Q8_FN(gn, gt, none, SPW_DTYPE_NONE)
+ADAMW_Q8_ROW(f32, SPW_DTYPE_F32)
+ADAMW_Q8_ROW(bf16, SPW_DTYPE_BF16)
+ADAMW_Q8_ROW(f16, SPW_DTYPE_F16)
 
 /* 32 double lanes in a[0..7]: lane j of a block is a[j / 4][j % 4]. */
 static inline __attribute__((always_inline)) void sq32(__m256d a[8], const void *x, enum spw_dtype t, size_t i)

@@ -84,13 +84,13 @@ static inline __attribute__((always_inline)) void st16(void *x, enum spw_dtype t
 		_mm512_mask_storeu_ps((float *)x + i, k, a);
 }
 
-static inline __attribute__((always_inline)) void adamw16(const struct kv *K, float *p, float *m, float *v, const void *g,
+static inline __attribute__((always_inline)) void adamw16(const struct kv *K, float *p, void *m, void *v, const void *g,
 			   void *c, size_t i, __mmask16 k, enum spw_dtype gt, enum spw_dtype ct,
-			   bool native, bool scale)
+			   enum spw_dtype mt, bool native, bool scale)
 {
 	__m512 gi = ld16(g, gt, i, k);
-	__m512 pi = _mm512_maskz_loadu_ps(k, p + i), mi = _mm512_maskz_loadu_ps(k, m + i);
-	__m512 vi = _mm512_maskz_loadu_ps(k, v + i), d;
+	__m512 pi = _mm512_maskz_loadu_ps(k, p + i), mi = ld16(m, mt, i, k);
+	__m512 vi = ld16(v, mt, i, k), d;
 
 	if (scale) /* g * 1.0f == g exactly, so skipping it changes no bit */
 		gi = _mm512_mul_ps(gi, K->gs);
@@ -100,39 +100,51 @@ static inline __attribute__((always_inline)) void adamw16(const struct kv *K, fl
 	d = _mm512_add_ps(_mm512_mul_ps(_mm512_sqrt_ps(vi), K->ibc2s), K->eps);
 	pi = _mm512_add_ps(pi, _mm512_mul_ps(K->nss, _mm512_div_ps(mi, d)));
 	_mm512_mask_storeu_ps(p + i, k, pi);
-	_mm512_mask_storeu_ps(m + i, k, mi);
-	_mm512_mask_storeu_ps(v + i, k, vi);
+	st16(m, mt, i, mi, k, native);
+	st16(v, mt, i, vi, k, native);
 	st16(c, ct, i, pi, k, native);
 }
 
-static inline __attribute__((always_inline)) void adamw_span(const struct spw_adamw_consts *kc, float *p, float *m, float *v,
+/* mt: the moments' type, fp32 or bf16 (stored rounded to nearest even). */
+static inline __attribute__((always_inline)) void adamw_span(const struct spw_adamw_consts *kc, float *p, void *m, void *v,
 			      const void *g, void *c, size_t n, enum spw_dtype gt,
-			      enum spw_dtype ct, bool native)
+			      enum spw_dtype ct, enum spw_dtype mt, bool native)
 {
 	const struct kv K = kv_of(kc);
 	size_t i = 0;
 
 	if (kc->grad_scale == 1.0f)
 		for (; i + 16 <= n; i += 16)
-			adamw16(&K, p, m, v, g, c, i, (__mmask16)0xffff, gt, ct, native, false);
+			adamw16(&K, p, m, v, g, c, i, (__mmask16)0xffff, gt, ct, mt, native, false);
 	else
 		for (; i + 16 <= n; i += 16)
-			adamw16(&K, p, m, v, g, c, i, (__mmask16)0xffff, gt, ct, native, true);
+			adamw16(&K, p, m, v, g, c, i, (__mmask16)0xffff, gt, ct, mt, native, true);
 	if (i < n)
-		adamw16(&K, p, m, v, g, c, i, tail_mask(n - i), gt, ct, native, true);
+		adamw16(&K, p, m, v, g, c, i, tail_mask(n - i), gt, ct, mt, native, true);
 }
 
 #define ADAMW_FN(gn, gt, cn, ct, sfx, nat)                                                      \
 	static void adamw_##gn##_##cn##sfx(const struct spw_adamw_consts *k, float *p, float *m, \
 					   float *v, const void *g, void *c, size_t n)            \
 	{                                                                                       \
-		adamw_span(k, p, m, v, g, c, n, gt, ct, nat);                                   \
+		adamw_span(k, p, m, v, g, c, n, gt, ct, SPW_DTYPE_F32, nat);                    \
+	}
+#define ADAMW_M16_FN(gn, gt, cn, ct, sfx, nat)                                                      \
+	static void adamw_m16_##gn##_##cn##sfx(const struct spw_adamw_consts *k, float *p, uint16_t *m, \
+					       uint16_t *v, const void *g, void *c, size_t n)        \
+	{                                                                                           \
+		adamw_span(k, p, m, v, g, c, n, gt, ct, SPW_DTYPE_BF16, nat);                       \
 	}
 #define ADAMW_ROW(gn, gt, sfx, nat)                                   \
 	ADAMW_FN(gn, gt, f32, SPW_DTYPE_F32, sfx, nat)                \
 	ADAMW_FN(gn, gt, bf16, SPW_DTYPE_BF16, sfx, nat)              \
 	ADAMW_FN(gn, gt, f16, SPW_DTYPE_F16, sfx, nat)                \
 	ADAMW_FN(gn, gt, none, SPW_DTYPE_NONE, sfx, nat)
+#define ADAMW_M16_ROW(gn, gt, sfx, nat)                               \
+	ADAMW_M16_FN(gn, gt, f32, SPW_DTYPE_F32, sfx, nat)            \
+	ADAMW_M16_FN(gn, gt, bf16, SPW_DTYPE_BF16, sfx, nat)          \
+	ADAMW_M16_FN(gn, gt, f16, SPW_DTYPE_F16, sfx, nat)            \
+	ADAMW_M16_FN(gn, gt, none, SPW_DTYPE_NONE, sfx, nat)
 ADAMW_ROW(f32, SPW_DTYPE_F32, , false)
 ADAMW_ROW(bf16, SPW_DTYPE_BF16, , false)
 ADAMW_ROW(f16, SPW_DTYPE_F16, , false)
@@ -140,6 +152,119 @@ ADAMW_ROW(f16, SPW_DTYPE_F16, , false)
 ADAMW_FN(f32, SPW_DTYPE_F32, bf16, SPW_DTYPE_BF16, _nat, true)
 ADAMW_FN(bf16, SPW_DTYPE_BF16, bf16, SPW_DTYPE_BF16, _nat, true)
 ADAMW_FN(f16, SPW_DTYPE_F16, bf16, SPW_DTYPE_BF16, _nat, true)
+/* With bf16 moments every update writes bf16. */
+ADAMW_M16_ROW(f32, SPW_DTYPE_F32, , false)
+ADAMW_M16_ROW(bf16, SPW_DTYPE_BF16, , false)
+ADAMW_M16_ROW(f16, SPW_DTYPE_F16, , false)
+ADAMW_M16_ROW(f32, SPW_DTYPE_F32, _nat, true)
+ADAMW_M16_ROW(bf16, SPW_DTYPE_BF16, _nat, true)
+ADAMW_M16_ROW(f16, SPW_DTYPE_F16, _nat, true)
+
+/* ---- 8-bit blockwise moments (q8.h has the codes) ---- */
+
+static inline __attribute__((always_inline)) __m512 q8_dec_m(const int8_t *q, size_t i, __mmask16 k, __m512 s)
+{
+	__m512i c = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, q + i));
+	__m512 a = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_abs_epi32(c)), _mm512_set1_ps(SPW_Q8_INV127));
+	__m512 mag = _mm512_mul_ps(_mm512_mul_ps(a, a), s);
+	__mmask16 neg = _mm512_cmplt_epi32_mask(c, _mm512_setzero_si512());
+
+	return _mm512_castsi512_ps(_mm512_mask_xor_epi32(_mm512_castps_si512(mag), neg, _mm512_castps_si512(mag),
+							 _mm512_set1_epi32((int)0x80000000u)));
+}
+
+static inline __attribute__((always_inline)) __m512 q8_dec_v(const uint8_t *q, size_t i, __mmask16 k, __m512 s)
+{
+	__m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, q + i));
+	__m512 a = _mm512_mul_ps(_mm512_cvtepi32_ps(c), _mm512_set1_ps(SPW_Q8_INV255));
+	__m512 a2 = _mm512_mul_ps(a, a);
+
+	return _mm512_mul_ps(_mm512_mul_ps(a2, a2), s);
+}
+
+/* rint(f) clamped to [0, top], nan -> 0, as whole numbers in int32 lanes. */
+static inline __attribute__((always_inline)) __m512i q8_clamp(__m512 f, float top)
+{
+	__m512 r = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__mmask16 k = _mm512_cmp_ps_mask(r, _mm512_set1_ps(1.0f), _CMP_GE_OQ);
+
+	return _mm512_cvttps_epi32(_mm512_maskz_min_ps(k, r, _mm512_set1_ps(top)));
+}
+
+static inline __attribute__((always_inline)) void q8_enc(int8_t *mq, uint8_t *vq, size_t i, __mmask16 k, __m512 m,
+							 __m512 v, __m512 sm, __m512 sv)
+{
+	__m512 am = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(m), _mm512_set1_epi32(0x7fffffff)));
+	__m512i qm = q8_clamp(_mm512_mul_ps(_mm512_sqrt_ps(_mm512_div_ps(am, sm)), _mm512_set1_ps(127.0f)), 127.0f);
+	__m512i qv = q8_clamp(_mm512_mul_ps(_mm512_sqrt_ps(_mm512_sqrt_ps(_mm512_div_ps(v, sv))),
+					    _mm512_set1_ps(255.0f)), 255.0f);
+	__mmask16 neg = _mm512_cmplt_epi32_mask(_mm512_castps_si512(m), _mm512_setzero_si512()); /* sign bit */
+
+	qm = _mm512_mask_sub_epi32(qm, neg, _mm512_setzero_si512(), qm);
+	_mm_mask_storeu_epi8(mq + i, k, _mm512_cvtepi32_epi8(qm));
+	_mm_mask_storeu_epi8(vq + i, k, _mm512_cvtepi32_epi8(qv));
+}
+
+static inline __attribute__((always_inline)) void adamw_q8_span(const struct spw_adamw_consts *kc, float *p, int8_t *mq,
+								float *ms, uint8_t *vq, float *vs, const void *g,
+								void *c, size_t n, enum spw_dtype gt, enum spw_dtype ct,
+								bool native)
+{
+	const struct kv K = kv_of(kc);
+	const __m512i absm = _mm512_set1_epi32(0x7fffffff);
+
+	for (size_t b = 0; b < n; b += SPW_Q8_BLOCK) {
+		size_t e = n - b < SPW_Q8_BLOCK ? n - b : SPW_Q8_BLOCK, blk = b / SPW_Q8_BLOCK;
+		_Alignas(64) float m[SPW_Q8_BLOCK], v[SPW_Q8_BLOCK];
+		__m512 sm = _mm512_set1_ps(ms[blk]), sv = _mm512_set1_ps(vs[blk]);
+		__m512i mmax = _mm512_setzero_si512(), vmax = _mm512_setzero_si512();
+
+		for (size_t j = 0; j < e; j += 16) {
+			size_t i = b + j;
+			__mmask16 k = tail_mask(e - j);
+			__m512 gi = _mm512_mul_ps(ld16(g, gt, i, k), K.gs);
+			__m512 pi = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + i), K.decay);
+			__m512 mi = q8_dec_m(mq, i, k, sm), vi = q8_dec_v(vq, i, k, sv), d;
+
+			mi = _mm512_add_ps(mi, _mm512_mul_ps(K.omb1, _mm512_sub_ps(gi, mi)));
+			vi = _mm512_add_ps(_mm512_mul_ps(vi, K.b2), _mm512_mul_ps(_mm512_mul_ps(K.omb2, gi), gi));
+			d = _mm512_add_ps(_mm512_mul_ps(_mm512_sqrt_ps(vi), K.ibc2s), K.eps);
+			pi = _mm512_add_ps(pi, _mm512_mul_ps(K.nss, _mm512_div_ps(mi, d)));
+			_mm512_mask_storeu_ps(p + i, k, pi);
+			st16(c, ct, i, pi, k, native);
+			_mm512_store_ps(m + j, mi);
+			_mm512_store_ps(v + j, vi);
+			/* Lanes past the block's end: zero bits, which change no maximum. */
+			mmax = _mm512_mask_max_epu32(mmax, k, mmax, _mm512_and_si512(_mm512_castps_si512(mi), absm));
+			vmax = _mm512_mask_max_epu32(vmax, k, vmax, _mm512_and_si512(_mm512_castps_si512(vi), absm));
+		}
+		ms[blk] = spw_q8_of_bits(_mm512_reduce_max_epu32(mmax));
+		vs[blk] = spw_q8_of_bits(_mm512_reduce_max_epu32(vmax));
+		sm = _mm512_set1_ps(ms[blk]);
+		sv = _mm512_set1_ps(vs[blk]);
+		for (size_t j = 0; j < e; j += 16)
+			q8_enc(mq, vq, b + j, tail_mask(e - j), _mm512_load_ps(m + j), _mm512_load_ps(v + j), sm, sv);
+	}
+}
+
+#define ADAMW_Q8_FN(gn, gt, cn, ct, sfx, nat)                                                           \
+	static void adamw_q8_##gn##_##cn##sfx(const struct spw_adamw_consts *k, float *p, int8_t *mq,   \
+					      float *ms, uint8_t *vq, float *vs, const void *g, void *c, \
+					      size_t n)                                                   \
+	{                                                                                               \
+		adamw_q8_span(k, p, mq, ms, vq, vs, g, c, n, gt, ct, nat);                              \
+	}
+#define ADAMW_Q8_ROW(gn, gt, sfx, nat)                               \
+	ADAMW_Q8_FN(gn, gt, f32, SPW_DTYPE_F32, sfx, nat)            \
+	ADAMW_Q8_FN(gn, gt, bf16, SPW_DTYPE_BF16, sfx, nat)          \
+	ADAMW_Q8_FN(gn, gt, f16, SPW_DTYPE_F16, sfx, nat)            \
+	ADAMW_Q8_FN(gn, gt, none, SPW_DTYPE_NONE, sfx, nat)
+ADAMW_Q8_ROW(f32, SPW_DTYPE_F32, , false)
+ADAMW_Q8_ROW(bf16, SPW_DTYPE_BF16, , false)
+ADAMW_Q8_ROW(f16, SPW_DTYPE_F16, , false)
+ADAMW_Q8_ROW(f32, SPW_DTYPE_F32, _nat, true)
+ADAMW_Q8_ROW(bf16, SPW_DTYPE_BF16, _nat, true)
+ADAMW_Q8_ROW(f16, SPW_DTYPE_F16, _nat, true)
 
 /* 32 double lanes in a[0..3]: lane j of a block is a[j / 8][j % 8]. */
 static inline __attribute__((always_inline)) void sq32(__m512d a[4], const void *x, enum spw_dtype t, size_t i, __mmask16 k0,

@@ -54,29 +54,46 @@ static inline __attribute__((always_inline)) void store_copy(void *c, enum spw_d
 	}
 }
 
-/* gt and ct are constants at every call site, so each instance is a tight loop. */
+/* Moments: fp32, or bf16 widened exactly and stored rounded to nearest even. */
+static inline __attribute__((always_inline)) float load_m(const void *m, enum spw_dtype t, size_t i)
+{
+	return t == SPW_DTYPE_BF16 ? spw_bf16_to_f32(((const uint16_t *)m)[i]) : ((const float *)m)[i];
+}
+
+static inline __attribute__((always_inline)) void store_m(void *m, enum spw_dtype t, size_t i, float x)
+{
+	if (t == SPW_DTYPE_BF16)
+		((uint16_t *)m)[i] = spw_f32_to_bf16(x);
+	else
+		((float *)m)[i] = x;
+}
+
+/* gt, ct and mt are constants at every call site, so each instance is a tight loop. */
 static inline __attribute__((always_inline)) void adamw_span(const struct spw_adamw_consts *k, float *restrict p,
-			      float *restrict m, float *restrict v, const void *restrict g,
-			      void *restrict c, size_t n, enum spw_dtype gt, enum spw_dtype ct)
+			      void *restrict m, void *restrict v, const void *restrict g,
+			      void *restrict c, size_t n, enum spw_dtype gt, enum spw_dtype ct,
+			      enum spw_dtype mt)
 {
 	const struct spw_adamw_consts K = *k;
 
 	for (size_t i = 0; i < n; i++) {
 		float gi = load_g(g, gt, i) * K.grad_scale;
 		float pi = p[i] * K.decay;
-		float mi = m[i] + K.one_minus_beta1 * (gi - m[i]);
-		float vi = v[i] * K.beta2 + K.one_minus_beta2 * gi * gi;
+		float m0 = load_m(m, mt, i), v0 = load_m(v, mt, i);
+		float mi = m0 + K.one_minus_beta1 * (gi - m0);
+		float vi = v0 * K.beta2 + K.one_minus_beta2 * gi * gi;
 		float d = sqrtf(vi) * K.inv_bc2_sqrt + K.eps;
 
 		pi = pi + K.neg_step_size * (mi / d);
 		p[i] = pi;
-		m[i] = mi;
-		v[i] = vi;
+		store_m(m, mt, i, mi);
+		store_m(v, mt, i, vi);
 		store_copy(c, ct, i, pi);
 	}
 }
 
 VARIANT_ADAMW_FNS()
+VARIANT_Q8_FNS()
 
 static inline __attribute__((always_inline)) double sumsq_span(const void *x, size_t n, enum spw_dtype t)
 {

@@ -131,6 +131,32 @@ struct spw_kernels {
 		float *exp_avg_sq, const void *grad, void *copy, size_t n);
 
 	/*
+	 * adamw_m16[grad_dtype][copy_dtype]: the same update with the moments
+	 * stored as bf16 (SPW_STATE_BF16): exp_avg[i] and exp_avg_sq[i] are
+	 * widened to fp32 (exact), m, v, denom and p computed exactly as
+	 * above in fp32 (p from the unrounded fp32 m and v), then m and v
+	 * stored back rounded to nearest even (spw_f32_to_bf16()). One pass,
+	 * the same bits in every variant.
+	 */
+	void (*adamw_m16[SPW_DTYPE_COUNT][SPW_DTYPE_COUNT + 1])(
+		const struct spw_adamw_consts *k, float *param, uint16_t *exp_avg,
+		uint16_t *exp_avg_sq, const void *grad, void *copy, size_t n);
+
+	/*
+	 * adamw_q8[grad_dtype][copy_dtype]: the same update with 8-bit
+	 * blockwise moments (q8.h has the codes): per block of SPW_Q8_BLOCK
+	 * elements, the codes m_code[i], v_code[i] are decoded with the
+	 * block's scales m_scale[b], v_scale[b], m, v, denom and p computed
+	 * as above in fp32 (p from the unrounded moments), then the block's
+	 * new scales (largest |m| and v) and codes stored. The span must
+	 * start on a block boundary (element 0 of its scales); its last block
+	 * may be short. The same bits in every variant.
+	 */
+	void (*adamw_q8[SPW_DTYPE_COUNT][SPW_DTYPE_COUNT + 1])(
+		const struct spw_adamw_consts *k, float *param, int8_t *m_code, float *m_scale,
+		uint8_t *v_code, float *v_scale, const void *grad, void *copy, size_t n);
+
+	/*
 	 * Sum of x[i]^2 in double. Each square is exact in double; they are
 	 * added into 32 lanes (element i of the span into lane i % 32) and the
 	 * lanes folded pairwise, the same order in every variant. Not finite

@@ -14,14 +14,39 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "q8.h"
 
-/* adamw_<grad>_<copy> for every pair, from adamw_span(k, p, m, v, g, c, n, gt, ct). */
-#define VARIANT_ADAMW_FN(gn, gt, cn, ct)                                                  \
-	static void adamw_##gn##_##cn(const struct spw_adamw_consts *k, float *p, float *m, \
-				      float *v, const void *g, void *c, size_t n)            \
-	{                                                                                 \
-		adamw_span(k, p, m, v, g, c, n, gt, ct);                                  \
+/* adamw_<grad>_<copy> for every pair, from adamw_span(k, p, m, v, g, c, n,
+ * gt, ct, mt) with fp32 moments (mt SPW_DTYPE_F32), and adamw_m16_<grad>_<copy>
+ * with bf16 moments (mt SPW_DTYPE_BF16). */
+#define VARIANT_ADAMW_FN(gn, gt, cn, ct)                                                      \
+	static void adamw_##gn##_##cn(const struct spw_adamw_consts *k, float *p, float *m,     \
+				      float *v, const void *g, void *c, size_t n)                \
+	{                                                                                     \
+		adamw_span(k, p, m, v, g, c, n, gt, ct, SPW_DTYPE_F32);                       \
+	}                                                                                     \
+	static void adamw_m16_##gn##_##cn(const struct spw_adamw_consts *k, float *p, uint16_t *m, \
+					  uint16_t *v, const void *g, void *c, size_t n)         \
+	{                                                                                     \
+		adamw_span(k, p, m, v, g, c, n, gt, ct, SPW_DTYPE_BF16);                      \
 	}
+/* adamw_q8_<grad>_<copy> from q8.h's portable loop (the c variant). */
+#define VARIANT_Q8_FN(gn, gt, cn, ct)                                                                  \
+	static void adamw_q8_##gn##_##cn(const struct spw_adamw_consts *k, float *p, int8_t *mq, float *ms, \
+					 uint8_t *vq, float *vs, const void *g, void *c, size_t n)      \
+	{                                                                                              \
+		spw_q8_adamw_portable(k, p, mq, ms, vq, vs, g, c, n, gt, ct);                          \
+	}
+#define VARIANT_Q8_ROW(gn, gt)                               \
+	VARIANT_Q8_FN(gn, gt, f32, SPW_DTYPE_F32)            \
+	VARIANT_Q8_FN(gn, gt, bf16, SPW_DTYPE_BF16)          \
+	VARIANT_Q8_FN(gn, gt, f16, SPW_DTYPE_F16)            \
+	VARIANT_Q8_FN(gn, gt, none, SPW_DTYPE_NONE)
+#define VARIANT_Q8_FNS()                             \
+	VARIANT_Q8_ROW(f32, SPW_DTYPE_F32)           \
+	VARIANT_Q8_ROW(bf16, SPW_DTYPE_BF16)         \
+	VARIANT_Q8_ROW(f16, SPW_DTYPE_F16)
+
 #define VARIANT_ADAMW_ROW(gn, gt)                            \
 	VARIANT_ADAMW_FN(gn, gt, f32, SPW_DTYPE_F32)         \
 	VARIANT_ADAMW_FN(gn, gt, bf16, SPW_DTYPE_BF16)       \
@@ -61,7 +86,8 @@
 
 /* The table, from the functions above plus the variant's nonfinite_<t>
  * and scale_f32. nat names a suffix (or nothing) of the functions that
- * write bf16, for a second table that uses native bf16 instructions. */
+ * write bf16 (the bf16 copy-outs, and every update with bf16 moments), for a
+ * second table that uses native bf16 instructions. */
 #define VARIANT_TABLE(sym, isa, nat)                                                                   \
 	const struct spw_kernels sym = {                                                               \
 		.name = isa,                                                                           \
@@ -69,6 +95,22 @@
 			[SPW_DTYPE_F32] = { adamw_f32_f32, adamw_f32_bf16##nat, adamw_f32_f16, adamw_f32_none },     \
 			[SPW_DTYPE_BF16] = { adamw_bf16_f32, adamw_bf16_bf16##nat, adamw_bf16_f16, adamw_bf16_none }, \
 			[SPW_DTYPE_F16] = { adamw_f16_f32, adamw_f16_bf16##nat, adamw_f16_f16, adamw_f16_none },     \
+		},                                                                                     \
+		.adamw_m16 = {                                                                         \
+			[SPW_DTYPE_F32] = { adamw_m16_f32_f32##nat, adamw_m16_f32_bf16##nat,           \
+					    adamw_m16_f32_f16##nat, adamw_m16_f32_none##nat },         \
+			[SPW_DTYPE_BF16] = { adamw_m16_bf16_f32##nat, adamw_m16_bf16_bf16##nat,        \
+					     adamw_m16_bf16_f16##nat, adamw_m16_bf16_none##nat },      \
+			[SPW_DTYPE_F16] = { adamw_m16_f16_f32##nat, adamw_m16_f16_bf16##nat,           \
+					    adamw_m16_f16_f16##nat, adamw_m16_f16_none##nat },         \
+		},                                                                                     \
+		.adamw_q8 = {                                                                          \
+			[SPW_DTYPE_F32] = { adamw_q8_f32_f32##nat, adamw_q8_f32_bf16##nat,             \
+					    adamw_q8_f32_f16##nat, adamw_q8_f32_none##nat },           \
+			[SPW_DTYPE_BF16] = { adamw_q8_bf16_f32##nat, adamw_q8_bf16_bf16##nat,          \
+					     adamw_q8_bf16_f16##nat, adamw_q8_bf16_none##nat },        \
+			[SPW_DTYPE_F16] = { adamw_q8_f16_f32##nat, adamw_q8_f16_bf16##nat,             \
+					    adamw_q8_f16_f16##nat, adamw_q8_f16_none##nat },           \
 		},                                                                                     \
 		.sumsq = { sumsq_f32, sumsq_bf16, sumsq_f16 },                                         \
 		.nonfinite = { nonfinite_f32, nonfinite_bf16, nonfinite_f16 },                         \

@@ -16,6 +16,7 @@ import time
 
 from ._lib import SpillwayError, load, library_path, library_version  # noqa: F401
 from . import _lib as L
+from . import _state_dtype
 from ._progress import AttachProgress
 
 __all__ = ["SpillwayError", "Session", "Optimizer", "StepResult", "socket_path", "status",
@@ -224,8 +225,9 @@ class Optimizer:
     def __init__(self, session, groups, mode="overlapped", tier="cpu", accumulation=1,
                  clip_coef=0.0, max_norm=0.0, window=0, threads=0, device=None,
                  dynamic_loss_scale=False, init_loss_scale=0.0, growth_interval=0,
-                 timeout_ms=0, trace=None):
+                 timeout_ms=0, trace=None, state_dtype="fp32"):
         lib = L.load()
+        sdt = _state_dtype.check(state_dtype)
         if session.owner is not None:
             raise ValueError("session %s already has an optimizer" % session.name)
         if mode not in self.MODES:
@@ -242,7 +244,7 @@ class Optimizer:
                                dynamic_loss_scale=int(bool(dynamic_loss_scale)),
                                init_loss_scale=init_loss_scale, growth_interval=growth_interval,
                                window=window, threads=threads, device=self._device,
-                               wait_timeout_ms=timeout_ms)
+                               wait_timeout_ms=timeout_ms, state_dtype=sdt)
         if not L.has("spw_optimizer_grad_none"):
             if timeout_ms:
                 raise NotImplementedError("a wait timeout needs a libspillway with "

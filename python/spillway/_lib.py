@@ -78,7 +78,10 @@ class OptimizerOpts(ctypes.Structure):
                 ("window", u32), ("threads", u32), ("device", ctypes.c_char_p),
                 # Added with the calls below (spw_optimizer_grad_none, ...):
                 # passed only to a library that has them.
-                ("wait_timeout_ms", u32)]
+                ("wait_timeout_ms", u32),
+                # Later still: a library without it takes the struct only
+                # when state_dtype is 0 (fp32), and refuses others (E2BIG).
+                ("reserved", u32), ("state_dtype", ctypes.c_int)]
 
 
 # sizeof(struct spw_optimizer_opts) before wait_timeout_ms
@@ -111,6 +114,7 @@ TENSOR_RESIDENT, TENSOR_SWAPPABLE = 0, 1
 TYPE_F32, TYPE_BF16, TYPE_F16 = 0, 1, 2
 OPT_OVERLAPPED, OPT_EXACT = 0, 1
 STATE_PARAM, STATE_EXP_AVG, STATE_EXP_AVG_SQ = 0, 1, 2
+STATE_F32, STATE_BF16, STATE_INT8 = 0, 1, 2
 ALL_CHUNKS = 0xFFFFFFFF
 
 # ---------------------------------------------------------------- loading

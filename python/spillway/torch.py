@@ -51,6 +51,7 @@ from ._torch_hooks import make_accumulated_hook as _make_accumulated_hook, \
     make_average_hook as _make_average_hook, remove_hooks as _remove_hooks
 from ._torch_checks import _TYPES, f32 as _f32, check_flags as _check_flags, \
     check_hparams as _check_hparams, check_param as _check_param, spw_name, trace_flush as _trace_flush
+from . import _state_dtype
 from ._torch_state import LiveState, StateMixin
 from ._torch_offload import adopt as _adopt, grad_of as _grad_of, offload_parameters, gather_parameters, load_into, offload_stats  # noqa: F401,E501
 
@@ -102,12 +103,10 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     call opt.attach_ddp(ddp_model) instead. timeout: seconds any wait on
     the daemon may take before it raises (None: the library's default).
     page_size, region_bytes, window, threads: tuning (see spillway.h).
-    persistent: the state outlives this process (needs session="name"):
-    a trainer that dies leaves it in spillwayd for lease seconds (None:
-    900), and the next OffloadAdamW of that session takes it over: the
-    parameters get the last committed step's master weights and
-    opt.resumed_step names that step (continue with the next one);
-    close() releases it (docs/persistent.md).
+    state_dtype: 'fp32', 'bf16' or 'int8' moments in the tiers (docs/pipeline.md).
+    persistent (with session="name"): the state outlives a trainer that
+    dies, for lease seconds (None: 900); the next OffloadAdamW of that name
+    resumes it from opt.resumed_step (docs/persistent.md).
 
     params may also be (name, tensor) pairs, e.g. model.named_parameters(),
     so that errors and spillway's status name them. Parameters with
@@ -123,7 +122,10 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                  max_grad_norm=None, accumulation_steps=1, loss_scale=None,
                  init_loss_scale=65536.0, growth_interval=2000, session=None, socket=None,
                  clip_coef=None, data_parallel_group=None, timeout=None, page_size=None,
-                 region_bytes=None, window=0, threads=0, trace=None, persistent=False, lease=None):
+                 region_bytes=None, window=0, threads=0, trace=None, persistent=False, lease=None,
+                 state_dtype="fp32"):
+        _state_dtype.check(state_dtype)  # moments as bf16 in the tiers: docs/pipeline.md
+        self.state_dtype = state_dtype
         self._live_state = LiveState(self)
         self._persistent, self._lease, self.resumed_step = _persist.check(persistent, lease, session)
         self._built = False
@@ -288,7 +290,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                 psz *= 2
         win = self._window or 4
         if self.tier == "cpu":
-            pages = sum(-(-e.numel * 4 // psz) for e in entries) * k
+            pages = sum(_state_dtype.pages(e.numel, psz, k, self.state_dtype) for e in entries)
         else:
             pages = 4 * win * k
         pages += 2 * win + 8
@@ -322,7 +324,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         swap = 0
         if self.tier == "nvme":
             k = 4 if self.mode == "exact" else 3
-            swap = sum(-(-e.numel * 4 // psz) for e in entries) * k * psz
+            swap = sum(_state_dtype.pages(e.numel, psz, k, self.state_dtype) for e in entries) * psz
             if self._persistent:  # the layout record (client/persist.c) lives on this tier too
                 swap += -(-(24 + sum(24 + len(e.name) + 8 for e in entries) + 256) // psz) * psz
         if self._own_session:
@@ -351,7 +353,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                             dynamic_loss_scale=self._dynamic, init_loss_scale=self._scale,
                             growth_interval=self._growth_interval if self._dynamic else 0,
                             window=self._window, threads=self._threads, device=device,
-                            timeout_ms=self._timeout_ms(), trace=self._trace)
+                            timeout_ms=self._timeout_ms(), trace=self._trace, state_dtype=self.state_dtype)
         try:
             idx = {e: i for i, e in enumerate(entries)}
             # Backward produces the last layers' gradients first.

@@ -78,6 +78,29 @@ enum spw_optimizer_mode {
 	SPW_OPT_EXACT = 1,
 };
 
+/*
+ * The type the moments (exp_avg, exp_avg_sq) are stored in.
+ *
+ * SPW_STATE_F32: 4 + 4 bytes per parameter, torch.optim.AdamW's bits.
+ * SPW_STATE_BF16: 2 + 2 bytes per parameter. Each update widens the stored
+ * moments to fp32 (exactly), computes the new moments and the parameter in
+ * fp32 as SPW_STATE_F32 does, and stores the moments rounded to the
+ * nearest bf16 (ties to even): the same bits on every CPU variant, thread
+ * count and chunking, but not torch's bits (about 3 significant digits
+ * kept per moment per step).
+ * SPW_STATE_INT8: about 1 + 1 bytes per parameter (4/3 each in the tier:
+ * three chunks a page). Moments in blocks of 256 with one fp32 scale per
+ * block, exp_avg coded in 8 signed bits, exp_avg_sq in 8 unsigned ones,
+ * both denser near zero (docs/pipeline.md, State dtypes); the update
+ * decodes, computes in fp32 as above and encodes again, with the same
+ * bits everywhere. Lossy: about 2 significant digits per moment.
+ */
+enum spw_state_dtype {
+	SPW_STATE_F32 = 0,
+	SPW_STATE_BF16 = 1,
+	SPW_STATE_INT8 = 2,
+};
+
 /* torch.optim.AdamW's per-group hyperparameters. */
 struct spw_param_group {
 	float lr, beta1, beta2, eps, weight_decay;
@@ -127,6 +150,14 @@ struct spw_optimizer_opts {
 	 * for ever; one that dies is noticed at once regardless. 0 means
 	 * 60000. */
 	uint32_t wait_timeout_ms;
+	/* Ignored: the tail padding of the struct's earlier versions, which
+	 * their callers need not have zeroed. */
+	uint32_t reserved;
+	/* Added later still (a caller whose struct ends before it gets
+	 * SPW_STATE_F32): the type exp_avg and exp_avg_sq are kept in, in
+	 * the tier and on disk (docs/pipeline.md, State dtypes). Master
+	 * weights are fp32 whatever this says. */
+	enum spw_state_dtype state_dtype;
 };
 
 /*
@@ -414,7 +445,9 @@ enum spw_optimizer_state {
 
 /*
  * Copies a tensor's fp32 state (count elements) into out, after
- * spw_optimizer_sync(); for checkpoints and tests. Returns 0, -EINVAL for
+ * spw_optimizer_sync(); for checkpoints and tests. With SPW_STATE_BF16 the
+ * moments are widened to fp32, which is exact; with SPW_STATE_INT8 they
+ * are decoded (the values the next update starts from). Returns 0, -EINVAL for
  * an unknown tensor or state (a frozen tensor has only SPW_STATE_PARAM), -EBUSY while a step is open, or the pin's
  * error.
  */
@@ -433,7 +466,10 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor,
  * there (cast to the parameters' type). Offloaded tensors' next fetch
  * returns the written master weights.
  *
- * Moments: a chunk's moments start as zeros at its first update, unless
+ * Moments: with SPW_STATE_BF16 each value is stored rounded to the
+ * nearest bf16 (ties to even; a nan stays a nan), with SPW_STATE_INT8
+ * coded in blocks of 256 as an update would store them, so a read after a
+ * write returns the rounded values. A chunk's moments start as zeros at its first update, unless
  * one of them was written before: then the written values are kept, and
  * the moment not written (if any) reads as zeros. Write both for a
  * resumed run.

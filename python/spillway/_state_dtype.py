@@ -1,0 +1,27 @@
+"""The optimizer state dtype option (spw_optimizer_opts.state_dtype): what
+Optimizer and OffloadAdamW accept, checked in one place. docs/pipeline.md,
+State dtypes, says what each does to accuracy and bytes."""
+
+from . import _lib as L
+
+# name -> enum spw_state_dtype
+STATE_DTYPES = {"fp32": L.STATE_F32, "bf16": L.STATE_BF16, "int8": L.STATE_INT8}
+
+
+# Chunks (page_size / 4 elements) a moment page holds (client/optimizer-private.h).
+_PER_PAGE = {"fp32": 1, "bf16": 2, "int8": 3}
+
+
+def pages(numel, psz, k, state_dtype):
+    """Pages one tensor of numel elements takes with k roles (master, the
+    two moments, and in exact mode the gradient store): the moments' pages
+    shared by 1, 2 or 3 chunks."""
+    chunks = -(-numel * 4 // psz)
+    return chunks * (k - 2) + 2 * -(-chunks // _PER_PAGE[state_dtype])
+
+
+def check(state_dtype):
+    """The enum value of state_dtype; ValueError for an unknown one."""
+    if state_dtype not in STATE_DTYPES:
+        raise ValueError("state_dtype must be 'fp32', 'bf16' or 'int8', not %r" % (state_dtype,))
+    return STATE_DTYPES[state_dtype]

@@ -1,0 +1,516 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test-state-dtype: the optimizer with its moments stored as bf16 or as
+ * 8-bit blockwise codes (spw_optimizer_opts.state_dtype = SPW_STATE_BF16,
+ * SPW_STATE_INT8).
+ *
+ *   exact      the example MLP trained through spillway (resident tier,
+ *              overlapped and exact modes, 1 and 2 threads) equals a plain
+ *              loop calling kernels/' adamw_m16 or adamw_q8 on whole
+ *              tensors: master weights and both moments bit-identical.
+ *              Small pages cut every tensor into chunks that share moment
+ *              pages.
+ *   swappable  the same on the NVMe tier, the region under 1/3 of the state
+ *   write      spw_optimizer_write/read of the moments round to bf16
+ *              (nearest even) and widen exactly, or code and decode int8
+ *              blocks; the tiers hold 4/7 (bf16) and 3/7 (int8) of the
+ *              moment pages of an fp32 optimizer, 7 chunks here
+ *   converge   the MLP trained 400 steps with fp32, bf16 and int8 moments:
+ *              bf16's final loss on a held-out set no more than 1% above
+ *              fp32's, int8's no more than 2% (all printed, and why
+ *              one-sided: case_converge)
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <spillway/spillway.h>
+
+#include "harness.h"
+#include "kernels.h"
+#include "mlp.h"
+#include "q8.h"
+#include "pipeline-fixture.h"
+#include "session-figure.h"
+#include "test.h"
+
+#define CHUNK (PAGE / 4)
+#define TILE 16384u
+#define BATCH 16
+#define MAXT (2 * (MLP_MAX_HIDDEN_LAYERS + 1))
+
+static const char swap_config[] =
+	"{\n"
+	"  \"socket\": { \"dir\": \"@DIR@\", \"mode\": \"0600\" },\n"
+	"  \"pool\": { \"max_bytes\": \"1GiB\", \"session_max_bytes\": \"256MiB\", \"require_locked\": false },\n"
+	"  \"swap\": { \"dirs\": [ { \"path\": \"@DIR@\", \"max_bytes\": \"256MiB\" } ] },\n"
+	"  \"log\": { \"level\": \"warn\" }\n"
+	"}\n";
+
+struct cfg {
+	enum spw_optimizer_mode mode;
+	enum spw_tensor_kind tier;
+	enum spw_state_dtype sd;
+	int steps;
+	float clip_coef;        /* overlapped */
+	float max_norm;         /* exact */
+	uint32_t threads;
+	uint64_t region;
+	float lr;
+};
+
+/* A run's end: every tensor's master weights and moments (fp32; bf16
+ * moments widened), and the loss on the held-out batches. */
+struct out {
+	int n;
+	float *p[MAXT], *m[MAXT], *v[MAXT];
+	double eval_loss;
+};
+
+static struct mlp *model(void)
+{
+	struct mlp_config mc = { .n_in = 64, .n_hidden = 512, .n_hidden_layers = 2, .n_out = 10,
+				 .max_batch = BATCH };
+	struct mlp *m;
+
+	ASSERT_OK(mlp_create(&mc, 7, &m));
+	return m;
+}
+
+static void out_alloc(struct out *o, const struct mlp_tensor *t, int n)
+{
+	memset(o, 0, sizeof(*o));
+	o->n = n;
+	for (int i = 0; i < n; i++) {
+		o->p[i] = calloc(t[i].count, 4);
+		o->m[i] = calloc(t[i].count, 4);
+		o->v[i] = calloc(t[i].count, 4);
+		ASSERT_TRUE(o->p[i] && o->m[i] && o->v[i]);
+	}
+}
+
+static void out_free(struct out *o)
+{
+	for (int i = 0; i < o->n; i++) {
+		free(o->p[i]);
+		free(o->m[i]);
+		free(o->v[i]);
+	}
+}
+
+/* Mean loss over 16 batches the training never sees. */
+static double eval_loss(struct mlp *m, const struct mlp_task *task)
+{
+	float x[BATCH * 64], loss;
+	int32_t y[BATCH];
+	double sum = 0.0;
+
+	for (int b = 0; b < 16; b++) {
+		mlp_task_batch(task, 1000000u + (uint64_t)b, BATCH, x, y);
+		ASSERT_OK(mlp_forward(m, x, y, BATCH, &loss, NULL));
+		sum += loss;
+	}
+	return sum / 16.0;
+}
+
+static struct spw_param_group group_of(const struct cfg *c)
+{
+	return (struct spw_param_group){ .lr = c->lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+					 .weight_decay = 0.01f };
+}
+
+/* The norm as the pipeline sums it: per tile of each chunk, chunks in order. */
+static void add_sumsq(const struct spw_kernels *k, const float *g, size_t count, double *total)
+{
+	for (size_t c = 0; c < count; c += CHUNK) {
+		size_t n = count - c < CHUNK ? count - c : CHUNK;
+		double s = 0.0;
+
+		for (size_t b = 0; b < n; b += TILE)
+			s += k->sumsq[SPW_DTYPE_F32](g + c + b, n - b < TILE ? n - b : TILE);
+		*total += s;
+	}
+}
+
+/* The reference: AdamW with bf16 or int8 moments straight from kernels/,
+ * whole tensors at once (chunks hold a whole number of int8 blocks, so the
+ * blocks are the pipeline's). */
+static void run_plain(const struct cfg *c, struct out *o)
+{
+	const struct spw_kernels *k = spw_kernels();
+	struct spw_param_group g = group_of(c);
+	struct mlp *m = model();
+	struct mlp_task *task;
+	const struct mlp_tensor *t;
+	uint16_t *mh[MAXT], *vh[MAXT];
+	int8_t *mq[MAXT];
+	uint8_t *vq[MAXT];
+	float *msc[MAXT], *vsc[MAXT];
+	float x[BATCH * 64], loss;
+	int32_t y[BATCH];
+	int n;
+
+	ASSERT_OK(mlp_task_create(64, 10, 3, &task));
+	t = mlp_tensors(m, &n);
+	out_alloc(o, t, n);
+	for (int i = 0; i < n; i++) {
+		size_t nb = (t[i].count + SPW_Q8_BLOCK - 1) / SPW_Q8_BLOCK;
+
+		ASSERT_TRUE((mh[i] = calloc(t[i].count, 2)) && (vh[i] = calloc(t[i].count, 2)));
+		ASSERT_TRUE((mq[i] = calloc(t[i].count, 1)) && (vq[i] = calloc(t[i].count, 1)));
+		ASSERT_TRUE((msc[i] = calloc(nb, 4)) && (vsc[i] = calloc(nb, 4)));
+	}
+	for (int step = 1; step <= c->steps; step++) {
+		double total = 0.0, norm;
+		float coef = 1.0f;
+
+		mlp_task_batch(task, (uint64_t)step - 1, BATCH, x, y);
+		ASSERT_OK(mlp_forward(m, x, y, BATCH, &loss, NULL));
+		ASSERT_OK(mlp_backward(m, NULL, NULL));
+		for (int i = 0; i < n; i++)
+			add_sumsq(k, t[i].grad, t[i].count, &total);
+		norm = sqrt(total);
+		if (c->mode == SPW_OPT_OVERLAPPED && c->clip_coef > 0.0f)
+			coef = c->clip_coef;
+		else if (c->mode == SPW_OPT_EXACT && c->max_norm > 0.0f && (double)c->max_norm / (norm + 1e-6) < 1.0)
+			coef = (float)((double)c->max_norm / (norm + 1e-6));
+		for (int i = 0; i < n; i++) {
+			struct spw_adamw_hparams hp = { .lr = g.lr, .beta1 = g.beta1, .beta2 = g.beta2, .eps = g.eps,
+							.weight_decay = g.weight_decay, .grad_scale = coef,
+							.step = (uint64_t)step };
+			struct spw_adamw_consts kc;
+
+			ASSERT_OK(spw_adamw_prepare(&hp, &kc));
+			if (c->sd == SPW_STATE_INT8)
+				k->adamw_q8[SPW_DTYPE_F32][SPW_DTYPE_NONE](&kc, t[i].param, mq[i], msc[i], vq[i], vsc[i],
+									   t[i].grad, NULL, t[i].count);
+			else
+				k->adamw_m16[SPW_DTYPE_F32][SPW_DTYPE_NONE](&kc, t[i].param, mh[i], vh[i], t[i].grad,
+									    NULL, t[i].count);
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		memcpy(o->p[i], t[i].param, t[i].count * 4);
+		k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](o->m[i], mh[i], t[i].count);
+		k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](o->v[i], vh[i], t[i].count);
+		for (size_t j = 0; c->sd == SPW_STATE_INT8 && j < t[i].count; j++) {
+			o->m[i][j] = spw_q8_dec_m(mq[i][j], msc[i][j / SPW_Q8_BLOCK]);
+			o->v[i][j] = spw_q8_dec_v(vq[i][j], vsc[i][j / SPW_Q8_BLOCK]);
+		}
+		free(mh[i]);
+		free(vh[i]);
+		free(mq[i]);
+		free(vq[i]);
+		free(msc[i]);
+		free(vsc[i]);
+	}
+	o->eval_loss = eval_loss(m, task);
+	mlp_task_free(task);
+	mlp_free(m);
+}
+
+/* The same run through spillway. Returns 0 or -EOPNOTSUPP (no NVMe tier). */
+static int run_spillway(const struct spw_test_daemon *d, const struct cfg *c, struct out *o)
+{
+	struct spw_param_group g = group_of(c);
+	struct spw_optimizer_opts oo = {
+		.size = sizeof(oo), .mode = c->mode, .tier = c->tier, .groups = &g, .ngroups = 1,
+		.clip_coef = c->clip_coef, .max_norm = c->max_norm, .threads = c->threads, .device = "host",
+		.state_dtype = c->sd,
+	};
+	spw_client *cl = connect_client(d, "state/0", c->region);
+	struct mlp *m = model();
+	struct mlp_task *task;
+	const struct mlp_tensor *t;
+	spw_optimizer *opt;
+	uint32_t id[MAXT];
+	float x[BATCH * 64], loss;
+	int32_t y[BATCH];
+	int n, r = 0;
+
+	ASSERT_OK(spw_optimizer_new(cl, &oo, &opt));
+	ASSERT_OK(mlp_task_create(64, 10, 3, &task));
+	t = mlp_tensors(m, &n);
+	out_alloc(o, t, n);
+	for (int i = 0; i < n && r == 0; i++) {
+		r = spw_optimizer_add(opt, t[i].name, 0, t[i].count, t[i].param, t[i].param, SPW_TYPE_F32, &id[i]);
+		if (r == -EOPNOTSUPP)
+			break;
+		ASSERT_OK(r);
+	}
+	for (int step = 1; step <= c->steps && r == 0; step++) {
+		ASSERT_OK(spw_optimizer_begin(opt, (uint64_t)step, NULL, 0.0f));
+		for (int i = 0; i < n; i++)
+			ASSERT_OK(spw_optimizer_wait_params(opt, id[i], NULL));
+		mlp_task_batch(task, (uint64_t)step - 1, BATCH, x, y);
+		ASSERT_OK(mlp_forward(m, x, y, BATCH, &loss, NULL));
+		ASSERT_OK(mlp_backward(m, NULL, NULL));
+		for (int i = 0; i < n; i++)
+			ASSERT_OK(spw_optimizer_grad_ready(opt, id[i], SPW_ALL_CHUNKS, t[i].grad, t[i].count * 4,
+							   SPW_TYPE_F32, NULL));
+		ASSERT_OK(spw_optimizer_end(opt, NULL));
+	}
+	if (r == 0) {
+		ASSERT_OK(spw_optimizer_sync(opt));
+		for (int i = 0; i < n; i++) {
+			ASSERT_OK(spw_optimizer_read(opt, id[i], SPW_STATE_PARAM, o->p[i]));
+			ASSERT_OK(spw_optimizer_read(opt, id[i], SPW_STATE_EXP_AVG, o->m[i]));
+			ASSERT_OK(spw_optimizer_read(opt, id[i], SPW_STATE_EXP_AVG_SQ, o->v[i]));
+			ASSERT_EQ(memcmp(o->p[i], t[i].param, t[i].count * 4), 0);
+		}
+		o->eval_loss = eval_loss(m, task);
+	}
+	spw_optimizer_free(opt);
+	ASSERT_OK(spw_client_detach(cl));
+	spw_client_free(cl);
+	mlp_task_free(task);
+	mlp_free(m);
+	return r;
+}
+
+static void assert_same(const struct out *a, const struct out *b, const char *what)
+{
+	struct mlp *m = model();
+	const struct mlp_tensor *t;
+	int n;
+
+	t = mlp_tensors(m, &n);
+	for (int i = 0; i < n; i++) {
+		size_t bytes = t[i].count * 4;
+
+		if (memcmp(a->p[i], b->p[i], bytes) || memcmp(a->m[i], b->m[i], bytes) ||
+		    memcmp(a->v[i], b->v[i], bytes))
+			TEST_FAIL("%s: tensor %s differs from the plain run over kernels/", what, t[i].name);
+		/* bf16 moments: the low 16 bits of every value read back are 0. */
+		for (size_t j = 0; !strstr(what, "int8") && j < t[i].count; j++) {
+			uint32_t u, w;
+
+			memcpy(&u, &b->m[i][j], 4);
+			memcpy(&w, &b->v[i][j], 4);
+			if ((u | w) & 0xffffu)
+				TEST_FAIL("%s: %s moment %zu is not a bf16 value", what, t[i].name, j);
+		}
+	}
+	mlp_free(m);
+}
+
+static int compare(const struct spw_test_daemon *d, struct cfg c, const char *what)
+{
+	struct out plain, spw;
+	int r;
+
+	run_plain(&c, &plain);
+	r = run_spillway(d, &c, &spw);
+	if (r == 0) {
+		assert_same(&plain, &spw, what);
+		fprintf(stderr, "%s: bit-identical to the plain run over kernels/ (%d steps)\n", what, c.steps);
+	}
+	out_free(&plain);
+	if (r == 0)
+		out_free(&spw);
+	return r;
+}
+
+static void case_exact(void)
+{
+	struct spw_test_daemon d;
+	struct cfg c = { .tier = SPW_TENSOR_RESIDENT, .sd = SPW_STATE_BF16, .steps = 5, .region = 16u << 20,
+			 .lr = 1e-3f };
+
+	ASSERT_OK(spw_test_daemon_start(&d, NULL));
+	c.mode = SPW_OPT_OVERLAPPED, c.clip_coef = 0.5f, c.threads = 1;
+	ASSERT_OK(compare(&d, c, "overlapped, 1 thread"));
+	c.threads = 2;
+	ASSERT_OK(compare(&d, c, "overlapped, 2 threads"));
+	c.mode = SPW_OPT_EXACT, c.clip_coef = 0.0f, c.max_norm = 1.0f;
+	ASSERT_OK(compare(&d, c, "exact, 2 threads"));
+	c.threads = 1;
+	ASSERT_OK(compare(&d, c, "exact, 1 thread"));
+	c.sd = SPW_STATE_INT8;
+	ASSERT_OK(compare(&d, c, "int8, exact, 1 thread"));
+	c.mode = SPW_OPT_OVERLAPPED, c.max_norm = 0.0f, c.threads = 2;
+	ASSERT_OK(compare(&d, c, "int8, overlapped, 2 threads"));
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+}
+
+static void case_swappable(void)
+{
+	struct spw_test_daemon d;
+	/* fp32 master (1.2 MB) + bf16 moments (1.2 MB): 12 pages of 64 KiB
+	 * are about a third of it. */
+	struct cfg c = { .tier = SPW_TENSOR_SWAPPABLE, .sd = SPW_STATE_BF16, .steps = 3, .region = 12 * PAGE,
+			 .lr = 1e-3f, .threads = 2 };
+	int r;
+
+	ASSERT_OK(spw_test_daemon_start(&d, swap_config));
+	c.mode = SPW_OPT_OVERLAPPED;
+	r = compare(&d, c, "swappable, overlapped");
+	if (r == -EOPNOTSUPP) {
+		ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+		SKIP("the daemon refuses swappable tensors (EOPNOTSUPP: no NVMe tier in this build)");
+	}
+	ASSERT_OK(r);
+	c.mode = SPW_OPT_EXACT, c.max_norm = 1.0f;
+	ASSERT_OK(compare(&d, c, "swappable, exact"));
+	c.sd = SPW_STATE_INT8;
+	ASSERT_OK(compare(&d, c, "swappable, int8, exact"));
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+}
+
+/* Slots the session's resident pages hold, from the status document. */
+static double slots_used(const struct spw_test_daemon *d)
+{
+	return session_figure(d->status, "state/0", "slots_used");
+}
+
+/* What an int8 moment written as in[] reads back as: element i coded
+ * with its block's scale (the block's largest |value| by its bits). Chunks
+ * start on blocks, so blocks are the whole array's. */
+static float q8_round_trip(const float *in, uint64_t n, uint64_t i, bool m)
+{
+	uint64_t b = i / SPW_Q8_BLOCK * SPW_Q8_BLOCK, e = b + SPW_Q8_BLOCK < n ? b + SPW_Q8_BLOCK : n;
+	uint32_t mx = 0;
+	float s;
+
+	for (uint64_t j = b; j < e; j++)
+		if (spw_q8_absbits(in[j]) > mx)
+			mx = spw_q8_absbits(in[j]);
+	s = spw_q8_of_bits(mx);
+	return m ? spw_q8_dec_m(spw_q8_enc_m(in[i], s), s) : spw_q8_dec_v(spw_q8_enc_v(in[i], s), s);
+}
+
+static void case_write(void)
+{
+	static const struct spw_param_group g = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
+	/* 6 chunks and a bit: moment pages of 1, 2 (bf16) or 3 (int8) chunks. */
+	const uint64_t n = 6 * CHUNK + 1000;
+	struct spw_test_daemon d;
+	float *in = malloc(n * 4), *back = malloc(n * 4), *dev = calloc(n, 4);
+	double bytes[3];
+
+	ASSERT_TRUE(in && back && dev);
+	ASSERT_OK(spw_test_daemon_start(&d, NULL));
+	for (int sd = 0; sd < 3; sd++) {
+		struct spw_optimizer_opts oo = { .size = sizeof(oo), .tier = SPW_TENSOR_RESIDENT, .groups = &g,
+						 .ngroups = 1, .threads = 1, .device = "host", .state_dtype = sd };
+		spw_client *c = connect_client(&d, "state/0", 16u << 20);
+		spw_optimizer *o;
+		uint32_t id;
+
+		ASSERT_OK(spw_optimizer_new(c, &oo, &o));
+		for (uint64_t i = 0; i < n; i++)
+			in[i] = (float)(i % 977) * 1.2345678e-3f - 0.5f;
+		ASSERT_OK(spw_optimizer_add(o, "w", 0, n, in, dev, SPW_TYPE_F32, &id));
+		bytes[sd] = slots_used(&d);
+		for (int which = SPW_STATE_EXP_AVG; which <= SPW_STATE_EXP_AVG_SQ; which++) {
+			for (uint64_t i = 0; i < n; i++)
+				in[i] = (float)((i * 7919) % 10007) * (which == SPW_STATE_EXP_AVG ? 3.3e-5f : 1.1e-9f) +
+					(i == 5 ? NAN : 0.0f);
+			ASSERT_OK(spw_optimizer_write(o, id, which, in));
+			ASSERT_OK(spw_optimizer_read(o, id, which, back));
+			for (uint64_t i = 0; i < n; i++) {
+				float want = sd == SPW_STATE_BF16 ? spw_bf16_to_f32(spw_f32_to_bf16(in[i])) : in[i];
+				uint32_t a, b;
+
+				if (sd == SPW_STATE_INT8)
+					want = q8_round_trip(in, n, i, which == SPW_STATE_EXP_AVG);
+
+				memcpy(&a, &back[i], 4);
+				memcpy(&b, &want, 4);
+				if (isnan(want) ? !isnan(back[i]) : a != b)
+					TEST_FAIL("state %d moment %d element %llu: read %a, want %a", sd, which,
+						  (unsigned long long)i, back[i], want);
+			}
+		}
+		/* The master weights stay fp32, bit for bit. */
+		ASSERT_OK(spw_optimizer_read(o, id, SPW_STATE_PARAM, back));
+		for (uint64_t i = 0; i < n; i++)
+			ASSERT_TRUE(back[i] == (float)(i % 977) * 1.2345678e-3f - 0.5f);
+		spw_optimizer_free(o);
+		ASSERT_OK(spw_client_detach(c));
+		spw_client_free(c);
+	}
+	/* The staging pages and master weights are the same in all: the
+	 * difference is the moments' pages, 7 (fp32), 4 (bf16) or 3 (int8)
+	 * for 7 chunks. */
+	fprintf(stderr, "resident slots: fp32 state %.0f, bf16 state %.0f, int8 state %.0f\n", bytes[0], bytes[1],
+		bytes[2]);
+	ASSERT_TRUE(bytes[0] - bytes[1] == 2.0 * (7 - 4));
+	ASSERT_TRUE(bytes[0] - bytes[2] == 2.0 * (7 - 3));
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	free(in);
+	free(back);
+	free(dev);
+}
+
+static void case_converge(void)
+{
+	struct spw_test_daemon d;
+	struct cfg c = { .mode = SPW_OPT_OVERLAPPED, .tier = SPW_TENSOR_RESIDENT, .steps = 400,
+			 .region = 16u << 20, .lr = 1e-3f, .threads = 2 };
+	struct out f32, b16, q8;
+	double first, rel, rel8;
+
+	ASSERT_OK(spw_test_daemon_start(&d, NULL));
+	{
+		struct mlp *m = model();
+		struct mlp_task *task;
+
+		ASSERT_OK(mlp_task_create(64, 10, 3, &task));
+		first = eval_loss(m, task);
+		mlp_task_free(task);
+		mlp_free(m);
+	}
+	c.sd = SPW_STATE_F32;
+	ASSERT_OK(run_spillway(&d, &c, &f32));
+	c.sd = SPW_STATE_BF16;
+	ASSERT_OK(run_spillway(&d, &c, &b16));
+	c.sd = SPW_STATE_INT8;
+	ASSERT_OK(run_spillway(&d, &c, &q8));
+	rel = (b16.eval_loss - f32.eval_loss) / f32.eval_loss;
+	rel8 = (q8.eval_loss - f32.eval_loss) / f32.eval_loss;
+	fprintf(stderr, "converge: held-out loss before %.6f; after %d steps fp32 state %.6f, bf16 state %.6f "
+		"(%+.4f%%), int8 state %.6f (%+.4f%%)\n", first, c.steps, f32.eval_loss, b16.eval_loss, 100.0 * rel,
+		q8.eval_loss, 100.0 * rel8);
+	/*
+	 * Training did something, and bf16 moments end no worse than fp32
+	 * ones, within 1%. One-sided: the two runs' trajectories part, and
+	 * on this task, which the MLP learns by heart, the distance between
+	 * two sound runs grows with the steps: measured while writing this,
+	 * bf16 minus fp32 was -0.6% after 200 steps, -1.7% after 400 and
+	 * -10.7% after 1000 (bf16 lower each time), so "within 1% either
+	 * way" would test where the trajectories went, not the state's
+	 * precision.
+	 */
+	ASSERT_TRUE(f32.eval_loss < 0.5 * first);
+	ASSERT_TRUE(b16.eval_loss <= 1.01 * f32.eval_loss);
+	/* int8 moments: no more than 2% worse. */
+	ASSERT_TRUE(q8.eval_loss <= 1.02 * f32.eval_loss);
+	out_free(&f32);
+	out_free(&b16);
+	out_free(&q8);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct {
+		const char *name;
+		void (*fn)(void);
+	} cases[] = {
+		{ "exact", case_exact }, { "swappable", case_swappable },
+		{ "write", case_write }, { "converge", case_converge },
+	};
+
+	if (!getenv("SPILLWAYD"))
+		SKIP("spillwayd was not built ($SPILLWAYD unset)");
+	for (size_t i = 0; argc > 1 && i < sizeof(cases) / sizeof(cases[0]); i++)
+		if (!strcmp(argv[1], cases[i].name)) {
+			cases[i].fn();
+			return 0;
+		}
+	fprintf(stderr, "usage: test-state-dtype exact|swappable|write|converge\n");
+	return 2;
+}
