@@ -43,15 +43,12 @@ import torch
 import torch.optim
 
 from . import Optimizer as _SpwOptimizer, Session, SpillwayError
-from . import _lib as L
-from . import _torch_persist as _persist
-from . import _checkpoint as _ckpt
+from . import _lib as L, _torch_persist as _persist, _checkpoint as _ckpt, _state_dtype
 from ._torch_amp import AmpMixin
 from ._torch_hooks import make_accumulated_hook as _make_accumulated_hook, \
     make_average_hook as _make_average_hook, remove_hooks as _remove_hooks
 from ._torch_checks import _TYPES, f32 as _f32, check_flags as _check_flags, \
     check_hparams as _check_hparams, check_param as _check_param, spw_name, trace_flush as _trace_flush
-from . import _state_dtype
 from ._torch_state import LiveState, StateMixin
 from ._torch_offload import adopt as _adopt, grad_of as _grad_of, offload_parameters, gather_parameters, load_into, offload_stats  # noqa: F401,E501
 
