@@ -409,26 +409,20 @@ out:
 /* The session's tier reads + writes so far, from the daemon's status. */
 static int tier_bytes(const char *status, const char *session, double *ret)
 {
-	cJSON *doc = NULL, *s;
+	cJSON *doc = NULL;
+	const cJSON *s, *t, *rb, *wb;
 	int r = bench_status_doc(status, &doc);
 
 	if (r < 0)
 		return r;
-	r = -ENOENT;
-	cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(doc, "sessions")) {
-		const cJSON *n = cJSON_GetObjectItemCaseSensitive(s, "name");
-		const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "tier");
-		const cJSON *rb = cJSON_GetObjectItemCaseSensitive(t, "read_bytes");
-		const cJSON *wb = cJSON_GetObjectItemCaseSensitive(t, "write_bytes");
-
-		if (!cJSON_IsString(n) || strcmp(n->valuestring, session))
-			continue;
-		/* A resident session has no tier: no disk bytes. */
-		*ret = (cJSON_IsNumber(rb) ? rb->valuedouble : 0) + (cJSON_IsNumber(wb) ? wb->valuedouble : 0);
-		r = 0;
-	}
+	s = bench_status_session(doc, session);
+	t = cJSON_GetObjectItemCaseSensitive(s, "tier");
+	rb = cJSON_GetObjectItemCaseSensitive(t, "read_bytes");
+	wb = cJSON_GetObjectItemCaseSensitive(t, "write_bytes");
+	/* A resident session has no tier: no disk bytes. */
+	*ret = (cJSON_IsNumber(rb) ? rb->valuedouble : 0) + (cJSON_IsNumber(wb) ? wb->valuedouble : 0);
 	cJSON_Delete(doc);
-	return r;
+	return s ? 0 : -ENOENT;
 }
 
 static const char *const sd_name[] = { "fp32", "bf16", "int8" };

@@ -83,23 +83,20 @@ static double jnum(const cJSON *o, const char *path)
 static int tier_figures(const char *status, const char *session, double *cpu_s, double *read_bytes,
 			double *write_bytes, double *unwritten)
 {
-	cJSON *doc = NULL, *s;
+	cJSON *doc = NULL;
+	const cJSON *s;
 	int r = bench_status_doc(status, &doc);
 
 	if (r < 0)
 		return r;
 	*cpu_s = jnum(doc, "cpu_s");
-	r = -ENOENT;
-	cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(doc, "sessions")) {
-		const cJSON *n = cJSON_GetObjectItemCaseSensitive(s, "name");
-
-		if (!cJSON_IsString(n) || strcmp(n->valuestring, session))
-			continue;
+	s = bench_status_session(doc, session);
+	if (s) {
 		*read_bytes = jnum(s, "tier.read_bytes");
 		*write_bytes = jnum(s, "tier.write_bytes");
 		*unwritten = jnum(s, "tier.pages.dirty") + jnum(s, "tier.pages.writing");
-		r = 0;
 	}
+	r = s ? 0 : -ENOENT;
 	cJSON_Delete(doc);
 	return r;
 }

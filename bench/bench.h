@@ -50,6 +50,8 @@ int bench_usage(const char *usage, const char *arg);
  * not JSON). */
 struct cJSON;
 int bench_status_doc(const char *status_path, struct cJSON **ret);
+/* The session's object in a status document, or NULL. */
+const struct cJSON *bench_status_session(const struct cJSON *doc, const char *session);
 
 /*
  * Progress for a person waiting at a terminal: "pipeline: step 12/40" on

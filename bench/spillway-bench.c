@@ -117,6 +117,19 @@ int bench_status_doc(const char *status_path, cJSON **ret)
 	return *ret ? 0 : -EPROTO;
 }
 
+const cJSON *bench_status_session(const cJSON *doc, const char *session)
+{
+	const cJSON *s;
+
+	cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(doc, "sessions")) {
+		const cJSON *n = cJSON_GetObjectItemCaseSensitive(s, "name");
+
+		if (cJSON_IsString(n) && !strcmp(n->valuestring, session))
+			return s;
+	}
+	return NULL;
+}
+
 void bench_exe_dir(char *dir, size_t size)
 {
 	ssize_t n = readlink("/proc/self/exe", dir, size - 1);

@@ -304,21 +304,34 @@ static int print_table(const cJSON *doc)
 	return 0;
 }
 
-/* Ends an orphaned session through the control socket (the status socket
- * only reads). */
-static int drop_session(const char *dir, const char *name)
+/* A client connected to the control socket in dir (NULL: the default),
+ * for the commands that change something (the status socket only reads).
+ * Returns 0, 2 for a path too long (said), or -errno with *c set when a
+ * client was made (its last error says why). */
+static int control_client(const char *dir, spw_client **c)
 {
 	char path[4096];
-	spw_client *c = NULL;
 	int r;
 
+	*c = NULL;
 	if (dir && (size_t)snprintf(path, sizeof(path), "%s/control.sock", dir) >= sizeof(path)) {
 		fprintf(stderr, "spillwayctl: --socket-dir %s: path too long\n", dir);
 		return 2;
 	}
-	r = spw_client_new(NULL, &c);
+	r = spw_client_new(NULL, c);
 	if (r == 0)
-		r = spw_client_connect(c, dir ? path : NULL);
+		r = spw_client_connect(*c, dir ? path : NULL);
+	return r;
+}
+
+/* Ends an orphaned session. */
+static int drop_session(const char *dir, const char *name)
+{
+	spw_client *c;
+	int r = control_client(dir, &c);
+
+	if (r == 2)
+		return 2;
 	if (r == 0)
 		r = spw_client_drop(c, name);
 	if (r < 0)
@@ -334,17 +347,12 @@ static int checkpoint_cmd(const char *dir, const char *cmd, const char *name, co
 {
 	struct spw_checkpoint_result res = { .size = sizeof(res) };
 	bool restore = !strcmp(cmd, "restore");
-	char path[4096], a[32];
-	spw_client *c = NULL;
-	int r;
+	char a[32];
+	spw_client *c;
+	int r = control_client(dir, &c);
 
-	if (dir && (size_t)snprintf(path, sizeof(path), "%s/control.sock", dir) >= sizeof(path)) {
-		fprintf(stderr, "spillwayctl: --socket-dir %s: path too long\n", dir);
+	if (r == 2)
 		return 2;
-	}
-	r = spw_client_new(NULL, &c);
-	if (r == 0)
-		r = spw_client_connect(c, dir ? path : NULL);
 	if (r == 0)
 		r = restore ? spw_client_restore(c, name, where, 0, &res) : spw_client_checkpoint(c, name, where, &res);
 	if (r < 0) {

@@ -241,6 +241,9 @@ uint32_t pager_take_slot(struct pager *p, uint64_t limit);
 
 /* An orphan's request completed: tears it down when it was the last. */
 void pager_orphan_done(struct pager *p);
+/* A live tensor's page, or NULL for a bad id or page or a dying tensor. */
+struct ppage *pager_lookup(const struct pager *p, uint32_t tensor, uint32_t page);
+
 /* Drops a tensor with nothing in flight: slots, swap pages, id. */
 void pager_tensor_drop(struct pager *p, uint32_t id);
 

@@ -29,21 +29,9 @@ int pager_freeze(struct pager *p, bool on)
 	return 0;
 }
 
-static struct ppage *page_at(const struct pager *p, uint32_t tensor, uint32_t page)
-{
-	const struct ptensor *t;
-
-	if (tensor >= p->ntensors)
-		return NULL;
-	t = &p->tensors[tensor];
-	if (!t->used || t->dying || page >= t->npages)
-		return NULL;
-	return &t->pages[page];
-}
-
 int pager_page_source(struct pager *p, uint32_t tensor, uint32_t page, struct pager_src *src)
 {
-	struct ppage *pg = page_at(p, tensor, page);
+	struct ppage *pg = pager_lookup(p, tensor, page);
 
 	if (!pg)
 		return -EINVAL;
@@ -78,7 +66,7 @@ int pager_page_source(struct pager *p, uint32_t tensor, uint32_t page, struct pa
 int pager_page_home(const struct pager *p, uint32_t tensor, uint32_t page, int *fd, uint64_t *off,
 		    const char **path)
 {
-	const struct ppage *pg = page_at(p, tensor, page);
+	const struct ppage *pg = pager_lookup(p, tensor, page);
 
 	if (!pg || !p->tensors[tensor].swappable || pg->state != PAGER_ZERO || pg->disk == NONE)
 		return -EINVAL;
@@ -89,7 +77,7 @@ int pager_page_home(const struct pager *p, uint32_t tensor, uint32_t page, int *
 
 void pager_page_loaded(struct pager *p, uint32_t tensor, uint32_t page, uint32_t crc)
 {
-	struct ppage *pg = page_at(p, tensor, page);
+	struct ppage *pg = pager_lookup(p, tensor, page);
 
 	if (!pg || pg->state != PAGER_ZERO)
 		return;

@@ -23,7 +23,7 @@ void pager_set_msg(struct pager *p, const char *fmt, ...)
 	va_end(ap);
 }
 
-static struct ppage *lookup(const struct pager *p, uint32_t tensor, uint32_t page)
+struct ppage *pager_lookup(const struct pager *p, uint32_t tensor, uint32_t page)
 {
 	const struct ptensor *t;
 
@@ -122,7 +122,7 @@ void pager_overwrite(struct pager *p, struct ppage *pg)
 
 static int pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_data, bool rewrite)
 {
-	struct ppage *pg = lookup(p, tensor, page);
+	struct ppage *pg = pager_lookup(p, tensor, page);
 	uint32_t w, s;
 
 	if (!pg)
@@ -260,7 +260,7 @@ int pager_pin_overwrite(struct pager *p, uint32_t tensor, uint32_t page, uint64_
 
 int pager_unpin(struct pager *p, uint32_t tensor, uint32_t page, bool dirty)
 {
-	struct ppage *pg = lookup(p, tensor, page);
+	struct ppage *pg = pager_lookup(p, tensor, page);
 
 	if (!pg)
 		return bad_id(p, "unpin", tensor, page);
@@ -323,7 +323,7 @@ uint64_t pager_unpin_all(struct pager *p)
 
 int pager_prefetch(struct pager *p, uint32_t tensor, uint32_t page)
 {
-	struct ppage *pg = lookup(p, tensor, page);
+	struct ppage *pg = pager_lookup(p, tensor, page);
 	uint64_t limit = NO_LIMIT;
 	uint32_t s;
 
@@ -703,7 +703,7 @@ const char *pager_last_error(const struct pager *p)
 
 int pager_page_state(const struct pager *p, uint32_t tensor, uint32_t page)
 {
-	const struct ppage *pg = lookup(p, tensor, page);
+	const struct ppage *pg = pager_lookup(p, tensor, page);
 
 	return pg ? pg->state : -EINVAL;
 }
