@@ -65,6 +65,7 @@ struct spw__ring {
 struct spw_client {
 	uint32_t spin_us;
 	uint32_t reply_timeout_ms;
+	char *trace_path;         /* spw_client_opts.trace_path, or NULL */
 
 	int ctl;                 /* control socket, -1 when not connected */
 	bool dead;               /* the daemon went away or the stream is out of step */
@@ -115,8 +116,9 @@ void spw__ring_fini(struct spw__ring *r);
  * fails like spw_submit_nop(). */
 int spw__submit_op(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page,
 		   uint64_t user_data);
-/* Submits SPW_OP_MARK (spw-ring.h): OPEN or COMMIT of step; a COMMIT
- * carries the loss scale's bits and the good-step word. */
+/* Submits SPW_OP_MARK (spw-ring.h): OPEN, COMMIT or STATS of step; a
+ * COMMIT carries the loss scale's bits and the good-step word, a STATS the
+ * clip coefficient's bits and the kernels' CPU microseconds. */
 int spw__submit_mark(spw_client *c, uint8_t flags, uint64_t step, uint32_t scale_bits, uint32_t good,
 		     uint64_t user_data);
 /* The same for an OPEN, waiting for the daemon's answer (the caller owns

@@ -52,6 +52,11 @@ SPW_EXPORT int spw_client_new(const struct spw_client_opts *opts, spw_client **r
 	c->reply_timeout_ms = o.reply_timeout_ms ? o.reply_timeout_ms : SPW__DEFAULT_REPLY_TIMEOUT_MS;
 	if (c->reply_timeout_ms > INT_MAX)
 		c->reply_timeout_ms = INT_MAX;
+	if (o.trace_path && *o.trace_path && !(c->trace_path = strdup(o.trace_path))) {
+		free(c->rxbuf);
+		free(c);
+		return -ENOMEM;
+	}
 	*ret = c;
 	return 0;
 }
@@ -87,6 +92,7 @@ SPW_EXPORT spw_client *spw_client_free(spw_client *c)
 		return NULL;
 	release_session(c);
 	close_fd(&c->ctl);
+	free(c->trace_path);
 	free(c->rxbuf);
 	free(c);
 	return NULL;

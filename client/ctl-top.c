@@ -41,6 +41,7 @@ struct row {
 	char state[16];
 	double region, resident, inslot, disk, pinned;
 	double step, step_s;        /* the optimizer's committed step, time between commits */
+	double adam_s;              /* its kernels' CPU time in the last step */
 	double read_bytes, write_bytes, read_rate, write_rate;
 	double hits, misses, hit;   /* hit: -1 when no PIN needed a page yet */
 };
@@ -147,6 +148,7 @@ static void row_from(const cJSON *s, struct row *r, double dt)
 	r->region = num0(s, "region_bytes");
 	r->step = num0(s, "committed_step");
 	r->step_s = num0(s, "step_s");
+	r->adam_s = num0(s, "adam_s");
 	r->pinned = num0(s, "pages_pinned");
 	r->resident = num0(pages, "resident");
 	r->inslot = num0(pages, "clean") + num0(pages, "dirty") + num0(pages, "writing") + num0(pages, "reading");
@@ -279,11 +281,11 @@ static void draw(const cJSON *doc, double dt, int rows_max)
 	top.prev = np;
 	top.nprev = (size_t)n;
 	qsort(rows, (size_t)n, sizeof(*rows), cmp_rows);
-	line("%-24s %-9s %7s %8s %10s %7s %7s %7s %7s %9s %9s %6s", "SESSION", "STATE", "STEP", "STEP MS", "REGION",
-	     "RESID", "INSLOT", "DISK", "PINNED", "READ MB/s", "WRITE MB/s", "PF HIT");
+	line("%-24s %-9s %7s %8s %8s %10s %7s %7s %7s %7s %9s %9s %6s", "SESSION", "STATE", "STEP", "STEP MS",
+	     "ADAM MS", "REGION", "RESID", "INSLOT", "DISK", "PINNED", "READ MB/s", "WRITE MB/s", "PF HIT");
 	shown = rows_max > 0 && n > rows_max ? rows_max : n;
 	for (i = 0; i < shown; i++) {
-		char hit[16], ms[16];
+		char hit[16], ms[16], adam[16];
 
 		if (rows[i].hit < 0)
 			snprintf(hit, sizeof(hit), "-");
@@ -294,8 +296,12 @@ static void draw(const cJSON *doc, double dt, int rows_max)
 			snprintf(ms, sizeof(ms), "%.1f", rows[i].step_s * 1e3);
 		else
 			snprintf(ms, sizeof(ms), "-");
-		line("%-24.24s %-9.9s %7.0f %8s %10s %7.0f %7.0f %7.0f %7.0f %9.1f %10.1f %6s", rows[i].name,
-		     rows[i].state, rows[i].step, ms, bytes(rows[i].region, a, sizeof(a)), rows[i].resident,
+		if (rows[i].adam_s > 0)
+			snprintf(adam, sizeof(adam), "%.1f", rows[i].adam_s * 1e3);
+		else
+			snprintf(adam, sizeof(adam), "-");
+		line("%-24.24s %-9.9s %7.0f %8s %8s %10s %7.0f %7.0f %7.0f %7.0f %9.1f %10.1f %6s", rows[i].name,
+		     rows[i].state, rows[i].step, ms, adam, bytes(rows[i].region, a, sizeof(a)), rows[i].resident,
 		     rows[i].inslot, rows[i].disk, rows[i].pinned, rows[i].read_rate, rows[i].write_rate, hit);
 	}
 	if (shown < n)

@@ -5,7 +5,8 @@
  * trace-event JSON (Perfetto, chrome://tracing). The daemon hands a
  * read-only descriptor of the session's rings memfd (control message
  * io_log; the session's uid or root), whose I/O log (spw-ring.h) is read
- * every 20 ms for N seconds. The trainer's own spans are in its own
+ * every 20 ms for N seconds, with the daemon's gauges of the region
+ * (slots in use, pins in flight) as counters. The trainer's own spans are in its own
  * timeline (SPILLWAY_TRACE); both use CLOCK_MONOTONIC, so the files line
  * up when merged.
  */
@@ -27,11 +28,40 @@
 #include "util/json.h"
 #include "util/unixsock.h"
 
+struct gauge_sample {
+	uint64_t ts, v[2]; /* slots in use, pins in flight */
+};
+
 struct capture {
 	struct spw_io_event *ev;
 	size_t n, cap;
 	uint64_t seen, lost;
+	struct gauge_sample *gs; /* the daemon's gauges, when they changed */
+	size_t ngs, gcap;
 };
+
+static const char *const gauge_name[2] = { "region slots in use", "pins in flight" };
+
+/* Samples the daemon's gauges of the region; kept when they moved. */
+static int sample(struct capture *cp, const struct spw_io_log_hdr *hdr)
+{
+	struct gauge_sample g = { .ts = now_ns(), .v = { __atomic_load_n(&hdr->slots_used, __ATOMIC_RELAXED),
+							 __atomic_load_n(&hdr->pages_pinned, __ATOMIC_RELAXED) } };
+
+	if (cp->ngs && !memcmp(cp->gs[cp->ngs - 1].v, g.v, sizeof(g.v)))
+		return 0;
+	if (cp->ngs == cp->gcap) {
+		size_t cap = cp->gcap ? cp->gcap * 2 : 256;
+		void *p = realloc(cp->gs, cap * sizeof(*cp->gs));
+
+		if (!p)
+			return -ENOMEM;
+		cp->gs = p;
+		cp->gcap = cap;
+	}
+	cp->gs[cp->ngs++] = g;
+	return 0;
+}
 
 /* One request, one reply (with at most one descriptor); the reply parsed,
  * or NULL with the reason printed. */
@@ -131,6 +161,11 @@ static int write_trace(const struct capture *cp, const char *session, const char
 			rd ? "disk read" : "disk write", rd ? 1 : 2, (double)e->start_ns / 1e3,
 			(double)(e->end_ns - e->start_ns) / 1e3, e->tensor, e->page, e->res);
 	}
+	for (size_t i = 0; i < cp->ngs; i++)
+		for (unsigned k = 0; k < 2; k++)
+			fprintf(f, ",\n{\"ph\":\"C\",\"name\":\"%s\",\"pid\":1,\"tid\":0,\"ts\":%.3f,"
+				   "\"args\":{\"value\":%ju}}",
+				gauge_name[k], (double)cp->gs[i].ts / 1e3, (uintmax_t)cp->gs[i].v[k]);
 	fprintf(f, "\n]}\n");
 	if (f != stdout && fclose(f) != 0)
 		return -errno;
@@ -189,7 +224,7 @@ int ctl_trace_main(const char *dir, const char *session, const char *seconds, co
 	cp.seen = __atomic_load_n(&hdr->tail, __ATOMIC_ACQUIRE);
 	fprintf(stderr, "spillwayctl trace: %s's disk I/O for %g s ...\n", session, secs);
 	end_ns = now_ns() + (uint64_t)(secs * 1e9);
-	while (now_ns() < end_ns && drain(&cp, hdr, log) == 0)
+	while (now_ns() < end_ns && drain(&cp, hdr, log) == 0 && sample(&cp, hdr) == 0)
 		usleep(20 * 1000);
 	drain(&cp, hdr, log);
 	munmap(map, bytes);
@@ -202,6 +237,7 @@ int ctl_trace_main(const char *dir, const char *session, const char *seconds, co
 	r = 0;
 out:
 	free(cp.ev);
+	free(cp.gs);
 	if (rfd >= 0)
 		close(rfd);
 	close(fd);

@@ -25,6 +25,7 @@
 #define UD_PREFETCH 2u
 #define UD_FETCH_HINT 3u
 #define UD_MARK 4u /* persist.c */
+#define UD_STATS 5u /* persist.c */
 
 static void push(struct job **head, struct job *j)
 {
@@ -309,6 +310,10 @@ static void completion(spw_optimizer *o, const struct spw_completion *cp)
 
 	if (cp->user_data == UD_MARK) {
 		spw__persist_marked(o, cp->res);
+		return;
+	}
+	if (cp->user_data == UD_STATS) {
+		o->hints_inflight--; /* figures for status only: nothing waits on them */
 		return;
 	}
 	if (cp->user_data == UD_STEP || cp->user_data == UD_PREFETCH || cp->user_data == UD_FETCH_HINT) {

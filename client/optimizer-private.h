@@ -254,6 +254,8 @@ struct spw_optimizer {
 		uint64_t ended;         /* the last step whose end() ran */
 		uint64_t acked;         /* COMMITs the daemon has answered up to (free waits) */
 		uint32_t scale_bits, good; /* what COMMIT(ended) carries */
+		uint32_t coef_bits;     /* and the STATS after it: the step's clip coefficient */
+		uint64_t adam_ns_seen;  /* st_adam_ns at the last STATS */
 		/* engine */
 		uint64_t opened, committed;
 	} persist;
@@ -262,6 +264,7 @@ struct spw_optimizer {
 	/* The daemon's I/O log as far as the timeline has it (trace-daemon.c). */
 	uint64_t io_seen;
 	uint32_t traced_inflight;       /* the engine's last "jobs in flight" counter value */
+	uint64_t traced_gauge[2];       /* the daemon's gauges as last put on the timeline, + 1 (0: never) */
 	struct spw_io_event *io_buf;    /* SPW_IO_LOG_ENTRIES, while tracing */
 	uint32_t *io_map, io_map_n;     /* daemon tensor id -> optimizer tensor + 1 (0: none) */
 	uint64_t t_step;                /* this step's begin, when tracing */

@@ -240,7 +240,7 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	o->ring_cap = info.cq_entries < info.sq_entries ? info.cq_entries : info.sq_entries;
 	o->k = spw_kernels();
 	atomic_store(&o->st_hints, 1);
-	o->trace = spw__trace_from_env();
+	o->trace = spw__trace_new(c->trace_path);
 	r = spw__persist_init(o);
 	if (r < 0)
 		goto fail;

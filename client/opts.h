@@ -34,7 +34,7 @@
  * caller need not have zeroed), and the struct's constant here stays what
  * it was: offsetof(struct ..., the first added field) once there is one.
  */
-#define SPW__CLIENT_OPTS_SIZE_VER0 sizeof(struct spw_client_opts)
+#define SPW__CLIENT_OPTS_SIZE_VER0 offsetof(struct spw_client_opts, trace_path)
 #define SPW__ATTACH_OPTS_SIZE_VER0 offsetof(struct spw_attach_opts, swap_bytes)
 #define SPW__SESSION_INFO_SIZE_VER0 offsetof(struct spw_session_info, swap_bytes)
 /* wait_timeout_ms came after the first version (spillway.h). */

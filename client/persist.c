@@ -16,6 +16,7 @@
 
 /* User data of MARK completions (engine.c's are 1..3; jobs far above). */
 #define UD_MARK 4u
+#define UD_STATS 5u /* engine.c: a STATS mark's answer only frees its ring room */
 
 #define LAYOUT_NAME "spw.opt.layout"
 #define LAYOUT_MAGIC 0x4c575053u /* "SPWL" */
@@ -238,8 +239,8 @@ bool spw__persist_open(spw_optimizer *o, const struct job *j)
 
 void spw__persist_commit(spw_optimizer *o)
 {
-	uint64_t step;
-	uint32_t bits, good;
+	uint64_t step, adam_ns, adam_us;
+	uint32_t bits, good, coef;
 	bool ready;
 
 	/* Every session commits its steps: status, metrics and top show
@@ -249,9 +250,20 @@ void spw__persist_commit(spw_optimizer *o)
 	ready = step > o->persist.committed && o->persist.mod_left[step & 1] == 0;
 	bits = o->persist.scale_bits;
 	good = o->persist.good;
+	coef = o->persist.coef_bits;
 	pthread_mutex_unlock(&o->lock);
-	if (!ready || o->hints_inflight + o->ring_reserved + 1 > o->ring_cap)
+	if (!ready || o->hints_inflight + o->ring_reserved + 2 > o->ring_cap)
 		return;
+	/* The step's figures for status and metrics, before its COMMIT, so
+	 * whoever saw the COMMIT answered sees them too. Best effort: a full
+	 * ring only loses a sample. */
+	adam_ns = atomic_load_explicit(&o->st_adam_ns, memory_order_relaxed);
+	adam_us = (adam_ns - o->persist.adam_ns_seen) / 1000;
+	if (spw__submit_mark(o->c, SPW_MARK_STATS, step, coef, adam_us > UINT32_MAX ? UINT32_MAX : (uint32_t)adam_us,
+			     UD_STATS) == 0) {
+		o->hints_inflight++;
+		o->persist.adam_ns_seen = adam_ns;
+	}
 	if (spw__submit_mark(o->c, SPW_MARK_COMMIT, step, bits, good, UD_MARK) < 0)
 		return;
 	o->hints_inflight++;

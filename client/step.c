@@ -450,6 +450,7 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 	o->persist.ended = o->step;
 	memcpy(&o->persist.scale_bits, &out.next_loss_scale, sizeof(o->persist.scale_bits));
 	o->persist.good = (o->dynamic ? o->dyn_scale.good_steps & 0x7fffffffu : 0) | (uint32_t)skip << 31;
+	memcpy(&o->persist.coef_bits, &coef, sizeof(o->persist.coef_bits));
 	pthread_mutex_unlock(&o->lock);
 	spw__opt_wake(o);
 	TRACE_SPAN(o, SPW_TRACK_TRAINER, "step", o->t_step, now_ns(), UINT32_MAX, UINT32_MAX, o->step);

@@ -4,8 +4,9 @@
  * every disk read and write of the session in the rings memfd (the I/O
  * log, spw-ring.h); while tracing, the engine copies new records out on
  * each pass and puts them on the "spillwayd: disk" track, named by the
- * optimizer's tensor and the page (= chunk). One clock: both sides stamp
- * with CLOCK_MONOTONIC. The log is the daemon's to write and ours only to
+ * optimizer's tensor and the page (= chunk), with the daemon's gauges of
+ * the region (slots in use, pins in flight) as counters. One clock: both
+ * sides stamp with CLOCK_MONOTONIC. The log is the daemon's to write and ours only to
  * read; nothing in it is trusted beyond showing it.
  */
 #include <stdlib.h>
@@ -42,6 +43,22 @@ static uint32_t tensor_of(const spw_optimizer *o, uint32_t id)
 	return id < o->io_map_n && o->io_map[id] ? o->io_map[id] - 1 : UINT32_MAX;
 }
 
+/* The daemon's gauges of the region (spw-ring.h), as counters when they
+ * moved since the last look: sampled, so a swing between two engine
+ * passes may not show. */
+static void trace_gauges(spw_optimizer *o, const struct spw_io_log_hdr *h)
+{
+	static const char *const name[2] = { "region slots in use", "pins in flight" };
+	uint64_t v[2] = { __atomic_load_n(&h->slots_used, __ATOMIC_RELAXED),
+			  __atomic_load_n(&h->pages_pinned, __ATOMIC_RELAXED) };
+
+	for (unsigned i = 0; i < 2; i++)
+		if (o->traced_gauge[i] != v[i] + 1) {
+			o->traced_gauge[i] = v[i] + 1;
+			spw__trace_counter(o->trace, name[i], now_ns(), v[i]);
+		}
+}
+
 void spw__opt_trace_disk(spw_optimizer *o)
 {
 	const struct spw__ring *r = &o->c->ring;
@@ -51,6 +68,7 @@ void spw__opt_trace_disk(spw_optimizer *o)
 	 * what came before is the set-up's. */
 	if (!o->trace || !r->io_hdr || !o->io_map)
 		return;
+	trace_gauges(o, r->io_hdr);
 	tail = __atomic_load_n(&r->io_hdr->tail, __ATOMIC_ACQUIRE);
 	if (tail == o->io_seen)
 		return;

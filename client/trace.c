@@ -5,7 +5,9 @@
  * (complete) events in microseconds of CLOCK_MONOTONIC (now_ns), the clock
  * the daemon uses too, so its spans can join these later. Memory is fixed:
  * a ring of SPILLWAY_TRACE_EVENTS events (default 200000), the oldest
- * overwritten, so a long run keeps its last steps.
+ * overwritten, and the file holds what happened from the start of the
+ * last SPILLWAY_TRACE_STEPS steps (default 20) on, so a long run keeps its
+ * last steps.
  *
  * Lanes: spans of one kind overlap (a window of jobs is in flight at once)
  * and a viewer draws only nested spans on one track, so each kind has
@@ -25,6 +27,8 @@
 
 #define DEFAULT_EVENTS 200000u
 #define MAX_EVENTS (64u << 20)
+#define DEFAULT_STEPS 20u
+#define MAX_STEPS (1u << 20)
 #define LANES 32u
 #define COUNTER_TID UINT32_MAX /* an event with this tid is a counter: its value in step */
 
@@ -40,6 +44,10 @@ struct spw__trace {
 	char *path;
 	struct event *ev;
 	size_t cap, head, count;        /* head: the next slot written */
+	/* When the last nsteps steps began (a ring): what ended before the
+	 * oldest of them is not written. */
+	uint64_t *step_t0, steps_seen;
+	size_t nsteps;
 	uint64_t lane_end[SPW_TRACK__N][LANES];
 	uint32_t lanes_used[SPW_TRACK__N];
 };
@@ -58,35 +66,45 @@ static uint32_t tid_of(unsigned track, unsigned lane)
 	return (uint32_t)(track + 1) * 100u + lane;
 }
 
-struct spw__trace *spw__trace_from_env(void)
+/* A positive count from the environment, or def when unset or unusable
+ * (no logging here: a bad value keeps the default). */
+static size_t env_count(const char *name, size_t def, size_t max)
 {
-	const char *path = getenv("SPILLWAY_TRACE");
-	const char *n = getenv("SPILLWAY_TRACE_EVENTS");
-	size_t cap = DEFAULT_EVENTS;
+	const char *n = getenv(name);
+	char *end;
+	unsigned long v;
+
+	if (!n || !*n)
+		return def;
+	v = strtoul(n, &end, 10);
+	return !*end && v > 0 && v <= max ? v : def;
+}
+
+struct spw__trace *spw__trace_new(const char *path)
+{
+	size_t cap = env_count("SPILLWAY_TRACE_EVENTS", DEFAULT_EVENTS, MAX_EVENTS);
+	size_t steps = env_count("SPILLWAY_TRACE_STEPS", DEFAULT_STEPS, MAX_STEPS);
 	struct spw__trace *t;
 
 	if (!path || !*path)
+		path = getenv("SPILLWAY_TRACE");
+	if (!path || !*path)
 		return NULL;
-	if (n && *n) {
-		char *end;
-		unsigned long v = strtoul(n, &end, 10);
-
-		/* Anything unusable keeps the default: no logging here. */
-		if (!*end && v > 0 && v <= MAX_EVENTS)
-			cap = v;
-	}
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return NULL;
 	t->path = strdup(path);
 	t->ev = calloc(cap, sizeof(*t->ev));
-	if (!t->path || !t->ev) {
+	t->step_t0 = calloc(steps, sizeof(*t->step_t0));
+	if (!t->path || !t->ev || !t->step_t0) {
 		free(t->path);
 		free(t->ev);
+		free(t->step_t0);
 		free(t);
 		return NULL;
 	}
 	t->cap = cap;
+	t->nsteps = steps;
 	pthread_mutex_init(&t->lock, NULL);
 	return t;
 }
@@ -100,6 +118,8 @@ void spw__trace_span(struct spw__trace *t, enum spw__trace_track track, const ch
 	if (t1 < t0)
 		t1 = t0;
 	pthread_mutex_lock(&t->lock);
+	if (track == SPW_TRACK_TRAINER)
+		t->step_t0[t->steps_seen++ % t->nsteps] = t0;
 	for (lane = 0; lane < LANES - 1; lane++)
 		if (t->lane_end[track][lane] <= t0)
 			break;
@@ -189,12 +209,16 @@ int spw__trace_write(struct spw__trace *t)
 		return -ENOMEM;
 	/* A copy, so hooks wait only for a memcpy, never for the disk. */
 	pthread_mutex_lock(&t->lock);
-	count = t->count;
-	snap = malloc((count ? count : 1) * sizeof(*snap));
+	snap = malloc((t->count ? t->count : 1) * sizeof(*snap));
 	if (snap) {
-		start = (t->head + t->cap - count) % t->cap;
-		for (size_t i = 0; i < count; i++)
-			snap[i] = t->ev[(start + i) % t->cap];
+		/* The last nsteps steps, and what runs after them. */
+		uint64_t cutoff = t->steps_seen >= t->nsteps ? t->step_t0[t->steps_seen % t->nsteps] : 0;
+
+		start = (t->head + t->cap - t->count) % t->cap;
+		count = 0;
+		for (size_t i = 0; i < t->count; i++)
+			if (t->ev[(start + i) % t->cap].t1 >= cutoff)
+				snap[count++] = t->ev[(start + i) % t->cap];
 		memcpy(lanes, t->lanes_used, sizeof(lanes));
 	}
 	pthread_mutex_unlock(&t->lock);
@@ -221,6 +245,7 @@ int spw__trace_free(struct spw__trace *t)
 	r = spw__trace_write(t);
 	pthread_mutex_destroy(&t->lock);
 	free(t->ev);
+	free(t->step_t0);
 	free(t->path);
 	free(t);
 	return r;

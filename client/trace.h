@@ -25,9 +25,10 @@ enum spw__trace_track {
 	SPW_TRACK__N,
 };
 
-/* A trace recorder when SPILLWAY_TRACE names a file, else NULL (also when
- * memory is short: tracing is a diagnostic, never a reason to fail). */
-struct spw__trace *spw__trace_from_env(void);
+/* A trace recorder writing to path (the client's trace_path), or when that
+ * is NULL or empty to SPILLWAY_TRACE; NULL when neither names a file (also
+ * when memory is short: tracing is a diagnostic, never a reason to fail). */
+struct spw__trace *spw__trace_new(const char *path);
 
 /* Records one complete span [t0, t1] (now_ns() clock) named name (a
  * string literal) on track; tensor and chunk go to its args (UINT32_MAX:

@@ -154,6 +154,41 @@ static void step_families(struct mtext *t, const struct snap *sn, size_t n)
 	for (size_t i = 0; i < n; i++)
 		mtext_sample(t, "spillway_session_skipped_steps_total", (double)sn[i].s->skipped_steps, "session",
 			     sn[i].s->name, NULL);
+	mtext_family(t, "spillway_session_adam_seconds", "gauge",
+		     "CPU time of the optimizer's kernels (summed over its threads) for the session's last committed "
+		     "step, as its client reported it.");
+	for (size_t i = 0; i < n; i++)
+		mtext_sample(t, "spillway_session_adam_seconds", (double)sn[i].s->adam_us / 1e6, "session",
+			     sn[i].s->name, NULL);
+	mtext_family(t, "spillway_session_clip_coefficient", "gauge",
+		     "The gradient clipping coefficient of the session's last committed step (1: not clipped), as its "
+		     "client reported it; absent before the first.");
+	for (size_t i = 0; i < n; i++)
+		if (sn[i].s->clip_coef >= 0.0f)
+			mtext_sample(t, "spillway_session_clip_coefficient", sn[i].s->clip_coef, "session",
+				     sn[i].s->name, NULL);
+}
+
+/* One operation's latency histogram: cumulative buckets up to +Inf (all
+ * the requests counted), then the sum and count. */
+static void io_histogram(struct mtext *t, const char *session, const char *op, const uint64_t *per_bucket,
+			 uint64_t sum_ns, uint64_t count)
+{
+	uint64_t below = 0;
+
+	for (unsigned b = 0; b < PAGER_LAT_BUCKETS; b++) {
+		char le[32];
+
+		below += per_bucket[b];
+		if (pager_lat_bounds_us[b] == UINT64_MAX)
+			snprintf(le, sizeof(le), "+Inf");
+		else
+			snprintf(le, sizeof(le), "%g", (double)pager_lat_bounds_us[b] / 1e6);
+		mtext_sample(t, "spillway_swap_io_seconds_bucket", (double)below, "session", session, "op", op, "le", le,
+			     NULL);
+	}
+	mtext_sample(t, "spillway_swap_io_seconds_sum", (double)sum_ns / 1e9, "session", session, "op", op, NULL);
+	mtext_sample(t, "spillway_swap_io_seconds_count", (double)count, "session", session, "op", op, NULL);
 }
 
 static void session_families(struct mtext *t, const struct snap *sn, size_t n)
@@ -186,22 +221,13 @@ static void session_families(struct mtext *t, const struct snap *sn, size_t n)
 	PS(t, sn, n, "spillway_session_write_bytes_total", "counter", "Bytes the session's pages wrote to swap.",
 	   write_bytes);
 
-	/* The ring keeps no latency buckets, only each request's latency
-	 * summed: a summary with no quantiles (rate(_sum)/rate(_count) is
-	 * the mean latency over any window). */
-	mtext_family(t, "spillway_swap_io_seconds", "summary",
-		     "Swap request latency, submit to completion, per session and operation (sum and count only).");
+	mtext_family(t, "spillway_swap_io_seconds", "histogram",
+		     "Swap request latency, submit to completion, per session and operation.");
 	for (size_t i = 0; i < n; i++) {
 		if (!sn[i].has_pager)
 			continue;
-		mtext_sample(t, "spillway_swap_io_seconds_sum", (double)sn[i].st.read_ns / 1e9, "session", sn[i].s->name,
-			     "op", "read", NULL);
-		mtext_sample(t, "spillway_swap_io_seconds_count", (double)sn[i].st.reads, "session", sn[i].s->name, "op",
-			     "read", NULL);
-		mtext_sample(t, "spillway_swap_io_seconds_sum", (double)sn[i].st.write_ns / 1e9, "session",
-			     sn[i].s->name, "op", "write", NULL);
-		mtext_sample(t, "spillway_swap_io_seconds_count", (double)sn[i].st.writes, "session", sn[i].s->name, "op",
-			     "write", NULL);
+		io_histogram(t, sn[i].s->name, "read", sn[i].st.read_lat, sn[i].st.read_ns, sn[i].st.reads);
+		io_histogram(t, sn[i].s->name, "write", sn[i].st.write_lat, sn[i].st.write_ns, sn[i].st.writes);
 	}
 
 	PS(t, sn, n, "spillway_pins_total", "counter", "PIN operations the session's pager took.", pins);

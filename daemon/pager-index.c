@@ -88,6 +88,13 @@ void pager_page_sync(struct pager *p, struct ppage *pg)
 			pg->flags &= (uint8_t)~F_SPARE;
 		}
 	}
+	/* Every slot and pin change passes here: publish the gauges when
+	 * they moved (a store into the session's rings, no syscall). */
+	if (p->c.gauges && (p->c.nslots - p->nfree != p->pub_slots || p->npinned != p->pub_pinned)) {
+		p->pub_slots = p->c.nslots - p->nfree;
+		p->pub_pinned = p->npinned;
+		p->c.gauges(p->c.ctx, p->pub_slots, p->pub_pinned);
+	}
 }
 
 /* Every slot accounted once: a slot's page points back at it and a

@@ -122,6 +122,20 @@ static const char *err_text(int res)
 	return res == -EBADMSG ? "checksum mismatch" : strerror(-res);
 }
 
+const uint64_t pager_lat_bounds_us[PAGER_LAT_BUCKETS] = {
+	100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, 5000000, UINT64_MAX,
+};
+
+/* The latency bucket of a request that took ns. */
+static unsigned lat_bucket(uint64_t ns)
+{
+	unsigned b = 0;
+
+	while (ns > pager_lat_bounds_us[b] * 1000u && b + 1 < PAGER_LAT_BUCKETS)
+		b++;
+	return b;
+}
+
 /* got: the checksum of what the read brought (when res is 0). */
 static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int res, uint32_t got)
 {
@@ -132,6 +146,7 @@ static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int r
 		p->st.reads++;
 		p->st.read_bytes += p->c.page_size;
 		p->st.read_ns += dt;
+		p->st.read_lat[lat_bucket(dt)]++;
 		if (got != pg->crc) {
 			p->st.checksum_errors++;
 			res = -EBADMSG;
@@ -240,6 +255,7 @@ static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 		p->st.writes++;
 		p->st.write_bytes += p->c.page_size;
 		p->st.write_ns += dt;
+		p->st.write_lat[lat_bucket(dt)]++;
 		pg->crc = pg->wcrc;
 		pg->flags |= F_ONDISK;
 		pg->read_failed = false; /* a fresh copy on disk */

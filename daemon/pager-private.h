@@ -165,6 +165,7 @@ struct pager {
 	 * kept by pager_page_sync() too, never walked. */
 	uint64_t by_state[PAGER__STATES];
 	uint64_t npinned, nondisk;
+	uint64_t pub_slots, pub_pinned; /* the gauges as last published (c.gauges) */
 	uint32_t ntensors_used;
 
 	struct {

@@ -120,6 +120,9 @@ struct pager_config {
 	 * -errno), the transfer having started at t0 (now_ns() clock). May
 	 * be NULL. */
 	void (*io_event)(void *ctx, uint32_t tensor, uint32_t page, int op, uint64_t t0, uint64_t t1, int32_t res);
+	/* The slots in use (nslots - free) or the pinned pages changed: their
+	 * new values, for the client's timeline counters. May be NULL. */
+	void (*gauges)(void *ctx, uint64_t slots_used, uint64_t pages_pinned);
 	/* Runs j->fn elsewhere and j->done on this thread later (or both at
 	 * once, in order, when it cannot). NULL: both inline. */
 	void (*offload)(void *ctx, struct pager_job *j);
@@ -247,6 +250,11 @@ enum pager_page_state {
 int pager_page_state(const struct pager *p, uint32_t tensor, uint32_t page);
 const char *pager_state_name(unsigned state);
 
+/* Swap request latency buckets (submit to completion), upper bounds in
+ * microseconds, the last UINT64_MAX (+Inf): metrics.c's histogram. */
+#define PAGER_LAT_BUCKETS 14
+extern const uint64_t pager_lat_bounds_us[PAGER_LAT_BUCKETS];
+
 struct pager_stats {
 	/* Geometry and now. */
 	uint32_t page_size, nslots;
@@ -267,6 +275,7 @@ struct pager_stats {
 	 * *_ns sum each request's latency (submit to completion). */
 	uint64_t reads, read_bytes, read_ns;
 	uint64_t writes, write_bytes, write_ns;
+	uint64_t read_lat[PAGER_LAT_BUCKETS], write_lat[PAGER_LAT_BUCKETS]; /* requests per bucket, not cumulative */
 	uint64_t fsyncs;
 	/* PIN outcomes. */
 	uint64_t pins;

@@ -214,6 +214,14 @@ int32_t persist_mark(struct session *s, const struct spw_sqe *sqe)
 			s->opened_step = sqe->arg;
 		return 0;
 	}
+	if (sqe->flags == SPW_MARK_STATS) {
+		float coef;
+
+		memcpy(&coef, &sqe->tensor, sizeof(coef));
+		s->clip_coef = coef >= 0.0f && coef <= 1.0f ? coef : -1.0f; /* -1: none worth showing */
+		s->adam_us = sqe->page;
+		return 0;
+	}
 	uint64_t now = uv_hrtime();
 
 	/* The client's word: a new optimizer on the session may count

@@ -126,6 +126,8 @@ static int doorbells_create(struct session *s, char *err, size_t errlen)
 	return r;
 }
 
+static void session_gauges(void *ctx, uint64_t slots_used, uint64_t pages_pinned);
+
 int session_takeover(struct session *s, struct client *owner, char *err, size_t errlen)
 {
 	int r;
@@ -152,6 +154,12 @@ int session_takeover(struct session *s, struct client *owner, char *err, size_t 
 	}
 	if (s->tclaimed)
 		memset(s->tclaimed, 0, s->ntnames_cap);
+	if (s->pager) { /* the new rings' gauges start where the pager is */
+		struct pager_stats st;
+
+		pager_stats(s->pager, &st);
+		session_gauges(s, st.nslots - st.slots_free, st.pages_pinned);
+	}
 	return 0;
 }
 
@@ -208,6 +216,18 @@ static void session_io_event(void *ctx, uint32_t tensor, uint32_t page, int op, 
 			 __ATOMIC_RELEASE);
 }
 
+static void session_gauges(void *ctx, uint64_t slots_used, uint64_t pages_pinned)
+{
+	struct session *s = ctx;
+	struct spw_io_log_hdr *h;
+
+	if (!s->rings)
+		return;
+	h = (struct spw_io_log_hdr *)(s->rings + s->layout.io_hdr_off);
+	__atomic_store_n(&h->slots_used, slots_used, __ATOMIC_RELAXED);
+	__atomic_store_n(&h->pages_pinned, pages_pinned, __ATOMIC_RELAXED);
+}
+
 /* The page table over the mapped region, and the swap files when the
  * session has swap. At most one completion per CQ entry can be pending, so
  * the pager never owes more completions than the CQ can take. */
@@ -229,6 +249,7 @@ static int pager_create(struct session *s, char *err, size_t errlen)
 		.complete = dataplane_complete,
 		.tensor_removed = session_tensor_removed,
 		.io_event = session_io_event,
+		.gauges = session_gauges,
 		.offload = session_offload,
 		.ctx = s,
 	};
@@ -333,6 +354,7 @@ int session_attach(struct daemon *d, struct client *owner, const char *name, uin
 	s->d = d;
 	s->owner = owner;
 	s->rings_fd = s->rings_ro_fd = s->sq_evt = s->cq_evt = -1;
+	s->clip_coef = -1.0f;
 	list_init(&s->poll_link);
 	s->bytes = region_bytes;
 	s->page_size = page_size;

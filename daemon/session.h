@@ -81,6 +81,8 @@ struct session {
 	struct restore *restore;
 	uint64_t last_commit_ns, step_ns; /* step_ns: moving average of the time between COMMITs */
 	uint64_t skipped_steps;           /* COMMITs of steps skipped for inf/nan */
+	float clip_coef;                  /* the last MARK STATS': in [0, 1], or -1 (none yet) */
+	uint32_t adam_us;                 /* its optimizer kernels' CPU time */
 
 	char **tnames;          /* by tensor id (the pager's); NULL: free id */
 	uint8_t *tclaimed;      /* by tensor id: adopted since the last takeover */

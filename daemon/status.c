@@ -211,6 +211,10 @@ static cJSON *session_json(const struct session *s)
 	cJSON_AddNumberToObject(o, "committed_step", (double)s->committed_step);
 	cJSON_AddNumberToObject(o, "step_s", (double)s->step_ns / 1e9);
 	cJSON_AddNumberToObject(o, "skipped_steps", (double)s->skipped_steps);
+	/* The optimizer's own figures of its last step (MARK STATS). */
+	cJSON_AddNumberToObject(o, "adam_s", (double)s->adam_us / 1e6);
+	if (s->clip_coef >= 0.0f)
+		cJSON_AddNumberToObject(o, "clip_coef", s->clip_coef);
 	cJSON_AddBoolToObject(o, "step_open", s->opened_step > s->committed_step);
 	cJSON_AddNumberToObject(o, "region_bytes", (double)s->bytes);
 	/* While attaching: how far locking (or prefaulting) the region is. */

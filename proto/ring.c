@@ -50,9 +50,10 @@ int spw_sqe_check(const struct spw_sqe *sqe)
 			return -EINVAL;
 		break;
 	case SPW_OP_MARK:
-		/* One of OPEN and COMMIT, for a step from 1; an OPEN carries
-		 * no scale. */
-		if ((sqe->flags != SPW_MARK_OPEN && sqe->flags != SPW_MARK_COMMIT) || sqe->arg == 0 ||
+		/* One of OPEN, COMMIT and STATS, for a step from 1; an OPEN
+		 * carries no scale. */
+		if ((sqe->flags != SPW_MARK_OPEN && sqe->flags != SPW_MARK_COMMIT && sqe->flags != SPW_MARK_STATS) ||
+		    sqe->arg == 0 ||
 		    (sqe->flags == SPW_MARK_OPEN && (sqe->tensor || sqe->page)))
 			return -EINVAL;
 		break;

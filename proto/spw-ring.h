@@ -59,6 +59,11 @@ enum spw_op {
  * daemon keeps the last of each for a persistent session's next client. */
 #define SPW_MARK_OPEN   (1u << 0)
 #define SPW_MARK_COMMIT (1u << 1)
+/* Before a COMMIT, the step's figures only the client knows, for status and
+ * metrics: the step in arg, the clip coefficient's float bits in tensor,
+ * the optimizer kernels' CPU microseconds since the last COMMIT in page.
+ * Shown, never trusted: the daemon keeps a coefficient in [0, 1] only. */
+#define SPW_MARK_STATS  (1u << 2)
 
 /* sqe.flags for UNPIN */
 #define SPW_UNPIN_CLEAN 0u
@@ -125,10 +130,19 @@ struct spw_io_event {
 };
 _Static_assert(sizeof(struct spw_io_event) == 32, "io event is 32 bytes");
 
+/*
+ * Beside the log, two gauges of the session's region for the timeline's
+ * counters, stored (relaxed) by the daemon whenever they change: a reader
+ * samples them and may miss short swings. A daemon older than the gauges
+ * leaves them 0.
+ */
 struct spw_io_log_hdr {
 	uint64_t tail;             /* records ever written; written by the daemon only */
-	uint8_t pad[56];
+	uint64_t slots_used;       /* region slots holding a page (or frozen for a checkpoint) */
+	uint64_t pages_pinned;     /* pages pinned by the client and not yet unpinned */
+	uint8_t pad[40];
 };
+_Static_assert(sizeof(struct spw_io_log_hdr) == 64, "io log header is one cache line");
 
 struct spw_ring_layout {
 	uint32_t sq_entries, cq_entries;

@@ -308,8 +308,8 @@ static void test_ctl(void)
 }
 
 /* spillwayctl trace: the daemon's disk reads and writes of a session,
- * from outside the trainer, as Chrome trace JSON naming tensor and page;
- * another uid is refused. */
+ * from outside the trainer, as Chrome trace JSON naming tensor and page,
+ * with the region's slots in use as a counter; another uid is refused. */
 static void test_ctl_trace(void)
 {
 	static char out[65536];
@@ -319,7 +319,7 @@ static void test_ctl_trace(void)
 				     .page_size = PAGE };
 	spw_client *c = connect_client();
 	cJSON *doc, *e;
-	int reads = 0, writes = 0, st;
+	int reads = 0, writes = 0, st, slots_seen = 0;
 	uint32_t t;
 	FILE *p;
 
@@ -357,6 +357,14 @@ static void test_ctl_trace(void)
 		const char *name = cJSON_GetObjectItem(e, "name")->valuestring;
 		const cJSON *args = cJSON_GetObjectItem(e, "args");
 
+		/* The daemon's gauge: the region's one slot, once taken, stays
+		 * in use (a clean page cached there). */
+		if (!strcmp(name, "region slots in use")) {
+			int v = cJSON_GetObjectItem(args, "value")->valueint;
+
+			ASSERT_TRUE(v >= 0 && v <= 1);
+			slots_seen |= 1 << v;
+		}
 		if (strcmp(name, "disk read") && strcmp(name, "disk write"))
 			continue;
 		ASSERT_EQ(cJSON_GetObjectItem(args, "tensor")->valueint, (int)t);
@@ -367,6 +375,7 @@ static void test_ctl_trace(void)
 	}
 	cJSON_Delete(doc);
 	ASSERT_TRUE(reads > 0 && writes > 0);
+	ASSERT_TRUE(slots_seen & 2);
 	/* Another uid gets nothing of it. */
 	if (geteuid() == 0) {
 		snprintf(cmd, sizeof(cmd), "setpriv --reuid 65534 --regid 65534 --clear-groups %s --socket-dir %s trace "

@@ -83,13 +83,13 @@ int main(void)
 	/* top/0's row: attached, no step committed (no optimizer), 8 MiB of
 	 * 4 MiB pages resident, one pinned. */
 	{
-		char name[64], state[16], unit[16], ms[16];
+		char name[64], state[16], unit[16], ms[16], adam[16];
 		double region, resid, inslot, disk, pinned, step;
 
-		ASSERT_EQ(sscanf(strstr(out, "\ntop/0 ") + 1, "%63s %15s %lf %15s %lf %15s %lf %lf %lf %lf", name, state,
-				 &step, ms, &region, unit, &resid, &inslot, &disk, &pinned), 10);
+		ASSERT_EQ(sscanf(strstr(out, "\ntop/0 ") + 1, "%63s %15s %lf %15s %15s %lf %15s %lf %lf %lf %lf", name,
+				 state, &step, ms, adam, &region, unit, &resid, &inslot, &disk, &pinned), 11);
 		ASSERT_STREQ(state, "attached");
-		ASSERT_TRUE(step == 0 && !strcmp(ms, "-"));
+		ASSERT_TRUE(step == 0 && !strcmp(ms, "-") && !strcmp(adam, "-"));
 		ASSERT_TRUE(region == 32.0 && !strcmp(unit, "MiB"));
 		ASSERT_TRUE(resid == 2 && pinned == 1);
 	}

@@ -477,6 +477,17 @@ int main(void)
 	ASSERT_TRUE(value_of(text, "spillway_tier_pages{session=\"job/metrics-0\",state=\"resident\"}") == pages);
 	ASSERT_TRUE(value_of(text, "spillway_errors_total{session=\"job/metrics-0\",kind=\"ring\"}") == 0);
 	ASSERT_TRUE(value_of(text, "spillway_session_swap_bytes{session=\"job/metrics-0\"}") == 8 * MiB);
+	/* Swap latency is a histogram: its +Inf bucket counts every request. */
+	for (int w = 0; w < 2; w++) {
+		char count[256];
+
+		snprintf(series, sizeof(series),
+			 "spillway_swap_io_seconds_bucket{session=\"job/metrics-0\",op=\"%s\",le=\"+Inf\"}",
+			 w ? "write" : "read");
+		snprintf(count, sizeof(count), "spillway_swap_io_seconds_count{session=\"job/metrics-0\",op=\"%s\"}",
+			 w ? "write" : "read");
+		ASSERT_TRUE(value_of(text, series) >= 0 && value_of(text, series) == value_of(text, count));
+	}
 	/* The directory's name, escaped as the format says. */
 	{
 		char lv[300];

@@ -191,7 +191,7 @@ static void test_sqe_check(void)
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
 	s = (struct spw_sqe){ .opcode = SPW_OP_NOP, .arg = 1 };
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
-	/* MARK: exactly one of OPEN and COMMIT, a step from 1; only a
+	/* MARK: exactly one of OPEN, COMMIT and STATS, a step from 1; only a
 	 * COMMIT carries the loss scale and good steps. */
 	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .flags = SPW_MARK_COMMIT, .arg = 7, .tensor = 0x47800000u, .page = 3 };
 	ASSERT_OK(spw_sqe_check(&s));
@@ -202,6 +202,14 @@ static void test_sqe_check(void)
 	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .flags = SPW_MARK_OPEN, .arg = 1, .page = 1 };
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
 	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .arg = 1 };
+	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
+	/* STATS: the step's clip coefficient and kernel time, any bits (the
+	 * daemon only shows them); never with another flag or step 0. */
+	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .flags = SPW_MARK_STATS, .arg = 2, .tensor = 0x3f800000u, .page = 9 };
+	ASSERT_OK(spw_sqe_check(&s));
+	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .flags = SPW_MARK_STATS | SPW_MARK_COMMIT, .arg = 2 };
+	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
+	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .flags = SPW_MARK_STATS };
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
 	/* PIN takes OVERWRITE (bit 0, the same bit as UNPIN's DIRTY) and
 	 * nothing else; NOP takes no flag. */

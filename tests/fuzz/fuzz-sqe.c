@@ -19,7 +19,7 @@ static bool valid_by_the_rules(const struct spw_sqe *e)
 	if (e->opcode >= SPW_OP__COUNT || e->reserved0 || e->reserved1)
 		return false;
 	if (e->opcode == SPW_OP_MARK)
-		return e->arg != 0 && (e->flags == SPW_MARK_COMMIT ||
+		return e->arg != 0 && (e->flags == SPW_MARK_COMMIT || e->flags == SPW_MARK_STATS ||
 				       (e->flags == SPW_MARK_OPEN && e->tensor == 0 && e->page == 0));
 	if (e->arg)
 		return false;

@@ -263,7 +263,7 @@ static int run_spillway_from(const struct spw_test_daemon *d, const struct run_c
 	struct mlp_task *task;
 	const struct mlp_tensor *t;
 	spw_client *c = connect_client(d, "pipeline/0", rc->region);
-	float x[BATCH * 64], loss;
+	float x[BATCH * 64], loss, last_coef = -1.0f;
 	int32_t y[BATCH];
 	int n, r;
 
@@ -309,6 +309,7 @@ static int run_spillway_from(const struct spw_test_daemon *d, const struct run_c
 		ASSERT_OK(spw_optimizer_end(tr.opt, &res));
 		out->skipped += res.skipped;
 		out->last_norm = res.grad_norm;
+		last_coef = res.clip_coef >= 0.0f && res.clip_coef <= 1.0f ? res.clip_coef : -1.0f;
 		tr.scale = res.next_loss_scale;
 	}
 	ASSERT_OK(spw_optimizer_sync(tr.opt));
@@ -337,6 +338,10 @@ done:
 	if (tr.opt && r == 0) {
 		ASSERT_EQ(session_figure(d->status, "pipeline/0", "committed_step"), (double)rc->steps);
 		ASSERT_TRUE(rc->steps - first < 2 || session_figure(d->status, "pipeline/0", "step_s") > 0);
+		/* And the optimizer's own figures of that step (MARK STATS):
+		 * its kernels ran, and the clip coefficient it reported. */
+		ASSERT_TRUE(session_figure(d->status, "pipeline/0", "adam_s") > 0);
+		ASSERT_TRUE(fabs(session_figure(d->status, "pipeline/0", "clip_coef") - (double)last_coef) < 1e-6);
 	}
 	ASSERT_OK(spw_client_detach(c));
 	spw_client_free(c);

@@ -8,7 +8,15 @@
  *          formed; the step spans follow each other; and for every chunk
  *          the i-th D2H copy ends before the i-th kernel span starts, which
  *          ends before the i-th H2D copy starts (causal order)
+ *   disk   the NVMe tier: the daemon's reads and writes are on the
+ *          timeline, and its gauges as counters: region slots in use
+ *          (never more than the region's slots, at some point all but
+ *          none) and pins in flight
  *   ring   SPILLWAY_TRACE_EVENTS=10: exactly the last 10 spans are kept
+ *   steps  SPILLWAY_TRACE_STEPS=2: the last two steps' spans, nothing that
+ *          ended before the first of them began
+ *   path   spw_client_opts.trace_path without SPILLWAY_TRACE: the file is
+ *          written there
  */
 #include <errno.h>
 #include <stdio.h>
@@ -120,8 +128,12 @@ static void check_on(const char *path)
 {
 	static struct spans d2h[2][MAXCH], kern[2][MAXCH], h2d[2][MAXCH];
 	cJSON *root = load(path), *e;
-	double last_end = -1.0;
+	double last_end = -1.0, slots_max = 0;
 	int steps = 0, names = 0, pins = 0, chunks = 0, counters = 0;
+
+	memset(d2h, 0, sizeof(d2h));
+	memset(kern, 0, sizeof(kern));
+	memset(h2d, 0, sizeof(h2d));
 
 	cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
 		const cJSON *ph = cJSON_GetObjectItem(e, "ph"), *name = cJSON_GetObjectItem(e, "name");
@@ -136,11 +148,19 @@ static void check_on(const char *path)
 			continue;
 		}
 		if (!strcmp(ph->valuestring, "C")) {
-			/* The window's use: 0 up to the window (2 here). */
 			double v = num(args, "value");
 
-			ASSERT_STREQ(name->valuestring, "jobs in flight");
-			ASSERT_TRUE(v >= 0 && v <= 2 && num(e, "ts") > 0);
+			ASSERT_TRUE(v >= 0 && num(e, "ts") > 0);
+			/* The window's use: 0 up to the window (2 here). */
+			if (!strcmp(name->valuestring, "jobs in flight"))
+				ASSERT_TRUE(v <= 2);
+			/* The daemon's gauges: a resident session's pages
+			 * hold slots (two tensors of 5 pages of p, m, v, and
+			 * the staging) once the first step has touched them. */
+			else if (!strcmp(name->valuestring, "region slots in use"))
+				slots_max = v > slots_max ? v : slots_max;
+			else
+				ASSERT_STREQ(name->valuestring, "pins in flight");
 			counters++;
 			continue;
 		}
@@ -173,6 +193,7 @@ static void check_on(const char *path)
 	}
 	ASSERT_EQ(steps, STEPS);
 	ASSERT_GT(counters, 0);
+	ASSERT_TRUE(slots_max >= 2 * 3 * 5);
 	ASSERT_GE(names, 5);    /* one lane at least per track */
 	ASSERT_EQ(pins, 2 * 5 * STEPS);
 	for (int t = 0; t < 2; t++)
@@ -193,10 +214,10 @@ static void check_on(const char *path)
 /* The NVMe tier in a region of a third of the state: the daemon's reads
  * and writes of the session are on the timeline, each naming the tensor
  * and page, none before the first step began. */
-static void check_disk(const char *path)
+static void check_disk(const char *path, double nslots)
 {
 	cJSON *root = load(path), *e;
-	double first_step = -1.0;
+	double first_step = -1.0, slots_max = 0, pins_max = 0;
 	int reads = 0, writes = 0;
 
 	cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents"))
@@ -208,6 +229,13 @@ static void check_disk(const char *path)
 		const cJSON *args = cJSON_GetObjectItem(e, "args");
 		bool rd = !strcmp(name, "disk read"), wr = !strcmp(name, "disk write");
 
+		if (!strcmp(name, "region slots in use")) {
+			ASSERT_TRUE(num(args, "value") <= nslots);
+			if (num(args, "value") > slots_max)
+				slots_max = num(args, "value");
+		}
+		if (!strcmp(name, "pins in flight") && num(args, "value") > pins_max)
+			pins_max = num(args, "value");
 		if (!rd && !wr)
 			continue;
 		/* One clock on both sides: the daemon's spans fall in the run
@@ -219,8 +247,11 @@ static void check_disk(const char *path)
 		reads += rd;
 		writes += wr;
 	}
-	fprintf(stderr, "disk spans: %d reads, %d writes\n", reads, writes);
+	fprintf(stderr, "disk spans: %d reads, %d writes; at most %g slots in use, %g pins in flight\n", reads, writes,
+		slots_max, pins_max);
 	ASSERT_TRUE(reads > 0 && writes > 0);
+	/* The region is a third of the state: the pager fills it. */
+	ASSERT_TRUE(slots_max >= nslots - 1 && pins_max > 0);
 	cJSON_Delete(root);
 }
 
@@ -243,6 +274,33 @@ static void check_ring(const char *path)
 	/* The last step ended after its gradients' copies and before the last
 	 * kernels: it is among the newest spans, the first steps are not. */
 	ASSERT_EQ(last_step, STEPS);
+	cJSON_Delete(root);
+}
+
+/* SPILLWAY_TRACE_STEPS=keep: step spans of the last keep steps only, and
+ * no event that ended before the first of them began. */
+static void check_steps(const char *path, int keep)
+{
+	cJSON *root = load(path), *e;
+	double first = -1.0;
+	int steps = 0, events = 0;
+
+	cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents"))
+		if (!strcmp(cJSON_GetObjectItem(e, "name")->valuestring, "step")) {
+			int k = (int)num(cJSON_GetObjectItem(e, "args"), "step");
+
+			ASSERT_EQ(k, STEPS - keep + 1 + steps);
+			if (steps++ == 0)
+				first = num(e, "ts");
+		}
+	ASSERT_EQ(steps, keep);
+	cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
+		if (!strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "M"))
+			continue;
+		events++;
+		ASSERT_TRUE(num(e, "ts") + (cJSON_GetObjectItem(e, "dur") ? num(e, "dur") : 0.0) >= first);
+	}
+	ASSERT_GT(events, keep);
 	cJSON_Delete(root);
 }
 
@@ -280,7 +338,14 @@ int main(void)
 	c = connect_client(&d, "trace/disk", 12 * PAGE);
 	run_on(c, 0, SPW_TENSOR_SWAPPABLE);
 	spw_client_free(c);
-	check_disk(path);
+	check_disk(path, 12);
+
+	setenv("SPILLWAY_TRACE_STEPS", "2", 1);
+	c = connect_client(&d, "trace/steps", 8u << 20);
+	run(c, 0);
+	spw_client_free(c);
+	check_steps(path, 2);
+	unsetenv("SPILLWAY_TRACE_STEPS");
 
 	setenv("SPILLWAY_TRACE_EVENTS", "10", 1);
 	c = connect_client(&d, "trace/2", 8u << 20);
@@ -289,6 +354,26 @@ int main(void)
 	check_ring(path);
 	unsetenv("SPILLWAY_TRACE_EVENTS");
 	unsetenv("SPILLWAY_TRACE");
+
+	{
+		char opt_path[80];
+		struct spw_client_opts co = { .size = sizeof(co), .trace_path = opt_path };
+		struct spw_attach_opts a = { .size = sizeof(a), .session = "trace/path", .region_bytes = 8u << 20,
+					     .page_size = PAGE };
+
+		snprintf(opt_path, sizeof(opt_path), "%s/opt.json", dir);
+		ASSERT_OK(spw_client_new(&co, &c));
+		/* The path is copied at spw_client_new(). */
+		snprintf(opt_path, sizeof(opt_path), "%s/other.json", dir);
+		ASSERT_OK(spw_client_connect(c, d.control));
+		ASSERT_OK(spw_client_attach(c, &a));
+		run(c, 0);
+		spw_client_free(c);
+		ASSERT_TRUE(access(opt_path, F_OK) != 0);
+		snprintf(opt_path, sizeof(opt_path), "%s/opt.json", dir);
+		check_on(opt_path);
+		unlink(opt_path);
+	}
 
 	unlink(path);
 	rmdir(dir);

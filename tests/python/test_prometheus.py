@@ -102,6 +102,11 @@ class RealPrometheus(unittest.TestCase):
         self.assertEqual(float(region[0]["value"][1]), 4 << 20)
         step = self.query('spillway_session_committed_step{session="prom/0"}')
         self.assertEqual(float(step[0]["value"][1]), 3)
+        # The optimizer's own figures of its step: no clipping asked for.
+        coef = self.query('spillway_session_clip_coefficient{session="prom/0"}')
+        self.assertEqual(float(coef[0]["value"][1]), 1.0)
+        adam = self.query('spillway_session_adam_seconds{session="prom/0"}')
+        self.assertGreaterEqual(float(adam[0]["value"][1]), 0.0)
         info = self.query("spillway_build_info")
         self.assertEqual(info[0]["metric"]["version"], spillway.library_version())
 

@@ -98,6 +98,15 @@ static void test_round_trip(void)
 	ASSERT_GE(st.evictions, NPAGES - SLOTS);
 	ASSERT_GE(st.writes, NPAGES - SLOTS);
 	ASSERT_GE(st.reads, NPAGES - SLOTS);
+	{
+		/* Every finished request is in one latency bucket. */
+		uint64_t r = 0, w = 0;
+
+		for (unsigned b = 0; b < PAGER_LAT_BUCKETS; b++)
+			r += st.read_lat[b], w += st.write_lat[b];
+		ASSERT_UEQ(r, st.reads);
+		ASSERT_UEQ(w, st.writes);
+	}
 	ASSERT_UEQ(st.errors, 0);
 	ASSERT_UEQ(st.zero_fills, NPAGES);
 	ASSERT_UEQ(st.slots_claimed, 0);

@@ -516,13 +516,17 @@ struct spw_optimizer_stats {
  * -E2BIG when st->size is over 4096. */
 SPW_EXPORT int spw_optimizer_stats(spw_optimizer *o, struct spw_optimizer_stats *st);
 
-/* Tracing: with SPILLWAY_TRACE=path.json in the environment when
- * spw_optimizer_new() runs, the optimizer records a timeline (steps,
- * gradient copies, pin waits, kernels, parameter copies) as Chrome
- * trace-event JSON, keeping the last SPILLWAY_TRACE_EVENTS events (default
- * 200000), written to path at spw_optimizer_free() and by this call
- * (through path.tmp, renamed). Returns 0, -EINVAL when o is NULL, -ENODATA
- * when tracing is off, or the write's -errno. */
+/* Tracing: with spw_client_opts.trace_path set, or SPILLWAY_TRACE=path.json
+ * in the environment when spw_optimizer_new() runs, the optimizer records
+ * a timeline (steps, gradient copies, pin waits, kernels, parameter
+ * copies, the daemon's disk I/O for the session; counters of jobs in
+ * flight, pins in flight and region slots in use) as Chrome trace-event
+ * JSON: what happened since the start of the last SPILLWAY_TRACE_STEPS
+ * steps (default 20), within the last SPILLWAY_TRACE_EVENTS events
+ * (default 200000, the memory bound), written to path at
+ * spw_optimizer_free() and by this call (through path.tmp, renamed).
+ * Returns 0, -EINVAL when o is NULL, -ENODATA when tracing is off, or the
+ * write's -errno. */
 SPW_EXPORT int spw_trace_flush(spw_optimizer *o);
 
 #ifdef __cplusplus

@@ -112,6 +112,10 @@ struct spw_client_opts {
 	 * register, ...) before failing with -ETIMEDOUT; 0 means the default,
 	 * 30000. A daemon that dies is noticed at once regardless. */
 	uint32_t reply_timeout_ms;
+	/* A file for the timeline of every optimizer made on this client
+	 * (Chrome trace-event JSON, see spw_trace_flush() in optimizer.h); NULL
+	 * means $SPILLWAY_TRACE, when that is set. The string is copied. */
+	const char *trace_path;
 };
 #define SPW_SPIN_NEVER UINT32_MAX
 
