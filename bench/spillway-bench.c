@@ -31,6 +31,7 @@ static const struct bench benches[] = {
 	{ "torch", bench_torch, "a GPT step with torch.optim.AdamW vs OffloadAdamW (bench/torch_step.py)" },
 	{ "resume", bench_resume, "a killed trainer back at work: reattach vs reload from a file" },
 	{ "tenants", bench_tenants, "one session's step alone vs beside hostile and busy tenants" },
+	{ "metrics", bench_metrics, "GET /metrics with 64 sessions vs a status fetch" },
 };
 
 static int cmp_double(const void *a, const void *b)
