@@ -6,8 +6,8 @@
  * each pass and puts them on the "spillwayd: disk" track, named by the
  * optimizer's tensor and the page (= chunk), with the daemon's gauges of
  * the region (slots in use, pins in flight) as counters. One clock: both
- * sides stamp with CLOCK_MONOTONIC. The log is the daemon's to write and ours only to
- * read; nothing in it is trusted beyond showing it.
+ * sides stamp with CLOCK_MONOTONIC. The log is the daemon's to write and
+ * ours only to read; nothing in it is trusted beyond showing it.
  */
 #include <stdlib.h>
 #include <string.h>
