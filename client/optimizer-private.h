@@ -72,7 +72,9 @@ _Static_assert((int)SPW_TYPE_F32 == (int)SPW_DTYPE_F32 && (int)SPW_TYPE_BF16 == 
 
 #define TILE SPW_POOL_ADAMW_TILE
 
-enum role { R_P, R_M, R_V, R_G, R__N };
+/* Roles a job pins: a tensor each up to R__T; the block scales of int8
+ * moments (R_MS, R_VS) lie in their moment's tensor, after its codes. */
+enum role { R_P, R_M, R_V, R_G, R__T, R_MS = R__T, R_VS, R__N };
 _Static_assert((int)SPW_STATE_PARAM == R_P && (int)SPW_STATE_EXP_AVG == R_M && (int)SPW_STATE_EXP_AVG_SQ == R_V,
 	       "spw_optimizer_read/write's states index the roles");
 
@@ -89,8 +91,10 @@ enum job_kind {
 
 struct chunk;
 
+/* 16-aligned: a completion's user data is the job's address with the
+ * role (pins 0..R__N-1, unpins R__N..2 R__N-1) in its low four bits. */
 struct job {
-	spw_optimizer *o;
+	_Alignas(16) spw_optimizer *o;
 	struct chunk *ch;
 	enum job_kind kind;
 	bool first, want_norm, copy;
@@ -144,7 +148,7 @@ struct tensor {
 	uint64_t count;
 	void *dev;              /* NULL: offloaded, no copy-out after Adam */
 	enum spw_dtype ptype;
-	uint32_t id[R__N];
+	uint32_t id[R__T];
 	bool has_g;
 	bool frozen;            /* master weights only, never updated */
 	/* No gradient this step (spw_optimizer_grad_none; trainer): skipped
@@ -297,13 +301,15 @@ static inline bool role_used(const struct tensor *t, unsigned r)
 /*
  * Where chunk k's values of role r lie in r's tensor. Chunks hold
  * chunk_elems = page_size / 4 elements, so fp32 values of chunk k fill
- * page k. Moments in a smaller state dtype share pages: bf16 moments
- * (SPW_STATE_BF16) two chunks a page, chunk k in page k / 2 at byte
- * (k % 2) * page_size / 2; int8 moments (SPW_STATE_INT8) three, chunk k in
- * page k / 3 at byte (k % 3) * (page_size / 3 rounded down to 64), each
- * chunk's n codes followed (at n rounded up to 64) by its blocks' fp32
- * scales. Chunks sharing a page each pin it (pins are counted) and write
- * their own part.
+ * page k. Moments in a smaller state dtype share pages: chunk k's bf16
+ * moments (SPW_STATE_BF16) start at byte k * page_size / 2, two chunks a
+ * page; int8 codes (SPW_STATE_INT8) at k * page_size / 4, four a page, and
+ * after the last chunk's codes (rounded up to page_size / 256) the
+ * tensor's block scales, chunk k's page_size / 256 bytes at
+ * k * page_size / 256 from there: a tensor of c chunks has c / 4 pages of
+ * codes and c / 256 of scales, one page shared when it is small. Chunks
+ * sharing a page each pin it (pins are counted) and write their own part.
+ * role_at() is the one place that knows this.
  */
 static inline bool role_moment(unsigned r)
 {
@@ -320,50 +326,82 @@ static inline bool role_q8(const spw_optimizer *o, unsigned r)
 	return o->state_dtype == SPW_STATE_INT8 && role_moment(r);
 }
 
-/* Chunks per page of role r. */
-static inline uint32_t role_per_page(const spw_optimizer *o, unsigned r)
+/* The tensor role r's pages belong to. */
+static inline unsigned role_tensor(unsigned r)
 {
-	return role_m16(o, r) ? 2 : role_q8(o, r) ? 3 : 1;
+	return r == R_MS ? R_M : r == R_VS ? R_V : r;
 }
 
-static inline size_t role_slot(const spw_optimizer *o, unsigned r)
+/* The roles a job updating moments pins besides R_P (and R_G). */
+static inline unsigned roles_moments(const spw_optimizer *o)
 {
-	uint32_t per = role_per_page(o, r);
-
-	return per == 3 ? (o->page_size / 3) & ~(size_t)63 : o->page_size / per;
+	return 1u << R_M | 1u << R_V | (o->state_dtype == SPW_STATE_INT8 ? 1u << R_MS | 1u << R_VS : 0u);
 }
 
-static inline uint32_t role_page(const spw_optimizer *o, unsigned r, uint32_t k)
+/* Bytes of role r per element (the scales': none, see role_chunk_bytes). */
+static inline size_t role_elem_bytes(const spw_optimizer *o, unsigned r)
 {
-	return k / role_per_page(o, r);
+	return role_q8(o, r) ? 1 : role_m16(o, r) ? 2 : 4;
 }
 
-static inline size_t role_offset(const spw_optimizer *o, unsigned r, uint32_t k)
+/* Bytes of int8 block scales per full chunk: page_size / 256. */
+static inline size_t q8_chunk_scale_bytes(const spw_optimizer *o)
 {
-	return (size_t)(k % role_per_page(o, r)) * role_slot(o, r);
+	return (size_t)o->chunk_elems / SPW_Q8_BLOCK * 4;
 }
 
-/* int8 moments: where a chunk of n elements keeps its block scales. */
-static inline size_t q8_scales_at(uint64_t n)
+/* Byte of role r's tensor (of count elements) where chunk k's data starts. */
+static inline uint64_t role_at(const spw_optimizer *o, unsigned r, uint64_t count, uint32_t k)
 {
-	return (size_t)((n + 63) & ~(uint64_t)63);
+	uint64_t slot = q8_chunk_scale_bytes(o);
+
+	if (r == R_MS || r == R_VS)
+		return (count + slot - 1) / slot * slot + (uint64_t)k * slot;
+	return (uint64_t)k * o->chunk_elems * role_elem_bytes(o, r);
 }
 
-/* Bytes chunk data of n elements takes in role r's tensor. */
+static inline uint32_t role_page(const spw_optimizer *o, unsigned r, const struct tensor *t, uint32_t k)
+{
+	return (uint32_t)(role_at(o, r, t->count, k) / o->page_size);
+}
+
+static inline size_t role_offset(const spw_optimizer *o, unsigned r, const struct tensor *t, uint32_t k)
+{
+	return (size_t)(role_at(o, r, t->count, k) % o->page_size);
+}
+
+/* Bytes chunk data of n elements takes in role r. */
 static inline size_t role_chunk_bytes(const spw_optimizer *o, unsigned r, uint64_t n)
 {
-	if (role_q8(o, r))
-		return q8_scales_at(n) + 4 * (size_t)((n + SPW_Q8_BLOCK - 1) / SPW_Q8_BLOCK);
-	return (size_t)n * (role_m16(o, r) ? 2 : 4);
+	if (r == R_MS || r == R_VS)
+		return 4 * (size_t)((n + SPW_Q8_BLOCK - 1) / SPW_Q8_BLOCK);
+	return (size_t)n * role_elem_bytes(o, r);
 }
 
-/* Bytes of role r's tensor for count elements: up to the end of its last chunk. */
+/* What a tile of elements [b, e) of a chunk touches in role r: bytes
+ * [at, at + len) from the chunk's start in r (job->ptr[r]). Tiles begin
+ * on block boundaries. */
+struct role_span {
+	size_t at, len;
+};
+
+static inline struct role_span role_tile(const spw_optimizer *o, unsigned r, size_t b, size_t e)
+{
+	if (r == R_MS || r == R_VS)
+		return (struct role_span){ b / SPW_Q8_BLOCK * 4, role_chunk_bytes(o, r, e - b) };
+	return (struct role_span){ b * role_elem_bytes(o, r), (e - b) * role_elem_bytes(o, r) };
+}
+
+/* Bytes of tensor role r (< R__T) for count elements: to the end of its
+ * last chunk's data (for int8 moments, of the last chunk's scales). */
 static inline uint64_t role_bytes(const spw_optimizer *o, unsigned r, uint64_t count)
 {
-	uint64_t last = (count - 1) / o->chunk_elems, n_last = count - last * o->chunk_elems;
+	uint32_t last = (uint32_t)((count - 1) / o->chunk_elems);
+	uint64_t n_last = count - (uint64_t)last * o->chunk_elems;
 
-	return (uint64_t)role_page(o, r, (uint32_t)last) * o->page_size + role_offset(o, r, (uint32_t)last) +
-	       role_chunk_bytes(o, r, n_last);
+	if (role_q8(o, r))
+		r = r == R_M ? R_MS : R_VS;
+	return role_at(o, r, count, last) + role_chunk_bytes(o, r, n_last);
 }
 
 /* ---- optimizer.c ---- */

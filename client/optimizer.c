@@ -245,12 +245,13 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	if (r < 0)
 		goto fail;
 	w = opts->window ? opts->window : DEFAULT_WINDOW;
-	/* Each chunk in flight pins up to 4 pages and uses 2 staging pages;
-	 * the ring must carry every pin of the window with room for hints. */
+	/* Each chunk in flight pins up to 4 pages (6 with int8 moments'
+	 * scales) and uses 2 staging pages; the ring must carry every pin of
+	 * the window with room for hints. */
 	if (w > o->ring_cap / 8)
 		w = o->ring_cap / 8;
-	if (w > info.slots / 6)
-		w = info.slots / 6;
+	if (w > info.slots / (opts->state_dtype == SPW_STATE_INT8 ? 8 : 6))
+		w = info.slots / (opts->state_dtype == SPW_STATE_INT8 ? 8 : 6);
 	if (w == 0)
 		w = 1;
 	o->window = w;
@@ -363,7 +364,7 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 		/* A persistent session's tensors are its state: they stay
 		 * until it detaches or is dropped. */
 		for (i = 0; i < o->ntensors && !o->persist.on; i++)
-			for (unsigned r = 0; r < R__N; r++)
+			for (unsigned r = 0; r < R__T; r++)
 				if (role_used(&o->tensors[i], r))
 					spw_tensor_unregister(o->c, o->tensors[i].id[r]);
 	}

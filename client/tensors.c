@@ -35,7 +35,7 @@ static int write_init(spw_optimizer *o, const struct tensor *t, const void *init
 	return 0;
 }
 
-static const char *const role_suffix[R__N] = { "param", "exp_avg", "exp_avg_sq", "grad" };
+static const char *const role_suffix[R__T] = { "param", "exp_avg", "exp_avg_sq", "grad" };
 
 /* Checks shared by every add; 0 or the error (with its message). */
 static int add_check(spw_optimizer *o, const char *name, uint64_t count, uint32_t *ret_tensor)
@@ -130,7 +130,7 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 	}
 
 	spw__opt_ring_acquire(o);
-	for (registered = 0; registered < R__N; registered++) {
+	for (registered = 0; registered < R__T; registered++) {
 		char full[MAX_NAME + 32];
 
 		if (!role_used(t, registered))
@@ -146,8 +146,9 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 	if (r < 0) {
 		spw__opt_error(o, r, "add %s: %s%s", name, spw_client_last_error(o->c),
 			       r == -EEXIST && o->persist.adopting && registered != R_P
-			       ? " (was the session left by an optimizer of another state_dtype?)" : "");
-		for (i = 0; i < registered && i < R__N && !o->persist.adopting; i++)
+			       ? " (was the session left by an optimizer of another state_dtype, or, with int8 "
+				 "moments, by an older spillway that packed three chunks a page?)" : "");
+		for (i = 0; i < registered && i < R__T && !o->persist.adopting; i++)
 			if (role_used(t, i))
 				spw_tensor_unregister(o->c, t->id[i]);
 		spw__opt_ring_release(o);
