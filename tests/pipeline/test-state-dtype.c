@@ -16,6 +16,12 @@
  *              blocks; the tiers hold 4/7 (bf16) and 2/7 (int8: four
  *              chunks' codes a page, the scales after the codes) of the
  *              moment pages of an fp32 optimizer, 7 chunks here
+ *   old-layout a persistent session left by an int8 optimizer whose layout
+ *              record says version 1 (int8 moments three chunks a page,
+ *              before they were packed four a page) is refused at begin
+ *              with -ESTALE and a sentence naming the older layout, and
+ *              stays orphaned; its tensor's sizes are the same in both
+ *              layouts here (one chunk), so only the record tells them apart
  *   converge   the MLP trained 400 steps with fp32, bf16 and int8 moments:
  *              bf16's final loss on a held-out set no more than 1% above
  *              fp32's, int8's no more than 2% (all printed, and why
@@ -23,6 +29,8 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -448,6 +456,110 @@ static void case_write(void)
 	free(dev);
 }
 
+/* One chunk: the moment tensors take 4096 codes and 16 scales in both
+ * the old and the packed layout, so their sizes do not tell them apart. */
+#define OLD_N 4096u
+#define OLD_SESSION "state/old"
+
+static spw_client *persistent_client(const struct spw_test_daemon *d)
+{
+	struct spw_attach_opts a = { .size = sizeof(a), .session = OLD_SESSION, .region_bytes = 4u << 20,
+				     .page_size = PAGE, .persistent = 1, .lease_s = 60 };
+	spw_client *c;
+
+	ASSERT_OK(spw_client_new(NULL, &c));
+	ASSERT_OK(spw_client_connect(c, d->control));
+	ASSERT_OK(spw_client_attach(c, &a));
+	return c;
+}
+
+static spw_optimizer *int8_optimizer(spw_client *c, const struct spw_param_group *g)
+{
+	struct spw_optimizer_opts oo = { .size = sizeof(oo), .tier = SPW_TENSOR_RESIDENT, .groups = g, .ngroups = 1,
+					 .threads = 1, .device = "host", .state_dtype = SPW_STATE_INT8 };
+	spw_optimizer *o;
+
+	ASSERT_OK(spw_optimizer_new(c, &oo, &o));
+	return o;
+}
+
+/* Runs fn in a child that exits without detaching, as a trainer dies. */
+static void in_dying_child(void (*fn)(const struct spw_test_daemon *), const struct spw_test_daemon *d)
+{
+	pid_t pid = fork();
+	int st;
+
+	ASSERT_TRUE(pid >= 0);
+	if (pid == 0) {
+		fn(d);
+		_exit(0);
+	}
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static const struct spw_param_group old_group = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
+
+/* Three committed steps of an int8 optimizer on tensor "w". */
+static void old_train(const struct spw_test_daemon *d)
+{
+	static float w[OLD_N], dev[OLD_N], g[OLD_N];
+	spw_client *c = persistent_client(d);
+	spw_optimizer *o = int8_optimizer(c, &old_group);
+	uint32_t id;
+
+	for (uint32_t i = 0; i < OLD_N; i++) {
+		w[i] = (float)(i % 97) * 1e-2f;
+		g[i] = (float)(i % 13) * 1e-3f - 5e-3f;
+	}
+	ASSERT_OK(spw_optimizer_add(o, "w", 0, OLD_N, w, dev, SPW_TYPE_F32, &id));
+	for (uint64_t step = 1; step <= 3; step++) {
+		ASSERT_OK(spw_optimizer_begin(o, step, NULL, 0.0f));
+		ASSERT_OK(spw_optimizer_grad_ready(o, id, SPW_ALL_CHUNKS, g, sizeof(g), SPW_TYPE_F32, NULL));
+		ASSERT_OK(spw_optimizer_end(o, NULL));
+	}
+	ASSERT_OK(spw_optimizer_sync(o));
+}
+
+/* What an optimizer before the packed layout would have left: its
+ * layout record, version word 1 (the record's second uint32). */
+static void old_record(const struct spw_test_daemon *d)
+{
+	spw_client *c = persistent_client(d);
+	/* The record: 6 words, then per tensor 24 bytes and its name. */
+	uint32_t id, *head;
+
+	ASSERT_OK(spw_tensor_adopt(c, "spw.opt.layout", 6 * 4 + 24 + 1, SPW_TENSOR_RESIDENT, &id, NULL));
+	ASSERT_OK(spw_pin(c, id, 0, (void **)&head));
+	ASSERT_EQ(head[1], 2); /* the packed layout's */
+	head[1] = 1;
+	ASSERT_OK(spw_unpin(c, id, 0, SPW_DIRTY));
+}
+
+static void case_old_layout(void)
+{
+	static float w[OLD_N], dev[OLD_N];
+	struct spw_test_daemon d;
+	spw_client *c;
+	spw_optimizer *o;
+	uint32_t id;
+	int r;
+
+	ASSERT_OK(spw_test_daemon_start(&d, NULL));
+	in_dying_child(old_train, &d);
+	in_dying_child(old_record, &d);
+	c = persistent_client(&d);
+	o = int8_optimizer(c, &old_group);
+	ASSERT_OK(spw_optimizer_add(o, "w", 0, OLD_N, w, dev, SPW_TYPE_F32, &id));
+	r = spw_optimizer_begin(o, 4, NULL, 0.0f);
+	fprintf(stderr, "begin on the old layout: %d: %s\n", r, spw_optimizer_last_error(o));
+	ASSERT_EQ(r, -ESTALE);
+	ASSERT_TRUE(strstr(spw_optimizer_last_error(o), "layout of an older spillway") != NULL);
+	spw_optimizer_free(o);
+	spw_client_free(c);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+}
+
 static void case_converge(void)
 {
 	struct spw_test_daemon d;
@@ -504,7 +616,7 @@ int main(int argc, char **argv)
 		void (*fn)(void);
 	} cases[] = {
 		{ "exact", case_exact }, { "swappable", case_swappable },
-		{ "write", case_write }, { "converge", case_converge },
+		{ "write", case_write }, { "old-layout", case_old_layout }, { "converge", case_converge },
 	};
 
 	if (!getenv("SPILLWAYD"))
@@ -514,6 +626,6 @@ int main(int argc, char **argv)
 			cases[i].fn();
 			return 0;
 		}
-	fprintf(stderr, "usage: test-state-dtype exact|swappable|write|converge\n");
+	fprintf(stderr, "usage: test-state-dtype exact|swappable|write|old-layout|converge\n");
 	return 2;
 }
