@@ -102,7 +102,7 @@ static unsigned popcount(unsigned x)
 
 static uint32_t tensor_id(const struct job *j, enum role r)
 {
-	return j->ch->t->id[role_tensor(r)];
+	return role_id(j->o, r, j->ch->t, j->ch->index);
 }
 
 /* Hints the daemon at the pages of the chunks predicted to come next. */
@@ -125,12 +125,12 @@ static void hint_ahead(spw_optimizer *o, const struct chunk *ch)
 		for (unsigned r = 0; r < R__N; r++) {
 			if (r == R_G && (!c->t->has_g || c->g_spent))
 				continue;
-			if ((r == R_MS || r == R_VS) && (o->state_dtype != SPW_STATE_INT8 ||
-			    role_page(o, r, c->t, c->index) == role_page(o, role_tensor(r), c->t, c->index)))
+			/* Both moments' scales share a page. */
+			if ((r == R_MS && o->state_dtype != SPW_STATE_INT8) || r == R_VS)
 				continue;
 			if (o->hints_inflight + o->ring_reserved + 1 > o->ring_cap)
 				return;
-			if (spw__submit_op(o->c, SPW_OP_PREFETCH, 0, c->t->id[role_tensor(r)],
+			if (spw__submit_op(o->c, SPW_OP_PREFETCH, 0, role_id(o, r, c->t, c->index),
 					   role_page(o, r, c->t, c->index),
 					   UD_PREFETCH) < 0)
 				return;

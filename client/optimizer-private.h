@@ -73,7 +73,7 @@ _Static_assert((int)SPW_TYPE_F32 == (int)SPW_DTYPE_F32 && (int)SPW_TYPE_BF16 == 
 #define TILE SPW_POOL_ADAMW_TILE
 
 /* Roles a job pins: a tensor each up to R__T; the block scales of int8
- * moments (R_MS, R_VS) lie in their moment's tensor, after its codes. */
+ * moments (R_MS, R_VS) lie in the optimizer's scale pages (role_at). */
 enum role { R_P, R_M, R_V, R_G, R__T, R_MS = R__T, R_VS, R__N };
 _Static_assert((int)SPW_STATE_PARAM == R_P && (int)SPW_STATE_EXP_AVG == R_M && (int)SPW_STATE_EXP_AVG_SQ == R_V,
 	       "spw_optimizer_read/write's states index the roles");
@@ -137,6 +137,9 @@ struct chunk {
 	/* The gradient store's page was consumed by Adam and its next use
 	 * rewrites it (a first arrival): nothing there to read ahead (engine). */
 	bool g_spent;
+	/* int8 moments: the scale page (index in o->q8_ids) and slot there
+	 * holding this chunk's blocks' scales (role_at). */
+	uint32_t q8_page, q8_slot;
 	double sumsq;           /* this step's gradient square sum (written by the engine) */
 	double *partial;        /* per tile */
 	struct job job;         /* one at a time per chunk */
@@ -200,6 +203,9 @@ struct spw_optimizer {
 
 	struct tensor *tensors;
 	uint32_t ntensors;
+	/* int8 moments: the scale pages, one-page tensors spw.opt.q8_scales.N
+	 * filled with chunks' scales in the order they are added. */
+	uint32_t *q8_ids, q8_pages, q8_used;
 	struct chunk **chunks;  /* by global index */
 	uint32_t nchunks;
 
@@ -299,18 +305,22 @@ static inline bool role_used(const struct tensor *t, unsigned r)
 }
 
 /*
- * Where chunk k's values of role r lie in r's tensor. Chunks hold
- * chunk_elems = page_size / 4 elements, so fp32 values of chunk k fill
- * page k. Moments in a smaller state dtype share pages: chunk k's bf16
- * moments (SPW_STATE_BF16) start at byte k * page_size / 2, two chunks a
- * page; int8 codes (SPW_STATE_INT8) at k * page_size / 4, four a page, and
- * after the last chunk's codes (rounded up to page_size / 256) the
- * tensor's block scales, chunk k's page_size / 256 bytes at
- * k * page_size / 256 from there: a tensor of c chunks has c / 4 pages of
- * codes and c / 256 of scales, one page shared when it is small. Chunks
+ * Where chunk k's values of role r lie. Chunks hold chunk_elems =
+ * page_size / 4 elements, so fp32 values of chunk k fill page k of r's
+ * tensor. Moments in a smaller state dtype share pages: chunk k's bf16
+ * moments (SPW_STATE_BF16) start at byte k * page_size / 2 of their
+ * tensor, two chunks a page; int8 codes (SPW_STATE_INT8) at
+ * k * page_size / 4, four a page. int8 blocks' scales (page_size / 256
+ * bytes a chunk and moment) are the optimizer's, not the tensor's: one-page
+ * tensors spw.opt.q8_scales.N hold 128 chunks' each (exp_avg's then
+ * exp_avg_sq's, in slots of page_size / 128), given out to chunks in the
+ * order tensors are added, so a small tensor costs no page of its own and
+ * the moments take 1 + 1/64 bytes per parameter in the tier. Chunks
  * sharing a page each pin it (pins are counted) and write their own part.
- * role_at() is the one place that knows this.
+ * role_at() and role_id() are the one place that knows this.
  */
+#define Q8_SLOTS_PER_PAGE 128u
+
 static inline bool role_moment(unsigned r)
 {
 	return r == R_M || r == R_V;
@@ -324,12 +334,6 @@ static inline bool role_m16(const spw_optimizer *o, unsigned r)
 static inline bool role_q8(const spw_optimizer *o, unsigned r)
 {
 	return o->state_dtype == SPW_STATE_INT8 && role_moment(r);
-}
-
-/* The tensor role r's pages belong to. */
-static inline unsigned role_tensor(unsigned r)
-{
-	return r == R_MS ? R_M : r == R_VS ? R_V : r;
 }
 
 /* The roles a job updating moments pins besides R_P (and R_G). */
@@ -350,24 +354,31 @@ static inline size_t q8_chunk_scale_bytes(const spw_optimizer *o)
 	return (size_t)o->chunk_elems / SPW_Q8_BLOCK * 4;
 }
 
-/* Byte of role r's tensor (of count elements) where chunk k's data starts. */
-static inline uint64_t role_at(const spw_optimizer *o, unsigned r, uint64_t count, uint32_t k)
+/* Byte of the page-aligned tensor role_id() names where chunk k of t
+ * keeps its role r data. */
+static inline uint64_t role_at(const spw_optimizer *o, unsigned r, const struct tensor *t, uint32_t k)
 {
-	uint64_t slot = q8_chunk_scale_bytes(o);
-
 	if (r == R_MS || r == R_VS)
-		return (count + slot - 1) / slot * slot + (uint64_t)k * slot;
+		return (uint64_t)(2 * t->chunks[k].q8_slot + (r == R_VS)) * q8_chunk_scale_bytes(o);
 	return (uint64_t)k * o->chunk_elems * role_elem_bytes(o, r);
+}
+
+/* The spillway tensor holding chunk k of t's role r data. */
+static inline uint32_t role_id(const spw_optimizer *o, unsigned r, const struct tensor *t, uint32_t k)
+{
+	if (r == R_MS || r == R_VS)
+		return o->q8_ids[t->chunks[k].q8_page];
+	return t->id[r];
 }
 
 static inline uint32_t role_page(const spw_optimizer *o, unsigned r, const struct tensor *t, uint32_t k)
 {
-	return (uint32_t)(role_at(o, r, t->count, k) / o->page_size);
+	return (uint32_t)(role_at(o, r, t, k) / o->page_size);
 }
 
 static inline size_t role_offset(const spw_optimizer *o, unsigned r, const struct tensor *t, uint32_t k)
 {
-	return (size_t)(role_at(o, r, t->count, k) % o->page_size);
+	return (size_t)(role_at(o, r, t, k) % o->page_size);
 }
 
 /* Bytes chunk data of n elements takes in role r. */
@@ -392,16 +403,10 @@ static inline struct role_span role_tile(const spw_optimizer *o, unsigned r, siz
 	return (struct role_span){ b * role_elem_bytes(o, r), (e - b) * role_elem_bytes(o, r) };
 }
 
-/* Bytes of tensor role r (< R__T) for count elements: to the end of its
- * last chunk's data (for int8 moments, of the last chunk's scales). */
+/* Bytes of tensor role r (< R__T) for count elements. */
 static inline uint64_t role_bytes(const spw_optimizer *o, unsigned r, uint64_t count)
 {
-	uint32_t last = (uint32_t)((count - 1) / o->chunk_elems);
-	uint64_t n_last = count - (uint64_t)last * o->chunk_elems;
-
-	if (role_q8(o, r))
-		r = r == R_M ? R_MS : R_VS;
-	return role_at(o, r, count, last) + role_chunk_bytes(o, r, n_last);
+	return count * role_elem_bytes(o, r);
 }
 
 /* ---- optimizer.c ---- */

@@ -367,6 +367,8 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 			for (unsigned r = 0; r < R__T; r++)
 				if (role_used(&o->tensors[i], r))
 					spw_tensor_unregister(o->c, o->tensors[i].id[r]);
+		for (i = 0; i < o->q8_pages && !o->persist.on; i++)
+			spw_tensor_unregister(o->c, o->q8_ids[i]);
 	}
 	if (o->dev) {
 		/* After the streams: no queued record or wait refers to them. */
@@ -393,6 +395,7 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 		free(o->tensors[i].name);
 	}
 	free(o->tensors);
+	free(o->q8_ids);
 	free(o->chunks);
 	free(o->order);
 	free(o->pred);

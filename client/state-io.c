@@ -63,7 +63,7 @@ static void q8_encode(unsigned role, const float *in, unsigned char *codes, floa
  * is the caller's. */
 static int pin_role(spw_optimizer *o, const struct tensor *t, unsigned r, uint32_t k, unsigned char **p)
 {
-	int ret = spw_pin(o->c, t->id[role_tensor(r)], role_page(o, r, t, k), (void **)p);
+	int ret = spw_pin(o->c, role_id(o, r, t, k), role_page(o, r, t, k), (void **)p);
 
 	if (ret >= 0)
 		*p += role_offset(o, r, t, k);
@@ -72,7 +72,7 @@ static int pin_role(spw_optimizer *o, const struct tensor *t, unsigned r, uint32
 
 static int unpin_role(spw_optimizer *o, const struct tensor *t, unsigned r, uint32_t k, unsigned flags)
 {
-	return spw_unpin(o->c, t->id[role_tensor(r)], role_page(o, r, t, k), flags);
+	return spw_unpin(o->c, role_id(o, r, t, k), role_page(o, r, t, k), flags);
 }
 
 /* The scale role of an int8 moment role, or R__N. */

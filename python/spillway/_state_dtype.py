@@ -9,15 +9,27 @@ STATE_DTYPES = {"fp32": L.STATE_F32, "bf16": L.STATE_BF16, "int8": L.STATE_INT8}
 
 
 # Chunks (page_size / 4 elements) a moment page holds (client/optimizer-private.h).
-_PER_PAGE = {"fp32": 1, "bf16": 2, "int8": 3}
+_PER_PAGE = {"fp32": 1, "bf16": 2}
+
+
+def _moment_pages(numel, psz, chunks, state_dtype):
+    """Pages of one moment tensor. int8: numel codes, rounded up to
+    psz / 256 bytes, then a 4-byte scale per block of 256
+    (client/optimizer-private.h, role_at)."""
+    if state_dtype == "int8":
+        slot = psz // 256
+        size = -(-numel // slot) * slot + 4 * -(-numel // 256)
+        return -(-size // psz)
+    return -(-chunks // _PER_PAGE[state_dtype])
 
 
 def pages(numel, psz, k, state_dtype):
     """Pages one tensor of numel elements takes with k roles (master, the
     two moments, and in exact mode the gradient store): the moments' pages
-    shared by 1, 2 or 3 chunks."""
+    shared by 1 or 2 chunks (fp32, bf16), or 4 chunks' int8 codes a page
+    and the scales after them."""
     chunks = -(-numel * 4 // psz)
-    return chunks * (k - 2) + 2 * -(-chunks // _PER_PAGE[state_dtype])
+    return chunks * (k - 2) + 2 * _moment_pages(numel, psz, chunks, state_dtype)
 
 
 def check(state_dtype):

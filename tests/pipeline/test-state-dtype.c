@@ -13,15 +13,15 @@
  *   swappable  the same on the NVMe tier, the region under 1/3 of the state
  *   write      spw_optimizer_write/read of the moments round to bf16
  *              (nearest even) and widen exactly, or code and decode int8
- *              blocks; the tiers hold 4/7 (bf16) and 2/7 (int8: four
- *              chunks' codes a page, the scales after the codes) of the
- *              moment pages of an fp32 optimizer, 7 chunks here
- *   old-layout a persistent session left by an int8 optimizer whose layout
- *              record says version 1 (int8 moments three chunks a page,
- *              before they were packed four a page) is refused at begin
- *              with -ESTALE and a sentence naming the older layout, and
- *              stays orphaned; its tensor's sizes are the same in both
- *              layouts here (one chunk), so only the record tells them apart
+ *              blocks; the tiers hold 8 (bf16) and 5 (int8: four chunks'
+ *              codes a page, and one page of scales) of the 14 moment
+ *              pages of an fp32 optimizer, 7 chunks here
+ *   old-layout a persistent session left with int8 moments in the older
+ *              layout (three chunks' codes and scales a page) is refused,
+ *              with a sentence naming the older layout, never misread:
+ *              its moment tensors' sizes differ (add: -EEXIST), and where
+ *              they would not, its layout record says version 1 (begin:
+ *              -ESTALE). The sessions are made old by hand from new ones.
  *   converge   the MLP trained 400 steps with fp32, bf16 and int8 moments:
  *              bf16's final loss on a held-out set no more than 1% above
  *              fp32's, int8's no more than 2% (all printed, and why
@@ -443,21 +443,21 @@ static void case_write(void)
 		spw_client_free(c);
 	}
 	/* The staging pages and master weights are the same in all: the
-	 * difference is the moments' pages, 7 (fp32), 4 (bf16) or 2 (int8:
-	 * 7 chunks' codes take 1.75 pages, their scales 7/256 of one, in the
-	 * second) for 7 chunks. */
+	 * difference is the moments' pages, 2 x 7 (fp32), 2 x 4 (bf16) or
+	 * 2 x 2 + 1 (int8: 7 chunks' codes take 1.75 pages a moment, and the
+	 * optimizer's scale page holds their scales) for 7 chunks. */
 	fprintf(stderr, "resident slots: fp32 state %.0f, bf16 state %.0f, int8 state %.0f\n", bytes[0], bytes[1],
 		bytes[2]);
 	ASSERT_TRUE(bytes[0] - bytes[1] == 2.0 * (7 - 4));
-	ASSERT_TRUE(bytes[0] - bytes[2] == 2.0 * (7 - 2));
+	ASSERT_TRUE(bytes[0] - bytes[2] == 2.0 * 7 - (2.0 * 2 + 1));
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	free(in);
 	free(back);
 	free(dev);
 }
 
-/* One chunk: the moment tensors take 4096 codes and 16 scales in both
- * the old and the packed layout, so their sizes do not tell them apart. */
+/* One chunk of "w": 4096 codes a moment, 16 scales; the older layout kept
+ * the scales after the codes in the moment's tensor, 4160 bytes. */
 #define OLD_N 4096u
 #define OLD_SESSION "state/old"
 
@@ -521,8 +521,8 @@ static void old_train(const struct spw_test_daemon *d)
 	ASSERT_OK(spw_optimizer_sync(o));
 }
 
-/* What an optimizer before the packed layout would have left: its
- * layout record, version word 1 (the record's second uint32). */
+/* What an optimizer before the packed layout wrote as its layout record:
+ * version word 1 (the record's second uint32). */
 static void old_record(const struct spw_test_daemon *d)
 {
 	spw_client *c = persistent_client(d);
@@ -536,26 +536,58 @@ static void old_record(const struct spw_test_daemon *d)
 	ASSERT_OK(spw_unpin(c, id, 0, SPW_DIRTY));
 }
 
-static void case_old_layout(void)
+/* And the size it gave an int8 moment tensor: codes, then scales. */
+static void old_sizes(const struct spw_test_daemon *d)
+{
+	spw_client *c = persistent_client(d);
+	uint32_t id;
+
+	ASSERT_OK(spw_tensor_adopt(c, "spw.opt.w.exp_avg", OLD_N, SPW_TENSOR_RESIDENT, &id, NULL));
+	ASSERT_OK(spw_tensor_unregister(c, id));
+	ASSERT_OK(spw_tensor_register(c, "spw.opt.w.exp_avg", OLD_N + 4 * OLD_N / SPW_Q8_BLOCK, SPW_TENSOR_RESIDENT,
+				      &id, NULL));
+}
+
+/* An int8 optimizer taking OLD_SESSION over: the error of add (or, when
+ * add succeeds, of the first begin) and its message. */
+static int take_over(const struct spw_test_daemon *d, char *msg, size_t len)
 {
 	static float w[OLD_N], dev[OLD_N];
+	spw_client *c = persistent_client(d);
+	spw_optimizer *o = int8_optimizer(c, &old_group);
+	uint32_t id;
+	int r = spw_optimizer_add(o, "w", 0, OLD_N, w, dev, SPW_TYPE_F32, &id);
+
+	if (r == 0)
+		r = spw_optimizer_begin(o, 4, NULL, 0.0f);
+	snprintf(msg, len, "%s", spw_optimizer_last_error(o));
+	fprintf(stderr, "taking the old layout over: %d: %s\n", r, msg);
+	spw_optimizer_free(o);
+	spw_client_free(c);
+	return r;
+}
+
+static void case_old_layout(void)
+{
 	struct spw_test_daemon d;
 	spw_client *c;
-	spw_optimizer *o;
-	uint32_t id;
-	int r;
+	char msg[1024];
 
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
+	/* Sizes that match, a record that does not. */
 	in_dying_child(old_train, &d);
 	in_dying_child(old_record, &d);
-	c = persistent_client(&d);
-	o = int8_optimizer(c, &old_group);
-	ASSERT_OK(spw_optimizer_add(o, "w", 0, OLD_N, w, dev, SPW_TYPE_F32, &id));
-	r = spw_optimizer_begin(o, 4, NULL, 0.0f);
-	fprintf(stderr, "begin on the old layout: %d: %s\n", r, spw_optimizer_last_error(o));
-	ASSERT_EQ(r, -ESTALE);
-	ASSERT_TRUE(strstr(spw_optimizer_last_error(o), "layout of an older spillway") != NULL);
-	spw_optimizer_free(o);
+	ASSERT_EQ(take_over(&d, msg, sizeof(msg)), -ESTALE);
+	ASSERT_TRUE(strstr(msg, "layout of an older spillway") != NULL);
+	/* Sizes that do not match. */
+	ASSERT_OK(spw_client_new(NULL, &c));
+	ASSERT_OK(spw_client_connect(c, d.control));
+	ASSERT_OK(spw_client_drop(c, OLD_SESSION));
+	in_dying_child(old_train, &d);
+	in_dying_child(old_sizes, &d);
+	ASSERT_EQ(take_over(&d, msg, sizeof(msg)), -EEXIST);
+	ASSERT_TRUE(strstr(msg, "older spillway") != NULL);
+	ASSERT_OK(spw_client_drop(c, OLD_SESSION));
 	spw_client_free(c);
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 }
