@@ -27,8 +27,8 @@
  *   state_dtype        the moments' type (spw_optimizer_opts.state_dtype)
  *   state_bytes        master weights and moments: 12 bytes per parameter
  *                      with fp32 moments, 8 with bf16, 4 + 2 * (1 + 1/64)
- *                      with int8 (four chunks' codes a page, a fp32 scale
- *                      per 256 elements after them)
+ *                      with int8 (four chunks' codes a page, an fp32 scale
+ *                      per 256 elements in the optimizer's scale pages)
  *   disk_bytes_per_step  the session's tier reads + writes (the daemon's
  *                      status, sessions[].tier) over the measured steps,
  *                      per step; 0 on the resident tier. On the NVMe tier

@@ -123,8 +123,8 @@ static void layout_diff(const spw_optimizer *o, const unsigned char *want, const
 	if (hv[1] == LAYOUT_VERSION && hv[2] == ((uint32_t)o->mode | (uint32_t)SPW_STATE_INT8 << 16) &&
 	    o->state_dtype == SPW_STATE_INT8) {
 		snprintf(out, len, "its int8 moments are in the layout of an older spillway (three chunks' codes "
-			 "and scales a page), which this one does not read (four chunks' codes a page, the scales "
-			 "after them)");
+			 "and scales a page), which this one does not read (four chunks' codes a page, the scales in "
+			 "pages of their own)");
 		return;
 	}
 	if (memcmp(want, have, at)) {

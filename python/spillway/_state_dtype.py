@@ -13,23 +13,33 @@ _PER_PAGE = {"fp32": 1, "bf16": 2}
 
 
 def _moment_pages(numel, psz, chunks, state_dtype):
-    """Pages of one moment tensor. int8: numel codes, rounded up to
-    psz / 256 bytes, then a 4-byte scale per block of 256
-    (client/optimizer-private.h, role_at)."""
+    """Pages of one moment tensor: int8 codes are numel bytes (their
+    scales live in the optimizer's scale pages, scale_pages())."""
     if state_dtype == "int8":
-        slot = psz // 256
-        size = -(-numel // slot) * slot + 4 * -(-numel // 256)
-        return -(-size // psz)
+        return -(-numel // psz)
     return -(-chunks // _PER_PAGE[state_dtype])
 
 
 def pages(numel, psz, k, state_dtype):
     """Pages one tensor of numel elements takes with k roles (master, the
     two moments, and in exact mode the gradient store): the moments' pages
-    shared by 1 or 2 chunks (fp32, bf16), or 4 chunks' int8 codes a page
-    and the scales after them."""
+    shared by 1, 2 or (int8 codes) 4 chunks."""
     chunks = -(-numel * 4 // psz)
     return chunks * (k - 2) + 2 * _moment_pages(numel, psz, chunks, state_dtype)
+
+
+def scale_pages(numels, psz, state_dtype):
+    """The optimizer's int8 scale pages for tensors of these sizes: 128
+    chunks' scales a page (client/optimizer-private.h, role_at)."""
+    if state_dtype != "int8":
+        return 0
+    chunks = sum(-(-n * 4 // psz) for n in numels)
+    return -(-chunks // 128)
+
+
+def state_pages(numels, psz, k, state_dtype):
+    """Pages of every tensor's state (pages()) and the scale pages."""
+    return sum(pages(n, psz, k, state_dtype) for n in numels) + scale_pages(numels, psz, state_dtype)
 
 
 def check(state_dtype):
