@@ -247,13 +247,19 @@ static void scalar_tile(void *arg, size_t tile, size_t b, size_t e)
 	if (j->q8) {
 		const void *g = (const char *)B->g + b * spw_dtype_size(j->grad);
 		void *c = j->copy == SPW_DTYPE_BF16 ? B->copy + b : NULL;
+		int8_t *mq = B->mq + b;
+		uint8_t *vq = B->vq + b;
+		float *ms = B->ms + b / SPW_Q8_BLOCK, *vs = B->vs + b / SPW_Q8_BLOCK;
 
-		if (j->grad == SPW_DTYPE_BF16)
-			spw_q8_adamw_portable(k, p + b, B->mq + b, B->ms + b / SPW_Q8_BLOCK, B->vq + b,
-					      B->vs + b / SPW_Q8_BLOCK, g, c, e - b, SPW_DTYPE_BF16, c ? SPW_DTYPE_BF16 : SPW_DTYPE_NONE);
+		/* Constant dtypes, so each call is the c variant's loop. */
+		if (j->grad == SPW_DTYPE_BF16 && c)
+			spw_q8_adamw_portable(k, p + b, mq, ms, vq, vs, g, c, e - b, SPW_DTYPE_BF16, SPW_DTYPE_BF16);
+		else if (j->grad == SPW_DTYPE_BF16)
+			spw_q8_adamw_portable(k, p + b, mq, ms, vq, vs, g, c, e - b, SPW_DTYPE_BF16, SPW_DTYPE_NONE);
+		else if (c)
+			spw_q8_adamw_portable(k, p + b, mq, ms, vq, vs, g, c, e - b, SPW_DTYPE_F32, SPW_DTYPE_BF16);
 		else
-			spw_q8_adamw_portable(k, p + b, B->mq + b, B->ms + b / SPW_Q8_BLOCK, B->vq + b,
-					      B->vs + b / SPW_Q8_BLOCK, g, c, e - b, SPW_DTYPE_F32, c ? SPW_DTYPE_BF16 : SPW_DTYPE_NONE);
+			spw_q8_adamw_portable(k, p + b, mq, ms, vq, vs, g, c, e - b, SPW_DTYPE_F32, SPW_DTYPE_NONE);
 		return;
 	}
 	for (size_t i = b; i < e; i++) {

@@ -20,9 +20,9 @@
 #define LAYOUT_NAME "spw.opt.layout"
 #define LAYOUT_MAGIC 0x4c575053u /* "SPWL" */
 #define LAYOUT_VERSION 1u
-/* int8 moments with four chunks' codes a page and the scales after the
- * codes (optimizer-private.h); version 1 kept three chunks' codes and
- * scales a page, which this optimizer must not misread. */
+/* int8 moments with four chunks' codes a page and the scales in the
+ * optimizer's scale pages (optimizer-private.h); version 1 kept three
+ * chunks' codes and scales a page, which this optimizer must not misread. */
 #define LAYOUT_VERSION_Q8 2u
 
 static uint32_t layout_version(const spw_optimizer *o)
