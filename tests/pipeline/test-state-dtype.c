@@ -13,9 +13,10 @@
  *   swappable  the same on the NVMe tier, the region under 1/3 of the state
  *   write      spw_optimizer_write/read of the moments round to bf16
  *              (nearest even) and widen exactly, or code and decode int8
- *              blocks; the tiers hold 8 (bf16) and 5 (int8: four chunks'
- *              codes a page, and one page of scales) of the 14 moment
- *              pages of an fp32 optimizer, 7 chunks here
+ *              blocks; the tiers hold 12 (bf16) and 7 (int8: four chunks'
+ *              codes a page, one page of scales for both tensors) of the
+ *              22 moment pages of an fp32 optimizer, tensors of 7 and 4
+ *              chunks here
  *   old-layout a persistent session left with int8 moments in the older
  *              layout (three chunks' codes and scales a page) is refused,
  *              with a sentence naming the older layout, never misread:
@@ -407,12 +408,15 @@ static void case_write(void)
 						 .ngroups = 1, .threads = 1, .device = "host", .state_dtype = sd };
 		spw_client *c = connect_client(&d, "state/0", 16u << 20);
 		spw_optimizer *o;
-		uint32_t id;
+		uint32_t id, id_b;
 
 		ASSERT_OK(spw_optimizer_new(c, &oo, &o));
 		for (uint64_t i = 0; i < n; i++)
 			in[i] = (float)(i % 977) * 1.2345678e-3f - 0.5f;
 		ASSERT_OK(spw_optimizer_add(o, "w", 0, n, in, dev, SPW_TYPE_F32, &id));
+		/* 4 chunks: their int8 codes fill a page a moment exactly, and
+		 * their scales go to the scale page "w"'s are in. */
+		ASSERT_OK(spw_optimizer_add(o, "b", 0, 4 * CHUNK, in, dev, SPW_TYPE_F32, &id_b));
 		bytes[sd] = slots_used(&d);
 		for (int which = SPW_STATE_EXP_AVG; which <= SPW_STATE_EXP_AVG_SQ; which++) {
 			for (uint64_t i = 0; i < n; i++)
@@ -443,13 +447,14 @@ static void case_write(void)
 		spw_client_free(c);
 	}
 	/* The staging pages and master weights are the same in all: the
-	 * difference is the moments' pages, 2 x 7 (fp32), 2 x 4 (bf16) or
-	 * 2 x 2 + 1 (int8: 7 chunks' codes take 1.75 pages a moment, and the
-	 * optimizer's scale page holds their scales) for 7 chunks. */
+	 * difference is the moments' pages, 2 x (7 + 4) (fp32), 2 x (4 + 2)
+	 * (bf16) or 2 x (2 + 1) + 1 (int8: 7 chunks' codes take 1.75 pages a
+	 * moment, 4 chunks' one, and one scale page holds all their scales;
+	 * scales in each tensor would take 2 x (2 + 2)). */
 	fprintf(stderr, "resident slots: fp32 state %.0f, bf16 state %.0f, int8 state %.0f\n", bytes[0], bytes[1],
 		bytes[2]);
-	ASSERT_TRUE(bytes[0] - bytes[1] == 2.0 * (7 - 4));
-	ASSERT_TRUE(bytes[0] - bytes[2] == 2.0 * 7 - (2.0 * 2 + 1));
+	ASSERT_TRUE(bytes[0] - bytes[1] == 2.0 * (11 - 6));
+	ASSERT_TRUE(bytes[0] - bytes[2] == 2.0 * 11 - (2.0 * 3 + 1));
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	free(in);
 	free(back);
