@@ -11,8 +11,10 @@
  * with one byte changed is refused on restore naming tensor, page and
  * file, and leaves no session behind.
  *
- *   test-checkpoint TIER [FP16 [MODE]]  (FP16 1: fp16 gradients with a dynamic loss
- *                        scale, which the checkpoint carries; MODE exact or overlapped)
+ *   test-checkpoint TIER [FP16 [MODE [STATE]]]  (FP16 1: fp16 gradients with a dynamic
+ *                        loss scale, which the checkpoint carries; MODE exact or
+ *                        overlapped; STATE the trainers' state dtype, fp32 bf16 or
+ *                        int8, passed on as PERSIST_STATE_DTYPE)
  */
 #include <dirent.h>
 #include <errno.h>
@@ -284,13 +286,15 @@ int main(int argc, char **argv)
 	spw_client *c;
 	int r;
 
-	if (argc < 2 || argc > 4)
-		TEST_FAIL("usage: test-checkpoint resident|swappable [FP16 [MODE]]");
+	if (argc < 2 || argc > 5)
+		TEST_FAIL("usage: test-checkpoint resident|swappable [FP16 [MODE [STATE]]]");
 	tier = argv[1];
 	if (argc > 2)
 		fp16 = argv[2];
 	if (argc > 3)
 		mode = argv[3];
+	if (argc > 4)
+		ASSERT_OK(setenv("PERSIST_STATE_DTYPE", argv[4], 1));
 	if (!getenv("SPILLWAYD"))
 		SKIP("spillwayd is not built yet");
 	ASSERT_OK(spw_test_daemon_start(&d,
