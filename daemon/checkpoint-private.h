@@ -70,6 +70,7 @@ struct checkpoint {
 	/* The worker's result. */
 	int err;
 	char msg[1024];
+	char stale[512];           /* temporaries of dead daemons it removed, for the log */
 	uint64_t bytes, copied;    /* written in all; of which copied in the kernel */
 	uv_work_t work;
 };

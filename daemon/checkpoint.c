@@ -220,6 +220,9 @@ static void ck_done(uv_work_t *w, int status)
 		ck->err = status;
 		snprintf(ck->msg, sizeof(ck->msg), "the copy could not run: %s", uv_strerror(status));
 	}
+	if (ck->stale[0])
+		log_info("checkpoint %s: removed %s beside %s: what a checkpoint left when its spillwayd died "
+			 "before finishing it", ck->session, ck->stale, ck->path);
 	if (s) {
 		struct client *owner = s->owner;
 
