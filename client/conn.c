@@ -64,7 +64,7 @@ static void close_fd(int *fd)
 }
 
 /* Releases everything attach set up; safe on a half-built attach. */
-static void release_session(spw_client *c)
+void spw__release_session(spw_client *c)
 {
 	if (c->region && c->region != MAP_FAILED)
 		munmap(c->region, c->region_bytes);
@@ -85,7 +85,7 @@ SPW_EXPORT spw_client *spw_client_free(spw_client *c)
 {
 	if (!c)
 		return NULL;
-	release_session(c);
+	spw__release_session(c);
 	close_fd(&c->ctl);
 	free(c->rxbuf);
 	free(c);
@@ -612,12 +612,16 @@ SPW_EXPORT int spw_client_attach(spw_client *c, const struct spw_attach_opts *ca
 	c->numa_node = cJSON_IsNumber(numa) && numa->valuedouble >= 0 && numa->valuedouble < 65536 ?
 			       (int32_t)numa->valuedouble : -1;
 	c->attached = true;
+	if (opts->persistent) {
+		c->again = *opts;
+		c->again.session = c->session;
+	}
 	return request_done(c, reply);
 
 fail_session:
 	/* The daemon has a session for us that we cannot use; closing the
 	 * connection ends it, and the client must start over. */
-	release_session(c);
+	spw__release_session(c);
 	spw__dead(c, r);
 	cJSON_Delete(reply);
 	return r;
@@ -638,13 +642,15 @@ SPW_EXPORT int spw_client_detach(spw_client *c)
 	if (!c->attached)
 		return c->dead ? c->dead_err : spw__error(c, -ENOTCONN, "detach: no session attached");
 	if (c->dead) {
-		release_session(c);
+		spw__release_session(c);
 		return c->dead_err;
 	}
 	r = request(c, new_request(SPW_MSG_DETACH), SPW_MSG_DETACH, &reply, NULL, NULL);
+	/* Ended on purpose: nothing to come back to. */
+	c->again.size = 0;
 	/* Unmap whatever the daemon said: after a detach request the session
 	 * is gone or going, and its memory is not ours to use. */
-	release_session(c);
+	spw__release_session(c);
 	cJSON_Delete(reply);
 	return r;
 }

@@ -279,6 +279,32 @@ SPW_EXPORT int spw_client_info(const spw_client *c, struct spw_session_info *inf
  */
 SPW_EXPORT int spw_client_drop(spw_client *c, const char *session);
 
+/*
+ * Goes back to the persistent session c attached after spillwayd went
+ * away under it (every call then fails with -ECONNRESET, "closed the
+ * connection"): a restart with persist.state_dir saves the session at a
+ * commit point and restores it as an orphan at the next start. Forgets
+ * the old connection and its mappings (pointers into the old region
+ * become invalid), dials the same control socket again every 50 ms for up
+ * to wait_ms, and attaches the same session with the same options, which
+ * takes the orphan over; spw_client_info() then says what was committed.
+ * An optimizer holds the old mappings: the sequence is
+ *
+ *   spw_optimizer_free(o);                  // no answer is awaited from a dead daemon
+ *   spw_client_reconnect(c, 60000);
+ *   spw_optimizer_new(c, &opts, &o);        // and the same spw_optimizer_add*() calls
+ *   next = spw_optimizer_resumed_step(o) + 1;   // read SPW_STATE_PARAM back into the model
+ *
+ * Returns 0 once taken over. -EINVAL for a c that attached no persistent
+ * session, or detached it; -EBUSY while an optimizer on c is not freed;
+ * -ENOENT when the daemon that answers holds no state of the session (a
+ * restart without persist.state_dir: the empty session the attach made is
+ * detached again); after wait_ms, the last error met (-ENOENT or
+ * -ECONNREFUSED: no daemon listens yet; -EAGAIN: the session is still
+ * being restored); any other refusal of the attach at once.
+ */
+SPW_EXPORT int spw_client_reconnect(spw_client *c, uint32_t wait_ms);
+
 /* What a checkpoint or a restore did (docs/persistent.md, "Checkpoints"). */
 struct spw_checkpoint_result {
 	size_t size;             /* set by the caller: sizeof(struct spw_checkpoint_result) */
