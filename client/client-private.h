@@ -80,6 +80,8 @@ struct spw_client {
 	bool locked, hugepages;
 	uint64_t swap_bytes;     /* what the daemon reserved (attach reply) */
 	struct spw_session_info persist; /* the attach reply's persistence fields */
+	char damaged_tensor[SPW_PROTO_MAX_TENSOR_NAME + 1]; /* persist.damaged_pages: the first bad page's */
+	uint32_t damaged_page;
 	/* A persistent session's attach, kept for spw_client_reconnect()
 	 * (session points at c->session); again.size 0 when there is none. */
 	struct spw_attach_opts again;

@@ -464,6 +464,12 @@ static void persist_from_reply(spw_client *c, const cJSON *reply)
 		p->tensors = 0;
 	if (json_u64(reply, "committed_step", &step) == 0)
 		p->committed_step = step;
+	c->damaged_tensor[0] = '\0';
+	if (json_u32(reply, "damaged_pages", &p->damaged_pages) < 0 || json_u32(reply, "damaged_page", &c->damaged_page) < 0)
+		p->damaged_pages = 0;
+	else if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(reply, "damaged_tensor")))
+		snprintf(c->damaged_tensor, sizeof(c->damaged_tensor), "%s",
+			 cJSON_GetObjectItemCaseSensitive(reply, "damaged_tensor")->valuestring);
 	if (json_u32(reply, "scale_bits", &scale_bits) == 0 && json_u32(reply, "good_steps", &good) == 0) {
 		/* The COMMIT mark's page field: good steps, and the top bit
 		 * for a skipped step (engine.c). */
@@ -683,6 +689,7 @@ SPW_EXPORT int spw_client_info(const spw_client *c, struct spw_session_info *inf
 	all.loss_scale = c->persist.loss_scale;
 	all.good_steps = c->persist.good_steps;
 	all.skipped = c->persist.skipped;
+	all.damaged_pages = c->persist.damaged_pages;
 	return spw__info_out(info, &all, sizeof(all), SPW__SESSION_INFO_SIZE_VER0,
 			     "struct spw_session_info", NULL, 0);
 }

@@ -171,6 +171,15 @@ static void session_row(const cJSON *s, char row[C__N][CELL])
 		fmt_duration(s, "lease_left_s", left, sizeof(left));
 		snprintf(row[C_STATE], CELL, "orphaned %.10s ago, %.10s left", age, left);
 	}
+	if (cJSON_IsTrue(get(s, "damaged"))) {
+		/* Back from a crash with pages whose CRC failed: the status
+		 * document's bad_pages names them. */
+		char state[CELL];
+
+		snprintf(state, sizeof(state), "%s", row[C_STATE]);
+		snprintf(row[C_STATE], CELL, "DAMAGED (%.0f bad pages), %.20s",
+			 cJSON_IsNumber(get(s, "bad_pages_total")) ? get(s, "bad_pages_total")->valuedouble : 0.0, state);
+	}
 	fmt_num(s, "committed_step", row[C_STEP], CELL);
 	fmt_bytes(s, "region_bytes", row[C_REGION], CELL);
 	fmt_bytes(s, "page_size", row[C_PAGE], CELL);

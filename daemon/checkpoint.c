@@ -33,6 +33,7 @@
 #include "pager.h"
 #include "region.h"
 #include "session.h"
+#include "state.h"
 #include "status.h"
 
 
@@ -356,8 +357,8 @@ int checkpoint_save(struct session *s, int dirfd, const char *path, void (*done)
 	if (s->opened_step <= s->committed_step)
 		ck_start(ck);
 	else
-		log_info("shutdown: session %s is inside step %" PRIu64 "; it is saved at that step's commit", s->name,
-			 s->opened_step);
+		log_info("session %s is inside step %" PRIu64 "; it is saved in persist.state_dir at that step's commit",
+			 s->name, s->opened_step);
 	return 0;
 }
 
@@ -397,11 +398,24 @@ static const char *field(const cJSON *msg, const char *key)
 void checkpoint_request(struct client *c, const cJSON *msg)
 {
 	const char *name = field(msg, "session"), *dir = field(msg, "dir");
+	/* A flush: the save a restart or a crash restores from, into
+	 * persist.state_dir (state.c), replacing the last one. */
+	bool flush = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(msg, "flush"));
+	char err[768], spath[PATH_MAX];
 	struct session *s;
 	struct checkpoint *ck;
 	struct stat st;
-	char err[768];
 
+	if (flush && name && spw_proto_session_name_valid(name)) {
+		if (c->d->state_fd < 0) {
+			control_reply_error(c, EOPNOTSUPP, "flush %s: spillwayd runs without persist.state_dir, so there "
+				    "is nowhere to flush to and a crash of the daemon loses the session; set "
+				    "persist.state_dir in its config (docs/persistent.md)", name);
+			return;
+		}
+		state_entry_path(c->d, name, spath, sizeof(spath));
+		dir = spath;
+	}
 	if (!name || !dir || !spw_proto_session_name_valid(name) || strlen(dir) >= PATH_MAX) {
 		control_reply_error(c, EINVAL, "checkpoint: \"session\" (a session name) and \"dir\" (an absolute path) "
 			    "are required");
@@ -429,6 +443,12 @@ void checkpoint_request(struct client *c, const cJSON *msg)
 		control_reply_error(c, EBUSY, "checkpoint %s: another checkpoint of the session is under way", name);
 		return;
 	}
+	if (s->nbad) {
+		control_reply_error(c, EBADMSG, "checkpoint %s: the session came back from a crash with %u damaged "
+			    "page%s (spillwayctl status lists them); it is not saved: load the last checkpoint", name,
+			    s->nbad, s->nbad == 1 ? "" : "s");
+		return;
+	}
 	if (s->committed_step == 0) {
 		control_reply_error(c, EAGAIN, "checkpoint %s: the session has no committed step yet; ask after its "
 			    "first step", name);
@@ -448,6 +468,18 @@ void checkpoint_request(struct client *c, const cJSON *msg)
 		return;
 	}
 	ck->d = c->d;
+	if (flush) {
+		ck->state = true;
+		ck->base = strrchr(ck->path, '/') + 1;
+		ck->parent = fcntl(c->d->state_fd, F_DUPFD_CLOEXEC, 0);
+		if (ck->parent < 0 || asprintf(&ck->tmp, "%s.tmp-%d", ck->base, (int)getpid()) < 0) {
+			ck->tmp = NULL;
+			ck_free(ck);
+			control_reply_error(c, ENOMEM, "flush %s: out of memory", name);
+			return;
+		}
+		goto start;
+	}
 	ck->parent = checkpoint_open_parent(ck->path, &ck->base, err, sizeof(err));
 	if (ck->parent < 0) {
 		int r = -ck->parent;
@@ -477,8 +509,9 @@ void checkpoint_request(struct client *c, const cJSON *msg)
 		control_reply_error(c, ENOMEM, "checkpoint %s: out of memory", name);
 		return;
 	}
+start:
 	ck->s = s;
-	ck->uid = c->uid;
+	ck->uid = flush ? s->uid : c->uid;
 	ck->gid = c->gid;
 	ck->t_ask = uv_hrtime();
 	s->ckpt = ck;

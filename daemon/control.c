@@ -398,6 +398,13 @@ void control_attach_reply(struct client *c, struct session *s, bool reattached)
 	cJSON_AddBoolToObject(o, "step_open", s->opened_step > s->committed_step);
 	cJSON_AddNumberToObject(o, "scale_bits", s->scale_bits);
 	cJSON_AddNumberToObject(o, "good_steps", s->good_steps);
+	if (s->nbad) {
+		/* Back from a crash with pages that failed their CRC: the
+		 * optimizer refuses to adopt it, naming the first. */
+		cJSON_AddNumberToObject(o, "damaged_pages", s->nbad);
+		cJSON_AddStringToObject(o, "damaged_tensor", session_tensor_name(s, s->bad[0].tensor));
+		cJSON_AddNumberToObject(o, "damaged_page", s->bad[0].page);
+	}
 	fds[SPW_ATTACH_FD_REGION] = s->region->fd;
 	fds[SPW_ATTACH_FD_RINGS] = s->rings_fd;
 	fds[SPW_ATTACH_FD_SQ_EVT] = s->sq_evt;

@@ -16,6 +16,10 @@
  * daemon for a checkpoint of the session into DIR while training goes
  * on; "checkpoint S" (the step it holds) is printed when it is done.
  *
+ * With PERSIST_FLUSH_AT=K, after step K the session is flushed into the
+ * daemon's persist.state_dir (spw_client_flush from a second client;
+ * "flushed S" printed).
+ *
  * With PERSIST_RECONNECT_MS=MS, a daemon that goes away (a restart) is
  * waited for in this process: spw_client_reconnect() for up to MS, a new
  * optimizer on the session taken over, and the run goes on from the
@@ -168,7 +172,7 @@ int main(int argc, char **argv)
 	struct mlp_task *task;
 	struct mlp *m;
 	spw_client *c = NULL;
-	uint64_t accum, steps, pause_us, step, ckpt_at = 0;
+	uint64_t accum, steps, pause_us, step, ckpt_at = 0, flush_at = 0;
 	struct ckpt_job ck = { 0 };
 	bool ck_started = false;
 	float x[BATCH * 64], loss;
@@ -190,6 +194,8 @@ int main(int argc, char **argv)
 		ckpt_at = strtoull(getenv("PERSIST_CHECKPOINT_AT"), NULL, 10);
 		ck = (struct ckpt_job){ .socket = argv[1], .session = argv[2], .dir = getenv("PERSIST_CHECKPOINT_DIR") };
 	}
+	if (getenv("PERSIST_FLUSH_AT"))
+		flush_at = strtoull(getenv("PERSIST_FLUSH_AT"), NULL, 10);
 	oo.accumulation = (uint32_t)accum;
 	oo.dynamic_loss_scale = tr.fp16;
 	oo.init_loss_scale = 1024.0f;
@@ -244,6 +250,19 @@ again:
 			continue;
 		}
 		tr.scale = res.next_loss_scale;
+		if (step == flush_at) {
+			/* From a client of its own: the trainer's engine
+			 * watches the trainer's client's socket. */
+			struct spw_checkpoint_result fr = { .size = sizeof(fr) };
+			spw_client *fc = NULL;
+
+			if (spw_optimizer_sync(tr.opt) < 0 || spw_client_new(NULL, &fc) < 0 ||
+			    spw_client_connect(fc, argv[1]) < 0 || spw_client_flush(fc, argv[2], &fr) < 0)
+				return fail("flush", fc ? spw_client_last_error(fc) : spw_optimizer_last_error(tr.opt));
+			spw_client_free(fc);
+			printf("flushed %llu\n", (unsigned long long)fr.committed_step);
+			fflush(stdout);
+		}
 		if (step == ckpt_at) {
 			if (pthread_create(&ck.thread, NULL, ckpt_thread, &ck) != 0)
 				return fail("checkpoint", "cannot start a thread");

@@ -257,6 +257,10 @@ struct spw_session_info {
 	uint64_t committed_step; /* the last step whose updates are all in the state (0: none) */
 	float loss_scale;       /* committed: the loss scale for the next step */
 	uint32_t skipped;       /* committed: that step was skipped (its number repeats) */
+	/* Added after skipped: crash recovery (docs/persistent.md). */
+	uint32_t damaged_pages; /* reattached after a daemon crash: pages whose CRC failed; they are
+				 * never handed out (a pin fails -EBADMSG) and spw_optimizer_new
+				 * refuses the session: load the last checkpoint */
 };
 
 /*
@@ -362,6 +366,22 @@ SPW_EXPORT int spw_client_checkpoint(spw_client *c, const char *session, const c
  */
 SPW_EXPORT int spw_client_restore(spw_client *c, const char *session, const char *dir, uint32_t lease_s,
 				  struct spw_checkpoint_result *out);
+
+/*
+ * Flushes the persistent session named session (the caller's, or root
+ * asks): spillwayd saves its state at its next commit point into
+ * persist.state_dir (replacing the last flush, in one rename), so that a
+ * kill -9 of the daemon or a power cut loses only the steps after it: the
+ * next spillwayd restores it as an orphan, as after a restart. Ask from a
+ * client of its own, as spw_client_checkpoint() (the trainer's client's
+ * engine watches its socket); it waits for the copy, during which the
+ * session's ring is not served. out (may be NULL) gets the step saved and
+ * the figures as for spw_client_checkpoint(). Returns 0; -EOPNOTSUPP when
+ * the daemon has no persist.state_dir; -ENOENT, -EPERM, -EINVAL (not
+ * persistent), -EAGAIN (no committed step yet) as for a checkpoint;
+ * -EBADMSG for a session that came back damaged from a crash.
+ */
+SPW_EXPORT int spw_client_flush(spw_client *c, const char *session, struct spw_checkpoint_result *out);
 
 /* ------------------------------------------------------------------ */
 /* Tensors */
