@@ -97,7 +97,7 @@ SPW_EXPORT int spw_client_reconnect(spw_client *c, uint32_t wait_ms)
 		spw_client_detach(c);
 		c->again.size = 0;
 		return spw__error(c, -ENOENT, "reconnect %s: spillwayd at %s no longer holds the session's state (a "
-				  "restart without persist.state_dir, a kill without a flushed recovery record, or its "
+				  "restart without persist.state_dir, a kill of the daemon before any flush, or its "
 				  "lease ended); start again from a checkpoint", c->session, path);
 	}
 	c->errmsg[0] = '\0';

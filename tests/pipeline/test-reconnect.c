@@ -139,6 +139,52 @@ static void same_state(const char *ref, const char *run)
 	free(b);
 }
 
+/* spw_client_reconnect()'s refusals: a session not persistent (-EINVAL),
+ * an optimizer not freed (-EBUSY), a daemon back without the session's
+ * state (-ENOENT: one that never committed a step is not saved), the
+ * empty session its attach made detached again. Stops the daemon. */
+static void refusals(void)
+{
+	struct spw_param_group g = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
+	struct spw_optimizer_opts oo = { .size = sizeof(oo), .groups = &g, .ngroups = 1, .device = "host" };
+	struct spw_attach_opts a = { .size = sizeof(a), .session = "rc/plain", .region_bytes = 4u << 20,
+				     .page_size = 64u << 10 };
+	spw_client *c = NULL, *p = NULL;
+	spw_optimizer *o = NULL;
+	char *json = NULL;
+
+	ASSERT_OK(spw_client_new(NULL, &c));
+	ASSERT_OK(spw_client_connect(c, sock));
+	ASSERT_EQ(spw_client_reconnect(c, 100), -EINVAL); /* nothing attached */
+	ASSERT_OK(spw_client_attach(c, &a));
+	ASSERT_EQ(spw_client_reconnect(c, 100), -EINVAL);
+	ASSERT_CONTAINS(spw_client_last_error(c), "persistent");
+	ASSERT_OK(spw_client_detach(c));
+	spw_client_free(c);
+
+	a.session = "rc/gone";
+	a.persistent = 1;
+	ASSERT_OK(spw_client_new(NULL, &p));
+	ASSERT_OK(spw_client_connect(p, sock));
+	ASSERT_OK(spw_client_attach(p, &a));
+	ASSERT_OK(spw_optimizer_new(p, &oo, &o));
+	ASSERT_EQ(spw_client_reconnect(p, 100), -EBUSY);
+	ASSERT_CONTAINS(spw_client_last_error(p), "spw_optimizer_free() first");
+	spw_optimizer_free(o);
+	/* Step 1 never committed: the restart does not keep it. */
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	ASSERT_OK(spw_test_daemon_start(&d, config));
+	point_socket();
+	ASSERT_EQ(spw_client_reconnect(p, 5000), -ENOENT);
+	printf("# %s\n", spw_client_last_error(p));
+	ASSERT_CONTAINS(spw_client_last_error(p), "no longer holds the session's state");
+	ASSERT_OK(spw_status_fetch(d.status, &json));
+	ASSERT_TRUE(strstr(json, "rc/gone") == NULL);
+	free(json);
+	spw_client_free(p);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const names[2] = { "rc/a", "rc/b" };
@@ -195,7 +241,7 @@ int main(int argc, char **argv)
 		same_state(ref, run[k]);
 		unlink(run[k]);
 	}
-	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	refusals();
 	unlink(ref);
 	unlink(sock);
 	ASSERT_OK(rmdir(link_dir));
