@@ -60,7 +60,7 @@ void checkpoint_remove_dir(int parent, const char *name);
 void restore_request(struct client *c, const cJSON *msg);
 /* At start: the checkpoint in the state directory's entry name (state_fd)
  * as an orphan of the uid its manifest names, with its lease counted from
- * now; the entry is removed once restored. Returns 0 (under way) or
+ * now; the entry stays (the session's last save) until the session ends. Returns 0 (under way) or
  * -errno (logged). */
 int restore_from_state(struct daemon *d, int state_fd, const char *state_path, const char *name);
 /* session_attach()'s end for a session being restored (control.c calls

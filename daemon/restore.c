@@ -461,8 +461,9 @@ static void rs_done(uv_work_t *w, int status)
 	s->good_steps = rs->good_steps;
 	s->restore = NULL;
 	rs->s = NULL;
-	if (rs->state_name)
-		checkpoint_remove_dir(rs->state_fd, rs->state_name);
+	/* A restore from persist.state_dir keeps its entry: it is the
+	 * session's last save, what a crash before the next one restores;
+	 * it goes when the session ends (state_forget). */
 	if (!persist_restored(s)) {
 		rs->s = s;
 		rs_fail(rs, ENOMEM, "restore %s: out of memory for its lease", s->name);

@@ -159,6 +159,20 @@ static void flush_tick(uv_timer_t *t)
 	}
 }
 
+void state_forget(struct session *s)
+{
+	char entry[SPW_PROTO_MAX_SESSION_NAME + 1];
+	struct stat st;
+
+	if (s->d->state_fd < 0 || !s->persistent)
+		return;
+	entry_name(s->name, entry, sizeof(entry));
+	if (fstatat(s->d->state_fd, entry, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return;
+	checkpoint_remove_dir(s->d->state_fd, entry);
+	log_info("persist.state_dir: removed %s, the last save of session %s, which ended", entry, s->name);
+}
+
 void state_flush_stop(void)
 {
 	if (flush_timer_on)

@@ -15,6 +15,11 @@
  * that page fails -EBADMSG (its bytes are never handed out) while its
  * other pages pin.
  *
+ * And with persist.flush_interval_s 1 and no flush asked for: killed
+ * once a periodic flush holds step 5 or later, the session comes back at
+ * the step the last flush holds, and resumes bit-identical. A session
+ * that ends with a detach leaves nothing in the state directory.
+ *
  *   test-crash TIER
  */
 #include <dirent.h>
@@ -185,6 +190,27 @@ static void flush_then_crash(const char *session, const char *out)
 	ASSERT_EQ(reap(pid, fd, buf, sizeof(buf)), 1);
 }
 
+/* The step the entry's manifest holds; 0 while there is none. */
+static double flushed_step(const char *entry)
+{
+	char path[512];
+	double step = 0;
+	cJSON *m;
+	size_t n;
+	char *text;
+
+	snprintf(path, sizeof(path), "%s/%s/manifest.json", state, entry);
+	if (access(path, F_OK) < 0)
+		return 0;
+	text = load(path, &n);
+	m = cJSON_Parse(text);
+	free(text);
+	ASSERT_TRUE(m != NULL);
+	step = cJSON_GetObjectItem(m, "committed_step")->valuedouble;
+	cJSON_Delete(m);
+	return step;
+}
+
 static void same_state(const char *ref, const char *run)
 {
 	size_t na, nb;
@@ -327,6 +353,42 @@ int main(int argc, char **argv)
 	ASSERT_OK(spw_client_detach(c));
 	spw_client_free(c);
 
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+
+	/* Flushed every second without being asked; killed once a flush
+	 * holds step 5: back at the last flush's step. */
+	snprintf(config, sizeof(config),
+		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
+		 " \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
+		 " \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"64MiB\"},"
+		 " \"persist\": {\"state_dir\": \"%s\", \"flush_interval_s\": 1}, \"log\": {\"level\": \"warn\"}}",
+		 state);
+	ASSERT_OK(spw_test_daemon_start(&d, config));
+	pid = spawn("cr/per", "1", "100000", NULL, run, &fd);
+	for (int i = 0; i < 2000 && flushed_step("cr+per") < 5; i++)
+		usleep(10 * 1000);
+	ASSERT_TRUE(flushed_step("cr+per") >= 5);
+	spw_test_daemon_kill(&d);
+	spw_test_daemon_cleanup(&d);
+	ASSERT_EQ(reap(pid, fd, buf, sizeof(buf)), 1);
+	{
+		double step = flushed_step("cr+per");
+		char want_resumed[64];
+
+		printf("# a periodic flush held step %.0f when the daemon was killed\n", step);
+		ASSERT_TRUE(step >= 5 && step < 40);
+		ASSERT_OK(spw_test_daemon_start(&d, config));
+		s = wait_orphan("cr/per");
+		ASSERT_EQ(cJSON_GetObjectItem(s, "committed_step")->valuedouble, step);
+		cJSON_Delete(s);
+		pid = spawn("cr/per", "1", "0", NULL, run, &fd);
+		ASSERT_EQ(reap(pid, fd, buf, sizeof(buf)), 0);
+		snprintf(want_resumed, sizeof(want_resumed), "resumed %.0f\n", step);
+		ASSERT_CONTAINS(buf, want_resumed);
+		same_state(ref, run);
+	}
+	/* It detached: its last flush went with it. */
+	ASSERT_EQ(flushed_step("cr+per"), 0);
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	unlink(ref);
 	unlink(run);
