@@ -48,6 +48,8 @@ struct checkpoint {
 	bool state;                /* a save at shutdown (state.c): replaces, keeps the daemon's ownership */
 	void (*done)(void *arg, int err);
 	void *done_arg;
+	void (*also)(void *arg, int err); /* a shutdown counting on this save (checkpoint_also_tell) */
+	void *also_arg;
 	int aborted;               /* atomic: the session went away while copying */
 	uint64_t t_ask, t_start;
 

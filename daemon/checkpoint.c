@@ -92,6 +92,8 @@ static void ck_reply_error(struct checkpoint *ck, int err, const char *fmt, ...)
 	}
 	if (ck->done)
 		ck->done(ck->done_arg, -err);
+	if (ck->also)
+		ck->also(ck->also_arg, -err);
 	ck_free(ck);
 }
 
@@ -266,6 +268,8 @@ static void ck_done(uv_work_t *w, int status)
 	}
 	if (ck->done)
 		ck->done(ck->done_arg, 0);
+	if (ck->also)
+		ck->also(ck->also_arg, 0);
 	ck_free(ck);
 }
 
@@ -370,6 +374,17 @@ bool checkpoint_cancel_waiting(struct session *s, int err, const char *why)
 		return false;
 	s->ckpt = NULL;
 	ck_reply_error(ck, err, "checkpoint %s to %s: %s; nothing was written", s->name, ck->path, why);
+	return true;
+}
+
+bool checkpoint_also_tell(struct session *s, void (*done)(void *arg, int err), void *arg)
+{
+	struct checkpoint *ck = s->ckpt;
+
+	if (!ck || !ck->state || !ck->running || ck->also)
+		return false;
+	ck->also = done;
+	ck->also_arg = arg;
 	return true;
 }
 

@@ -49,6 +49,10 @@ int checkpoint_save(struct session *s, int dirfd, const char *path, void (*done)
  * err (positive) and why in its answer (or done): true. false when none
  * waits. */
 bool checkpoint_cancel_waiting(struct session *s, int err, const char *why);
+/* A save of s into the state directory (a flush) is copying: done(arg,
+ * 0 or -errno) is called too when it ends (true). Shutdown counts on it
+ * as its own save: the ring is not served again after it. */
+bool checkpoint_also_tell(struct session *s, void (*done)(void *arg, int err), void *arg);
 /* Whether a checkpoint of s waits or copies. */
 bool checkpoint_busy(const struct session *s);
 /* "none", "waiting" or "copying", for the status document. */

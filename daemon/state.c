@@ -205,6 +205,17 @@ bool state_save_all(struct daemon *d, void (*then)(struct daemon *d))
 			log_warn("shutdown: session %s is damaged (%u pages lost in a crash); not saved", s->name, s->nbad);
 			continue;
 		}
+		if (checkpoint_busy(s) && (name = strdup(s->name))) {
+			/* A flush copying now is this save: the session's
+			 * ring is not served again after it. */
+			saving++;
+			if (checkpoint_also_tell(s, saved, name)) {
+				log_info("shutdown: session %s: the flush under way is its save", s->name);
+				continue;
+			}
+			saving--;
+			free(name);
+		}
 		if (checkpoint_busy(s) && !checkpoint_cancel_waiting(s, ESHUTDOWN, "spillwayd is shutting down")) {
 			log_warn("shutdown: session %s is being checkpointed by request; not saved in persist.state_dir",
 				 s->name);

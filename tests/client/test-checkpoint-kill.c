@@ -179,6 +179,75 @@ static void first_session(spw_client *c)
 	ASSERT_OK(spw__mark_sync(c, SPW_MARK_COMMIT, 1));
 }
 
+struct flush_ask {
+	spw_client *c;
+	int r;
+	char err[512];
+};
+
+static void *flush_thread(void *arg)
+{
+	struct flush_ask *f = arg;
+
+	f->r = spw_client_flush(f->c, "kill/a", NULL);
+	snprintf(f->err, sizeof(f->err), "%s", spw_client_last_error(f->c));
+	return NULL;
+}
+
+/* Whether the status document says kill/a's checkpoint is "copying". */
+static bool copying(void)
+{
+	char *json = NULL;
+	bool yes;
+
+	ASSERT_OK(spw_status_fetch(d.status, &json));
+	yes = strstr(json, "\"checkpoint\":\"copying\"") != NULL;
+	free(json);
+	return yes;
+}
+
+/* SIGTERM while a flush copies into persist.state_dir: that flush is the
+ * shutdown's save of the session (it finishes, answered, whole), and the
+ * next daemon restores it; a drop removes it. */
+static void shutdown_during_flush(const char *prev)
+{
+	char state[128], cfg[1024], entry[160];
+	struct flush_ask f = { 0 };
+	pthread_t th;
+	spw_client *c;
+
+	snprintf(state, sizeof(state), "%s/state", parent);
+	snprintf(entry, sizeof(entry), "%s/kill+a", state);
+	snprintf(cfg, sizeof(cfg),
+		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
+		 " \"pool\": {\"max_bytes\": \"512MiB\", \"session_max_bytes\": \"128MiB\", \"require_locked\": false},"
+		 " \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"2GiB\"}], \"session_bytes\": \"256MiB\"},"
+		 " \"persist\": {\"state_dir\": \"%s\"}, \"log\": {\"level\": \"info\"}}", state);
+	ASSERT_OK(spw_test_daemon_start(&d, cfg));
+	c = connect_client();
+	ASSERT_OK(spw_client_restore(c, "kill/a", prev, 60, NULL));
+	f.c = c;
+	ASSERT_OK(pthread_create(&th, NULL, flush_thread, &f));
+	for (int i = 0; i < 2000 && !copying(); i++)
+		usleep(1000);
+	ASSERT_TRUE(copying());
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	pthread_join(th, NULL);
+	spw_client_free(c);
+	if (f.r < 0)
+		TEST_FAIL("the flush a shutdown met: %s", f.err);
+	check_file(entry, 0, R_PAGES);
+	check_file(entry, 1, S_PAGES);
+	ASSERT_OK(spw_test_daemon_start(&d, cfg));
+	c = connect_client();
+	for (int i = 0; i < 500 && spw_client_drop(c, "kill/a") == -EBUSY; i++)
+		usleep(10 * 1000); /* still being restored */
+	spw_client_free(c);
+	ASSERT_NE(access(entry, F_OK), 0);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	ASSERT_OK(rmdir(state));
+}
+
 int main(void)
 {
 	char prev[128], next[128];
@@ -281,6 +350,8 @@ int main(void)
 	check_file(prev, 1, S_PAGES);
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	remove_dir(next);
+
+	shutdown_during_flush(prev);
 	remove_dir(prev);
 	ASSERT_OK(rmdir(parent));
 	printf("ok\n");
