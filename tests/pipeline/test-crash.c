@@ -304,6 +304,15 @@ int main(int argc, char **argv)
 	ASSERT_EQ(cJSON_GetObjectItem(s, "committed_step")->valuedouble, 10);
 	ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(s, "damaged")));
 	cJSON_Delete(s);
+	if (getenv("SPILLWAYCTL")) {
+		/* The operator's flush: the orphan saved again, whole. */
+		char cmd[1024];
+
+		snprintf(cmd, sizeof(cmd), "%s --socket-dir %s flush cr/run 2>&1", getenv("SPILLWAYCTL"), d.dir);
+		ASSERT_EQ(command_output(cmd, buf, sizeof(buf)), 0);
+		ASSERT_CONTAINS(buf, "flushed cr/run at step 10");
+		ASSERT_EQ(flushed_step("cr+run"), 10);
+	}
 	pid = spawn("cr/run", "1", "0", NULL, run, &fd);
 	ASSERT_EQ(reap(pid, fd, buf, sizeof(buf)), 0);
 	ASSERT_CONTAINS(buf, "resumed 10\n");
@@ -326,6 +335,10 @@ int main(int argc, char **argv)
 		snprintf(cmd, sizeof(cmd), "%s --socket-dir %s status 2>&1", getenv("SPILLWAYCTL"), d.dir);
 		ASSERT_EQ(command_output(cmd, buf, sizeof(buf)), 0);
 		ASSERT_CONTAINS(buf, "DAMAGED (1 bad pages)");
+		/* Never saved again as if whole. */
+		snprintf(cmd, sizeof(cmd), "%s --socket-dir %s flush cr/dmg 2>&1", getenv("SPILLWAYCTL"), d.dir);
+		ASSERT_NE(command_output(cmd, buf, sizeof(buf)), 0);
+		ASSERT_CONTAINS(buf, "damaged");
 	}
 	pid = spawn("cr/dmg", "1", "0", NULL, run, &fd);
 	ASSERT_EQ(reap(pid, fd, buf, sizeof(buf)), 1);
