@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * client/checkpoint.c: spw_client_checkpoint() and spw_client_restore(),
- * two control requests whose answer comes when the daemon's copy is done
+ * client/checkpoint.c: spw_client_checkpoint(), spw_client_restore() and
+ * spw_client_flush(), control requests whose answer comes when the daemon's copy is done
  * (their own timeout, not the client's reply_timeout_ms).
  */
 #include <errno.h>
@@ -54,6 +54,8 @@ static double real(const cJSON *o, const char *key)
 static int call(spw_client *c, const char *type, const char *session, const char *dir, uint32_t lease_s,
 		struct spw_checkpoint_result *out)
 {
+	/* dir NULL: a flush of session into the daemon's persist.state_dir. */
+	bool flush = !dir;
 	struct spw_checkpoint_result res = { .size = sizeof(res) };
 	char path[PATH_MAX], why[256];
 	cJSON *req, *reply = NULL;
@@ -66,12 +68,12 @@ static int call(spw_client *c, const char *type, const char *session, const char
 		return spw__error(c, -EINVAL, "%s", why);
 	if (!spw_proto_session_name_valid(session))
 		return spw__error(c, -EINVAL, "%s: '%s' is not a session name", type, session ? session : "(null)");
-	r = absolute(c, type, dir, path, sizeof(path));
+	r = flush ? 0 : absolute(c, type, dir, path, sizeof(path));
 	if (r < 0)
 		return r;
 	req = cJSON_CreateObject();
 	if (!req || !cJSON_AddStringToObject(req, "type", type) || !cJSON_AddStringToObject(req, "session", session) ||
-	    !cJSON_AddStringToObject(req, "dir", path) ||
+	    (flush ? !cJSON_AddBoolToObject(req, "flush", 1) : !cJSON_AddStringToObject(req, "dir", path)) ||
 	    (lease_s && !cJSON_AddNumberToObject(req, "lease_s", lease_s))) {
 		cJSON_Delete(req);
 		return spw__error(c, -ENOMEM, "%s: out of memory", type);
@@ -104,4 +106,9 @@ SPW_EXPORT int spw_client_restore(spw_client *c, const char *session, const char
 				  struct spw_checkpoint_result *out)
 {
 	return call(c, SPW_MSG_RESTORE, session, dir, lease_s, out);
+}
+
+SPW_EXPORT int spw_client_flush(spw_client *c, const char *session, struct spw_checkpoint_result *out)
+{
+	return call(c, SPW_MSG_CHECKPOINT, session, NULL, 0, out);
 }

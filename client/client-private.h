@@ -81,6 +81,12 @@ struct spw_client {
 	bool locked, hugepages;
 	uint64_t swap_bytes;     /* what the daemon reserved (attach reply) */
 	struct spw_session_info persist; /* the attach reply's persistence fields */
+	char damaged_tensor[SPW_PROTO_MAX_TENSOR_NAME + 1]; /* persist.damaged_pages: the first bad page's */
+	uint32_t damaged_page;
+	/* A persistent session's attach, kept for spw_client_reconnect()
+	 * (session points at c->session); again.size 0 when there is none. */
+	struct spw_attach_opts again;
+	uint32_t optimizers;     /* spw_optimizer_new()s not yet freed: they hold the mappings */
 	void *region;            /* region_bytes mapped shared */
 	void *rings;
 	size_t rings_bytes;
@@ -99,6 +105,9 @@ int spw__error(spw_client *c, int err, const char *fmt, ...) __attribute__((form
  * stored in *reply for the caller to free. 0 or the error, described. */
 struct cJSON;
 int spw__request(spw_client *c, struct cJSON *req, const char *type, struct cJSON **reply, uint32_t timeout_ms);
+
+/* Unmaps and closes what an attach set up (conn.c); c stays connected. */
+void spw__release_session(spw_client *c);
 
 /* Marks c's connection unusable: every later call returns err with the
  * current message. Returns err. */

@@ -69,7 +69,7 @@ static void close_fd(int *fd)
 }
 
 /* Releases everything attach set up; safe on a half-built attach. */
-static void release_session(spw_client *c)
+void spw__release_session(spw_client *c)
 {
 	if (c->region && c->region != MAP_FAILED)
 		munmap(c->region, c->region_bytes);
@@ -90,7 +90,7 @@ SPW_EXPORT spw_client *spw_client_free(spw_client *c)
 {
 	if (!c)
 		return NULL;
-	release_session(c);
+	spw__release_session(c);
 	close_fd(&c->ctl);
 	free(c->trace_path);
 	free(c->rxbuf);
@@ -470,6 +470,12 @@ static void persist_from_reply(spw_client *c, const cJSON *reply)
 		p->tensors = 0;
 	if (json_u64(reply, "committed_step", &step) == 0)
 		p->committed_step = step;
+	c->damaged_tensor[0] = '\0';
+	if (json_u32(reply, "damaged_pages", &p->damaged_pages) < 0 || json_u32(reply, "damaged_page", &c->damaged_page) < 0)
+		p->damaged_pages = 0;
+	else if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(reply, "damaged_tensor")))
+		snprintf(c->damaged_tensor, sizeof(c->damaged_tensor), "%s",
+			 cJSON_GetObjectItemCaseSensitive(reply, "damaged_tensor")->valuestring);
 	if (json_u32(reply, "scale_bits", &scale_bits) == 0 && json_u32(reply, "good_steps", &good) == 0) {
 		/* The COMMIT mark's page field: good steps, and the top bit
 		 * for a skipped step (engine.c). */
@@ -618,12 +624,16 @@ SPW_EXPORT int spw_client_attach(spw_client *c, const struct spw_attach_opts *ca
 	c->numa_node = cJSON_IsNumber(numa) && numa->valuedouble >= 0 && numa->valuedouble < 65536 ?
 			       (int32_t)numa->valuedouble : -1;
 	c->attached = true;
+	if (opts->persistent) {
+		c->again = *opts;
+		c->again.session = c->session;
+	}
 	return request_done(c, reply);
 
 fail_session:
 	/* The daemon has a session for us that we cannot use; closing the
 	 * connection ends it, and the client must start over. */
-	release_session(c);
+	spw__release_session(c);
 	spw__dead(c, r);
 	cJSON_Delete(reply);
 	return r;
@@ -644,13 +654,15 @@ SPW_EXPORT int spw_client_detach(spw_client *c)
 	if (!c->attached)
 		return c->dead ? c->dead_err : spw__error(c, -ENOTCONN, "detach: no session attached");
 	if (c->dead) {
-		release_session(c);
+		spw__release_session(c);
 		return c->dead_err;
 	}
 	r = request(c, new_request(SPW_MSG_DETACH), SPW_MSG_DETACH, &reply, NULL, NULL);
+	/* Ended on purpose: nothing to come back to. */
+	c->again.size = 0;
 	/* Unmap whatever the daemon said: after a detach request the session
 	 * is gone or going, and its memory is not ours to use. */
-	release_session(c);
+	spw__release_session(c);
 	cJSON_Delete(reply);
 	return r;
 }
@@ -683,6 +695,7 @@ SPW_EXPORT int spw_client_info(const spw_client *c, struct spw_session_info *inf
 	all.loss_scale = c->persist.loss_scale;
 	all.good_steps = c->persist.good_steps;
 	all.skipped = c->persist.skipped;
+	all.damaged_pages = c->persist.damaged_pages;
 	return spw__info_out(info, &all, sizeof(all), SPW__SESSION_INFO_SIZE_VER0,
 			     "struct spw_session_info", NULL, 0);
 }

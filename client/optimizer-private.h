@@ -193,6 +193,7 @@ struct spw_optimizer {
 	uint32_t page_size, chunk_elems;
 	uint32_t ring_cap;
 	bool region_registered;
+	bool counted;            /* in c->optimizers (spw_client_reconnect refuses while any lives) */
 
 	uint32_t staging_id;
 	void **sbuf;            /* 2 * window staging pages: grads [0, w), copies [w, 2w) */

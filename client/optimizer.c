@@ -326,6 +326,8 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 		goto fail;
 	}
 	o->engine_started = true;
+	o->counted = true;
+	c->optimizers++;
 	*ret = o;
 	return 0;
 fail:
@@ -339,6 +341,8 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 
 	if (!o)
 		return NULL;
+	if (o->counted)
+		o->c->optimizers--;
 	if (o->engine_started) {
 		pthread_mutex_lock(&o->lock);
 		/* The last step is committed before the engine goes (a

@@ -33,6 +33,8 @@ static void usage(FILE *f)
 		"  checkpoint SESSION DIR\n"
 		"                  write the persistent session's state at its next commit point\n"
 		"                  into DIR (new; its parent yours); its trainer waits for the copy\n"
+		"  flush SESSION   save the persistent session at its next commit point into the\n"
+		"                  daemon's persist.state_dir: what a crash of the daemon keeps\n"
 		"  restore SESSION DIR\n"
 		"                  a new orphaned persistent session from the checkpoint in DIR:\n"
 		"                  the trainer's next persistent attach of SESSION resumes it\n"
@@ -170,6 +172,15 @@ static void session_row(const cJSON *s, char row[C__N][CELL])
 		fmt_duration(s, "orphaned_s", age, sizeof(age));
 		fmt_duration(s, "lease_left_s", left, sizeof(left));
 		snprintf(row[C_STATE], CELL, "orphaned %.10s ago, %.10s left", age, left);
+	}
+	if (cJSON_IsTrue(get(s, "damaged"))) {
+		/* Back from a crash with pages whose CRC failed: the status
+		 * document's bad_pages names them. */
+		char state[CELL];
+
+		snprintf(state, sizeof(state), "%s", row[C_STATE]);
+		snprintf(row[C_STATE], CELL, "DAMAGED (%.0f bad pages), %.20s",
+			 cJSON_IsNumber(get(s, "bad_pages_total")) ? get(s, "bad_pages_total")->valuedouble : 0.0, state);
 	}
 	fmt_num(s, "committed_step", row[C_STEP], CELL);
 	fmt_bytes(s, "region_bytes", row[C_REGION], CELL);
@@ -342,7 +353,8 @@ static int drop_session(const char *dir, const char *name)
 	return r < 0;
 }
 
-/* checkpoint / restore SESSION DIR through the control socket. */
+/* checkpoint / restore SESSION DIR, flush SESSION, through the control
+ * socket. */
 static int checkpoint_cmd(const char *dir, const char *cmd, const char *name, const char *where)
 {
 	struct spw_checkpoint_result res = { .size = sizeof(res) };
@@ -354,12 +366,18 @@ static int checkpoint_cmd(const char *dir, const char *cmd, const char *name, co
 	if (r == 2)
 		return 2;
 	if (r == 0)
-		r = restore ? spw_client_restore(c, name, where, 0, &res) : spw_client_checkpoint(c, name, where, &res);
+		r = restore ? spw_client_restore(c, name, where, 0, &res)
+		    : where ? spw_client_checkpoint(c, name, where, &res)
+			    : spw_client_flush(c, name, &res);
 	if (r < 0) {
 		fprintf(stderr, "spillwayctl %s %s: %s\n", cmd, name, c ? spw_client_last_error(c) : spw_strerror(r));
 	} else {
 		format_bytes(res.bytes, a, sizeof(a));
-		if (restore)
+		if (!where)
+			printf("flushed %s at step %llu: %u tensors, %s in %.2f s into persist.state_dir; a crash of "
+			       "spillwayd now loses only the steps after it\n", name,
+			       (unsigned long long)res.committed_step, res.tensors, a, res.seconds);
+		else if (restore)
 			printf("restored %s at step %llu: %u tensors, %s in %.2f s, every page checked; orphaned for %u s: "
 			       "a persistent attach of %s resumes it\n", name, (unsigned long long)res.committed_step,
 			       res.tensors, a, res.seconds, res.lease_s, name);
@@ -454,6 +472,13 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		return drop_session(dir, argv[optind]);
+	}
+	if (!strcmp(cmd, "flush")) {
+		if (optind + 1 != argc || status || as_json || iterations || sort) {
+			fprintf(stderr, "spillwayctl flush: give one SESSION, and no option but --socket-dir\n");
+			return 2;
+		}
+		return checkpoint_cmd(dir, cmd, argv[optind], NULL);
 	}
 	if (!strcmp(cmd, "checkpoint") || !strcmp(cmd, "restore")) {
 		if (optind + 2 != argc || status || as_json || iterations || sort) {

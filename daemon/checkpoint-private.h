@@ -48,6 +48,8 @@ struct checkpoint {
 	bool state;                /* a save at shutdown (state.c): replaces, keeps the daemon's ownership */
 	void (*done)(void *arg, int err);
 	void *done_arg;
+	void (*also)(void *arg, int err); /* a shutdown counting on this save (checkpoint_also_tell) */
+	void *also_arg;
 	int aborted;               /* atomic: the session went away while copying */
 	uint64_t t_ask, t_start;
 
@@ -70,6 +72,7 @@ struct checkpoint {
 	/* The worker's result. */
 	int err;
 	char msg[1024];
+	char stale[512];           /* temporaries of dead daemons it removed, for the log */
 	uint64_t bytes, copied;    /* written in all; of which copied in the kernel */
 	uv_work_t work;
 };

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -224,6 +225,50 @@ static void remove_tmp(struct checkpoint *ck)
 	unlinkat(ck->parent, ck->tmp, AT_REMOVEDIR);
 }
 
+/* The pid in "<base>.tmp-<pid>", or 0 when name is not such a temporary. */
+static pid_t tmp_pid(const char *name, const char *base)
+{
+	size_t n = strlen(base);
+	char *end;
+	long pid;
+
+	if (strncmp(name, base, n) || strncmp(name + n, ".tmp-", 5) || !name[n + 5])
+		return 0;
+	pid = strtol(name + n + 5, &end, 10);
+	return *end || pid <= 0 || pid > INT32_MAX ? 0 : (pid_t)pid;
+}
+
+/* A spillwayd killed while copying (kill -9, a power cut) leaves its
+ * "<base>.tmp-<pid>" beside where the checkpoint would go; the next
+ * attempt at that name removes it, unless its pid still runs (another
+ * spillwayd's copy under way; EPERM too means it runs). Names go to
+ * ck->stale for the log. */
+static void remove_stale(struct checkpoint *ck)
+{
+	int fd = openat(ck->parent, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct dirent *e;
+	size_t used = 0;
+	DIR *dd;
+
+	if (fd < 0)
+		return;
+	if (!(dd = fdopendir(fd))) {
+		close(fd);
+		return;
+	}
+	while ((e = readdir(dd))) {
+		pid_t pid = tmp_pid(e->d_name, ck->base);
+
+		if (!pid || pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH)
+			continue;
+		checkpoint_remove_dir(ck->parent, e->d_name);
+		if (used + strlen(e->d_name) + 3 < sizeof(ck->stale))
+			used += (size_t)snprintf(ck->stale + used, sizeof(ck->stale) - used, "%s%s",
+						 used ? ", " : "", e->d_name);
+	}
+	closedir(dd);
+}
+
 /* On a threadpool thread: touches only ck (never the session). */
 void checkpoint_write(uv_work_t *w)
 {
@@ -233,6 +278,7 @@ void checkpoint_write(uv_work_t *w)
 	char *text = NULL;
 	int dir = -1, fd = -1;
 
+	remove_stale(ck);
 	if (mkdirat(ck->parent, ck->tmp, 0700) < 0) {
 		wfail(ck, errno, "creating %s: %s", ck->tmp, strerror(errno));
 		return;

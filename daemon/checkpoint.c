@@ -33,6 +33,7 @@
 #include "pager.h"
 #include "region.h"
 #include "session.h"
+#include "state.h"
 #include "status.h"
 
 
@@ -91,6 +92,8 @@ static void ck_reply_error(struct checkpoint *ck, int err, const char *fmt, ...)
 	}
 	if (ck->done)
 		ck->done(ck->done_arg, -err);
+	if (ck->also)
+		ck->also(ck->also_arg, -err);
 	ck_free(ck);
 }
 
@@ -220,6 +223,9 @@ static void ck_done(uv_work_t *w, int status)
 		ck->err = status;
 		snprintf(ck->msg, sizeof(ck->msg), "the copy could not run: %s", uv_strerror(status));
 	}
+	if (ck->stale[0])
+		log_info("checkpoint %s: removed %s beside %s: what a checkpoint left when its spillwayd died "
+			 "before finishing it", ck->session, ck->stale, ck->path);
 	if (s) {
 		struct client *owner = s->owner;
 
@@ -262,6 +268,8 @@ static void ck_done(uv_work_t *w, int status)
 	}
 	if (ck->done)
 		ck->done(ck->done_arg, 0);
+	if (ck->also)
+		ck->also(ck->also_arg, 0);
 	ck_free(ck);
 }
 
@@ -353,8 +361,8 @@ int checkpoint_save(struct session *s, int dirfd, const char *path, void (*done)
 	if (s->opened_step <= s->committed_step)
 		ck_start(ck);
 	else
-		log_info("shutdown: session %s is inside step %" PRIu64 "; it is saved at that step's commit", s->name,
-			 s->opened_step);
+		log_info("session %s is inside step %" PRIu64 "; it is saved in persist.state_dir at that step's commit",
+			 s->name, s->opened_step);
 	return 0;
 }
 
@@ -366,6 +374,17 @@ bool checkpoint_cancel_waiting(struct session *s, int err, const char *why)
 		return false;
 	s->ckpt = NULL;
 	ck_reply_error(ck, err, "checkpoint %s to %s: %s; nothing was written", s->name, ck->path, why);
+	return true;
+}
+
+bool checkpoint_also_tell(struct session *s, void (*done)(void *arg, int err), void *arg)
+{
+	struct checkpoint *ck = s->ckpt;
+
+	if (!ck || !ck->state || !ck->running || ck->also)
+		return false;
+	ck->also = done;
+	ck->also_arg = arg;
 	return true;
 }
 
@@ -394,11 +413,24 @@ static const char *field(const cJSON *msg, const char *key)
 void checkpoint_request(struct client *c, const cJSON *msg)
 {
 	const char *name = field(msg, "session"), *dir = field(msg, "dir");
+	/* A flush: the save a restart or a crash restores from, into
+	 * persist.state_dir (state.c), replacing the last one. */
+	bool flush = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(msg, "flush"));
+	char err[768], spath[PATH_MAX];
 	struct session *s;
 	struct checkpoint *ck;
 	struct stat st;
-	char err[768];
 
+	if (flush && name && spw_proto_session_name_valid(name)) {
+		if (c->d->state_fd < 0) {
+			control_reply_error(c, EOPNOTSUPP, "flush %s: spillwayd runs without persist.state_dir, so there "
+				    "is nowhere to flush to and a crash of the daemon loses the session; set "
+				    "persist.state_dir in its config (docs/persistent.md)", name);
+			return;
+		}
+		state_entry_path(c->d, name, spath, sizeof(spath));
+		dir = spath;
+	}
 	if (!name || !dir || !spw_proto_session_name_valid(name) || strlen(dir) >= PATH_MAX) {
 		control_reply_error(c, EINVAL, "checkpoint: \"session\" (a session name) and \"dir\" (an absolute path) "
 			    "are required");
@@ -426,6 +458,12 @@ void checkpoint_request(struct client *c, const cJSON *msg)
 		control_reply_error(c, EBUSY, "checkpoint %s: another checkpoint of the session is under way", name);
 		return;
 	}
+	if (s->nbad) {
+		control_reply_error(c, EBADMSG, "checkpoint %s: the session came back from a crash with %u damaged "
+			    "page%s (spillwayctl status lists them); it is not saved: load the last checkpoint", name,
+			    s->nbad, s->nbad == 1 ? "" : "s");
+		return;
+	}
 	if (s->committed_step == 0) {
 		control_reply_error(c, EAGAIN, "checkpoint %s: the session has no committed step yet; ask after its "
 			    "first step", name);
@@ -445,6 +483,18 @@ void checkpoint_request(struct client *c, const cJSON *msg)
 		return;
 	}
 	ck->d = c->d;
+	if (flush) {
+		ck->state = true;
+		ck->base = strrchr(ck->path, '/') + 1;
+		ck->parent = fcntl(c->d->state_fd, F_DUPFD_CLOEXEC, 0);
+		if (ck->parent < 0 || asprintf(&ck->tmp, "%s.tmp-%d", ck->base, (int)getpid()) < 0) {
+			ck->tmp = NULL;
+			ck_free(ck);
+			control_reply_error(c, ENOMEM, "flush %s: out of memory", name);
+			return;
+		}
+		goto start;
+	}
 	ck->parent = checkpoint_open_parent(ck->path, &ck->base, err, sizeof(err));
 	if (ck->parent < 0) {
 		int r = -ck->parent;
@@ -474,8 +524,9 @@ void checkpoint_request(struct client *c, const cJSON *msg)
 		control_reply_error(c, ENOMEM, "checkpoint %s: out of memory", name);
 		return;
 	}
+start:
 	ck->s = s;
-	ck->uid = c->uid;
+	ck->uid = flush ? s->uid : c->uid;
 	ck->gid = c->gid;
 	ck->t_ask = uv_hrtime();
 	s->ckpt = ck;

@@ -49,6 +49,10 @@ int checkpoint_save(struct session *s, int dirfd, const char *path, void (*done)
  * err (positive) and why in its answer (or done): true. false when none
  * waits. */
 bool checkpoint_cancel_waiting(struct session *s, int err, const char *why);
+/* A save of s into the state directory (a flush) is copying: done(arg,
+ * 0 or -errno) is called too when it ends (true). Shutdown counts on it
+ * as its own save: the ring is not served again after it. */
+bool checkpoint_also_tell(struct session *s, void (*done)(void *arg, int err), void *arg);
 /* Whether a checkpoint of s waits or copies. */
 bool checkpoint_busy(const struct session *s);
 /* "none", "waiting" or "copying", for the status document. */
@@ -60,7 +64,7 @@ void checkpoint_remove_dir(int parent, const char *name);
 void restore_request(struct client *c, const cJSON *msg);
 /* At start: the checkpoint in the state directory's entry name (state_fd)
  * as an orphan of the uid its manifest names, with its lease counted from
- * now; the entry is removed once restored. Returns 0 (under way) or
+ * now; the entry stays (the session's last save) until the session ends. Returns 0 (under way) or
  * -errno (logged). */
 int restore_from_state(struct daemon *d, int state_fd, const char *state_path, const char *name);
 /* session_attach()'s end for a session being restored (control.c calls

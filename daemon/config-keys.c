@@ -375,6 +375,11 @@ static int k_persist_state_dir(struct perr *e, struct config *c, const cJSON *v,
 	return r < 0 ? r : cfg_set_str(&c->persist_state_dir, s);
 }
 
+/* persist.flush_interval_s: a flush (a save into persist.state_dir at a
+ * commit point) of every persistent session that committed since its last
+ * one; 0 is off. At most a week. */
+LIMIT_UINT(k_persist_flush_interval, persist_flush_interval_s, 0, 7u * 24u * 3600u)
+
 const struct section cfg_sections[] = {
 	{ "socket", KEYS({ "dir", k_socket_dir }, { "mode", k_socket_mode }, { "group", k_socket_group }) },
 	{ "pool", KEYS({ "max_bytes", k_pool_max_bytes }, { "session_max_bytes", k_pool_session_max_bytes },
@@ -391,7 +396,7 @@ const struct section cfg_sections[] = {
 			 { "hello_timeout_ms", k_limits_hello_timeout }, { "ring_ops_per_s", k_limits_ring_ops },
 			 { "lease_max_s", k_limits_lease_max }) },
 	{ "metrics", KEYS({ "listen", k_metrics_listen }, { "allow_remote", k_metrics_allow_remote }) },
-	{ "persist", KEYS({ "state_dir", k_persist_state_dir }) },
+	{ "persist", KEYS({ "state_dir", k_persist_state_dir }, { "flush_interval_s", k_persist_flush_interval }) },
 };
 
 const size_t cfg_nsections = sizeof(cfg_sections) / sizeof(cfg_sections[0]);

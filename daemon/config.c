@@ -125,6 +125,10 @@ static int check_whole(struct perr *e, struct config *c, bool seen_session_max)
 				       "to whoever connects: set metrics.allow_remote: true to serve it anyway, or listen "
 				       "on 127.0.0.1", c->metrics_listen);
 	}
+	if (c->persist_flush_interval_s && !c->persist_state_dir)
+		return cfg_fail(e, "persist.flush_interval_s (%u s) flushes into persist.state_dir, which is not set; set "
+			       "it (e.g. \"/var/lib/spillway/state\") or remove flush_interval_s",
+			       c->persist_flush_interval_s);
 	if (!c->socket_dir)
 		return cfg_fail(e, "socket.dir is not set and $XDG_RUNTIME_DIR is unset or unusable; set socket.dir "
 			       "or run with XDG_RUNTIME_DIR");

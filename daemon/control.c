@@ -25,6 +25,7 @@
 #include "persist.h"
 #include "region.h"
 #include "session.h"
+#include "state.h"
 #include "swap.h"
 #include "util/json.h"
 
@@ -290,6 +291,7 @@ static void do_attach(struct client *c, const cJSON *msg)
 		 * nothing worth resuming. The new trainer starts anew. */
 		log_info("attach %s: the orphaned session's optimizer never committed a step; released, and attached anew",
 			 name);
+		state_forget(other);
 		session_free(other);
 		other = NULL;
 	}
@@ -398,6 +400,13 @@ void control_attach_reply(struct client *c, struct session *s, bool reattached)
 	cJSON_AddBoolToObject(o, "step_open", s->opened_step > s->committed_step);
 	cJSON_AddNumberToObject(o, "scale_bits", s->scale_bits);
 	cJSON_AddNumberToObject(o, "good_steps", s->good_steps);
+	if (s->nbad) {
+		/* Back from a crash with pages that failed their CRC: the
+		 * optimizer refuses to adopt it, naming the first. */
+		cJSON_AddNumberToObject(o, "damaged_pages", s->nbad);
+		cJSON_AddStringToObject(o, "damaged_tensor", session_tensor_name(s, s->bad[0].tensor));
+		cJSON_AddNumberToObject(o, "damaged_page", s->bad[0].page);
+	}
 	fds[SPW_ATTACH_FD_REGION] = s->region->fd;
 	fds[SPW_ATTACH_FD_RINGS] = s->rings_fd;
 	fds[SPW_ATTACH_FD_SQ_EVT] = s->sq_evt;
@@ -534,6 +543,7 @@ void control_detach(struct client *c)
 	}
 	log_info("detach %s: client %u (uid %u, pid %d) asked; released %s", c->session->name, c->id,
 		 (unsigned)c->uid, (int)c->pid, format_bytes(c->session->bytes, a, sizeof(a)));
+	state_forget(c->session);
 	c->session = session_free(c->session);
 	daemon_update_status(c->d);
 	control_send_json(c, control_reply(SPW_MSG_DETACH), NULL, 0);

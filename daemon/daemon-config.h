@@ -85,6 +85,9 @@ struct config {
 	/* persist.state_dir: where persistent sessions are checkpointed at
 	 * shutdown and restored from at start; NULL is off. Read at start. */
 	char *persist_state_dir;
+	/* persist.flush_interval_s: seconds between flushes of each persistent
+	 * session into persist.state_dir (state.c); 0 (the default) is off. */
+	uint32_t persist_flush_interval_s;
 };
 
 /*

@@ -451,6 +451,7 @@ static void teardown(struct daemon *d)
 	uv_close((uv_handle_t *)&d->watchdog, NULL);
 	uv_close((uv_handle_t *)&d->idle, NULL);
 	uv_close((uv_handle_t *)&d->backlog_timer, NULL);
+	state_flush_stop();
 	status_stop(d);
 }
 

@@ -86,6 +86,10 @@ static int32_t execute(struct session *s, const struct spw_sqe *sqe)
 		r = 0;
 		break;
 	case SPW_OP_PIN:
+		if (s->nbad && session_page_bad(s, sqe->tensor, sqe->page)) {
+			r = -EBADMSG; /* its bytes failed their CRC after a crash: never handed out */
+			break;
+		}
 		r = sqe->flags & SPW_PIN_OVERWRITE ?
 			    pager_pin_overwrite(s->pager, sqe->tensor, sqe->page, sqe->user_data) :
 			    pager_pin(s->pager, sqe->tensor, sqe->page, sqe->user_data);

@@ -22,6 +22,7 @@
 #include "pager.h"
 #include "persist.h"
 #include "session.h"
+#include "state.h"
 #include "status.h"
 
 static uint64_t orphan_age_s(const struct session *s)
@@ -63,6 +64,7 @@ static void lease_over(uv_timer_t *t)
 	log_info("session %s (uid %u): orphaned for %llu s, its lease (%u s) is over; released %s, its %u tensors and "
 		 "its swap", s->name, (unsigned)s->uid, (unsigned long long)orphan_age_s(s), s->lease_s,
 		 format_bytes(s->bytes, a, sizeof(a)), s->ntensors);
+	state_forget(s);
 	session_free(s);
 	daemon_update_status(d);
 	status_refresh_soon(d);
@@ -268,6 +270,7 @@ void persist_drop(struct client *c, const char *name)
 	log_info("drop %s: uid %u (pid %d) dropped the orphaned session (orphaned %llu s ago); released %s and its %u "
 		 "tensors", name, (unsigned)c->uid, (int)c->pid, (unsigned long long)orphan_age_s(s),
 		 format_bytes(bytes, a, sizeof(a)), s->ntensors);
+	state_forget(s);
 	session_free(s);
 	daemon_update_status(d);
 	status_refresh_soon(d);

@@ -78,7 +78,14 @@ struct restore {
 	bool startup;
 	int state_fd;
 	char *state_name;
+	/* startup: pages whose CRC failed (the record's file changed or
+	 * rotted since the flush), by index into t; zeros were put there. */
+	struct bad_page *bad;
+	uint32_t nbad, bad_cap;
 };
+
+/* More bad pages than this and the session is not restored at all. */
+#define RESTORE_BAD_MAX (1u << 20)
 
 static struct restore *rs_free(struct restore *rs)
 {
@@ -95,6 +102,7 @@ static struct restore *rs_free(struct restore *rs)
 	}
 	free(rs->t);
 	free(rs->pages);
+	free(rs->bad);
 	if (rs->dir >= 0)
 		close(rs->dir);
 	if (rs->state_name)
@@ -342,6 +350,24 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 			got += (size_t)n;
 		}
 		crc = crc32c(0, buf, len);
+		if (crc != t->crc[i] && rs->startup && rs->nbad < RESTORE_BAD_MAX) {
+			/* After a crash: the session comes back marked
+			 * damaged, this page never handed out (zeros kept). */
+			if (rs->nbad == rs->bad_cap) {
+				uint32_t cap = rs->bad_cap ? 2 * rs->bad_cap : 16;
+				struct bad_page *b = realloc(rs->bad, cap * sizeof(*b));
+
+				if (!b) {
+					close(fd);
+					return wfail(rs, ENOMEM, "out of memory for the list of damaged pages");
+				}
+				rs->bad = b;
+				rs->bad_cap = cap;
+			}
+			rs->bad[rs->nbad++] = (struct bad_page){ .tensor = (uint32_t)(t - rs->t), .page = i };
+			memset(buf, 0, len);
+			crc = t->crc[i];
+		}
 		if (crc != t->crc[i]) {
 			close(fd);
 			return wfail(rs, EBADMSG, "tensor %s page %u (file %s/%s, bytes %" PRIu64 "..%" PRIu64 "): its "
@@ -414,13 +440,30 @@ static void rs_done(uv_work_t *w, int status)
 		for (uint32_t k = 0; t->swappable && k < t->npages; k++)
 			pager_page_loaded(s->pager, id, k, rs->pages[t->first + k].pcrc);
 	}
+	for (uint32_t i = 0; i < rs->nbad; i++) {
+		const struct r_tensor *t = &rs->t[rs->bad[i].tensor];
+
+		if (i < 8)
+			log_warn("restore %s: tensor %s page %u (file %s/%s) failed its CRC-32C check: it is never handed "
+				 "out", s->name, t->name, rs->bad[i].page, rs->path, t->file);
+		rs->bad[i].tensor = session_tensor_find(s, t->name);
+	}
+	if (rs->nbad) {
+		log_warn("restore %s: %u damaged page%s; the session is marked damaged and no optimizer adopts it: load "
+			 "the last checkpoint (spillwayctl drop %s, then spillwayctl restore)", s->name, rs->nbad,
+			 rs->nbad == 1 ? "" : "s", s->name);
+		s->bad = rs->bad;
+		s->nbad = rs->nbad;
+		rs->bad = NULL;
+	}
 	s->committed_step = s->opened_step = rs->step;
 	s->scale_bits = rs->scale_bits;
 	s->good_steps = rs->good_steps;
 	s->restore = NULL;
 	rs->s = NULL;
-	if (rs->state_name)
-		checkpoint_remove_dir(rs->state_fd, rs->state_name);
+	/* A restore from persist.state_dir keeps its entry: it is the
+	 * session's last save, what a crash before the next one restores;
+	 * it goes when the session ends (state_forget). */
 	if (!persist_restored(s)) {
 		rs->s = s;
 		rs_fail(rs, ENOMEM, "restore %s: out of memory for its lease", s->name);

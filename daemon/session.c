@@ -543,9 +543,18 @@ struct session *session_free(struct session *s)
 	free(s->name_heads);
 	rings_drop(s);
 	free(s->tclaimed);
+	free(s->bad);
 	free(s->name);
 	free(s);
 	return NULL;
+}
+
+bool session_page_bad(const struct session *s, uint32_t tensor, uint32_t page)
+{
+	for (uint32_t i = 0; i < s->nbad; i++)
+		if (s->bad[i].tensor == tensor && s->bad[i].page == page)
+			return true;
+	return false;
 }
 
 const char *session_tensor_name(const struct session *s, uint32_t id)

@@ -73,6 +73,11 @@ struct session {
 	 * state is one whole step's while opened_step <= committed_step. */
 	uint64_t opened_step, committed_step;
 	uint32_t scale_bits, good_steps; /* from the last COMMIT */
+	uint64_t flushed_step;  /* persist.flush_interval_s: the step its last periodic flush was asked at */
+	/* Back from a crash with pages whose CRC failed (restore.c): never
+	 * handed out (a PIN of one fails -EBADMSG), listed in the status. */
+	struct bad_page { uint32_t tensor, page; } *bad;
+	uint32_t nbad;
 	/* A checkpoint waits for the next COMMIT or copies the state
 	 * (checkpoint.c); while it copies, the SQ is not read (sq_paused). */
 	struct checkpoint *ckpt;
@@ -165,5 +170,8 @@ void control_unregister_done(struct session *s, uint32_t id);
 void session_tensor_removed(void *ctx, uint32_t id);
 /* The tensor's name, or NULL for an unknown id. */
 const char *session_tensor_name(const struct session *s, uint32_t id);
+/* Whether page of tensor failed its CRC when s came back from a crash
+ * (s->bad): such a page is never handed out. */
+bool session_page_bad(const struct session *s, uint32_t tensor, uint32_t page);
 
 #endif

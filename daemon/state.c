@@ -5,7 +5,10 @@
  * directory at its next commit point (checkpoint.c; the shutdown waits
  * for those, at most STATE_COMMIT_WAIT_MS for a commit point to come);
  * at start each checkpoint found there is restored as an orphan
- * (restore.c), its lease counted from the start.
+ * (restore.c), its lease counted from the start. The same save, while the
+ * daemon runs, is a flush: asked for by the session's client (FLUSH,
+ * checkpoint.c) or every persist.flush_interval_s, so that a kill -9 of
+ * the daemon (or a power cut) loses only what came after the last one.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -27,6 +30,8 @@
 
 static unsigned saving;
 static bool starting;
+static uv_timer_t flush_timer;
+static bool flush_timer_on;
 static uv_timer_t *wait_timer;
 static void (*then_fn)(struct daemon *d);
 static struct daemon *then_d;
@@ -39,6 +44,14 @@ static void entry_name(const char *session, char *buf, size_t len)
 	for (char *p = buf; *p; p++)
 		if (*p == '/')
 			*p = '+';
+}
+
+void state_entry_path(const struct daemon *d, const char *session, char *buf, size_t len)
+{
+	char entry[SPW_PROTO_MAX_SESSION_NAME + 1];
+
+	entry_name(session, entry, sizeof(entry));
+	snprintf(buf, len, "%s/%s", d->cfg->persist_state_dir, entry);
 }
 
 static void run_then_now(void);
@@ -110,11 +123,69 @@ static void waited(uv_timer_t *t)
 	finish();
 }
 
+static void flushed(void *arg, int err)
+{
+	char *name = arg;
+
+	if (err == 0)
+		log_debug("persist.flush_interval_s: session %s flushed into persist.state_dir", name);
+	else
+		log_warn("persist.flush_interval_s: session %s was not flushed into persist.state_dir: %s; its last "
+			 "flush stays", name, strerror(-err));
+	free(name);
+}
+
+/* Every persistent session that committed a step since its last flush is
+ * saved into the state directory at its next commit point. */
+static void flush_tick(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+	char path[4096];
+	struct list *p, *n;
+
+	list_for_each_safe(p, n, &d->sessions) {
+		struct session *s = list_entry(p, struct session, link);
+		char *name;
+
+		if (!s->persistent || !s->pager || s->attaching || s->restore || s->ckpt || s->nbad ||
+		    s->committed_step <= s->flushed_step || (!s->owner && s->opened_step > s->committed_step))
+			continue;
+		state_entry_path(d, s->name, path, sizeof(path));
+		s->flushed_step = s->committed_step;
+		if (!(name = strdup(s->name)) || checkpoint_save(s, d->state_fd, path, flushed, name) < 0) {
+			log_warn("persist.flush_interval_s: session %s: out of memory; not flushed", s->name);
+			free(name);
+		}
+	}
+}
+
+void state_forget(struct session *s)
+{
+	char entry[SPW_PROTO_MAX_SESSION_NAME + 1];
+	struct stat st;
+
+	if (s->d->state_fd < 0 || !s->persistent)
+		return;
+	entry_name(s->name, entry, sizeof(entry));
+	if (fstatat(s->d->state_fd, entry, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return;
+	checkpoint_remove_dir(s->d->state_fd, entry);
+	log_info("persist.state_dir: removed %s, the last save of session %s, which ended", entry, s->name);
+}
+
+void state_flush_stop(void)
+{
+	if (flush_timer_on)
+		uv_close((uv_handle_t *)&flush_timer, NULL);
+	flush_timer_on = false;
+}
+
 bool state_save_all(struct daemon *d, void (*then)(struct daemon *d))
 {
 	char path[4096], entry[SPW_PROTO_MAX_SESSION_NAME + 1];
 	struct list *p, *n;
 
+	state_flush_stop();
 	if (d->state_fd < 0)
 		return false;
 	then_fn = then;
@@ -129,6 +200,21 @@ bool state_save_all(struct daemon *d, void (*then)(struct daemon *d))
 		if (s->committed_step == 0 || (!s->owner && s->opened_step > s->committed_step)) {
 			log_warn("shutdown: session %s holds no whole committed step; not saved", s->name);
 			continue;
+		}
+		if (s->nbad) {
+			log_warn("shutdown: session %s is damaged (%u pages lost in a crash); not saved", s->name, s->nbad);
+			continue;
+		}
+		if (checkpoint_busy(s) && (name = strdup(s->name))) {
+			/* A flush copying now is this save: the session's
+			 * ring is not served again after it. */
+			saving++;
+			if (checkpoint_also_tell(s, saved, name)) {
+				log_info("shutdown: session %s: the flush under way is its save", s->name);
+				continue;
+			}
+			saving--;
+			free(name);
 		}
 		if (checkpoint_busy(s) && !checkpoint_cancel_waiting(s, ESHUTDOWN, "spillwayd is shutting down")) {
 			log_warn("shutdown: session %s is being checkpointed by request; not saved in persist.state_dir",
@@ -203,6 +289,14 @@ int state_start(struct daemon *d)
 		restore_from_state(d, d->state_fd, dir, e->d_name);
 	}
 	closedir(dd);
+	if (d->cfg->persist_flush_interval_s) {
+		uint64_t ms = (uint64_t)d->cfg->persist_flush_interval_s * 1000u;
+
+		uv_timer_init(&d->loop, &flush_timer);
+		flush_timer.data = d;
+		uv_timer_start(&flush_timer, flush_tick, ms, ms);
+		flush_timer_on = true;
+	}
 	return 0;
 }
 

@@ -216,6 +216,21 @@ static cJSON *session_json(const struct session *s)
 	if (s->clip_coef >= 0.0f)
 		cJSON_AddNumberToObject(o, "clip_coef", s->clip_coef);
 	cJSON_AddBoolToObject(o, "step_open", s->opened_step > s->committed_step);
+	/* Back from a crash with pages whose CRC failed (at most 64 listed). */
+	cJSON_AddBoolToObject(o, "damaged", s->nbad > 0);
+	if (s->nbad) {
+		cJSON *bad = cJSON_AddArrayToObject(o, "bad_pages");
+
+		cJSON_AddNumberToObject(o, "bad_pages_total", s->nbad);
+		for (uint32_t i = 0; bad && i < s->nbad && i < 64; i++) {
+			cJSON *b = cJSON_CreateObject();
+
+			if (!b || !cJSON_AddItemToArray(bad, b))
+				break;
+			cJSON_AddStringToObject(b, "tensor", session_tensor_name(s, s->bad[i].tensor));
+			cJSON_AddNumberToObject(b, "page", s->bad[i].page);
+		}
+	}
 	cJSON_AddNumberToObject(o, "region_bytes", (double)s->bytes);
 	/* While attaching: how far locking (or prefaulting) the region is. */
 	cJSON_AddNumberToObject(o, "region_ready_bytes", (double)region_ready_bytes(&s->ropts));

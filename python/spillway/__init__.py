@@ -142,6 +142,17 @@ class Session:
                 "tensors": i.tensors, "committed_step": i.committed_step, "loss_scale": i.loss_scale,
                 "good_steps": i.good_steps, "skipped": bool(i.skipped)}
 
+    def reconnect(self, wait_s):
+        """After spillwayd went away (a restart with persist.state_dir): dials
+        the same socket for up to wait_s seconds and takes the persistent
+        session over again (spw_client_reconnect). The optimizer on it must
+        be closed first; info() then says what was committed."""
+        if self.owner is not None:
+            raise ValueError("session %s: close its optimizer before reconnecting" % self.name)
+        r = L.lib.spw_client_reconnect(self.handle, int(wait_s * 1000))
+        if r < 0:
+            raise SpillwayError(r, self.last_error(), "reconnect session %s" % self.name)
+
     def close(self):
         """Detaches (cleanly when possible) and frees the client."""
         if self._c is None:

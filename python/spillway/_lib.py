@@ -156,6 +156,8 @@ _OPTIONAL = {
     # Persistent sessions:
     # int spw_client_drop(spw_client *c, const char *session);
     "spw_client_drop": (ctypes.c_int, [_vp, ctypes.c_char_p]),
+    # int spw_client_reconnect(spw_client *c, uint32_t wait_ms);
+    "spw_client_reconnect": (ctypes.c_int, [_vp, u32]),
     # uint64_t spw_optimizer_resumed_step(const spw_optimizer *o);
     "spw_optimizer_resumed_step": (u64, [_vp]),
     # int spw_optimizer_write(spw_optimizer *o, uint32_t tensor,

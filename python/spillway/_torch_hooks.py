@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 """The autograd hooks OffloadAdamW puts on each parameter: held weakly, so
 a hook never keeps an optimizer or a parameter alive."""
+from . import SpillwayError
+from ._torch_persist import hook_failed
 
 
 def remove_hooks(e):
@@ -13,8 +15,13 @@ def remove_hooks(e):
 def make_accumulated_hook(opt_ref, entry_ref):
     def hook(grad_inputs, grad_outputs):
         opt, e = opt_ref(), entry_ref()
-        if opt is not None and e is not None:
+        if opt is None or e is None or getattr(opt, "_gone", None) is not None:
+            return  # the daemon went away this step: step() reconnects
+        try:
             opt._on_accumulated(e)
+        except SpillwayError as err:
+            if not hook_failed(opt, err):
+                raise
     return hook
 
 

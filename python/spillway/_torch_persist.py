@@ -8,16 +8,18 @@ name in the next process takes it over: the model's parameters get the
 master weights of the last committed step, and `opt.resumed_step` says
 which step that was, so the trainer goes on with the data of the next.
 """
+import errno
+
 import torch
 
-from . import Session
+from . import Session, SpillwayError
 from . import _lib as L
 
 LEASE_MAX_S = 7 * 24 * 3600
 
 
-def check(persistent, lease, session):
-    """The arguments checked; returns (persistent, lease, resumed_step 0)."""
+def check(opt, persistent, lease, session, reconnect=0):
+    """The arguments checked, set on opt (resumed_step 0 until a resume)."""
     if not isinstance(persistent, bool):
         raise TypeError("persistent must be True or False, not %r" % (persistent,))
     if lease is not None and not (isinstance(lease, (int, float)) and 1 <= lease <= LEASE_MAX_S):
@@ -31,7 +33,9 @@ def check(persistent, lease, session):
     if isinstance(session, Session) and persistent != session.persistent:
         raise ValueError("persistent=%s, but Session %s was made with persistent=%s; make them agree"
                          % (persistent, session.name, session.persistent))
-    return persistent, lease, 0
+    if not (isinstance(reconnect, (int, float)) and 0 <= reconnect <= 86400):
+        raise ValueError("reconnect must be seconds in [0, 86400] (0: never), not %r" % (reconnect,))
+    opt._persistent, opt._lease, opt._reconnect, opt.resumed_step = persistent, lease, reconnect, 0
 
 
 def session_args(opt):
@@ -89,3 +93,124 @@ def abandon(opt):
         opt._session = None
     opt._opt = None
     return True
+
+
+# ---------------------------------------------------------------- restarts
+
+class RewoundError(RuntimeError):
+    """spillwayd went away during a step and came back with the state of
+    an earlier step than the one before it (after a crash: the last flush).
+    The model's parameters hold resumed_step's weights; the trainer goes on
+    with the data of resumed_step + 1 (the data position is the trainer's):
+
+        try:
+            opt.step()
+        except spillway.torch.RewoundError as e:
+            step = e.resumed_step   # the loop goes on with step + 1's batch
+    """
+
+    def __init__(self, resumed_step, step, why):
+        self.resumed_step, self.step = resumed_step, step
+        super().__init__("OffloadAdamW: spillwayd went away during step %d (%s) and came back with "
+                         "the state of step %d; the model's parameters hold that step's weights: go on "
+                         "with the data of step %d" % (step, why, resumed_step, resumed_step + 1))
+
+
+def went_away(opt, err):
+    """Whether err is the daemon going away under a persistent optimizer
+    that rides restarts out (reconnect > 0)."""
+    return (getattr(opt, "_persistent", False) and getattr(opt, "_reconnect", 0) > 0
+            and getattr(opt, "_own_session", False) and err.errno in (errno.ECONNRESET, errno.EPIPE))
+
+
+def _recover(opt, err, n):
+    """The optimizer freed, the session taken over again in the restarted
+    daemon, a new optimizer adopting its tensors (the parameters get the
+    committed master weights). True: the step being taken is to be redone
+    (its gradients are in p.grad, computed from the weights it resumed
+    at); False: it was committed before the daemon went. Otherwise
+    RewoundError. n: the step being taken."""
+    if opt._opt is not None:
+        opt._opt.close()
+        opt._opt = None
+    opt._failed, opt._in_step, opt._ended, opt._begun = None, False, None, None
+    try:
+        opt._session.reconnect(opt._reconnect)
+        for e in opt._entries:
+            e.tid = None
+            e.forget_step()
+        opt._build(snapshot=None)
+    except SpillwayError as again:
+        opt._broken(again)
+        raise
+    opt.reconnects = getattr(opt, "reconnects", 0) + 1
+    if opt._step_no == n - 1:
+        return True
+    if opt._step_no == n:
+        return False
+    raise RewoundError(opt.resumed_step, n, err)
+
+
+def step(opt):
+    """OffloadAdamW.step()'s work (begin, the gradients, end, the wait for
+    the parameters), riding out a daemon restart when persistent=True with
+    reconnect > 0: each time the daemon goes away the session is taken over
+    again and the step redone from p.grad, or found already committed."""
+    while True:
+        n = opt._step_no + 1
+        try:
+            gone = getattr(opt, "_gone", None)
+            if gone is not None:
+                opt._gone = None
+                raise gone
+            opt._open_step()
+            opt._settle()
+            opt._finish(opt._end())
+            return
+        except SpillwayError as err:
+            if not went_away(opt, err):
+                raise
+            if not _recover(opt, err, n):
+                return
+
+
+def hook_failed(opt, err):
+    """A backward hook's hand-over met the daemon gone: kept for step()
+    (True), which reconnects; the gradients stay in p.grad."""
+    if not went_away(opt, err):
+        return False
+    opt._gone, opt._failed = err, None
+    return True
+
+
+def flush(opt):
+    """persistent=True: spillwayd saves the session's state at its last
+    committed step into its persist.state_dir (spw_client_flush), from a
+    client of its own; a kill -9 of the daemon or a power cut then loses
+    only the steps after it. Returns the step saved."""
+    import ctypes
+    from ._checkpoint import CheckpointResult
+    opt._usable()
+    if not opt._persistent:
+        raise ValueError("flush() is for OffloadAdamW(persistent=True): only a persistent session is kept "
+                         "across a crash of spillwayd")
+    lib = L.load()
+    fn = getattr(lib, "spw_client_flush", None)
+    if fn is None:
+        raise NotImplementedError("flush() needs a libspillway with spw_client_flush (%s is older)"
+                                  % L.library_path())
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(CheckpointResult)]
+    res = CheckpointResult(size=ctypes.sizeof(CheckpointResult))
+    c = ctypes.c_void_p()
+    r = lib.spw_client_new(None, ctypes.byref(c))
+    if r < 0:
+        raise SpillwayError(r, None, "spillway client")
+    try:
+        r = lib.spw_client_connect(c, opt._session.socket.encode())
+        if r == 0:
+            r = fn(c, opt._session_name.encode(), ctypes.byref(res))
+        if r < 0:
+            raise SpillwayError(r, L.decode(lib.spw_client_last_error(c)), "flush %s" % opt._session_name)
+    finally:
+        lib.spw_client_free(c)
+    return res.committed_step

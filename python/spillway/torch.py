@@ -44,6 +44,7 @@ import torch.optim
 
 from . import Optimizer as _SpwOptimizer, Session, SpillwayError
 from . import _lib as L, _torch_persist as _persist, _checkpoint as _ckpt, _state_dtype
+from ._torch_persist import RewoundError  # noqa: F401
 from ._torch_amp import AmpMixin
 from ._torch_hooks import make_accumulated_hook as _make_accumulated_hook, \
     make_average_hook as _make_average_hook, remove_hooks as _remove_hooks
@@ -103,7 +104,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     state_dtype: 'fp32', 'bf16' or 'int8' moments in the tiers (docs/pipeline.md).
     persistent (with session="name"): the state outlives a trainer that
     dies, for lease seconds (None: 900); the next OffloadAdamW of that name
-    resumes it from opt.resumed_step (docs/persistent.md).
+    resumes it from opt.resumed_step (docs/persistent.md); a daemon restart under
+    step() is ridden out for reconnect seconds (0: never; else RewoundError).
 
     params may also be (name, tensor) pairs, e.g. model.named_parameters(),
     so that errors and spillway's status name them. Parameters with
@@ -112,6 +114,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     """
 
     _step_supports_amp_scaling = True
+    flush = _persist.flush  # persistent=True: the last step saved for a crash of spillwayd; returns it
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  amsgrad=False, *, maximize=False, foreach=None, capturable=False,
@@ -120,11 +123,11 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                  init_loss_scale=65536.0, growth_interval=2000, session=None, socket=None,
                  clip_coef=None, data_parallel_group=None, timeout=None, page_size=None,
                  region_bytes=None, window=0, threads=0, trace=None, persistent=False, lease=None,
-                 state_dtype="fp32"):
+                 state_dtype="fp32", reconnect=60.0):
         _state_dtype.check(state_dtype)  # moments as bf16 in the tiers: docs/pipeline.md
         self.state_dtype = state_dtype
         self._live_state = LiveState(self)
-        self._persistent, self._lease, self.resumed_step = _persist.check(persistent, lease, session)
+        _persist.check(self, persistent, lease, session, reconnect)  # sets _persistent, _lease, _reconnect
         self._built = False
         self._opt = None
         self._trace = trace
@@ -725,9 +728,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             return loss
         if not self._in_step and all(_grad_of(self, e) is None for e in self._entries):
             return loss  # as torch: no gradient, nothing to do
-        self._open_step()
-        self._settle()
-        self._finish(self._end())
+        _persist.step(self)  # _open_step, _settle, _finish(_end()); rides out a daemon restart
         return loss
 
     def zero_grad(self, *args, **kwargs):

@@ -7,7 +7,8 @@
  * the same region contents; another uid cannot; a non-persistent attach,
  * or one of another geometry, is refused and leaves the orphan untouched.
  * `drop` ends an orphan at once; the lease's end releases it with its
- * locked bytes and swap files.
+ * locked bytes and swap files. Without persist.state_dir a flush is
+ * refused naming it.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -276,6 +277,9 @@ static void test_drop_and_caps(void)
 	session_state("job/big", state, sizeof(state));
 	ASSERT_STREQ(state, "");
 	ASSERT_EQ(spw_client_drop(c, "job/big"), -ENOENT);
+	/* No persist.state_dir: a flush has nowhere to go, and says so. */
+	ASSERT_EQ(spw_client_flush(c, "job/rank0", NULL), -EOPNOTSUPP);
+	ASSERT_CONTAINS(spw_client_last_error(c), "persist.state_dir");
 	ASSERT_OK(attach(o, "job/new", 56 * MiB, false, 0));
 	spw_client_free(o);
 	spw_client_free(c);

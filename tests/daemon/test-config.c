@@ -101,6 +101,10 @@ static const struct bad bad[] = {
 	{ "{\"persist\": {\"state_dir\": \"var/lib/x\"}}", "persist.state_dir", "not an absolute path" },
 	{ "{\"persist\": {\"state_dir\": 1}}", "persist.state_dir", "wrong type" },
 	{ "{\"persist\": {\"dir\": \"/x\"}}", "unknown key persist.dir", "state_dir" },
+	{ "{\"persist\": {\"flush_interval_s\": -1}}", "persist.flush_interval_s", "from 0 to 604800" },
+	{ "{\"persist\": {\"flush_interval_s\": 604801}}", "persist.flush_interval_s", "out of range" },
+	{ "{\"persist\": {\"flush_interval_s\": \"60\"}}", "persist.flush_interval_s", "wrong type" },
+	{ "{\"persist\": {\"flush_interval_s\": 60}}", "persist.flush_interval_s (60 s)", "persist.state_dir, which is not set" },
 	/* Strict JSON (issue 9, item 8): what cJSON would let through. */
 	{ "{\"log\": {\"level\": \"info\"}} {\"log\": {}}", "trailing data after the JSON value", "line 1, column 28" },
 	{ "{\"log\": {\"level\": \"info\"}}x", "trailing data", "column 27" },
@@ -229,7 +233,7 @@ static void test_defaults_and_good(void)
 		" \"ring\": {\"poll_us\": 0}, \"log\": {\"level\": \"debug\"},"
 		" \"swap\": {\"dirs\": [{\"path\": \"/var/lib/spillway\", \"max_bytes\": \"64GiB\"}], \"queue_depth\": 64,"
 		"          \"sqpoll\": true, \"prefetch_window\": 4, \"session_bytes\": \"16GiB\"},"
-		" \"persist\": {\"state_dir\": \"/var/lib/spillway/state\"}}";
+		" \"persist\": {\"state_dir\": \"/var/lib/spillway/state\", \"flush_interval_s\": 300}}";
 	struct config *c = NULL;
 	char err[1024] = "";
 
@@ -246,6 +250,7 @@ static void test_defaults_and_good(void)
 	ASSERT_EQ(c->swap_queue_depth, 32);
 	ASSERT_UEQ(c->swap_session_bytes, 4ull << 30);
 	ASSERT_TRUE(c->persist_state_dir == NULL);
+	ASSERT_EQ(c->persist_flush_interval_s, 0u);
 	c = config_free(c);
 
 	ASSERT_OK(config_parse(good, strlen(good), "good", &c, err, sizeof(err)));
@@ -267,6 +272,7 @@ static void test_defaults_and_good(void)
 	ASSERT_TRUE(c->swap_sqpoll);
 	ASSERT_UEQ(c->swap_session_bytes, 16ull << 30);
 	ASSERT_STREQ(c->persist_state_dir, "/var/lib/spillway/state");
+	ASSERT_EQ(c->persist_flush_interval_s, 300u);
 	config_free(c);
 	config_free(NULL);
 }

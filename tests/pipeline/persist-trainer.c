@@ -19,6 +19,15 @@
  * daemon for a checkpoint of the session into DIR while training goes
  * on; "checkpoint S" (the step it holds) is printed when it is done.
  *
+ * With PERSIST_FLUSH_AT=K, after step K the session is flushed into the
+ * daemon's persist.state_dir (spw_client_flush from a second client;
+ * "flushed S" printed).
+ *
+ * With PERSIST_RECONNECT_MS=MS, a daemon that goes away (a restart) is
+ * waited for in this process: spw_client_reconnect() for up to MS, a new
+ * optimizer on the session taken over, and the run goes on from the
+ * daemon's last commit ("went away: ERROR" and "reconnected S" printed).
+ *
  * Exit status: 0 done, 3 the session was left mid-update (-ESTALE: the
  * harness drops it and starts over), 1 anything else.
  */
@@ -96,18 +105,77 @@ static int fail(const char *what, const char *why)
 	_exit(1);
 }
 
+/* The optimizer on c's session, its tensors added (adopted after a
+ * takeover) and the device weights restored from the master weights the
+ * session kept: the next step to run. */
+static uint64_t setup(struct trainer *tr, spw_client *c, const struct spw_optimizer_opts *oo,
+		      const struct mlp_tensor *t, int n)
+{
+	struct spw_session_info info = { .size = sizeof(info) };
+	uint64_t step;
+	int r = spw_optimizer_new(c, oo, &tr->opt);
+
+	if (r == -ESTALE) {
+		fprintf(stderr, "persist-trainer: %s\n", spw_client_last_error(c));
+		_exit(3);
+	}
+	if (r < 0)
+		fail("optimizer", spw_client_last_error(c));
+	for (int i = 0; i < n; i++) {
+		if (spw_optimizer_add(tr->opt, t[i].name, 0, t[i].count, t[i].param, t[i].param, SPW_TYPE_F32,
+				      &tr->id[i]) < 0)
+			fail("add", spw_optimizer_last_error(tr->opt));
+		if (!tr->h[i] && !(tr->h[i] = malloc(t[i].count * 2)))
+			fail("add", "out of memory");
+	}
+	step = spw_optimizer_resumed_step(tr->opt) + 1;
+	if (step > 1) {
+		/* The device weights are the trainer's to restore: the master
+		 * weights the session kept, cast as the copy-out would (fp32). */
+		for (int i = 0; i < n; i++)
+			if (spw_optimizer_read(tr->opt, tr->id[i], SPW_STATE_PARAM, t[i].param) < 0)
+				fail("read", spw_optimizer_last_error(tr->opt));
+		spw_client_info(c, &info);
+		if (tr->fp16)
+			tr->scale = info.loss_scale;
+	}
+	return step;
+}
+
+/* PERSIST_RECONNECT_MS set: the daemon went away (a restart) in step's
+ * call what; the session is taken over again in this process, and the
+ * step to go on with is returned (the daemon's last commit + 1). */
+static uint64_t reconnect(struct trainer *tr, spw_client *c, const struct spw_optimizer_opts *oo,
+			  const struct mlp_tensor *t, int n, const char *what)
+{
+	const char *ms = getenv("PERSIST_RECONNECT_MS");
+	uint64_t step;
+
+	if (!ms || spw_optimizer_last_error(tr->opt)[0] == '\0' ||
+	    !strstr(spw_optimizer_last_error(tr->opt), "closed the connection"))
+		fail(what, spw_optimizer_last_error(tr->opt));
+	printf("went away: %s\n", spw_optimizer_last_error(tr->opt));
+	tr->opt = spw_optimizer_free(tr->opt);
+	tr->hv.npend = 0; /* what a broken backward left unhanded */
+	if (spw_client_reconnect(c, (uint32_t)strtoul(ms, NULL, 10)) < 0)
+		fail("reconnect", spw_client_last_error(c));
+	step = setup(tr, c, oo, t, n);
+	printf("reconnected %llu\n", (unsigned long long)step - 1);
+	fflush(stdout);
+	return step;
+}
+
 int main(int argc, char **argv)
 {
 	struct mlp_config cfg = { .n_in = 64, .n_hidden = 384, .n_hidden_layers = 2, .n_out = 10, .max_batch = BATCH };
 	struct spw_param_group g = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f };
 	struct spw_optimizer_opts oo = { .size = sizeof(oo), .groups = &g, .ngroups = 1, .threads = 2, .device = "host" };
-	struct spw_session_info info = { .size = sizeof(info) };
 	struct trainer tr = { .hv.give = hand_over };
 	const struct mlp_tensor *t;
 	struct mlp_task *task;
 	struct mlp *m;
 	spw_client *c = NULL;
-	uint64_t accum, steps, pause_us, step, ckpt_at = 0;
+	uint64_t accum, steps, pause_us, step, ckpt_at = 0, flush_at = 0;
 	struct ckpt_job ck = { 0 };
 	bool ck_started = false;
 	float x[BATCH * 64], loss;
@@ -132,6 +200,8 @@ int main(int argc, char **argv)
 		ckpt_at = strtoull(getenv("PERSIST_CHECKPOINT_AT"), NULL, 10);
 		ck = (struct ckpt_job){ .socket = argv[1], .session = argv[2], .dir = getenv("PERSIST_CHECKPOINT_DIR") };
 	}
+	if (getenv("PERSIST_FLUSH_AT"))
+		flush_at = strtoull(getenv("PERSIST_FLUSH_AT"), NULL, 10);
 	oo.accumulation = (uint32_t)accum;
 	oo.dynamic_loss_scale = tr.fp16;
 	oo.init_loss_scale = 1024.0f;
@@ -157,50 +227,48 @@ int main(int argc, char **argv)
 		if (r < 0)
 			return fail("attach", spw_client_last_error(c));
 	}
-	r = spw_optimizer_new(c, &oo, &tr.opt);
-	if (r == -ESTALE) {
-		fprintf(stderr, "persist-trainer: %s\n", spw_client_last_error(c));
-		_exit(3);
-	}
-	if (r < 0)
-		return fail("optimizer", spw_client_last_error(c));
-	for (int i = 0; i < n; i++) {
-		if (spw_optimizer_add(tr.opt, t[i].name, 0, t[i].count, t[i].param, t[i].param, SPW_TYPE_F32,
-				      &tr.id[i]) < 0)
-			return fail("add", spw_optimizer_last_error(tr.opt));
-		if (!(tr.h[i] = malloc(t[i].count * 2)))
-			return fail("add", "out of memory");
-	}
-	step = spw_optimizer_resumed_step(tr.opt) + 1;
+	step = setup(&tr, c, &oo, t, n);
 	if (step > 1) {
-		/* The device weights are the trainer's to restore: the master
-		 * weights the session kept, cast as the copy-out would (fp32). */
-		for (int i = 0; i < n; i++)
-			if (spw_optimizer_read(tr.opt, tr.id[i], SPW_STATE_PARAM, t[i].param) < 0)
-				return fail("read", spw_optimizer_last_error(tr.opt));
-		spw_client_info(c, &info);
-		if (tr.fp16)
-			tr.scale = info.loss_scale;
 		printf("resumed %llu\n", (unsigned long long)step - 1);
 		fflush(stdout);
 	}
-	for (; step <= steps; step++) {
+again:
+	while (step <= steps) {
 		struct spw_step_result res = { .size = sizeof(res) };
+		const char *what = NULL;
 
 		if (spw_optimizer_begin(tr.opt, step, NULL, 0.0f) < 0)
-			return fail("begin", spw_optimizer_last_error(tr.opt));
-		for (uint64_t mb = 0; mb < accum; mb++) {
-			for (int i = 0; i < n; i++)
+			what = "begin";
+		for (uint64_t mb = 0; !what && mb < accum; mb++) {
+			for (int i = 0; !what && i < n; i++)
 				if (spw_optimizer_wait_params(tr.opt, tr.id[i], NULL) < 0)
-					return fail("wait", spw_optimizer_last_error(tr.opt));
+					what = "wait";
 			mlp_task_batch(task, (step - 1) * accum + mb, BATCH, x, y);
-			if (mlp_forward(m, x, y, BATCH, &loss, NULL) < 0 || mlp_backward(m, handover_on_grad, &tr.hv) < 0 ||
-			    handover_flush(&tr.hv) < 0 || spw_optimizer_sync_grads(tr.opt) < 0)
-				return fail("step", spw_optimizer_last_error(tr.opt));
+			if (!what && (mlp_forward(m, x, y, BATCH, &loss, NULL) < 0 ||
+				      mlp_backward(m, handover_on_grad, &tr.hv) < 0 || handover_flush(&tr.hv) < 0 ||
+				      spw_optimizer_sync_grads(tr.opt) < 0))
+				what = "step";
 		}
-		if (spw_optimizer_end(tr.opt, &res) < 0)
-			return fail("end", spw_optimizer_last_error(tr.opt));
+		if (!what && spw_optimizer_end(tr.opt, &res) < 0)
+			what = "end";
+		if (what) {
+			step = reconnect(&tr, c, &oo, t, n, what);
+			continue;
+		}
 		tr.scale = res.next_loss_scale;
+		if (step == flush_at) {
+			/* From a client of its own: the trainer's engine
+			 * watches the trainer's client's socket. */
+			struct spw_checkpoint_result fr = { .size = sizeof(fr) };
+			spw_client *fc = NULL;
+
+			if (spw_optimizer_sync(tr.opt) < 0 || spw_client_new(NULL, &fc) < 0 ||
+			    spw_client_connect(fc, argv[1]) < 0 || spw_client_flush(fc, argv[2], &fr) < 0)
+				return fail("flush", fc ? spw_client_last_error(fc) : spw_optimizer_last_error(tr.opt));
+			spw_client_free(fc);
+			printf("flushed %llu\n", (unsigned long long)fr.committed_step);
+			fflush(stdout);
+		}
 		if (step == ckpt_at) {
 			if (pthread_create(&ck.thread, NULL, ckpt_thread, &ck) != 0)
 				return fail("checkpoint", "cannot start a thread");
@@ -208,6 +276,7 @@ int main(int argc, char **argv)
 		}
 		if (pause_us)
 			usleep((useconds_t)pause_us); /* the data loader's turn */
+		step++;
 	}
 	if (ck_started) {
 		pthread_join(ck.thread, NULL);
@@ -217,7 +286,13 @@ int main(int argc, char **argv)
 		       (unsigned long long)ck.res.bytes, ck.res.seconds);
 		fflush(stdout);
 	}
-	if (spw_optimizer_sync(tr.opt) < 0 || !(out = fopen(argv[10], "wb")))
+	/* The last step's commit; a restart before it redoes what the
+	 * daemon did not commit. */
+	if (spw_optimizer_sync(tr.opt) < 0) {
+		step = reconnect(&tr, c, &oo, t, n, "sync");
+		goto again;
+	}
+	if (!(out = fopen(argv[10], "wb")))
 		return fail("sync", spw_optimizer_last_error(tr.opt));
 	for (int i = 0; i < n; i++) {
 		float *buf = malloc(t[i].count * 4);

@@ -9,7 +9,12 @@ and the optimizer's state_dict to OUT.
 
 wide: another model (a wider hidden layer); raise5: an exception in the
 training loop before step 5 ends the process the way a bug would;
-ckpt:K:DIR: opt.save_checkpoint(DIR) after step K ("checkpoint S").
+ckpt:K:DIR: opt.save_checkpoint(DIR) after step K ("checkpoint S");
+slow: 20 ms between steps, and "reconnects N" at the end (opt.reconnects:
+daemon restarts ridden out in this process); flush:K: slow, and
+opt.flush() after step K ("flushed S"); a RewoundError (the daemon came
+back from a crash at the flushed step) sends the loop back there
+("rewound S").
 
 Exit status 3: the session was left mid-update (ESTALE), nothing resumed.
 """
@@ -21,6 +26,7 @@ import spwtest  # noqa: F401  (import path)
 import torch
 import torch.nn as nn
 import spillway
+import spillway.torch
 from spillway.torch import OffloadAdamW
 
 
@@ -54,6 +60,8 @@ def main():
         raise
     if opt.resumed_step:
         print("resumed %d" % opt.resumed_step, flush=True)
+    if extra.startswith("flush:"):
+        return flushing(m, opt, steps, int(extra.split(":")[1]), out)
     # The three lines a trainer needs: start after the committed step.
     for step in range(opt.resumed_step + 1, steps + 1):
         if extra == "raise5" and step == 5:
@@ -66,8 +74,32 @@ def main():
         if extra.startswith("ckpt:") and step == int(extra.split(":")[1]):
             r = opt.save_checkpoint(extra.split(":", 2)[2])
             print("checkpoint %d" % r["committed_step"], flush=True)
-        time.sleep(0.002)  # the data loader's turn
+        time.sleep(0.02 if extra == "slow" else 0.002)  # the data loader's turn
+    if extra == "slow":
+        print("reconnects %d" % getattr(opt, "reconnects", 0), flush=True)
     torch.save({"model": m.state_dict(), "opt": opt.state_dict()}, out)
+    opt.close()
+
+
+def flushing(m, opt, steps, flush_at, out):
+    step = opt.resumed_step
+    while step < steps:
+        step += 1
+        x, y = batch(step)
+        opt.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(m(x), y).backward()
+        try:
+            opt.step()
+        except spillway.torch.RewoundError as e:  # the three lines docs/persistent.md shows
+            print("rewound %d" % e.resumed_step, flush=True)
+            step = e.resumed_step
+            continue
+        print("step %d" % step, flush=True)
+        if step == flush_at:
+            print("flushed %d" % opt.flush(), flush=True)
+        time.sleep(0.02)
+    torch.save({"model": m.state_dict(), "opt": opt.state_dict()}, out)
+    print("reconnects %d" % getattr(opt, "reconnects", 0), flush=True)
     opt.close()
 
 

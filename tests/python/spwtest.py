@@ -44,9 +44,13 @@ def _die_with_parent():
 class Daemon:
     """spillwayd with sockets in a temp dir and swap under /var/tmp."""
 
-    def __init__(self, swap=True, pool="1GiB", session_max="256MiB", extra=None):
-        """extra: more config sections, e.g. {"metrics": {"listen": ...}}."""
-        self.dir = tempfile.mkdtemp(prefix="spw-py-", dir=os.environ.get("TMPDIR") or "/tmp")
+    def __init__(self, swap=True, pool="1GiB", session_max="256MiB", extra=None, sock_dir=None):
+        """extra: more config sections, e.g. {"metrics": {"listen": ...}};
+        sock_dir: the sockets' directory (made; removed by stop), so that
+        a restarted daemon answers at the same path."""
+        if sock_dir:
+            os.makedirs(sock_dir, mode=0o755, exist_ok=True)
+        self.dir = sock_dir or tempfile.mkdtemp(prefix="spw-py-", dir=os.environ.get("TMPDIR") or "/tmp")
         self.swapdir = tempfile.mkdtemp(prefix="spw-py-swap-", dir="/var/tmp") if swap else None
         self.control = os.path.join(self.dir, "control.sock")
         self.status_path = os.path.join(self.dir, "status.sock")

@@ -261,6 +261,10 @@ struct spw_session_info {
 	uint64_t committed_step; /* the last step whose updates are all in the state (0: none) */
 	float loss_scale;       /* committed: the loss scale for the next step */
 	uint32_t skipped;       /* committed: that step was skipped (its number repeats) */
+	/* Added after skipped: crash recovery (docs/persistent.md). */
+	uint32_t damaged_pages; /* reattached after a daemon crash: pages whose CRC failed; they are
+				 * never handed out (a pin fails -EBADMSG) and spw_optimizer_new
+				 * refuses the session: load the last checkpoint */
 };
 
 /*
@@ -282,6 +286,32 @@ SPW_EXPORT int spw_client_info(const spw_client *c, struct spw_session_info *inf
  * daemon's sentence as the last error.
  */
 SPW_EXPORT int spw_client_drop(spw_client *c, const char *session);
+
+/*
+ * Goes back to the persistent session c attached after spillwayd went
+ * away under it (every call then fails with -ECONNRESET, "closed the
+ * connection"): a restart with persist.state_dir saves the session at a
+ * commit point and restores it as an orphan at the next start. Forgets
+ * the old connection and its mappings (pointers into the old region
+ * become invalid), dials the same control socket again every 50 ms for up
+ * to wait_ms, and attaches the same session with the same options, which
+ * takes the orphan over; spw_client_info() then says what was committed.
+ * An optimizer holds the old mappings: the sequence is
+ *
+ *   spw_optimizer_free(o);                  // no answer is awaited from a dead daemon
+ *   spw_client_reconnect(c, 60000);
+ *   spw_optimizer_new(c, &opts, &o);        // and the same spw_optimizer_add*() calls
+ *   next = spw_optimizer_resumed_step(o) + 1;   // read SPW_STATE_PARAM back into the model
+ *
+ * Returns 0 once taken over. -EINVAL for a c that attached no persistent
+ * session, or detached it; -EBUSY while an optimizer on c is not freed;
+ * -ENOENT when the daemon that answers holds no state of the session (a
+ * restart without persist.state_dir: the empty session the attach made is
+ * detached again); after wait_ms, the last error met (-ENOENT or
+ * -ECONNREFUSED: no daemon listens yet; -EAGAIN: the session is still
+ * being restored); any other refusal of the attach at once.
+ */
+SPW_EXPORT int spw_client_reconnect(spw_client *c, uint32_t wait_ms);
 
 /* What a checkpoint or a restore did (docs/persistent.md, "Checkpoints"). */
 struct spw_checkpoint_result {
@@ -340,6 +370,22 @@ SPW_EXPORT int spw_client_checkpoint(spw_client *c, const char *session, const c
  */
 SPW_EXPORT int spw_client_restore(spw_client *c, const char *session, const char *dir, uint32_t lease_s,
 				  struct spw_checkpoint_result *out);
+
+/*
+ * Flushes the persistent session named session (the caller's, or root
+ * asks): spillwayd saves its state at its next commit point into
+ * persist.state_dir (replacing the last flush, in one rename), so that a
+ * kill -9 of the daemon or a power cut loses only the steps after it: the
+ * next spillwayd restores it as an orphan, as after a restart. Ask from a
+ * client of its own, as spw_client_checkpoint() (the trainer's client's
+ * engine watches its socket); it waits for the copy, during which the
+ * session's ring is not served. out (may be NULL) gets the step saved and
+ * the figures as for spw_client_checkpoint(). Returns 0; -EOPNOTSUPP when
+ * the daemon has no persist.state_dir; -ENOENT, -EPERM, -EINVAL (not
+ * persistent), -EAGAIN (no committed step yet) as for a checkpoint;
+ * -EBADMSG for a session that came back damaged from a crash.
+ */
+SPW_EXPORT int spw_client_flush(spw_client *c, const char *session, struct spw_checkpoint_result *out);
 
 /* ------------------------------------------------------------------ */
 /* Tensors */
