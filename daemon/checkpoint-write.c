@@ -19,7 +19,7 @@
 
 #include "checkpoint-private.h"
 #include "checkpoint.h"
-#include "crc32c.h"
+#include "util/crc32c.h"
 #include "pager.h"
 #include "safemem.h"
 
@@ -94,6 +94,12 @@ static int copy_range(int src, uint64_t off, int dst, size_t n)
 	return 0;
 }
 
+/* Progress: the loop reads ck->bytes for the status document. */
+static void add_done(struct checkpoint *ck, uint64_t n)
+{
+	__atomic_add_fetch(&ck->bytes, n, __ATOMIC_RELAXED);
+}
+
 static int write_tensor(struct checkpoint *ck, int dir, struct ck_tensor *t, uint8_t *buf, bool *kernel_copy)
 {
 	int fd = openat(dir, t->file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -112,7 +118,7 @@ static int write_tensor(struct checkpoint *ck, int dir, struct ck_tensor *t, uin
 			r = copy_range(ck->srcfd[pg->src], pg->off, fd, len);
 			if (r == 0) {
 				ck->copied += len;
-				ck->bytes += len;
+				add_done(ck, len);
 				continue; /* its CRC is the pager's */
 			}
 			if (r < 0) {
@@ -145,7 +151,7 @@ static int write_tensor(struct checkpoint *ck, int dir, struct ck_tensor *t, uin
 			r = wfail(ck, r, "writing %s/%s: %s", ck->path, t->file, strerror(-r));
 			break;
 		}
-		ck->bytes += len;
+		add_done(ck, len);
 	}
 	if (r == 0 && fsync(fd) < 0)
 		r = wfail(ck, errno, "fsync of %s/%s: %s", ck->path, t->file, strerror(errno));
@@ -171,6 +177,10 @@ static char *manifest_text(struct checkpoint *ck)
 	cJSON_AddNumberToObject(m, "region_bytes", (double)ck->region_bytes);
 	cJSON_AddNumberToObject(m, "swap_bytes", (double)ck->swap_bytes);
 	cJSON_AddNumberToObject(m, "lease_s", ck->lease_s);
+	/* What the client attached (the optimizer's shapes and param-group
+	 * hyperparameters, for the portable converter); restore ignores it. */
+	if (ck->meta)
+		cJSON_AddItemToObject(m, "client", cJSON_Duplicate(ck->meta, true));
 	ts = cJSON_AddArrayToObject(m, "tensors");
 	for (uint32_t i = 0; ts && i < ck->nt; i++) {
 		const struct ck_tensor *t = &ck->t[i];

@@ -53,6 +53,9 @@ bool checkpoint_cancel_waiting(struct session *s, int err, const char *why);
 bool checkpoint_busy(const struct session *s);
 /* "none", "waiting" or "copying", for the status document. */
 const char *checkpoint_state(const struct session *s);
+/* A copying checkpoint's bytes written so far and in all (0, 0 when
+ * none copies), for the status document. */
+void checkpoint_progress(const struct session *s, uint64_t *done, uint64_t *total);
 /* Removes the flat directory name in parent (its files, then it). */
 void checkpoint_remove_dir(int parent, const char *name);
 

@@ -26,7 +26,7 @@
 #include "checkpoint.h"
 #include "control-conn.h"
 #include "control.h"
-#include "crc32c.h"
+#include "util/crc32c.h"
 #include "daemon.h"
 #include "dataplane.h"
 #include "log.h"
