@@ -146,6 +146,8 @@ static int write_tensor(struct checkpoint *ck, int dir, struct ck_tensor *t, uin
 			}
 		}
 		pg->crc = crc32c(0, buf, len);
+		if (ck->stall_ms)
+			usleep(ck->stall_ms * 1000u);
 		r = write_all(fd, buf, len);
 		if (r < 0) {
 			r = wfail(ck, r, "writing %s/%s: %s", ck->path, t->file, strerror(-r));

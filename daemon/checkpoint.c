@@ -23,6 +23,7 @@
 
 #include <uv.h>
 
+#include "config.h"
 #include "checkpoint-private.h"
 #include "checkpoint.h"
 #include "control-conn.h"
@@ -286,6 +287,11 @@ static void ck_start(struct checkpoint *ck)
 	ck->region_bytes = s->bytes;
 	ck->swap_bytes = s->swap_bytes;
 	ck->lease_s = s->lease_s;
+#if SPW_FAULT_INJECTION
+	/* Test-only: a copy slow enough for its progress to be seen. */
+	if (getenv("SPILLWAY_CHECKPOINT_STALL_MS"))
+		ck->stall_ms = (uint32_t)strtoul(getenv("SPILLWAY_CHECKPOINT_STALL_MS"), NULL, 10);
+#endif
 	if (r < 0)
 		snprintf(err, sizeof(err), "out of memory");
 	else

@@ -66,6 +66,8 @@ void restore_request(struct client *c, const cJSON *msg);
  * now; the entry is removed once restored. Returns 0 (under way) or
  * -errno (logged). */
 int restore_from_state(struct daemon *d, int state_fd, const char *state_path, const char *name);
+/* A restoring session's bytes loaded so far and in all (0, 0 when none). */
+void restore_progress(const struct session *s, uint64_t *done, uint64_t *total);
 /* session_attach()'s end for a session being restored (control.c calls
  * it instead of replying to an attach). */
 void restore_attached(struct session *s, int r);

@@ -208,6 +208,10 @@ static cJSON *session_json(const struct session *s)
 		checkpoint_progress(s, &done, &total);
 		cJSON_AddNumberToObject(o, "checkpoint_bytes_done", (double)done);
 		cJSON_AddNumberToObject(o, "checkpoint_bytes_total", (double)total);
+		/* While "restoring": the pages loaded and checked. */
+		restore_progress(s, &done, &total);
+		cJSON_AddNumberToObject(o, "restore_bytes_done", (double)done);
+		cJSON_AddNumberToObject(o, "restore_bytes_total", (double)total);
 	}
 	cJSON_AddBoolToObject(o, "persistent", s->persistent);
 	if (s->persistent) {
