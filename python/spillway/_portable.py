@@ -314,6 +314,20 @@ def _fsync_write(dirfd, name, data):
         os.close(fd)
 
 
+def _rename_noreplace(dirfd, old, new, shown):
+    """renameat2(RENAME_NOREPLACE): a plain rename would replace an empty
+    directory that appeared at new."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = getattr(libc, "renameat2", None)
+    if fn is None:  # a libc before 2.28: the check above is all there is
+        os.rename(old, new, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+        return
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(dirfd, old.encode(), dirfd, new.encode(), 1) != 0:  # RENAME_NOREPLACE
+        e = ctypes.get_errno()
+        raise OSError(e, "from-torch: renaming %s to %s: %s" % (old, shown, os.strerror(e)))
+
+
 def from_torch(doc, directory):
     """Writes the torch file's dict (or its path) as a spillway checkpoint
     into the new directory: data files and a manifest with every page's
@@ -389,6 +403,9 @@ def from_torch(doc, directory):
                 _fsync_write(dfd, t["file"], byname[t["name"]])
             _fsync_write(dfd, MANIFEST, json.dumps(man, indent=1).encode())
             os.fsync(dfd)
+            # Renamed last: a crash leaves no directory of that name, or
+            # a complete one; never onto one made there meanwhile.
+            _rename_noreplace(pfd, tmp, base, directory)
         except BaseException:
             for f in os.listdir(dfd):
                 os.unlink(f, dir_fd=dfd)
@@ -396,10 +413,6 @@ def from_torch(doc, directory):
             raise
         finally:
             os.close(dfd)
-        # Renamed last: a crash leaves no directory of that name, or a
-        # complete one. (A directory created there meanwhile makes the
-        # rename fail when it is not empty.)
-        os.rename(tmp, base, src_dir_fd=pfd, dst_dir_fd=pfd)
         os.fsync(pfd)
     finally:
         os.close(pfd)

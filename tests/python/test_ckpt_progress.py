@@ -11,6 +11,7 @@ a sleep after each page copied), so the copy lasts long enough to be seen
 whatever the machine's speed.
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,7 @@ class ProgressTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.opt.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
         assert cls.d.stop() == 0, "spillwayd did not shut down cleanly"
 
     def entry(self):
