@@ -362,7 +362,7 @@ static int checkpoint_cmd(const char *dir, const char *cmd, const char *name, co
 		bar = ctl_progress_start(status, name, cmd);
 	if (r == 0)
 		r = restore ? spw_client_restore(c, name, where, 0, &res) : spw_client_checkpoint(c, name, where, &res);
-	ctl_progress_stop(bar, res.bytes, r == 0 ? (restore ? res.bytes : res.bytes_total) : 0);
+	ctl_progress_stop(bar, res.bytes, r == 0 ? res.bytes_total : 0);
 	if (r < 0) {
 		fprintf(stderr, "spillwayctl %s %s: %s\n", cmd, name, c ? spw_client_last_error(c) : spw_strerror(r));
 	} else {

@@ -443,6 +443,7 @@ static void rs_done(uv_work_t *w, int status)
 		cJSON_AddNumberToObject(o, "committed_step", (double)rs->step);
 		cJSON_AddNumberToObject(o, "tensors", rs->nt);
 		cJSON_AddNumberToObject(o, "bytes", (double)rs->bytes);
+		cJSON_AddNumberToObject(o, "bytes_total", (double)rs->total);
 		cJSON_AddNumberToObject(o, "seconds", secs);
 		cJSON_AddNumberToObject(o, "lease_s", s->lease_s);
 		control_send_json(c, o, NULL, 0);

@@ -97,9 +97,10 @@ class RoundTrip(Base):
             self.assertIn("state dtype %s" % dtype, p.stdout)
             p = cli("from-torch", pt, back)
             self.assertEqual(p.returncode, 0, p.stderr)
-            p = cli("from-torch", pt, back)  # never over a checkpoint
-            self.assertEqual(p.returncode, 1)
-            self.assertIn("exists", p.stderr)
+            from spillway.checkpoint import CheckpointError, from_torch
+            with self.assertRaises(CheckpointError) as e:  # never over a checkpoint
+                from_torch(pt, back)
+            self.assertIn("exists", str(e.exception))
         else:
             from spillway.checkpoint import from_torch, to_torch
             doc = to_torch(ck, pt)
@@ -114,6 +115,8 @@ class RoundTrip(Base):
         self.assertFalse([f for f in os.listdir(self.tmp) if ".tmp-" in f], "a temporary directory was left")
         r = spillway.restore("py/prest-" + dtype, back, socket=self.d.control, lease=60)
         self.assertEqual(r["committed_step"], AT)
+        self.assertEqual(r["bytes"], r["bytes_total"])
+        self.assertEqual(r["bytes_total"], sum(t["bytes"] for t in m2["tensors"]))
         out = self.worker("py/prest-" + dtype, True, steps, rest, dtype=dtype)
         self.assertTrue(out.startswith("resumed %d\n" % AT), out)
         self.same(run, rest)

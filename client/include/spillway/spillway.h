@@ -289,9 +289,9 @@ struct spw_checkpoint_result {
 	double wait_seconds;     /* checkpoint: waiting for the session's next commit point */
 	uint32_t tensors;
 	uint32_t lease_s;        /* restore: the orphan's lease */
-	uint64_t bytes_total;    /* checkpoint: the tensors' bytes, what bytes reached (came after the first
-				  * version); while it copies, the status document's checkpoint_bytes_done
-				  * and checkpoint_bytes_total say how far it is */
+	uint64_t bytes_total;    /* the tensors' bytes, what bytes reached (came after the first version);
+				  * while one runs, the status document's checkpoint_bytes_done and
+				  * _total (restore_bytes_done and _total) say how far it is */
 };
 
 /* How long spw_client_checkpoint() and spw_client_restore() wait for
