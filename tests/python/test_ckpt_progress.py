@@ -4,7 +4,8 @@ document's session entry says checkpoint "copying" with
 checkpoint_bytes_done rising to checkpoint_bytes_total, which is what the
 result's bytes and bytes_total end at; `spillwayctl checkpoint` draws a
 progress line on a terminal (bytes so far of the total, then 100%) and
-prints only its result line when stdout is not a terminal.
+prints only its result line when stdout is not a terminal; `spillwayctl
+restore` ends its line at 100% of the restore's bytes_total.
 
 The daemon runs with SPILLWAY_CHECKPOINT_STALL_MS (fault-injection builds:
 a sleep after each page copied), so the copy lasts long enough to be seen
@@ -92,6 +93,17 @@ class ProgressTest(unittest.TestCase):
         self.assertIn("checkpoint %s: " % SESSION, term)
         self.assertIn("(100%)\n", term.replace("\r\n", "\n"))
         self.assertIn("checkpoint of %s at step 1" % SESSION, term)
+
+    def test_restore_on_a_terminal(self):
+        where = os.path.join(self.tmp, "for-restore")
+        spillway.checkpoint(SESSION, where, socket=self.d.control)
+        rc, err, term = run_on_pty([CTL, "--socket-dir", self.d.dir, "restore", "py/ckprogress-b", where],
+                                   stream="stdout")
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(term.replace("\r\n", "\n"), r"restore py/ckprogress-b: [0-9.]+ [KMG]iB of [0-9.]+ [KMG]iB "
+                                                        r"\(100%\)\n")
+        self.assertIn("restored py/ckprogress-b at step 1", term)
+        spillway.drop("py/ckprogress-b", socket=self.d.control)
 
     def test_not_a_terminal(self):
         where = os.path.join(self.tmp, "pipe")
