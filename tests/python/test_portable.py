@@ -180,6 +180,33 @@ class Torch(Base):
                 torch.testing.assert_close(opt.state[p][k], want["opt"]["state"][i][k], rtol=1e-5, atol=1e-9)
             self.assertEqual(float(opt.state[p]["step"]), float(want["opt"]["state"][i]["step"]))
 
+    def test_without_meta(self):
+        """A checkpoint taken from outside the trainer (spillwayctl) carries
+        no shapes or hyperparameters: flat tensors (named from spillway's
+        "INDEX:name"), AdamW's defaults, and the file says so."""
+        ck, ck2 = os.path.join(self.tmp, "ck-meta"), os.path.join(self.tmp, "ck-nometa")
+        self.worker("py/pmeta", True, 2, os.path.join(self.tmp, "meta.pt"), "ckpt:2:%s" % ck)
+        spillway.restore("py/pnometa", ck, socket=self.d.control, lease=60)
+        with self.assertRaises(spillway.SpillwayError) as e:
+            spillway.checkpoint("py/pnometa", ck2, socket=self.d.control, meta=[1])
+        self.assertIn("JSON object", str(e.exception))
+        spillway.checkpoint("py/pnometa", ck2, socket=self.d.control)
+        spillway.drop("py/pnometa", socket=self.d.control)
+        from spillway.checkpoint import to_torch
+        a, b = to_torch(ck), to_torch(ck2)
+        self.assertEqual(a["spillway"]["hyperparameters"], "checkpoint")
+        self.assertEqual(b["spillway"]["hyperparameters"], "torch.optim.AdamW defaults")
+        self.assertEqual(b["optimizer"]["param_groups"][0]["lr"], 1e-3)
+        self.assertEqual(a["optimizer"]["param_groups"][0]["lr"], 1e-2)
+        self.assertEqual(sorted(a["params"]), sorted(dict(persist_worker.model(False).named_parameters())))
+        for k, v in a["params"].items():
+            flat = b["params"][k]
+            self.assertEqual(flat.dim(), 1)
+            self.assertTrue(torch.equal(flat, v.view(-1)))
+        for i, st in a["optimizer"]["state"].items():
+            for k in ("step", "exp_avg", "exp_avg_sq"):
+                self.assertTrue(torch.equal(st[k].view(-1), b["optimizer"]["state"][i][k].view(-1)))
+
     def test_damaged_page(self):
         ck = os.path.join(self.tmp, "ck-bad")
         self.worker("py/pbad", True, 2, os.path.join(self.tmp, "bad.pt"), "ckpt:2:%s" % ck)
