@@ -18,7 +18,9 @@ The torch file is a dict:
                           record, exact mode's gradient store)}}
 
 Reading a checkpoint checks every page's CRC-32C; a mismatch names the
-tensor, the page and the file.
+tensor, the page and the file. from_torch(..., like=CKPT) also takes
+torch's own {"optimizer": AdamW state_dict, "params": {name: tensor}},
+with the "spillway" section of the checkpoint CKPT.
 """
 import ctypes
 import json
@@ -328,22 +330,53 @@ def _rename_noreplace(dirfd, old, new, shown):
         raise OSError(e, "from-torch: renaming %s to %s: %s" % (old, shown, os.strerror(e)))
 
 
-def from_torch(doc, directory):
+def _adopt_template(doc, like):
+    """A torch file without a "spillway" section ({"optimizer": an AdamW
+    state_dict, "params": {name: tensor}}, from torch itself) takes the
+    section of the checkpoint like (one the same optimizer settings wrote,
+    at any step), with the step of the torch state: committed_step the
+    largest update count, each parameter's count its own."""
+    import copy
+    if not isinstance(doc.get("optimizer"), dict) or not isinstance(doc.get("params"), dict):
+        raise CheckpointError("from-torch --like: the file must be a dict with \"optimizer\" (a torch.optim.AdamW "
+                              "state_dict) and \"params\" ({name: tensor}, the fp32 weights)")
+    sp = copy.deepcopy(to_torch(like)["spillway"])
+    steps = {i: int(float(st["step"])) for i, st in doc["optimizer"].get("state", {}).items() if "step" in st}
+    if not steps:
+        raise CheckpointError("from-torch --like: the optimizer state holds no step: take one step first")
+    man = sp["manifest"]
+    man["committed_step"] = max(steps.values())
+    man["scale_bits"], man["good_steps"] = 0, 0
+    meta = (man.get("client") or {}).get("torch")
+    if meta is not None and "steps" in meta:
+        meta["steps"] = [steps.get(i, 0) for i in range(len(meta["steps"]))]
+    hp = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items() if k != "params"}
+          for g in doc["optimizer"].get("param_groups", [])]
+    if meta is not None and hp:
+        meta["param_groups"] = hp
+    return dict(doc, format=FORMAT, version=VERSION, spillway=sp)
+
+
+def from_torch(doc, directory, like=None):
     """Writes the torch file's dict (or its path) as a spillway checkpoint
     into the new directory: data files and a manifest with every page's
     CRC-32C, each fsync'd, written as DIR.tmp-PID and renamed to DIR last.
     The state dtype, the geometry and the tensors are the ones the
     "spillway" section recorded (the optimizer that takes the restored
-    session over must be the same); moments are coded in that dtype.
-    Returns the manifest."""
+    session over must be the same); moments are coded in that dtype. A
+    file without that section (torch's own state) takes it from the
+    checkpoint directory like (_adopt_template). Returns the manifest."""
     import numpy as np
     import torch
     if not isinstance(doc, dict):
         doc = torch.load(doc, map_location="cpu")
+    if "spillway" not in doc and like is not None:
+        doc = _adopt_template(doc, like)
     if doc.get("format") != FORMAT or "spillway" not in doc:
         raise CheckpointError("from-torch needs a file made by to-torch (a dict with format %r and its "
                               "\"spillway\" section: the session's geometry and the optimizer's layout, which "
-                              "a plain torch state_dict lacks)" % FORMAT)
+                              "a plain torch state_dict lacks); for torch's own {\"optimizer\": ..., \"params\": "
+                              "...}, pass --like DIR, a spillway checkpoint of the same model and settings" % FORMAT)
     sp = doc["spillway"]
     man, layout, raw = dict(sp["manifest"]), sp["layout"], sp["raw"]
     psz, ce, dt = man["page_size"], layout["chunk_elems"], layout["state_dtype"]

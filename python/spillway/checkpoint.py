@@ -2,7 +2,7 @@
 """Portable checkpoints, from the command line (no daemon needed):
 
     python -m spillway.checkpoint to-torch DIR OUT.pt
-    python -m spillway.checkpoint from-torch IN.pt DIR
+    python -m spillway.checkpoint from-torch IN.pt DIR [--like CKPT]
 
 to-torch: a spillway checkpoint directory (every page's CRC-32C checked)
 into a torch file holding a torch.optim.AdamW state_dict and the fp32
@@ -23,17 +23,24 @@ from . import _checkpoint
 from ._portable import CheckpointError, from_torch, read_checkpoint, to_torch  # noqa: F401
 
 USAGE = """usage: python -m spillway.checkpoint to-torch DIR OUT.pt
-       python -m spillway.checkpoint from-torch IN.pt DIR
+       python -m spillway.checkpoint from-torch IN.pt DIR [--like CKPT]
 
 to-torch    the checkpoint in DIR (spillwayctl checkpoint, OffloadAdamW.save_checkpoint)
             to OUT.pt: {"optimizer": AdamW state_dict, "params": {name: fp32 master},
             "spillway": the session's geometry and layout}
-from-torch  IN.pt (as to-torch writes it) to a new checkpoint directory DIR
+from-torch  IN.pt (as to-torch writes it) to a new checkpoint directory DIR;
+            --like CKPT: IN.pt is torch's own {"optimizer": AdamW state_dict,
+            "params": {name: tensor}}, laid out as the spillway checkpoint CKPT
+            (the same model and OffloadAdamW settings) is
 """
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+    argv = list(sys.argv[1:] if argv is None else argv)
+    like = None
+    if len(argv) == 5 and argv[0] == "from-torch" and argv[3] == "--like":
+        like = argv.pop(4)
+        argv.pop(3)
     if len(argv) != 3 or argv[0] not in ("to-torch", "from-torch"):
         sys.stderr.write(USAGE)
         return 2
@@ -46,7 +53,7 @@ def main(argv=None):
                   % (src, doc["spillway"]["manifest"]["committed_step"], len(doc["params"]), n,
                      doc["spillway"]["layout"]["state_dtype"], dst, doc["spillway"]["hyperparameters"]))
         else:
-            man = from_torch(src, dst)
+            man = from_torch(src, dst, like=like)
             print("%s -> %s: step %d, %d tensors, state dtype as recorded" % (src, dst, man["committed_step"],
                                                                                 len(man["tensors"])))
     except (CheckpointError, OSError) as e:

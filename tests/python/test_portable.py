@@ -12,6 +12,10 @@ to-torch DIR OUT.pt` and `from-torch IN.pt DIR`, with no daemon involved.
   hyperparameters), it loads into a real torch.optim.AdamW, and a step of
   that AdamW lands where spillway's next step does (within the two
   implementations' float rounding);
+- torch's own AdamW state comes in with --like (a checkpoint of the same
+  model for the layout) and resumes with exactly its weights and moments;
+- a checkpoint without the client's meta converts with flat tensors and
+  AdamW's defaults, saying so;
 - a damaged page is refused naming tensor, page and file;
 - importing spillway.checkpoint (the CLI's module) leaves
   spillway.checkpoint(session, dir) working.
@@ -206,6 +210,38 @@ class Torch(Base):
         for i, st in a["optimizer"]["state"].items():
             for k in ("step", "exp_avg", "exp_avg_sq"):
                 self.assertTrue(torch.equal(st[k].view(-1), b["optimizer"]["state"][i][k].view(-1)))
+
+    def test_from_torch_state(self):
+        """torch's own AdamW state (trained by torch) into spillway, laid out
+        as a checkpoint of the same model and settings (--like): the
+        restored session resumes at torch's step with exactly its weights
+        and moments."""
+        tpl = os.path.join(self.tmp, "ck-tpl")
+        self.worker("py/ptpl", True, 1, os.path.join(self.tmp, "tpl.pt"), "ckpt:1:%s" % tpl)
+        torch.set_num_threads(1)
+        m = persist_worker.model(False)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        for n in range(1, AT + 1):
+            x, y = persist_worker.batch(n)
+            opt.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(m(x), y).backward()
+            opt.step()
+        src, dst, out = (os.path.join(self.tmp, f) for f in ("torch-own.pt", "ck-from-torch", "from-torch.pt"))
+        torch.save({"optimizer": opt.state_dict(), "params": {k: v.detach() for k, v in m.named_parameters()}}, src)
+        p = cli("from-torch", src, dst)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--like", p.stderr)
+        p = cli("from-torch", src, dst, "--like", tpl)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        spillway.restore("py/pfromtorch", dst, socket=self.d.control, lease=60)
+        self.assertTrue(self.worker("py/pfromtorch", True, AT, out).startswith("resumed %d\n" % AT))
+        got = torch.load(out)
+        for k, v in m.named_parameters():
+            self.assertTrue(torch.equal(got["model"][k], v.detach()), "weights of %s" % k)
+        for i, p in enumerate(m.parameters()):
+            for k in ("step", "exp_avg", "exp_avg_sq"):
+                self.assertTrue(torch.equal(torch.as_tensor(got["opt"]["state"][i][k]), opt.state[p][k]),
+                                "state %s of %d" % (k, i))
 
     def test_damaged_page(self):
         ck = os.path.join(self.tmp, "ck-bad")
