@@ -47,6 +47,8 @@ def _call(verb, name, directory, socket, lease, meta=None):
     from . import socket_path  # the package's, which imports this module
     if not isinstance(name, str) or not name:
         raise TypeError("the session name must be a non-empty str, not %r" % (name,))
+    if meta is not None and not L.has("spw_client_checkpoint_meta"):
+        meta = None  # an older libspillway: the checkpoint goes without it (to-torch then uses defaults)
     lib, fn = _fn("spw_client_" + verb + ("_meta" if meta is not None else ""))
     sock = socket or socket_path("control")
     res = CheckpointResult(size=ctypes.sizeof(CheckpointResult))
