@@ -27,6 +27,7 @@ int bench_pipeline(int argc, char **argv);
 int bench_tenants(int argc, char **argv);
 int bench_resume(int argc, char **argv);
 int bench_metrics(int argc, char **argv);
+int bench_checkpoint(int argc, char **argv);
 
 /* Runs bench name (fn) as with --json, its lines passed through to stdout,
  * then bench/plot.py on them, drawing out (a PNG). Returns an exit code:

@@ -30,6 +30,7 @@ static const struct bench benches[] = {
 	{ "swap", bench_swap, "NVMe tier streaming through spillwayd vs fio on the same directory" },
 	{ "torch", bench_torch, "a GPT step with torch.optim.AdamW vs OffloadAdamW (bench/torch_step.py)" },
 	{ "resume", bench_resume, "a killed trainer back at work: reattach vs reload from a file" },
+	{ "checkpoint", bench_checkpoint, "a checkpoint on the NVMe tier vs cp and torch.save; a daemon restart" },
 	{ "tenants", bench_tenants, "one session's step alone vs beside hostile and busy tenants" },
 	{ "metrics", bench_metrics, "GET /metrics with 64 sessions vs a status fetch" },
 };

@@ -14,6 +14,7 @@
 
 #include "client-private.h"
 #include "opts.h"
+#include "util/crc32c.h"
 #include "util/json.h"
 
 /* dir made absolute (the daemon has another working directory). */
@@ -52,13 +53,13 @@ static double real(const cJSON *o, const char *key)
 }
 
 static int call(spw_client *c, const char *type, const char *session, const char *dir, uint32_t lease_s,
-		struct spw_checkpoint_result *out)
+		const char *meta_json, struct spw_checkpoint_result *out)
 {
 	/* dir NULL: a flush of session into the daemon's persist.state_dir. */
 	bool flush = !dir;
 	struct spw_checkpoint_result res = { .size = sizeof(res) };
 	char path[PATH_MAX], why[256];
-	cJSON *req, *reply = NULL;
+	cJSON *req, *reply = NULL, *meta = NULL;
 	int r;
 
 	if (!c)
@@ -71,10 +72,25 @@ static int call(spw_client *c, const char *type, const char *session, const char
 	r = flush ? 0 : absolute(c, type, dir, path, sizeof(path));
 	if (r < 0)
 		return r;
+	if (meta_json) {
+		/* Leaves room in the frame for the rest of the request. */
+		if (strlen(meta_json) > SPW_PROTO_MAX_FRAME - PATH_MAX - 1024)
+			return spw__error(c, -E2BIG, "%s: meta_json is %zu bytes; a control frame takes at most %u "
+					  "(leave out what the checkpoint's tensors already say)", type,
+					  strlen(meta_json), SPW_PROTO_MAX_FRAME - PATH_MAX - 1024);
+		meta = cJSON_Parse(meta_json);
+		if (!cJSON_IsObject(meta)) {
+			cJSON_Delete(meta);
+			return spw__error(c, -EINVAL, "%s: meta_json is not the text of a JSON object", type);
+		}
+	}
 	req = cJSON_CreateObject();
 	if (!req || !cJSON_AddStringToObject(req, "type", type) || !cJSON_AddStringToObject(req, "session", session) ||
 	    (flush ? !cJSON_AddBoolToObject(req, "flush", 1) : !cJSON_AddStringToObject(req, "dir", path)) ||
-	    (lease_s && !cJSON_AddNumberToObject(req, "lease_s", lease_s))) {
+	    (lease_s && !cJSON_AddNumberToObject(req, "lease_s", lease_s)) ||
+	    (meta && !cJSON_AddItemToObject(req, "meta", meta))) {
+		if (!req || !cJSON_GetObjectItemCaseSensitive(req, "meta"))
+			cJSON_Delete(meta);
 		cJSON_Delete(req);
 		return spw__error(c, -ENOMEM, "%s: out of memory", type);
 	}
@@ -83,6 +99,7 @@ static int call(spw_client *c, const char *type, const char *session, const char
 		return r;
 	res.committed_step = num(reply, "committed_step");
 	res.bytes = num(reply, "bytes");
+	res.bytes_total = num(reply, "bytes_total");
 	res.copied_bytes = num(reply, "copied_bytes");
 	res.tensors = (uint32_t)num(reply, "tensors");
 	res.lease_s = (uint32_t)num(reply, "lease_s");
@@ -99,13 +116,24 @@ static int call(spw_client *c, const char *type, const char *session, const char
 SPW_EXPORT int spw_client_checkpoint(spw_client *c, const char *session, const char *dir,
 				     struct spw_checkpoint_result *out)
 {
-	return call(c, SPW_MSG_CHECKPOINT, session, dir, 0, out);
+	return call(c, SPW_MSG_CHECKPOINT, session, dir, 0, NULL, out);
+}
+
+SPW_EXPORT int spw_client_checkpoint_meta(spw_client *c, const char *session, const char *dir,
+					  const char *meta_json, struct spw_checkpoint_result *out)
+{
+	return call(c, SPW_MSG_CHECKPOINT, session, dir, 0, meta_json, out);
+}
+
+SPW_EXPORT uint32_t spw_crc32c(uint32_t crc, const void *buf, size_t len)
+{
+	return buf || !len ? crc32c(crc, buf, len) : crc;
 }
 
 SPW_EXPORT int spw_client_restore(spw_client *c, const char *session, const char *dir, uint32_t lease_s,
 				  struct spw_checkpoint_result *out)
 {
-	return call(c, SPW_MSG_RESTORE, session, dir, lease_s, out);
+	return call(c, SPW_MSG_RESTORE, session, dir, lease_s, NULL, out);
 }
 
 SPW_EXPORT int spw_client_flush(spw_client *c, const char *session, struct spw_checkpoint_result *out)

@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 #include <spillway/spillway.h>
 #include "util/bytes.h"
+#include "ctl-progress.h"
 #include "ctl-top.h"
 #include "ctl-trace.h"
 
@@ -32,7 +33,8 @@ static void usage(FILE *f)
 		"                  its memory, tensors and swap are released\n"
 		"  checkpoint SESSION DIR\n"
 		"                  write the persistent session's state at its next commit point\n"
-		"                  into DIR (new; its parent yours); its trainer waits for the copy\n"
+		"                  into DIR (new; its parent yours); its trainer waits for the copy;\n"
+		"                  on a terminal a line shows the bytes copied so far\n"
 		"  flush SESSION   save the persistent session at its next commit point into the\n"
 		"                  daemon's persist.state_dir: what a crash of the daemon keeps\n"
 		"  restore SESSION DIR\n"
@@ -359,16 +361,22 @@ static int checkpoint_cmd(const char *dir, const char *cmd, const char *name, co
 {
 	struct spw_checkpoint_result res = { .size = sizeof(res) };
 	bool restore = !strcmp(cmd, "restore");
-	char a[32];
+	struct ctl_progress *bar = NULL;
+	char a[32], status[4096];
 	spw_client *c;
 	int r = control_client(dir, &c);
 
 	if (r == 2)
 		return 2;
+	/* The answer comes at the end: on a terminal, a line says how far. */
+	if (r == 0 && (dir ? (size_t)snprintf(status, sizeof(status), "%s/status.sock", dir) < sizeof(status)
+			   : spw_socket_path(SPW_SOCKET_STATUS, status, sizeof(status)) == 0))
+		bar = ctl_progress_start(status, name, cmd);
 	if (r == 0)
 		r = restore ? spw_client_restore(c, name, where, 0, &res)
 		    : where ? spw_client_checkpoint(c, name, where, &res)
 			    : spw_client_flush(c, name, &res);
+	ctl_progress_stop(bar, res.bytes, r == 0 ? res.bytes_total : 0);
 	if (r < 0) {
 		fprintf(stderr, "spillwayctl %s %s: %s\n", cmd, name, c ? spw_client_last_error(c) : spw_strerror(r));
 	} else {

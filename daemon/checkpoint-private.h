@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <cjson/cJSON.h>
 #include <uv.h>
 
 struct client;
@@ -58,6 +59,9 @@ struct checkpoint {
 	uint64_t step;
 	uint32_t scale_bits, good_steps, page_size, lease_s;
 	uint64_t region_bytes, swap_bytes;
+	uint64_t total;            /* the tensors' bytes: what bytes reaches at the end */
+	uint32_t stall_ms;         /* test-only (fault-injection builds): a sleep after each page */
+	cJSON *meta;               /* the asker's "meta" object, kept in the manifest as "client"; or NULL */
 	struct ck_tensor *t;
 	uint32_t nt;
 	struct ck_page *pages;
@@ -73,7 +77,8 @@ struct checkpoint {
 	int err;
 	char msg[1024];
 	char stale[512];           /* temporaries of dead daemons it removed, for the log */
-	uint64_t bytes, copied;    /* written in all; of which copied in the kernel */
+	uint64_t bytes, copied;    /* written in all (atomic: status reads it while copying); of which
+				    * copied in the kernel */
 	uv_work_t work;
 };
 

@@ -20,7 +20,7 @@
 
 #include "checkpoint-private.h"
 #include "checkpoint.h"
-#include "crc32c.h"
+#include "util/crc32c.h"
 #include "pager.h"
 #include "safemem.h"
 
@@ -95,7 +95,73 @@ static int copy_range(int src, uint64_t off, int dst, size_t n)
 	return 0;
 }
 
-static int write_tensor(struct checkpoint *ck, int dir, struct ck_tensor *t, uint8_t *buf, bool *kernel_copy)
+/* Progress: the loop reads ck->bytes for the status document. */
+static void add_done(struct checkpoint *ck, uint64_t n)
+{
+	__atomic_add_fetch(&ck->bytes, n, __ATOMIC_RELAXED);
+}
+
+/*
+ * Data files waiting for their fsync. A file's writeback is started
+ * (sync_file_range) as soon as it is written and its fsync comes later,
+ * when PENDING newer files are under way or at the end: one fsync per
+ * file right after its writes would leave the disk idle while the next
+ * file is read, where cp + sync keeps it busy. Every file is still
+ * fsync'd, through the descriptor that wrote it, before the manifest.
+ */
+#define PENDING 32
+
+struct pending {
+	int fd[PENDING];
+	const char *file[PENDING];
+	unsigned head, n;
+};
+
+/* fsync and close of the oldest pending file. */
+static int pending_sync_one(struct checkpoint *ck, struct pending *q)
+{
+	int fd = q->fd[q->head], r = 0;
+	const char *file = q->file[q->head];
+
+	q->head = (q->head + 1) % PENDING;
+	q->n--;
+	if (fsync(fd) < 0)
+		r = wfail(ck, errno, "fsync of %s/%s: %s", ck->path, file, strerror(errno));
+	close(fd);
+	return r;
+}
+
+/* Every pending file synced (stop at the first error: the copy fails) or,
+ * with r already an error, only closed. */
+static int pending_drain(struct checkpoint *ck, struct pending *q, int r)
+{
+	while (q->n) {
+		if (r < 0) {
+			close(q->fd[q->head]);
+			q->head = (q->head + 1) % PENDING;
+			q->n--;
+		} else {
+			r = pending_sync_one(ck, q);
+		}
+	}
+	return r;
+}
+
+static int pending_add(struct checkpoint *ck, struct pending *q, int fd, const char *file)
+{
+	int r = 0;
+
+	sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE); /* a start only: fsync checks */
+	if (q->n == PENDING)
+		r = pending_sync_one(ck, q);
+	q->fd[(q->head + q->n) % PENDING] = fd;
+	q->file[(q->head + q->n) % PENDING] = file;
+	q->n++;
+	return r;
+}
+
+static int write_tensor(struct checkpoint *ck, int dir, struct ck_tensor *t, uint8_t *buf, bool *kernel_copy,
+			struct pending *q)
 {
 	int fd = openat(dir, t->file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	int r = 0;
@@ -113,7 +179,7 @@ static int write_tensor(struct checkpoint *ck, int dir, struct ck_tensor *t, uin
 			r = copy_range(ck->srcfd[pg->src], pg->off, fd, len);
 			if (r == 0) {
 				ck->copied += len;
-				ck->bytes += len;
+				add_done(ck, len);
 				continue; /* its CRC is the pager's */
 			}
 			if (r < 0) {
@@ -141,17 +207,20 @@ static int write_tensor(struct checkpoint *ck, int dir, struct ck_tensor *t, uin
 			}
 		}
 		pg->crc = crc32c(0, buf, len);
+		if (ck->stall_ms)
+			usleep(ck->stall_ms * 1000u);
 		r = write_all(fd, buf, len);
 		if (r < 0) {
 			r = wfail(ck, r, "writing %s/%s: %s", ck->path, t->file, strerror(-r));
 			break;
 		}
-		ck->bytes += len;
+		add_done(ck, len);
 	}
-	if (r == 0 && fsync(fd) < 0)
-		r = wfail(ck, errno, "fsync of %s/%s: %s", ck->path, t->file, strerror(errno));
-	close(fd);
-	return r;
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	return pending_add(ck, q, fd, t->file);
 }
 
 static char *manifest_text(struct checkpoint *ck)
@@ -172,6 +241,10 @@ static char *manifest_text(struct checkpoint *ck)
 	cJSON_AddNumberToObject(m, "region_bytes", (double)ck->region_bytes);
 	cJSON_AddNumberToObject(m, "swap_bytes", (double)ck->swap_bytes);
 	cJSON_AddNumberToObject(m, "lease_s", ck->lease_s);
+	/* What the client attached (the optimizer's shapes and param-group
+	 * hyperparameters, for the portable converter); restore ignores it. */
+	if (ck->meta)
+		cJSON_AddItemToObject(m, "client", cJSON_Duplicate(ck->meta, true));
 	ts = cJSON_AddArrayToObject(m, "tensors");
 	for (uint32_t i = 0; ts && i < ck->nt; i++) {
 		const struct ck_tensor *t = &ck->t[i];
@@ -273,6 +346,7 @@ static void remove_stale(struct checkpoint *ck)
 void checkpoint_write(uv_work_t *w)
 {
 	struct checkpoint *ck = w->data;
+	struct pending q = { .n = 0 };
 	bool kernel_copy = true;
 	uint8_t *buf = NULL;
 	char *text = NULL;
@@ -298,8 +372,10 @@ void checkpoint_write(uv_work_t *w)
 		goto out;
 	}
 	for (uint32_t i = 0; i < ck->nt; i++)
-		if (write_tensor(ck, dir, &ck->t[i], buf, &kernel_copy) < 0)
-			goto out;
+		if (write_tensor(ck, dir, &ck->t[i], buf, &kernel_copy, &q) < 0)
+			break;
+	if (pending_drain(ck, &q, ck->err) < 0)
+		goto out;
 	text = manifest_text(ck);
 	if (!text) {
 		wfail(ck, ENOMEM, "out of memory for the manifest");

@@ -23,6 +23,7 @@
 
 #include <uv.h>
 
+#include "config.h"
 #include "checkpoint-private.h"
 #include "checkpoint.h"
 #include "control-conn.h"
@@ -65,6 +66,7 @@ static void ck_free(struct checkpoint *ck)
 		munmap((void *)ck->map, ck->map_len);
 	if (ck->parent >= 0)
 		close(ck->parent);
+	cJSON_Delete(ck->meta);
 	free(ck->session);
 	free(ck->path);
 	free(ck->tmp);
@@ -151,6 +153,7 @@ static int ck_plan(struct checkpoint *ck, char *err, size_t errlen)
 
 		if (!s->tnames[id] || pager_tensor_info(s->pager, id, &t->bytes, &t->swappable, &t->npages) < 0)
 			continue;
+		ck->total += t->bytes;
 		if (!(t->name = strdup(s->tnames[id]))) {
 			snprintf(err, errlen, "out of memory");
 			return -ENOMEM;
@@ -261,6 +264,7 @@ static void ck_done(uv_work_t *w, int status)
 		cJSON_AddNumberToObject(o, "committed_step", (double)ck->step);
 		cJSON_AddNumberToObject(o, "tensors", ck->nt);
 		cJSON_AddNumberToObject(o, "bytes", (double)ck->bytes);
+		cJSON_AddNumberToObject(o, "bytes_total", (double)ck->total);
 		cJSON_AddNumberToObject(o, "copied_bytes", (double)ck->copied);
 		cJSON_AddNumberToObject(o, "seconds", secs);
 		cJSON_AddNumberToObject(o, "wait_seconds", (double)(ck->t_start - ck->t_ask) / 1e9);
@@ -291,6 +295,11 @@ static void ck_start(struct checkpoint *ck)
 	ck->region_bytes = s->bytes;
 	ck->swap_bytes = s->swap_bytes;
 	ck->lease_s = s->lease_s;
+#if SPW_FAULT_INJECTION
+	/* Test-only: a copy slow enough for its progress to be seen. */
+	if (getenv("SPILLWAY_CHECKPOINT_STALL_MS"))
+		ck->stall_ms = (uint32_t)strtoul(getenv("SPILLWAY_CHECKPOINT_STALL_MS"), NULL, 10);
+#endif
 	if (r < 0)
 		snprintf(err, sizeof(err), "out of memory");
 	else
@@ -398,6 +407,14 @@ const char *checkpoint_state(const struct session *s)
 	return !s->ckpt ? "none" : s->ckpt->running ? "copying" : "waiting";
 }
 
+void checkpoint_progress(const struct session *s, uint64_t *done, uint64_t *total)
+{
+	const struct checkpoint *ck = s->ckpt;
+
+	*done = ck && ck->running ? __atomic_load_n(&ck->bytes, __ATOMIC_RELAXED) : 0;
+	*total = ck && ck->running ? ck->total : 0;
+}
+
 bool checkpoint_defer_detach(struct session *s)
 {
 	return s->ckpt && s->ckpt->running;
@@ -417,6 +434,7 @@ void checkpoint_request(struct client *c, const cJSON *msg)
 	 * persist.state_dir (state.c), replacing the last one. */
 	bool flush = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(msg, "flush"));
 	char err[768], spath[PATH_MAX];
+	const cJSON *meta = cJSON_GetObjectItemCaseSensitive(msg, "meta");
 	struct session *s;
 	struct checkpoint *ck;
 	struct stat st;
@@ -434,6 +452,12 @@ void checkpoint_request(struct client *c, const cJSON *msg)
 	if (!name || !dir || !spw_proto_session_name_valid(name) || strlen(dir) >= PATH_MAX) {
 		control_reply_error(c, EINVAL, "checkpoint: \"session\" (a session name) and \"dir\" (an absolute path) "
 			    "are required");
+		return;
+	}
+	/* The frame's size bounds it; it is the asker's own, for its own
+	 * directory, and never read back by the daemon. */
+	if (meta && !cJSON_IsObject(meta)) {
+		control_reply_error(c, EINVAL, "checkpoint %s: \"meta\" must be a JSON object", name);
 		return;
 	}
 	if (c->d->stopping) {
@@ -477,7 +501,8 @@ void checkpoint_request(struct client *c, const cJSON *msg)
 	ck = calloc(1, sizeof(*ck));
 	if (ck)
 		ck->parent = -1;
-	if (!ck || !(ck->path = strdup(dir)) || !(ck->session = strdup(name))) {
+	if (!ck || !(ck->path = strdup(dir)) || !(ck->session = strdup(name)) ||
+	    (meta && !(ck->meta = cJSON_Duplicate(meta, true)))) {
 		ck_free(ck);
 		control_reply_error(c, ENOMEM, "checkpoint %s: out of memory", name);
 		return;

@@ -57,6 +57,9 @@ bool checkpoint_also_tell(struct session *s, void (*done)(void *arg, int err), v
 bool checkpoint_busy(const struct session *s);
 /* "none", "waiting" or "copying", for the status document. */
 const char *checkpoint_state(const struct session *s);
+/* A copying checkpoint's bytes written so far and in all (0, 0 when
+ * none copies), for the status document. */
+void checkpoint_progress(const struct session *s, uint64_t *done, uint64_t *total);
 /* Removes the flat directory name in parent (its files, then it). */
 void checkpoint_remove_dir(int parent, const char *name);
 
@@ -67,6 +70,8 @@ void restore_request(struct client *c, const cJSON *msg);
  * now; the entry stays (the session's last save) until the session ends. Returns 0 (under way) or
  * -errno (logged). */
 int restore_from_state(struct daemon *d, int state_fd, const char *state_path, const char *name);
+/* A restoring session's bytes loaded so far and in all (0, 0 when none). */
+void restore_progress(const struct session *s, uint64_t *done, uint64_t *total);
 /* session_attach()'s end for a session being restored (control.c calls
  * it instead of replying to an attach). */
 void restore_attached(struct session *s, int r);

@@ -26,7 +26,7 @@
 #include "checkpoint.h"
 #include "control-conn.h"
 #include "control.h"
-#include "crc32c.h"
+#include "util/crc32c.h"
 #include "daemon.h"
 #include "dataplane.h"
 #include "log.h"
@@ -69,7 +69,8 @@ struct restore {
 	struct r_tensor *t;
 	uint32_t nt;
 	struct r_page *pages;
-	uint64_t npages, bytes;
+	uint64_t npages, bytes; /* bytes: loaded so far (atomic while loading) */
+	uint64_t total;         /* the tensors' bytes */
 	int err;
 	char msg[1024];
 	uv_work_t work;
@@ -230,6 +231,7 @@ static int parse_manifest(struct restore *rs, const cJSON *m, uid_t uid, bool ne
 			return -EINVAL;
 		}
 		t->bytes = bytes;
+		rs->total += bytes;
 		t->npages = (uint32_t)v;
 		t->swappable = !strcmp(kind, "swappable");
 		t->first = pages;
@@ -378,7 +380,7 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 			/* No client maps the region yet; safemem all the same. */
 			if (safemem_copy(pg->dst, buf, len) < 0)
 				r = wfail(rs, EFAULT, "tensor %s page %u: the region could not be written", t->name, i);
-			rs->bytes += len;
+			__atomic_add_fetch(&rs->bytes, len, __ATOMIC_RELAXED); /* status reads it */
 			continue;
 		}
 		memset(buf + len, 0, rs->page_size - len);
@@ -395,7 +397,7 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 			}
 			put += (size_t)n;
 		}
-		rs->bytes += len;
+		__atomic_add_fetch(&rs->bytes, len, __ATOMIC_RELAXED);
 	}
 	close(fd);
 	return r;
@@ -484,6 +486,7 @@ static void rs_done(uv_work_t *w, int status)
 		cJSON_AddNumberToObject(o, "committed_step", (double)rs->step);
 		cJSON_AddNumberToObject(o, "tensors", rs->nt);
 		cJSON_AddNumberToObject(o, "bytes", (double)rs->bytes);
+		cJSON_AddNumberToObject(o, "bytes_total", (double)rs->total);
 		cJSON_AddNumberToObject(o, "seconds", secs);
 		cJSON_AddNumberToObject(o, "lease_s", s->lease_s);
 		control_send_json(c, o, NULL, 0);
@@ -745,4 +748,12 @@ fail:
 	cJSON_Delete(m);
 	rs_free(rs);
 	return r;
+}
+
+void restore_progress(const struct session *s, uint64_t *done, uint64_t *total)
+{
+	const struct restore *rs = s->restore;
+
+	*done = rs ? __atomic_load_n(&rs->bytes, __ATOMIC_RELAXED) : 0;
+	*total = rs ? rs->total : 0;
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "crc32c.h"
+#include "util/crc32c.h"
 #include "safemem.h"
 
 /* One guard per thread: the threadpool may touch regions too (zero-fill

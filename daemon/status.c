@@ -201,6 +201,18 @@ static cJSON *session_json(const struct session *s)
 					    s->orphaned_ns ? "orphaned" : "attached");
 	/* "none", "waiting" (for the next commit point) or "copying". */
 	cJSON_AddStringToObject(o, "checkpoint", checkpoint_state(s));
+	{
+		uint64_t done, total;
+
+		/* While "copying": how far (spillwayctl checkpoint's progress line). */
+		checkpoint_progress(s, &done, &total);
+		cJSON_AddNumberToObject(o, "checkpoint_bytes_done", (double)done);
+		cJSON_AddNumberToObject(o, "checkpoint_bytes_total", (double)total);
+		/* While "restoring": the pages loaded and checked. */
+		restore_progress(s, &done, &total);
+		cJSON_AddNumberToObject(o, "restore_bytes_done", (double)done);
+		cJSON_AddNumberToObject(o, "restore_bytes_total", (double)total);
+	}
 	cJSON_AddBoolToObject(o, "persistent", s->persistent);
 	if (s->persistent) {
 		cJSON_AddNumberToObject(o, "lease_s", s->lease_s);

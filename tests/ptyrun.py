@@ -7,11 +7,15 @@ import select
 import subprocess
 
 
-def run_on_pty(args):
-    """Runs args with stderr on a new pty and stdout on a pipe; returns
-    (exit status, stdout, what the terminal received)."""
+def run_on_pty(args, stream="stderr"):
+    """Runs args with stderr (stream="stdout": stdout) on a new pty and the
+    other on a pipe; returns (exit status, what the pipe got, what the
+    terminal received)."""
     master, slave = pty.openpty()
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
+    if stream == "stdout":
+        p = subprocess.Popen(args, stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    else:
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
     os.close(slave)
     term = b""
     while True:
@@ -27,7 +31,8 @@ def run_on_pty(args):
         elif p.poll() is not None:
             break
     os.close(master)
-    out = p.stdout.read()
-    p.stdout.close()
+    pipe = p.stderr if stream == "stdout" else p.stdout
+    out = pipe.read()
+    pipe.close()
     p.wait(60)
     return p.returncode, out.decode(), term.decode(errors="replace")

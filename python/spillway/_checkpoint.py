@@ -10,6 +10,7 @@ OffloadAdamW.save_checkpoint(dir) is the first for the optimizer's own
 session.
 """
 import ctypes
+import json
 import os
 
 from . import _lib as L
@@ -19,12 +20,15 @@ from ._lib import SpillwayError
 class CheckpointResult(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("committed_step", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
                 ("copied_bytes", ctypes.c_uint64), ("seconds", ctypes.c_double),
-                ("wait_seconds", ctypes.c_double), ("tensors", ctypes.c_uint32), ("lease_s", ctypes.c_uint32)]
+                ("wait_seconds", ctypes.c_double), ("tensors", ctypes.c_uint32), ("lease_s", ctypes.c_uint32),
+                ("bytes_total", ctypes.c_uint64)]
 
 
 _PROTOS = {
     "spw_client_checkpoint": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
                                              ctypes.POINTER(CheckpointResult)]),
+    "spw_client_checkpoint_meta": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                                  ctypes.POINTER(CheckpointResult)]),
     "spw_client_restore": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint32,
                                           ctypes.POINTER(CheckpointResult)]),
 }
@@ -39,11 +43,13 @@ def _fn(name):
     return lib, fn
 
 
-def _call(verb, name, directory, socket, lease):
+def _call(verb, name, directory, socket, lease, meta=None):
     from . import socket_path  # the package's, which imports this module
     if not isinstance(name, str) or not name:
         raise TypeError("the session name must be a non-empty str, not %r" % (name,))
-    lib, fn = _fn("spw_client_" + verb)
+    if meta is not None and not L.has("spw_client_checkpoint_meta"):
+        meta = None  # an older libspillway: the checkpoint goes without it (to-torch then uses defaults)
+    lib, fn = _fn("spw_client_" + verb + ("_meta" if meta is not None else ""))
     sock = socket or socket_path("control")
     res = CheckpointResult(size=ctypes.sizeof(CheckpointResult))
     c = ctypes.c_void_p()
@@ -54,25 +60,35 @@ def _call(verb, name, directory, socket, lease):
         r = lib.spw_client_connect(c, sock.encode())
         if r == 0:
             path = os.path.abspath(os.fspath(directory)).encode()
-            r = (fn(c, name.encode(), path, ctypes.byref(res)) if verb == "checkpoint"
-                 else fn(c, name.encode(), path, int(lease or 0), ctypes.byref(res)))
+            if verb == "restore":
+                r = fn(c, name.encode(), path, int(lease or 0), ctypes.byref(res))
+            elif meta is not None:
+                r = fn(c, name.encode(), path, json.dumps(meta).encode(), ctypes.byref(res))
+            else:
+                r = fn(c, name.encode(), path, ctypes.byref(res))
         if r < 0:
             raise SpillwayError(r, L.decode(lib.spw_client_last_error(c)), "%s %s" % (verb, name))
     finally:
         lib.spw_client_free(c)
     return {"committed_step": res.committed_step, "tensors": res.tensors, "bytes": res.bytes,
+            "bytes_total": res.bytes_total,
             "copied_bytes": res.copied_bytes, "seconds": res.seconds, "wait_seconds": res.wait_seconds,
             "lease_s": res.lease_s}
 
 
-def checkpoint(session_name, dir, socket=None):
+def checkpoint(session_name, dir, socket=None, meta=None):
     """Writes the persistent session session_name (yours) into dir, a new
     directory whose parent is yours, at its next commit point; its trainer
-    waits while the pages are copied. Returns a dict: committed_step,
-    tensors, bytes, copied_bytes, seconds, wait_seconds. Raises
-    SpillwayError (errno EEXIST, EPERM, ENOENT, ...) with the daemon's
-    sentence."""
-    return _call("checkpoint", session_name, dir, socket, None)
+    waits while the pages are copied. meta: a dict kept in the manifest
+    as "client" (OffloadAdamW.save_checkpoint puts its parameters' names
+    and shapes and its param groups there). Returns a dict:
+    committed_step, tensors, bytes, bytes_total, copied_bytes, seconds,
+    wait_seconds. Raises SpillwayError (errno EEXIST, EPERM, ENOENT, ...)
+    with the daemon's sentence.
+
+    `python -m spillway.checkpoint to-torch DIR OUT.pt` converts the
+    result for torch.optim.AdamW (spillway.checkpoint.to_torch)."""
+    return _call("checkpoint", session_name, dir, socket, None, meta)
 
 
 def restore(session_name, dir, socket=None, lease=None):
@@ -128,4 +144,37 @@ def save(opt, directory):
     if opt._opt is None or opt._session is None:
         raise RuntimeError("save_checkpoint: the optimizer holds no state yet (take a step first) or was closed")
     opt._opt.sync()
-    return checkpoint(opt._session_name, directory, socket=opt._socket)
+    return checkpoint(opt._session_name, directory, socket=opt._socket, meta=torch_meta(opt))
+
+
+def _plain(v):
+    """v when JSON holds it as it is (numbers, bools, None, str, lists of them)."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return True
+    return isinstance(v, (list, tuple)) and all(_plain(x) for x in v)
+
+
+# What a control frame leaves for the meta (spw_client_checkpoint_meta).
+META_MAX = 56 << 10
+
+
+def torch_meta(opt):
+    """What to-torch needs that the session's tensors do not say: the
+    parameters' torch names, shapes and update counts (in OffloadAdamW's
+    order, the INDEX of its tensor names "INDEX:name"), and the param
+    groups' hyperparameters. Names, then shapes, are left out when the
+    frame would not hold them (to-torch then gives flat tensors named as
+    spillway names them)."""
+    shapes = []
+    for e in opt._entries:
+        ref = e.ref if e.ref is not None and e.ref.device.type == "meta" else e.p
+        shapes.append(list(ref.shape))
+    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items() if k != "params" and _plain(v)}
+              for g in opt.param_groups]
+    t = {"param_groups": groups, "steps": [e.steps for e in opt._entries], "shapes": shapes,
+         "names": [e.name for e in opt._entries], "state_dtype": opt.state_dtype, "mode": opt.mode}
+    for drop in ("names", "shapes", "steps"):
+        if len(json.dumps({"torch": t})) <= META_MAX:
+            break
+        del t[drop]
+    return {"torch": t}

@@ -439,6 +439,7 @@ int main(void)
 	ASSERT_UEQ(ask.res.committed_step, 2);
 	ASSERT_EQ(ask.res.tensors, 2u);
 	ASSERT_UEQ(ask.res.bytes, R_BYTES + S_BYTES);
+	ASSERT_UEQ(ask.res.bytes_total, ask.res.bytes); /* the result says what the copy reached */
 	printf("# %llu bytes in %.3f s, %llu copied in the kernel, %.3f s waiting for the commit\n",
 	       (unsigned long long)ask.res.bytes, ask.res.seconds, (unsigned long long)ask.res.copied_bytes,
 	       ask.res.wait_seconds);

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "crc32c.h"
+#include "util/crc32c.h"
 #include "safemem.h"
 #include "test.h"
 

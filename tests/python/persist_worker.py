@@ -9,7 +9,8 @@ and the optimizer's state_dict to OUT.
 
 wide: another model (a wider hidden layer); raise5: an exception in the
 training loop before step 5 ends the process the way a bug would;
-ckpt:K:DIR: opt.save_checkpoint(DIR) after step K ("checkpoint S");
+ckpt:K:DIR: opt.save_checkpoint(DIR) after step K ("checkpoint S"); a
+further dtype:D trains with state_dtype=D.
 slow: 20 ms between steps, and "reconnects N" at the end (opt.reconnects:
 daemon restarts ridden out in this process); flush:K: slow, and
 opt.flush() after step K ("flushed S"); a RewoundError (the daemon came
@@ -43,6 +44,8 @@ def batch(step):
 def main():
     sock, session, mode, tier, steps, persistent, out = sys.argv[1:8]
     extra = sys.argv[8] if len(sys.argv) > 8 else ""
+    # dtype:D (a last argument): state_dtype=D.
+    dtype = sys.argv[9].split(":", 1)[1] if len(sys.argv) > 9 and sys.argv[9].startswith("dtype:") else "fp32"
     wide = extra == "wide"
     steps, persistent = int(steps), persistent == "1"
     torch.set_num_threads(1)
@@ -50,7 +53,7 @@ def main():
     kw = dict(session=session, persistent=True, lease=120) if persistent else {}
     try:
         opt = OffloadAdamW(m.named_parameters(), lr=1e-2, mode=mode, tier=tier, socket=sock,
-                           page_size=64 << 10, **kw)
+                           page_size=64 << 10, state_dtype=dtype, **kw)
     except spillway.SpillwayError as e:
         if e.errno == errno.ESTALE:
             print("stale: %s" % e, file=sys.stderr)

@@ -14,7 +14,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-#include "../../daemon/crc32c.h"
+#include "../../util/crc32c.h"
 #include "../../daemon/uring.h"
 #include "test.h"
 

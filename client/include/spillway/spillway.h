@@ -323,6 +323,9 @@ struct spw_checkpoint_result {
 	double wait_seconds;     /* checkpoint: waiting for the session's next commit point */
 	uint32_t tensors;
 	uint32_t lease_s;        /* restore: the orphan's lease */
+	uint64_t bytes_total;    /* the tensors' bytes, what bytes reached (came after the first version);
+				  * while one runs, the status document's checkpoint_bytes_done and
+				  * _total (restore_bytes_done and _total) say how far it is */
 };
 
 /* How long spw_client_checkpoint() and spw_client_restore() wait for
@@ -353,6 +356,24 @@ struct spw_checkpoint_result {
  */
 SPW_EXPORT int spw_client_checkpoint(spw_client *c, const char *session, const char *dir,
 				     struct spw_checkpoint_result *out);
+
+/*
+ * spw_client_checkpoint() with meta_json (may be NULL), the text of a
+ * JSON object the caller attaches to the checkpoint: the daemon keeps it
+ * in the manifest as "client" and never reads it back. OffloadAdamW puts
+ * the parameters' shapes and its param groups' hyperparameters there, for
+ * `python -m spillway.checkpoint to-torch` (docs/persistent.md, "Portable
+ * checkpoints"). The request must fit a control frame: meta_json up to
+ * about 60 KiB. Returns what spw_client_checkpoint() does, and -EINVAL
+ * for meta_json that is not a JSON object, -E2BIG for one too long.
+ */
+SPW_EXPORT int spw_client_checkpoint_meta(spw_client *c, const char *session, const char *dir,
+					  const char *meta_json, struct spw_checkpoint_result *out);
+
+/* The CRC-32C (Castagnoli) of len bytes at buf continuing crc (0 to
+ * start): the checksum of every page in a checkpoint's manifest. For
+ * tools that read and write checkpoints without a daemon. */
+SPW_EXPORT uint32_t spw_crc32c(uint32_t crc, const void *buf, size_t len);
 
 /*
  * Creates the persistent session named session for the caller's uid

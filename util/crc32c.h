@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* crc32c.h: CRC-32C (Castagnoli), the checksum kept for every page written
+/* util/crc32c.h: CRC-32C (Castagnoli), the checksum kept for every page written
  * to a swap file. Uses SSE4.2's crc32 instruction when the CPU has it. */
-#ifndef SPW_DAEMON_CRC32C_H
-#define SPW_DAEMON_CRC32C_H
+#ifndef SPW_UTIL_CRC32C_H
+#define SPW_UTIL_CRC32C_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <string.h>
 
-#include "crc32c.h"
+#include "util/crc32c.h"
 
 #define POLY 0x82f63b78u /* Castagnoli, reflected */
 

@@ -1,0 +1,452 @@
+# SPDX-License-Identifier: MIT
+"""Portable checkpoints (docs/persistent.md, "Portable checkpoints"): a
+spillway checkpoint directory to a torch file holding a torch.optim.AdamW
+state_dict and the fp32 master weights (to_torch), and back (from_torch),
+without a daemon. `python -m spillway.checkpoint` is the command line.
+
+The torch file is a dict:
+
+    {"format": "spillway-torch", "version": 1,
+     "optimizer": AdamW state_dict: "state" {index: {"step", "exp_avg",
+                  "exp_avg_sq"}} (fp32, the parameters' shapes) and
+                  "param_groups" (hyperparameters, "params" indices),
+     "params":    {torch name: fp32 master weights},
+     "spillway":  {"manifest": the manifest less its CRCs,
+                   "layout": the optimizer's layout record (parsed),
+                   "raw": {tensor name: uint8 bytes} for the session's
+                          tensors that are not p, m or v (the layout
+                          record, exact mode's gradient store)}}
+
+Reading a checkpoint checks every page's CRC-32C; a mismatch names the
+tensor, the page and the file. from_torch(..., like=CKPT) also takes
+torch's own {"optimizer": AdamW state_dict, "params": {name: tensor}},
+with the "spillway" section of the checkpoint CKPT.
+"""
+import ctypes
+import json
+import os
+import re
+import struct
+
+from . import _lib as L
+
+FORMAT = "spillway-torch"
+VERSION = 1
+MANIFEST = "manifest.json"
+LAYOUT = "spw.opt.layout"
+LAYOUT_MAGIC = 0x4c575053
+ROLES = ("param", "exp_avg", "exp_avg_sq")
+DTYPES = {0: "fp32", 1: "bf16", 2: "int8"}  # enum spw_state_dtype, the layout's mode word's high half
+Q8_BLOCK = 256
+# torch.optim.AdamW's defaults: the param groups of a checkpoint that
+# carries no hyperparameters (taken by spillwayctl rather than by
+# OffloadAdamW.save_checkpoint).
+ADAMW_DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint or torch file that cannot be converted, with the file
+    and what is wrong with it."""
+
+
+def crc32c(data, crc=0):
+    """CRC-32C of a bytes-like object (libspillway's spw_crc32c)."""
+    lib = L.load()
+    fn = getattr(lib, "spw_crc32c", None)
+    if fn is None:
+        raise NotImplementedError("CRC-32C needs a libspillway with spw_crc32c (%s is older)" % L.library_path())
+    fn.restype, fn.argtypes = ctypes.c_uint32, [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t]
+    mv = memoryview(data).cast("B")
+    if mv.readonly:
+        buf = ctypes.c_char_p(bytes(mv))
+        return fn(crc, ctypes.cast(buf, ctypes.c_void_p), len(mv))
+    return fn(crc, ctypes.addressof(ctypes.c_char.from_buffer(mv)) if len(mv) else None, len(mv))
+
+
+def page_crcs(data, page_size):
+    return [crc32c(data[at:at + page_size]) for at in range(0, len(data), page_size)]
+
+
+def read_checkpoint(directory):
+    """(manifest, {tensor name: bytearray}) with every page's CRC checked."""
+    path = os.path.join(directory, MANIFEST)
+    try:
+        with open(path, "rb") as f:
+            m = json.loads(f.read())
+    except (OSError, ValueError) as e:
+        raise CheckpointError("%s: not a readable spillway checkpoint manifest (%s)" % (path, e)) from e
+    if m.get("format") != "spillway-checkpoint" or m.get("version") != 1:
+        raise CheckpointError("%s: format %r version %r; this reads spillway-checkpoint version 1"
+                              % (path, m.get("format"), m.get("version")))
+    psz = m["page_size"]
+    data = {}
+    for t in m["tensors"]:
+        f = t["file"]
+        if not f or "/" in f or f.startswith("."):
+            raise CheckpointError("%s: tensor %s names the file %r" % (path, t["name"], f))
+        fp = os.path.join(directory, f)
+        with open(fp, "rb") as fh:
+            b = bytearray(fh.read())
+        if len(b) != t["bytes"]:
+            raise CheckpointError("tensor %s: file %s holds %d bytes; the manifest says %d"
+                                  % (t["name"], fp, len(b), t["bytes"]))
+        crcs = t["crc32c"]
+        npages = -(-len(b) // psz)
+        if len(crcs) != npages:
+            raise CheckpointError("tensor %s: %d CRCs in %s for %d pages" % (t["name"], len(crcs), path, npages))
+        mv = memoryview(b)
+        for k in range(npages):
+            got = crc32c(mv[k * psz:(k + 1) * psz])
+            if got != crcs[k]:
+                raise CheckpointError("tensor %s page %d (bytes %d..%d of %s): CRC-32C 0x%08x, the manifest says "
+                                      "0x%08x: the file is damaged" % (t["name"], k, k * psz,
+                                                                       min(len(b), (k + 1) * psz), fp, got, crcs[k]))
+        data[t["name"]] = b
+    return m, data
+
+
+def parse_layout(rec):
+    """The optimizer's layout record (client/persist.c) as a dict."""
+    magic, ver, mode_word, tier, chunk_elems, ngroups = struct.unpack_from("<6I", rec, 0)
+    if magic != LAYOUT_MAGIC or ver != 1:
+        raise CheckpointError("the layout record %s is not one this version reads (magic 0x%x version %d)"
+                              % (LAYOUT, magic, ver))
+    at, entries = 24, []
+    while at + 24 <= len(rec):
+        count, group, ptype, frozen, nlen = struct.unpack_from("<Q4I", rec, at)
+        if nlen == 0 or at + 24 + nlen > len(rec):
+            break
+        name = bytes(rec[at + 24:at + 24 + nlen]).decode("ascii")
+        entries.append({"name": name, "count": count, "group": group, "ptype": ptype, "frozen": bool(frozen)})
+        at += 24 + nlen
+    dtype = mode_word >> 16
+    if dtype not in DTYPES:
+        raise CheckpointError("the layout record names state dtype %d, unknown here" % dtype)
+    return {"mode": mode_word & 0xffff, "state_dtype": DTYPES[dtype], "tier": tier, "chunk_elems": chunk_elems,
+            "ngroups": ngroups, "tensors": entries}
+
+
+# ---- where chunk k's values lie in a moment tensor (client/optimizer-private.h)
+
+def _per_page(dtype):
+    return {"fp32": 1, "bf16": 2, "int8": 3}[dtype]
+
+
+def _slot(dtype, psz):
+    per = _per_page(dtype)
+    return (psz // 3) & ~63 if per == 3 else psz // per
+
+
+def moment_bytes(dtype, psz, chunk_elems, count):
+    """role_bytes(): up to the end of the last chunk."""
+    last = (count - 1) // chunk_elems
+    n = count - last * chunk_elems
+    per = _per_page(dtype)
+    at = (last // per) * psz + (last % per) * _slot(dtype, psz)
+    if dtype == "int8":
+        return at + ((n + 63) & ~63) + 4 * -(-n // Q8_BLOCK)
+    return at + n * (2 if dtype == "bf16" else 4)
+
+
+def _chunks(count, chunk_elems):
+    for k, off in enumerate(range(0, count, chunk_elems)):
+        yield k, off, min(chunk_elems, count - off)
+
+
+def decode_moment(buf, role, dtype, psz, chunk_elems, count):
+    """fp32 numpy array of count values of a moment tensor's bytes."""
+    import numpy as np
+    if dtype == "fp32":
+        return np.frombuffer(buf, dtype="<f4", count=count).copy()
+    out = np.empty(count, dtype=np.float32)
+    per, slot = _per_page(dtype), _slot(dtype, psz)
+    for k, off, n in _chunks(count, chunk_elems):
+        at = (k // per) * psz + (k % per) * slot
+        if dtype == "bf16":  # widening is exact: the bits in the high half
+            h = np.frombuffer(buf, dtype="<u2", count=n, offset=at).astype(np.uint32) << 16
+            out[off:off + n] = h.view(np.float32)
+            continue
+        codes = np.frombuffer(buf, dtype=np.int8 if role == "exp_avg" else np.uint8, count=n, offset=at)
+        nb = -(-n // Q8_BLOCK)
+        scales = np.frombuffer(buf, dtype="<f4", count=nb, offset=at + ((n + 63) & ~63))
+        s = np.repeat(scales, Q8_BLOCK)[:n]
+        with np.errstate(all="ignore"):
+            if role == "exp_avg":  # kernels/q8.h, spw_q8_dec_m and _dec_v, in fp32
+                a = np.abs(codes.astype(np.int32)).astype(np.float32) * np.float32(1.0 / 127.0)
+                mag = (a * a) * s
+                out[off:off + n] = np.where(codes < 0, -mag, mag)
+            else:
+                a = codes.astype(np.float32) * np.float32(1.0 / 255.0)
+                a2 = a * a
+                out[off:off + n] = (a2 * a2) * s
+    return out
+
+
+def encode_moment(vals, role, dtype, psz, chunk_elems, count):
+    """The bytes of a moment tensor holding vals (fp32), coded as the
+    kernels store them: bf16 rounded to nearest even, int8 per block as
+    kernels/q8.h (scale: the largest |value| by its bits)."""
+    import numpy as np
+    vals = np.ascontiguousarray(vals, dtype=np.float32).reshape(-1)
+    if dtype == "fp32":
+        return bytearray(vals.astype("<f4").tobytes())
+    buf = bytearray(moment_bytes(dtype, psz, chunk_elems, count))
+    per, slot = _per_page(dtype), _slot(dtype, psz)
+    for k, off, n in _chunks(count, chunk_elems):
+        at = (k // per) * psz + (k % per) * slot
+        x = vals[off:off + n]
+        if dtype == "bf16":
+            u = x.view(np.uint32).astype(np.uint64)
+            nan = np.isnan(x)
+            r = ((u + 0x7fff + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+            r[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)  # a quiet nan stays a nan
+            buf[at:at + 2 * n] = r.astype("<u2").tobytes()
+            continue
+        nb = -(-n // Q8_BLOCK)
+        pad = nb * Q8_BLOCK - n
+        bits = np.concatenate([x.view(np.uint32) & 0x7fffffff, np.zeros(pad, np.uint32)]).reshape(nb, Q8_BLOCK)
+        s = bits.max(axis=1).astype(np.uint32).view(np.float32)
+        sx = np.repeat(s, Q8_BLOCK)[:n]
+        with np.errstate(all="ignore"):
+            if role == "exp_avg":
+                ax = (x.view(np.uint32) & 0x7fffffff).view(np.float32)
+                f = np.rint(np.sqrt(ax / sx) * np.float32(127.0))
+                q = np.where(f >= 1.0, np.minimum(np.nan_to_num(f, nan=0.0), 127.0), 0.0).astype(np.int32)
+                q = np.where(np.signbit(x), -q, q).astype(np.int8)
+            else:
+                f = np.rint(np.sqrt(np.sqrt(x / sx)) * np.float32(255.0))
+                q = np.where(f >= 1.0, np.minimum(np.nan_to_num(f, nan=0.0), 255.0), 0.0).astype(np.uint8)
+        buf[at:at + n] = q.tobytes()
+        sat = at + ((n + 63) & ~63)
+        buf[sat:sat + 4 * nb] = s.astype("<f4").tobytes()
+    return buf
+
+
+# ---- to-torch
+
+_IDX = re.compile(r"^(\d+):(.*)$")
+
+
+def _params(layout):
+    """The optimizer's parameters, each {"spw", "torch", "index", ...},
+    in index order. OffloadAdamW names them "INDEX:torch name" and adds
+    them last first; other trainers' come in the layout's order."""
+    ps = [dict(e, spw=e["name"]) for e in layout["tensors"]]
+    ms = [_IDX.match(p["spw"]) for p in ps]
+    if ps and all(ms) and sorted(int(m.group(1)) for m in ms) == list(range(len(ps))):
+        for p, m in zip(ps, ms):
+            p["index"], p["torch"] = int(m.group(1)), m.group(2)
+    else:
+        for i, p in enumerate(ps):
+            p["index"], p["torch"] = i, p["spw"]
+    return sorted(ps, key=lambda p: p["index"])
+
+
+def to_torch(directory, out=None):
+    """Converts the checkpoint in directory into the dict the module's
+    docstring describes; saves it to out (torch.save) when given."""
+    import torch
+    m, data = read_checkpoint(directory)
+    if LAYOUT not in data:
+        raise CheckpointError("%s: the checkpoint has no %s tensor: it is not an optimizer's (a session "
+                              "whose tensors were registered by hand holds no AdamW state)" % (directory, LAYOUT))
+    layout = parse_layout(data[LAYOUT])
+    meta = (m.get("client") or {}).get("torch") or {}
+    psz, ce, dt = m["page_size"], layout["chunk_elems"], layout["state_dtype"]
+    if ce * 4 != psz:
+        raise CheckpointError("%s: chunks of %d elements in pages of %d bytes: not a layout this version reads"
+                              % (directory, ce, psz))
+    ps = _params(layout)
+    names, shapes, steps = meta.get("names"), meta.get("shapes"), meta.get("steps")
+    state, params, groups = {}, {}, {}
+    for p in ps:
+        i = p["index"]
+        shape = tuple(shapes[i]) if shapes and i < len(shapes) else (p["count"],)
+        name = names[i] if names and i < len(names) else p["torch"]
+        key = "spw.opt.%s." % p["spw"]
+        master = torch.frombuffer(data[key + "param"], dtype=torch.float32, count=p["count"]).clone()
+        params[name] = master.view(shape)
+        if p["frozen"]:
+            continue
+        groups.setdefault(p["group"], []).append(i)
+        step = steps[i] if steps and i < len(steps) else m["committed_step"]
+        st = {"step": torch.tensor(float(step))}
+        for role in ("exp_avg", "exp_avg_sq"):
+            v = decode_moment(data[key + role], role, dt, psz, ce, p["count"])
+            st[role] = torch.from_numpy(v).view(shape)
+        if step > 0:
+            state[i] = st
+    hp = meta.get("param_groups") or []
+    pg = []
+    for g in range(layout["ngroups"]):
+        d = dict(hp[g]) if g < len(hp) else dict(ADAMW_DEFAULTS)
+        d.setdefault("amsgrad", False)
+        d.setdefault("maximize", False)
+        d.setdefault("foreach", None)
+        d.setdefault("capturable", False)
+        if "betas" in d:
+            d["betas"] = tuple(d["betas"])
+        d["params"] = groups.get(g, [])
+        pg.append(d)
+    man = {k: v for k, v in m.items() if k != "tensors"}
+    man["tensors"] = [{k: v for k, v in t.items() if k != "crc32c"} for t in m["tensors"]]
+    roles = {"spw.opt.%s.%s" % (p["spw"], r) for p in ps for r in ROLES}
+    raw = {n: torch.frombuffer(b, dtype=torch.uint8).clone() for n, b in data.items() if n not in roles}
+    doc = {"format": FORMAT, "version": VERSION,
+           "optimizer": {"state": state, "param_groups": pg},
+           "params": params,
+           "spillway": {"manifest": man, "layout": layout, "raw": raw,
+                        "hyperparameters": "checkpoint" if hp else "torch.optim.AdamW defaults"}}
+    if out is not None:
+        torch.save(doc, out)
+    return doc
+
+
+# ---- from-torch
+
+def _fsync_write(dirfd, name, data):
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dirfd)
+    try:
+        mv = memoryview(data)
+        while mv:
+            n = os.write(fd, mv)
+            mv = mv[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _rename_noreplace(dirfd, old, new, shown):
+    """renameat2(RENAME_NOREPLACE): a plain rename would replace an empty
+    directory that appeared at new."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = getattr(libc, "renameat2", None)
+    if fn is None:  # a libc before 2.28: the check above is all there is
+        os.rename(old, new, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+        return
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(dirfd, old.encode(), dirfd, new.encode(), 1) != 0:  # RENAME_NOREPLACE
+        e = ctypes.get_errno()
+        raise OSError(e, "from-torch: renaming %s to %s: %s" % (old, shown, os.strerror(e)))
+
+
+def _adopt_template(doc, like):
+    """A torch file without a "spillway" section ({"optimizer": an AdamW
+    state_dict, "params": {name: tensor}}, from torch itself) takes the
+    section of the checkpoint like (one the same optimizer settings wrote,
+    at any step), with the step of the torch state: committed_step the
+    largest update count, each parameter's count its own."""
+    import copy
+    if not isinstance(doc.get("optimizer"), dict) or not isinstance(doc.get("params"), dict):
+        raise CheckpointError("from-torch --like: the file must be a dict with \"optimizer\" (a torch.optim.AdamW "
+                              "state_dict) and \"params\" ({name: tensor}, the fp32 weights)")
+    sp = copy.deepcopy(to_torch(like)["spillway"])
+    steps = {i: int(float(st["step"])) for i, st in doc["optimizer"].get("state", {}).items() if "step" in st}
+    if not steps:
+        raise CheckpointError("from-torch --like: the optimizer state holds no step: take one step first")
+    man = sp["manifest"]
+    man["committed_step"] = max(steps.values())
+    man["scale_bits"], man["good_steps"] = 0, 0
+    meta = (man.get("client") or {}).get("torch")
+    if meta is not None and "steps" in meta:
+        meta["steps"] = [steps.get(i, 0) for i in range(len(meta["steps"]))]
+    hp = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items() if k != "params"}
+          for g in doc["optimizer"].get("param_groups", [])]
+    if meta is not None and hp:
+        meta["param_groups"] = hp
+    return dict(doc, format=FORMAT, version=VERSION, spillway=sp)
+
+
+def from_torch(doc, directory, like=None):
+    """Writes the torch file's dict (or its path) as a spillway checkpoint
+    into the new directory: data files and a manifest with every page's
+    CRC-32C, each fsync'd, written as DIR.tmp-PID and renamed to DIR last.
+    The state dtype, the geometry and the tensors are the ones the
+    "spillway" section recorded (the optimizer that takes the restored
+    session over must be the same); moments are coded in that dtype. A
+    file without that section (torch's own state) takes it from the
+    checkpoint directory like (_adopt_template). Returns the manifest."""
+    import numpy as np
+    import torch
+    if not isinstance(doc, dict):
+        doc = torch.load(doc, map_location="cpu")
+    if "spillway" not in doc and like is not None:
+        doc = _adopt_template(doc, like)
+    if doc.get("format") != FORMAT or "spillway" not in doc:
+        raise CheckpointError("from-torch needs a file made by to-torch (a dict with format %r and its "
+                              "\"spillway\" section: the session's geometry and the optimizer's layout, which "
+                              "a plain torch state_dict lacks); for torch's own {\"optimizer\": ..., \"params\": "
+                              "...}, pass --like DIR, a spillway checkpoint of the same model and settings" % FORMAT)
+    sp = doc["spillway"]
+    man, layout, raw = dict(sp["manifest"]), sp["layout"], sp["raw"]
+    psz, ce, dt = man["page_size"], layout["chunk_elems"], layout["state_dtype"]
+    ps = _params(layout)
+    meta = (man.get("client") or {}).get("torch") or {}
+    names = meta.get("names")
+    byname = {}
+    state = doc["optimizer"]["state"]
+    for p in ps:
+        i = p["index"]
+        name = names[i] if names and i < len(names) else p["torch"]
+        if name not in doc["params"]:
+            raise CheckpointError("from-torch: \"params\" lacks %s (parameter %d)" % (name, i))
+        master = doc["params"][name].detach().to("cpu", torch.float32).contiguous().view(-1)
+        if master.numel() != p["count"]:
+            raise CheckpointError("from-torch: params[%s] has %d elements; the layout says %d"
+                                  % (name, master.numel(), p["count"]))
+        key = "spw.opt.%s." % p["spw"]
+        byname[key + "param"] = bytearray(master.numpy().astype("<f4").tobytes())
+        if p["frozen"]:
+            continue
+        st = state.get(i, {})
+        for role in ("exp_avg", "exp_avg_sq"):
+            v = st.get(role)
+            v = (np.zeros(p["count"], np.float32) if v is None
+                 else v.detach().to("cpu", torch.float32).contiguous().view(-1).numpy())
+            if v.size != p["count"]:
+                raise CheckpointError("from-torch: state[%d][%s] has %d elements; the layout says %d"
+                                      % (i, role, v.size, p["count"]))
+            byname[key + role] = encode_moment(v, role, dt, psz, ce, p["count"])
+    for n, t in raw.items():
+        byname[n] = bytearray(t.numpy().tobytes())
+    man["uid"] = os.getuid()
+    tensors = []
+    for t in man["tensors"]:
+        b = byname.get(t["name"])
+        if b is None:
+            raise CheckpointError("from-torch: nothing in the file for the session's tensor %s" % t["name"])
+        if len(b) < t["bytes"]:
+            b.extend(bytes(t["bytes"] - len(b)))
+        if len(b) != t["bytes"]:
+            raise CheckpointError("from-torch: tensor %s would take %d bytes; the session's takes %d"
+                                  % (t["name"], len(b), t["bytes"]))
+        tensors.append(dict(t, crc32c=page_crcs(memoryview(b), psz)))
+    man["tensors"] = tensors
+    directory = os.path.abspath(os.fspath(directory))
+    parent, base = os.path.split(directory.rstrip("/"))
+    if os.path.lexists(directory):
+        raise CheckpointError("from-torch: %s exists; a checkpoint goes into a new directory" % directory)
+    tmp = "%s.tmp-%d" % (base, os.getpid())
+    pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.mkdir(tmp, 0o700, dir_fd=pfd)
+        dfd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+        try:
+            for t in tensors:
+                _fsync_write(dfd, t["file"], byname[t["name"]])
+            _fsync_write(dfd, MANIFEST, json.dumps(man, indent=1).encode())
+            os.fsync(dfd)
+            # Renamed last: a crash leaves no directory of that name, or
+            # a complete one; never onto one made there meanwhile.
+            _rename_noreplace(pfd, tmp, base, directory)
+        except BaseException:
+            for f in os.listdir(dfd):
+                os.unlink(f, dir_fd=dfd)
+            os.rmdir(tmp, dir_fd=pfd)
+            raise
+        finally:
+            os.close(dfd)
+        os.fsync(pfd)
+    finally:
+        os.close(pfd)
+    return man

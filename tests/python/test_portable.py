@@ -1,0 +1,281 @@
+# SPDX-License-Identifier: MIT
+"""Portable checkpoints (issue 11): `python -m spillway.checkpoint
+to-torch DIR OUT.pt` and `from-torch IN.pt DIR`, with no daemon involved.
+
+- checkpoint -> to-torch -> from-torch gives the same data files byte for
+  byte and the same per-page CRCs, for fp32, bf16 and int8 moments, and a
+  restore of the converted checkpoint resumes training bit-identical to
+  an uninterrupted run;
+- the torch file holds exactly the state spillway holds at that step (the
+  master weights, exp_avg, exp_avg_sq and step as OffloadAdamW's own
+  state_dict reads them out of the daemon, and the param groups'
+  hyperparameters), it loads into a real torch.optim.AdamW, and a step of
+  that AdamW lands where spillway's next step does (within the two
+  implementations' float rounding);
+- torch's own AdamW state comes in with --like (a checkpoint of the same
+  model for the layout) and resumes with exactly its weights and moments;
+- a checkpoint without the client's meta converts with flat tensors and
+  AdamW's defaults, saying so;
+- a damaged page is refused naming tensor, page and file;
+- importing spillway.checkpoint (the CLI's module) leaves
+  spillway.checkpoint(session, dir) working.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import persist_worker
+import spwtest
+import torch
+import torch.nn as nn
+import spillway
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "persist_worker.py")
+AT = 4
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "spillway.checkpoint"] + list(args), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+
+
+def files_of(directory):
+    with open(os.path.join(directory, "manifest.json")) as f:
+        m = json.load(f)
+    data = {}
+    for t in m["tensors"]:
+        with open(os.path.join(directory, t["file"]), "rb") as f:
+            data[t["name"]] = f.read()
+    return m, data
+
+
+class Base(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = spwtest.Daemon(swap=True)
+        cls.tmp = tempfile.mkdtemp(prefix="spw-portable-")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        assert cls.d.stop() == 0, "spillwayd did not shut down cleanly"
+
+    def worker(self, session, persistent, steps, out, extra="-", dtype="fp32"):
+        p = subprocess.run([sys.executable, WORKER, self.d.control, session, "exact", "nvme", str(steps),
+                            "1" if persistent else "0", out, extra, "dtype:" + dtype],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p.stdout
+
+    def same(self, a_path, b_path):
+        a, b = torch.load(a_path), torch.load(b_path)
+        for k, v in a["model"].items():
+            self.assertTrue(torch.equal(v, b["model"][k]), "model %s differs" % k)
+        for i, st in a["opt"]["state"].items():
+            for k, v in st.items():
+                self.assertTrue(torch.equal(torch.as_tensor(v), torch.as_tensor(b["opt"]["state"][i][k])),
+                                "optimizer state %s of parameter %s differs" % (k, i))
+
+
+class RoundTrip(Base):
+    """checkpoint -> to-torch -> from-torch is exact; the result resumes."""
+
+    def roundtrip(self, dtype, by_cli):
+        steps = AT + 3
+        run, rest = (os.path.join(self.tmp, "%s-%s.pt" % (w, dtype)) for w in ("run", "rest"))
+        ck = os.path.join(self.tmp, "ck-" + dtype)
+        pt, back = ck + ".pt", ck + "-back"
+        # It goes on after the checkpoint: the uninterrupted run (that it
+        # equals a run that never checkpointed is python-checkpoint's).
+        out = self.worker("py/prun-" + dtype, True, steps, run, "ckpt:%d:%s" % (AT, ck), dtype=dtype)
+        self.assertIn("checkpoint %d\n" % AT, out)
+        if by_cli:
+            p = cli("to-torch", ck, pt)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("state dtype %s" % dtype, p.stdout)
+            p = cli("from-torch", pt, back)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            from spillway.checkpoint import CheckpointError, from_torch
+            with self.assertRaises(CheckpointError) as e:  # never over a checkpoint
+                from_torch(pt, back)
+            self.assertIn("exists", str(e.exception))
+        else:
+            from spillway.checkpoint import from_torch, to_torch
+            doc = to_torch(ck, pt)
+            self.assertEqual(doc["spillway"]["layout"]["state_dtype"], dtype)
+            from_torch(pt, back)
+        m1, d1 = files_of(ck)
+        m2, d2 = files_of(back)
+        self.assertEqual(m1, m2, "the manifests differ")
+        self.assertEqual(sorted(d1), sorted(d2))
+        for name in d1:
+            self.assertTrue(d1[name] == d2[name], "tensor %s: the data differs after the round trip" % name)
+        self.assertFalse([f for f in os.listdir(self.tmp) if ".tmp-" in f], "a temporary directory was left")
+        r = spillway.restore("py/prest-" + dtype, back, socket=self.d.control, lease=60)
+        self.assertEqual(r["committed_step"], AT)
+        self.assertEqual(r["bytes"], r["bytes_total"])
+        self.assertEqual(r["bytes_total"], sum(t["bytes"] for t in m2["tensors"]))
+        out = self.worker("py/prest-" + dtype, True, steps, rest, dtype=dtype)
+        self.assertTrue(out.startswith("resumed %d\n" % AT), out)
+        self.same(run, rest)
+
+    def test_fp32(self):
+        self.roundtrip("fp32", True)
+
+    def test_bf16(self):
+        self.roundtrip("bf16", False)
+
+    def test_int8(self):
+        self.roundtrip("int8", False)
+
+
+class Torch(Base):
+    """The torch file against spillway's own state and a real AdamW;
+    damaged pages; the module beside the function."""
+
+    def test_torch_adamw(self):
+        ck = os.path.join(self.tmp, "ck-adamw")
+        nxt, at = os.path.join(self.tmp, "adamw-next.pt"), os.path.join(self.tmp, "adamw-at.pt")
+        self.worker("py/padamw", True, AT + 1, nxt, "ckpt:%d:%s" % (AT, ck))
+        # The state at AT as OffloadAdamW's own state_dict reads it out of
+        # spillway: a trainer that resumes the checkpoint and stops there.
+        spillway.restore("py/padamw-at", ck, socket=self.d.control, lease=60)
+        self.assertTrue(self.worker("py/padamw-at", True, AT, at).startswith("resumed %d\n" % AT))
+        ref = torch.load(at)
+        from spillway.checkpoint import to_torch
+        doc = to_torch(ck)
+        self.assertEqual(doc["spillway"]["hyperparameters"], "checkpoint")
+        for k, v in ref["model"].items():
+            self.assertTrue(torch.equal(doc["params"][k], v), "master weights of %s" % k)
+        sd = doc["optimizer"]
+        self.assertEqual(sorted(sd["state"]), sorted(ref["opt"]["state"]))
+        for i, st in ref["opt"]["state"].items():
+            for k in ("step", "exp_avg", "exp_avg_sq"):
+                self.assertTrue(torch.equal(torch.as_tensor(st[k]), sd["state"][i][k]), "state %s of %d" % (k, i))
+                self.assertEqual(sd["state"][i][k].dtype, torch.float32)
+        for g, h in zip(sd["param_groups"], ref["opt"]["param_groups"]):
+            for k in ("lr", "betas", "eps", "weight_decay", "params"):
+                self.assertEqual(tuple(g[k]) if k == "betas" else g[k], tuple(h[k]) if k == "betas" else h[k])
+        # Into a real AdamW, and one step of it.
+        torch.set_num_threads(1)
+        m = persist_worker.model(False)
+        with torch.no_grad():
+            for k, p in m.named_parameters():
+                p.copy_(doc["params"][k])
+        opt = torch.optim.AdamW(m.parameters(), lr=0.5)
+        opt.load_state_dict(sd)
+        self.assertEqual(opt.param_groups[0]["lr"], ref["opt"]["param_groups"][0]["lr"])
+        for i, p in enumerate(m.parameters()):
+            self.assertTrue(torch.equal(opt.state[p]["exp_avg"], sd["state"][i]["exp_avg"]))
+        x, y = persist_worker.batch(AT + 1)
+        nn.functional.cross_entropy(m(x), y).backward()
+        opt.step()
+        want = torch.load(nxt)
+        for k, p in m.named_parameters():
+            torch.testing.assert_close(p.detach(), want["model"][k], rtol=1e-5, atol=1e-6)
+        for i, p in enumerate(m.parameters()):
+            for k in ("exp_avg", "exp_avg_sq"):
+                torch.testing.assert_close(opt.state[p][k], want["opt"]["state"][i][k], rtol=1e-5, atol=1e-9)
+            self.assertEqual(float(opt.state[p]["step"]), float(want["opt"]["state"][i]["step"]))
+
+    def test_without_meta(self):
+        """A checkpoint taken from outside the trainer (spillwayctl) carries
+        no shapes or hyperparameters: flat tensors (named from spillway's
+        "INDEX:name"), AdamW's defaults, and the file says so."""
+        ck, ck2 = os.path.join(self.tmp, "ck-meta"), os.path.join(self.tmp, "ck-nometa")
+        self.worker("py/pmeta", True, 2, os.path.join(self.tmp, "meta.pt"), "ckpt:2:%s" % ck)
+        spillway.restore("py/pnometa", ck, socket=self.d.control, lease=60)
+        with self.assertRaises(spillway.SpillwayError) as e:
+            spillway.checkpoint("py/pnometa", ck2, socket=self.d.control, meta=[1])
+        self.assertIn("JSON object", str(e.exception))
+        spillway.checkpoint("py/pnometa", ck2, socket=self.d.control)
+        spillway.drop("py/pnometa", socket=self.d.control)
+        from spillway.checkpoint import to_torch
+        a, b = to_torch(ck), to_torch(ck2)
+        self.assertEqual(a["spillway"]["hyperparameters"], "checkpoint")
+        self.assertEqual(b["spillway"]["hyperparameters"], "torch.optim.AdamW defaults")
+        self.assertEqual(b["optimizer"]["param_groups"][0]["lr"], 1e-3)
+        self.assertEqual(a["optimizer"]["param_groups"][0]["lr"], 1e-2)
+        self.assertEqual(sorted(a["params"]), sorted(dict(persist_worker.model(False).named_parameters())))
+        for k, v in a["params"].items():
+            flat = b["params"][k]
+            self.assertEqual(flat.dim(), 1)
+            self.assertTrue(torch.equal(flat, v.view(-1)))
+        for i, st in a["optimizer"]["state"].items():
+            for k in ("step", "exp_avg", "exp_avg_sq"):
+                self.assertTrue(torch.equal(st[k].view(-1), b["optimizer"]["state"][i][k].view(-1)))
+
+    def test_from_torch_state(self):
+        """torch's own AdamW state (trained by torch) into spillway, laid out
+        as a checkpoint of the same model and settings (--like): the
+        restored session resumes at torch's step with exactly its weights
+        and moments."""
+        tpl = os.path.join(self.tmp, "ck-tpl")
+        self.worker("py/ptpl", True, 1, os.path.join(self.tmp, "tpl.pt"), "ckpt:1:%s" % tpl)
+        torch.set_num_threads(1)
+        m = persist_worker.model(False)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        for n in range(1, AT + 1):
+            x, y = persist_worker.batch(n)
+            opt.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(m(x), y).backward()
+            opt.step()
+        src, dst, out = (os.path.join(self.tmp, f) for f in ("torch-own.pt", "ck-from-torch", "from-torch.pt"))
+        torch.save({"optimizer": opt.state_dict(), "params": {k: v.detach() for k, v in m.named_parameters()}}, src)
+        p = cli("from-torch", src, dst)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--like", p.stderr)
+        p = cli("from-torch", src, dst, "--like", tpl)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        spillway.restore("py/pfromtorch", dst, socket=self.d.control, lease=60)
+        self.assertTrue(self.worker("py/pfromtorch", True, AT, out).startswith("resumed %d\n" % AT))
+        got = torch.load(out)
+        for k, v in m.named_parameters():
+            self.assertTrue(torch.equal(got["model"][k], v.detach()), "weights of %s" % k)
+        for i, p in enumerate(m.parameters()):
+            for k in ("step", "exp_avg", "exp_avg_sq"):
+                self.assertTrue(torch.equal(torch.as_tensor(got["opt"]["state"][i][k]), opt.state[p][k]),
+                                "state %s of %d" % (k, i))
+
+    def test_damaged_page(self):
+        ck = os.path.join(self.tmp, "ck-bad")
+        self.worker("py/pbad", True, 2, os.path.join(self.tmp, "bad.pt"), "ckpt:2:%s" % ck)
+        m, _ = files_of(ck)
+        t = [t for t in m["tensors"] if t["name"].endswith(".exp_avg")][0]
+        path = os.path.join(ck, t["file"])
+        os.chmod(path, 0o600)
+        with open(path, "r+b") as f:
+            f.seek(5)
+            b = f.read(1)
+            f.seek(5)
+            f.write(bytes([b[0] ^ 0x10]))
+        p = cli("to-torch", ck, os.path.join(self.tmp, "bad-out.pt"))
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("tensor %s page 0" % t["name"], p.stderr)
+        self.assertIn(path, p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "bad-out.pt")))
+        p = cli("to-torch", ck)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("usage", p.stderr)
+
+    def test_callable_after_import(self):
+        fn = spillway.checkpoint
+        import spillway.checkpoint as mod
+        # The submodule replaced the attribute; calling it is the function.
+        self.assertIs(spillway.checkpoint, mod)
+        self.assertTrue(callable(spillway.checkpoint))
+        self.assertEqual(mod.to_torch.__module__, "spillway._portable")
+        for f in (fn, spillway.checkpoint):
+            with self.assertRaises(spillway.SpillwayError) as e:
+                f("py/nosuch", os.path.join(self.tmp, "nosuch"), socket=self.d.control)
+            self.assertIn("no such session", str(e.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
