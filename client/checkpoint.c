@@ -138,5 +138,5 @@ SPW_EXPORT int spw_client_restore(spw_client *c, const char *session, const char
 
 SPW_EXPORT int spw_client_flush(spw_client *c, const char *session, struct spw_checkpoint_result *out)
 {
-	return call(c, SPW_MSG_CHECKPOINT, session, NULL, 0, out);
+	return call(c, SPW_MSG_CHECKPOINT, session, NULL, 0, NULL, out);
 }
