@@ -82,6 +82,24 @@ static int check_ready(spw_client *c)
 	return 0;
 }
 
+/* An index the daemon writes says something impossible. A daemon that
+ * ends the session, or exits, frees the rings' pages (they read as zeros
+ * from then on) and hangs up its end of the control socket, perhaps a
+ * moment later: that is the daemon gone (-ECONNRESET, the error a trainer
+ * may reconnect after). Anything else is a daemon breaking the protocol
+ * (-EPROTO). Either way the session is dead. */
+static int ring_broken(spw_client *c, uint32_t daemon_index, const char *what)
+{
+	struct pollfd p = { .fd = c->ctl, .events = POLLIN };
+	char b;
+
+	if (daemon_index == 0 || (poll(&p, 1, 200) == 1 && recv(c->ctl, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0))
+		return spw__dead(c, spw__error(c, -ECONNRESET,
+					       "session %s: the daemon ended the session (its rings were freed)",
+					       c->session));
+	return spw__dead(c, spw__error(c, -EPROTO, "session %s: %s", c->session, what));
+}
+
 /* Queues one sqe and rings the doorbell if the daemon sleeps. */
 static int submit_arg(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t tensor, uint32_t page,
 		      uint64_t arg, uint64_t user_data, bool sync)
@@ -97,9 +115,7 @@ static int submit_arg(spw_client *c, uint8_t opcode, uint8_t flags, uint32_t ten
 	 * past it, so once we see the new head we may overwrite those slots. */
 	head = load_acquire(&r->sq_hdr->head);
 	if (r->sq_tail - head > r->sq_entries)
-		return spw__dead(c, spw__error(c, -EPROTO,
-					       "session %s: the daemon moved the submission head past the tail",
-					       c->session));
+		return ring_broken(c, head, "the daemon moved the submission head past the tail");
 	if (r->sq_tail - head == r->sq_entries || r->nfree == 0)
 		return spw__error(c, -EBUSY,
 				  "session %s: %s full (reap completions before submitting more)", c->session,
@@ -194,9 +210,7 @@ static int drain_cq(spw_client *c, struct matched *out, unsigned max)
 	tail = load_acquire(&r->cq_hdr->tail);
 	avail = tail - r->cq_head;
 	if (avail > r->cq_entries)
-		return spw__dead(c, spw__error(c, -EPROTO,
-					       "session %s: the daemon's completion tail is %u entries ahead of the head (ring holds %u)",
-					       c->session, avail, r->cq_entries));
+		return ring_broken(c, tail, "the daemon's completion tail is out of the ring's range");
 	while (n < max && n < avail) {
 		/* Copy first, then check: the entry lives in memory the
 		 * daemon can still write. */

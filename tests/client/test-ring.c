@@ -50,6 +50,7 @@ struct fake {
 	int delay_ms;           /* wait this long before completing each entry */
 	bool hangup_after_attach;    /* close the connection delay_ms after attach, serve nothing */
 	bool bogus_completion;  /* post a completion for an unknown operation */
+	bool free_rings;        /* delay_ms after attach: punch the rings memfd, hang up 300 ms later */
 
 	/* Shared with the test while running. */
 	atomic_bool stall;      /* leave the SQ alone */
@@ -256,6 +257,15 @@ static void *fake_main(void *arg)
 
 		if (attached && f->hangup_after_attach) {
 			msleep(f->delay_ms);
+			break;
+		}
+		if (attached && f->free_rings) {
+			/* What spillwayd does when it ends a session or exits:
+			 * the rings' pages go first, the connection after. */
+			msleep(f->delay_ms);
+			ASSERT_OK(fallocate(f->rings_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+					    (off_t)f->l.bytes));
+			msleep(300);
 			break;
 		}
 		if (attached && !atomic_load(&f->stall)) {
@@ -570,6 +580,25 @@ static void test_bogus_completion(void)
 	fake_stop(&f);
 }
 
+/* The daemon frees the rings (ending the session, or exiting) and hangs up
+ * a moment later: the client's next operation finds indices that cannot
+ * be and says the daemon is gone (-ECONNRESET, what a trainer reconnects
+ * after), not that it broke the protocol. */
+static void test_rings_freed(void)
+{
+	struct fake f = { .free_rings = true, .start_index = 1000, .delay_ms = 100 };
+	spw_client *c;
+
+	fake_start(&f);
+	c = attach(&f, 0);
+	msleep(200); /* the fake punches its rings 100 ms after the attach */
+	ASSERT_EQ(spw_nop(c), -ECONNRESET);
+	ASSERT_CONTAINS(spw_client_last_error(c), "its rings were freed");
+	ASSERT_EQ(spw_submit_nop(c, 1), -ECONNRESET); /* and stays so */
+	c = spw_client_free(c);
+	fake_stop(&f);
+}
+
 /* The daemon hangs up while the client sleeps in spw_reap without a
  * timeout: the wait ends with -ECONNRESET at once, not never. */
 static void test_hangup_while_waiting(void)
@@ -631,6 +660,7 @@ int main(void)
 	test_cq_doorbell();
 	test_bad_attach();
 	test_bogus_completion();
+	test_rings_freed();
 	test_hangup_while_waiting();
 	printf("ok\n");
 	return 0;

@@ -70,7 +70,8 @@ class ReconnectTest(Restarts):
         self.assertEqual(d.stop(), 0)
         time.sleep(0.3)  # down a while: the trainers keep dialling
         for q in ps:
-            self.assertIsNone(q.poll(), "a trainer ended while the daemon was down")
+            if q.poll() is not None:
+                self.fail("a trainer ended (status %d) while the daemon was down: %s" % (q.returncode, q.stderr.read()))
         d = spwtest.Daemon(swap=True, extra=self.extra, sock_dir=self.sock)
         try:
             for k, q in enumerate(ps):
