@@ -40,7 +40,8 @@
 /* wait_timeout_ms came after the first version (spillway.h). */
 #define SPW__OPTIMIZER_OPTS_SIZE_VER0 offsetof(struct spw_optimizer_opts, wait_timeout_ms)
 #define SPW__STEP_RESULT_SIZE_VER0 sizeof(struct spw_step_result)
-#define SPW__CHECKPOINT_RESULT_SIZE_VER0 sizeof(struct spw_checkpoint_result)
+/* The copy-on-write figures came after the first version. */
+#define SPW__CHECKPOINT_RESULT_SIZE_VER0 offsetof(struct spw_checkpoint_result, stall_seconds)
 /* The fetch counters came after the first version (spillway.h). */
 #define SPW__OPTIMIZER_STATS_SIZE_VER0 offsetof(struct spw_optimizer_stats, fetches)
 

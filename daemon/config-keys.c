@@ -375,6 +375,22 @@ static int k_persist_state_dir(struct perr *e, struct config *c, const cJSON *v,
 	return r < 0 ? r : cfg_set_str(&c->persist_state_dir, s);
 }
 
+static int k_checkpoint_cow_bytes(struct perr *e, struct config *c, const cJSON *v, const char *key)
+{
+	char d[96];
+	uint64_t x = 0;
+	int r = cfg_size(e, v, key, 0, &x);
+
+	if (r < 0)
+		return r;
+	/* Memory the daemon allocates for a client's session: bounded. */
+	if (x > CONFIG_MAX_CHECKPOINT_COW_BYTES)
+		return cfg_fail(e, "%s: %s is more than 1 TiB; the side buffers are daemon memory (0 makes every change "
+			    "of a page not yet copied wait for the copy)", key, cfg_describe(v, d, sizeof(d)));
+	c->checkpoint_cow_bytes = x;
+	return 0;
+}
+
 const struct section cfg_sections[] = {
 	{ "socket", KEYS({ "dir", k_socket_dir }, { "mode", k_socket_mode }, { "group", k_socket_group }) },
 	{ "pool", KEYS({ "max_bytes", k_pool_max_bytes }, { "session_max_bytes", k_pool_session_max_bytes },
@@ -392,6 +408,7 @@ const struct section cfg_sections[] = {
 			 { "lease_max_s", k_limits_lease_max }) },
 	{ "metrics", KEYS({ "listen", k_metrics_listen }, { "allow_remote", k_metrics_allow_remote }) },
 	{ "persist", KEYS({ "state_dir", k_persist_state_dir }) },
+	{ "checkpoint", KEYS({ "cow_bytes", k_checkpoint_cow_bytes }) },
 };
 
 const size_t cfg_nsections = sizeof(cfg_sections) / sizeof(cfg_sections[0]);
