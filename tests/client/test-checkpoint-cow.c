@@ -232,6 +232,7 @@ static void ask_end(struct ask *a)
 static void train_through(spw_client *a, uint32_t r_id, uint32_t s_id)
 {
 	struct ask ask = { 0 };
+	char field[32];
 
 	ASSERT_OK(spw__mark_sync(a, SPW_MARK_OPEN, 1));
 	ASSERT_OK(fill_all(a, r_id, s_id, 1));
@@ -241,6 +242,11 @@ static void train_through(spw_client *a, uint32_t r_id, uint32_t s_id)
 	ASSERT_OK(spw__mark_sync(a, SPW_MARK_OPEN, 2));
 	ASSERT_OK(fill_all(a, r_id, s_id, 2));
 	ASSERT_OK(spw__mark_sync(a, SPW_MARK_COMMIT, 2));
+	/* A whole step went through while the copy (30 pages, 40 ms after
+	 * each) is still running: a session paused for the copy could not
+	 * have committed it yet. */
+	checkpoint_field("cow/a", field, sizeof(field));
+	ASSERT_STREQ(field, "copying");
 	ask_end(&ask);
 	ASSERT_UEQ(ask.res.committed_step, 1);
 	/* Step 2 was committed while the copy ran: the session was not
