@@ -162,12 +162,18 @@ static int copy_page(struct checkpoint *ck, int dir, int *fd, const struct ck_te
 			return wfail(ck, r, "reading page %u of tensor %s from swap file %s: %s", k, t->name,
 				     ck->srcpath[pg->src], strerror(-r));
 	}
+	/* The source is read (into buf): the loop may change it now, and
+	 * need not wait for the checksum and the write. A side buffer is
+	 * freed by copied(): after its write. */
+	if (claim != PAGER_SNAP_SAVED)
+		pager_snap_copied(ck->snap, gi);
 	pg->crc = crc32c(0, from, len);
 	r = pwrite_all(*fd, from, len, at);
 	if (r < 0)
 		return wfail(ck, r, "writing %s/%s: %s", ck->path, t->file, strerror(-r));
 	ck->bytes += len;
-	pager_snap_copied(ck->snap, gi);
+	if (claim == PAGER_SNAP_SAVED)
+		pager_snap_copied(ck->snap, gi);
 	return 0;
 }
 

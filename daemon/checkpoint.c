@@ -364,6 +364,11 @@ static void ck_start(struct checkpoint *ck)
 		ck_reply_error(ck, -r, "checkpoint %s to %s: %s", s->name, ck->path, err);
 		return;
 	}
+	/* Shutting down, the session is saved for the next daemon: its
+	 * trainer stays at this commit point (what it did after would be
+	 * lost with this daemon anyway). */
+	if (s->d->stopping)
+		s->sq_paused = true;
 	ck->plan_ns = uv_hrtime() - ck->t_start;
 	log_debug("checkpoint %s: step %" PRIu64 " reached; %" PRIu64 " pages planned in %.3f ms, copied while the "
 		  "session trains on", s->name, ck->step, ck->npages, (double)ck->plan_ns / 1e6);
