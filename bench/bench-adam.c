@@ -12,6 +12,12 @@
  *   scalar    a plain C loop, compiled -O3 (and, as in most builds, without
  *             -fno-math-errno), run through the same pool.
  *
+ * With --state int8 the moments are 8-bit blockwise codes (adamw_q8,
+ * kernels/q8.h): the fused kernel is adamw_q8, the roofline twin reads and
+ * writes the same bytes (p, both codes, both blocks' scales, g, the copy)
+ * with no math, unfused is the unscale pass, adamw_q8 and the cast pass,
+ * and scalar is q8.h's portable loop (the c variant's).
+ *
  * Each figure is the median of --runs (>= 7) timed repetitions after a
  * warm-up, with min and max; buffers are hugepage-advised and prefaulted.
  */
@@ -28,12 +34,16 @@
 #include "bench.h"
 #include "kernels.h"
 #include "pool.h"
+#include "q8.h"
 
 struct bufs {
 	size_t n;
 	float *p, *m, *v;
 	void *g;
 	uint16_t *copy;
+	int8_t *mq;             /* int8 moments: codes and block scales */
+	uint8_t *vq;
+	float *ms, *vs;
 	size_t bytes;
 };
 
@@ -42,6 +52,7 @@ struct cfg {
 	unsigned threads;
 	enum spw_dtype grad, copy;
 	float loss_scale;       /* 0: none */
+	bool q8;                /* int8 moments */
 };
 
 struct job {
@@ -49,6 +60,7 @@ struct job {
 	enum spw_dtype grad, copy;
 	struct spw_adamw_consts k;
 	float inv_scale;
+	bool q8;
 };
 
 static void *map_prefaulted(size_t bytes)
@@ -73,7 +85,11 @@ static int bufs_alloc(struct bufs *b, size_t n)
 	b->v = map_prefaulted(n * 4);
 	b->g = map_prefaulted(n * 4);
 	b->copy = map_prefaulted(n * 2);
-	if (!b->p || !b->m || !b->v || !b->g || !b->copy)
+	b->mq = map_prefaulted(n);
+	b->vq = map_prefaulted(n);
+	b->ms = map_prefaulted(n / SPW_Q8_BLOCK * 4 + 4);
+	b->vs = map_prefaulted(n / SPW_Q8_BLOCK * 4 + 4);
+	if (!b->p || !b->m || !b->v || !b->g || !b->copy || !b->mq || !b->vq || !b->ms || !b->vs)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		s = s * 6364136223846793005ull + 1442695040888963407ull;
@@ -88,12 +104,13 @@ static int bufs_alloc(struct bufs *b, size_t n)
 
 static void bufs_free(struct bufs *b)
 {
-	void *const ps[] = { b->p, b->m, b->v, b->g, b->copy };
-	const size_t sz[] = { 4, 4, 4, 4, 2 };
+	void *const ps[] = { b->p, b->m, b->v, b->g, b->copy, b->mq, b->vq, b->ms, b->vs };
+	const size_t sz[] = { 4 * b->n, 4 * b->n, 4 * b->n, 4 * b->n, 2 * b->n, b->n, b->n,
+			      b->n / SPW_Q8_BLOCK * 4 + 4, b->n / SPW_Q8_BLOCK * 4 + 4 };
 
-	for (size_t i = 0; i < 5; i++)
+	for (size_t i = 0; i < 9; i++)
 		if (ps[i])
-			munmap(ps[i], b->n * sz[i]);
+			munmap(ps[i], sz[i]);
 }
 
 /* Gradient storage as dtype t (bf16 rewritten in place into the low half of g). */
@@ -167,6 +184,41 @@ static void twin_avx2(float *p, float *m, float *v, const void *g, uint16_t *c, 
 
 static bool use_avx2_twin;
 
+/* The int8 twin: the bytes adamw_q8 moves, in its order (a block's
+ * loads and stores, then its codes and scales), no math to speak of. */
+__attribute__((target("avx2")))
+static void twin_q8(float *p, int8_t *mq, float *ms, uint8_t *vq, float *vs, const void *g, uint16_t *c,
+		    size_t n, enum spw_dtype gt, bool copy)
+{
+	for (size_t b = 0; b < n; b += SPW_Q8_BLOCK) {
+		size_t e = n - b < SPW_Q8_BLOCK ? n - b : SPW_Q8_BLOCK;
+		float m[SPW_Q8_BLOCK], sm = ms[b / SPW_Q8_BLOCK], sv = vs[b / SPW_Q8_BLOCK];
+
+		for (size_t j = 0; j < e; j++) {
+			size_t i = b + j;
+			float gi = gt == SPW_DTYPE_BF16 ? spw_bf16_to_f32(((const uint16_t *)g)[i]) : ((const float *)g)[i];
+			float pi = p[i] + gi;
+
+			p[i] = pi;
+			m[j] = (float)mq[i] * sm + (float)vq[i] * sv + gi;
+			if (copy) {
+				uint32_t u;
+
+				memcpy(&u, &pi, 4);
+				c[i] = (uint16_t)(u >> 16);
+			}
+		}
+		for (size_t j = 0; j < e; j++) {
+			int32_t q = (int32_t)m[j];
+
+			mq[b + j] = (int8_t)q;
+			vq[b + j] = (uint8_t)q;
+		}
+		ms[b / SPW_Q8_BLOCK] = m[0];
+		vs[b / SPW_Q8_BLOCK] = m[e - 1];
+	}
+}
+
 static void twin_tile(void *arg, size_t tile, size_t b, size_t e)
 {
 	const struct job *j = arg;
@@ -174,7 +226,10 @@ static void twin_tile(void *arg, size_t tile, size_t b, size_t e)
 	const void *g = (const char *)B->g + b * spw_dtype_size(j->grad);
 	bool copy = j->copy != SPW_DTYPE_NONE;
 
-	if (use_avx2_twin)
+	if (j->q8)
+		twin_q8(B->p + b, B->mq + b, B->ms + b / SPW_Q8_BLOCK, B->vq + b, B->vs + b / SPW_Q8_BLOCK, g,
+			B->copy + b, e - b, j->grad, copy);
+	else if (use_avx2_twin)
 		twin_avx2(B->p + b, B->m + b, B->v + b, g, B->copy + b, e - b, j->grad, copy);
 	else
 		twin_c(B->p + b, B->m + b, B->v + b, g, B->copy + b, e - b, j->grad, copy);
@@ -189,6 +244,24 @@ static void scalar_tile(void *arg, size_t tile, size_t b, size_t e)
 	const struct bufs *B = j->b;
 	float *p = B->p, *m = B->m, *v = B->v;
 
+	if (j->q8) {
+		const void *g = (const char *)B->g + b * spw_dtype_size(j->grad);
+		void *c = j->copy == SPW_DTYPE_BF16 ? B->copy + b : NULL;
+		int8_t *mq = B->mq + b;
+		uint8_t *vq = B->vq + b;
+		float *ms = B->ms + b / SPW_Q8_BLOCK, *vs = B->vs + b / SPW_Q8_BLOCK;
+
+		/* Constant dtypes, so each call is the c variant's loop. */
+		if (j->grad == SPW_DTYPE_BF16 && c)
+			spw_q8_adamw_portable(k, p + b, mq, ms, vq, vs, g, c, e - b, SPW_DTYPE_BF16, SPW_DTYPE_BF16);
+		else if (j->grad == SPW_DTYPE_BF16)
+			spw_q8_adamw_portable(k, p + b, mq, ms, vq, vs, g, c, e - b, SPW_DTYPE_BF16, SPW_DTYPE_NONE);
+		else if (c)
+			spw_q8_adamw_portable(k, p + b, mq, ms, vq, vs, g, c, e - b, SPW_DTYPE_F32, SPW_DTYPE_BF16);
+		else
+			spw_q8_adamw_portable(k, p + b, mq, ms, vq, vs, g, c, e - b, SPW_DTYPE_F32, SPW_DTYPE_NONE);
+		return;
+	}
 	for (size_t i = b; i < e; i++) {
 		float g = (j->grad == SPW_DTYPE_BF16 ? spw_bf16_to_f32(((const uint16_t *)B->g)[i])
 						      : ((const float *)B->g)[i]) * k->grad_scale;
@@ -233,6 +306,18 @@ static size_t scalar_n(size_t n)
 enum { FUSED, ROOF, UNFUSED, SCALAR, KINDS };
 static const char *const kind_names[KINDS] = { "", "roofline_", "unfused_", "scalar_" };
 
+/* An AdamW call on the int8 moments instead, when the job has them. */
+static void q8_kcall(struct spw__pool_kcall *kc, const struct job *j)
+{
+	if (!j->q8)
+		return;
+	kc->q8 = true;
+	kc->exp_avg = j->b->mq;
+	kc->exp_avg_sq = j->b->vq;
+	kc->m_scale = j->b->ms;
+	kc->v_scale = j->b->vs;
+}
+
 static double run_once(struct spw__pool *pool, int kind, struct job *j)
 {
 	const struct bufs *B = j->b;
@@ -247,6 +332,7 @@ static double run_once(struct spw__pool *pool, int kind, struct job *j)
 			.param = B->p, .exp_avg = B->m, .exp_avg_sq = B->v,
 			.copy = j->copy == SPW_DTYPE_NONE ? NULL : B->copy, .copy_dtype = j->copy,
 		};
+		q8_kcall(&kc, j);
 		if (j->inv_scale != 1.0f)
 			kc.consts.grad_scale = j->inv_scale;
 		spw__pool_kernel_submit(pool, &kc);
@@ -269,6 +355,7 @@ static double run_once(struct spw__pool *pool, int kind, struct job *j)
 			.op = SPW_POOL_ADAMW, .n = B->n, .src = B->g, .src_dtype = j->grad, .consts = j->k,
 			.param = B->p, .exp_avg = B->m, .exp_avg_sq = B->v, .copy_dtype = SPW_DTYPE_NONE,
 		};
+		q8_kcall(&kc, j);
 		spw__pool_kernel_submit(pool, &kc);
 		spw__pool_wait(pool, &kc.call);
 		if (j->copy != SPW_DTYPE_NONE) {
@@ -310,14 +397,17 @@ static void run_cfg(struct spw__pool *pool, struct bufs *b, const float *g32, co
 {
 	struct spw_adamw_hparams hp = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
 					.weight_decay = 0.01f, .grad_scale = 1.0f, .step = 10 };
-	struct job j = { .b = b, .grad = c->grad, .copy = c->copy };
+	struct job j = { .b = b, .grad = c->grad, .copy = c->copy, .q8 = c->q8 };
 	struct bench_progress pg;
 	double t[KINDS][64], pps[KINDS], mn[KINDS], mx[KINDS];
-	size_t bpp = 3 * 8 + spw_dtype_size(c->grad) + spw_dtype_size(c->copy);
+	/* Moments: read and written, 4 bytes each, or an int8 code each and
+	 * a 4-byte scale a block (rounded down here: 1/32 of a byte). */
+	size_t mom = c->q8 ? 2 * 2 : 2 * 8;
+	size_t bpp = 8 + mom + spw_dtype_size(c->grad) + spw_dtype_size(c->copy);
 	/* The unfused path's bytes: Adam's, plus the unscale pass (read and
 	 * write the gradient) and the cast pass (read p, write the copy).
 	 * Memory-bound, the speedup fusion can reach is their ratio. */
-	size_t unfused_bpp = 3 * 8 + spw_dtype_size(c->grad) +
+	size_t unfused_bpp = 8 + mom + spw_dtype_size(c->grad) +
 			     (c->loss_scale > 0 ? 2 * spw_dtype_size(c->grad) : 0) +
 			     (c->copy != SPW_DTYPE_NONE ? 4 + spw_dtype_size(c->copy) : 0);
 	double ceiling = (double)unfused_bpp / (double)bpp;
@@ -346,9 +436,9 @@ static void run_cfg(struct spw__pool *pool, struct bufs *b, const float *g32, co
 
 	if (json) {
 		printf("{\"bench\":\"adam\",\"variant\":\"%s\",\"params\":%zu,\"threads\":%u,\"grad\":\"%s\","
-		       "\"copy\":\"%s\",\"loss_scale\":%g,\"runs\":%u,\"bytes_per_param\":%zu,",
+		       "\"copy\":\"%s\",\"state\":\"%s\",\"loss_scale\":%g,\"runs\":%u,\"bytes_per_param\":%zu,",
 		       spw_kernels_name(), c->n, spw__pool_threads(pool), dtype_name(c->grad),
-		       dtype_name(c->copy), c->loss_scale, runs, bpp);
+		       dtype_name(c->copy), c->q8 ? "int8" : "fp32", c->loss_scale, runs, bpp);
 		for (int k = 0; k < KINDS; k++)
 			printf("\"%sparams_per_s\":%.4g,\"%sparams_per_s_min\":%.4g,\"%sparams_per_s_max\":%.4g,",
 			       kind_names[k], pps[k], kind_names[k], mn[k], kind_names[k], mx[k]);
@@ -358,10 +448,10 @@ static void run_cfg(struct spw__pool *pool, struct bufs *b, const float *g32, co
 		       scalar_n(c->n), pps[FUSED] * (double)bpp * 1e-9, pps[ROOF] * (double)bpp * 1e-9, pps[FUSED] / pps[ROOF],
 		       pps[FUSED] / pps[UNFUSED], ceiling, pps[FUSED] / pps[UNFUSED] / ceiling, pps[FUSED] / pps[SCALAR]);
 	} else {
-		printf("adam %s n=%zu threads=%u grad=%s copy=%s: %.3f Gparam/s (%.1f GB/s), "
+		printf("adam %s n=%zu threads=%u grad=%s copy=%s state=%s: %.3f Gparam/s (%.1f GB/s), "
 		       "roofline %.3f (%.2f), unfused %.3f (x%.2f), scalar %.3f (x%.1f)\n",
 		       spw_kernels_name(), c->n, spw__pool_threads(pool), dtype_name(c->grad),
-		       dtype_name(c->copy), pps[FUSED] * 1e-9, pps[FUSED] * (double)bpp * 1e-9,
+		       dtype_name(c->copy), c->q8 ? "int8" : "fp32", pps[FUSED] * 1e-9, pps[FUSED] * (double)bpp * 1e-9,
 		       pps[ROOF] * 1e-9, pps[FUSED] / pps[ROOF], pps[UNFUSED] * 1e-9,
 		       pps[FUSED] / pps[UNFUSED], pps[SCALAR] * 1e-9, pps[FUSED] / pps[SCALAR]);
 	}
@@ -404,13 +494,15 @@ static int parse_dtype(const char *s, bool copy, enum spw_dtype *ret)
 static const char usage[] =
 	"usage: spillway-bench adam [--json] [--quick] [--params N] [--threads T]\n"
 	"                           [--grad fp32|bf16] [--copy none|bf16] [--loss-scale S] [--runs R]\n"
+	"                           [--state fp32|int8]\n"
 	"  Without --params/--threads/--grad/--copy it runs every combination of\n"
 	"  64M and (memory allowing) 256M params, fp32 and bf16 grads, no copy and a\n"
 	"  bf16 copy, 1 thread and all threads of the node. --quick: 4M params, 7 runs.\n"
 	"  --loss-scale: S > 0 unscales fp32 grads (fused: in the kernel; unfused: a\n"
 	"  separate pass first); 0 for none. Default: 65536 with fp32 grads (fp16 AMP),\n"
 	"  none with bf16 grads.\n"
-	"  N takes K/M/G suffixes (powers of 1024). T=0 means all cores of the node.\n";
+	"  N takes K/M/G suffixes (powers of 1024). T=0 means all cores of the node.\n"
+	"  --state int8: 8-bit blockwise moments (adamw_q8); default fp32.\n";
 
 int bench_adam(int argc, char **argv)
 {
@@ -419,7 +511,7 @@ int bench_adam(int argc, char **argv)
 		{ "params", required_argument, NULL, 'n' }, { "threads", required_argument, NULL, 't' },
 		{ "grad", required_argument, NULL, 'g' }, { "copy", required_argument, NULL, 'c' },
 		{ "loss-scale", required_argument, NULL, 's' }, { "runs", required_argument, NULL, 'r' },
-		{ "help", no_argument, NULL, 'h' },     { 0 },
+		{ "state", required_argument, NULL, 'S' }, { "help", no_argument, NULL, 'h' }, { 0 },
 	};
 	size_t sizes[2] = { 64u << 20, 256u << 20 }, nsizes = 2, maxn;
 	enum spw_dtype grads[2] = { SPW_DTYPE_F32, SPW_DTYPE_BF16 }, copies[2] = { SPW_DTYPE_NONE, SPW_DTYPE_BF16 };
@@ -427,7 +519,7 @@ int bench_adam(int argc, char **argv)
 	int threads_opt = -1, c, r;
 	unsigned runs = 7;
 	float loss_scale = -1; /* -1: 65536 with fp32 grads (fp16 AMP), none with bf16 */
-	bool json = false, quick = false, sized = false;
+	bool json = false, quick = false, sized = false, q8 = false;
 	struct spw__pool *pools[2] = { NULL, NULL };
 	unsigned npools;
 	struct bufs b = { 0 };
@@ -450,6 +542,11 @@ int bench_adam(int argc, char **argv)
 		case 'c': if (parse_dtype(optarg, true, &copies[0]) < 0) goto bad; ncopies = 1; break;
 		case 's': loss_scale = strtof(optarg, NULL); if (!(loss_scale >= 0)) goto bad; break;
 		case 'r': runs = (unsigned)atoi(optarg); if (runs < 7 || runs > 64) goto bad; break;
+		case 'S':
+			if (strcmp(optarg, "int8") && strcmp(optarg, "fp32"))
+				goto bad;
+			q8 = !strcmp(optarg, "int8");
+			break;
 		case 'h': return bench_usage(usage, "--help");
 		default: goto bad;
 		}
@@ -521,7 +618,7 @@ int bench_adam(int argc, char **argv)
 				for (unsigned pi = 0; pi < npools; pi++) {
 					struct cfg cf = { .n = sizes[si], .threads = spw__pool_threads(pools[pi]),
 							  .grad = grads[gi], .copy = copies[ci],
-							  .loss_scale = loss_scale };
+							  .loss_scale = loss_scale, .q8 = q8 };
 
 					if (loss_scale < 0) /* fp16 AMP scales fp32 grads; bf16 needs no scale */
 						cf.loss_scale = grads[gi] == SPW_DTYPE_F32 ? 65536.0f : 0.0f;

@@ -26,8 +26,9 @@
  *                      part's own time measured alone
  *   state_dtype        the moments' type (spw_optimizer_opts.state_dtype)
  *   state_bytes        master weights and moments: 12 bytes per parameter
- *                      with fp32 moments, 8 with bf16, 4 + 2 * 4/3 with int8
- *                      (three chunks' codes and scales a page)
+ *                      with fp32 moments, 8 with bf16, 4 + 2 * (1 + 1/64)
+ *                      with int8 (four chunks' codes a page, an fp32 scale
+ *                      per 256 elements in the optimizer's scale pages)
  *   disk_bytes_per_step  the session's tier reads + writes (the daemon's
  *                      status, sessions[].tier) over the measured steps,
  *                      per step; 0 on the resident tier. On the NVMe tier
@@ -539,7 +540,7 @@ int bench_pipeline(int argc, char **argv)
 		own = true;
 		socket_path = d.control;
 	}
-	state_bytes = (c.sd == SPW_STATE_INT8 ? 4.0 + 8.0 / 3.0 : c.sd == SPW_STATE_BF16 ? 8.0 : 12.0) *
+	state_bytes = (c.sd == SPW_STATE_INT8 ? 4.0 + 2.0 * (1.0 + 1.0 / 64.0) : c.sd == SPW_STATE_BF16 ? 8.0 : 12.0) *
 		      (double)c.params * c.layers;
 	/* Smaller pages on the NVMe tier, so a region of a quarter of the
 	 * state still holds a window of several chunks. */

@@ -26,6 +26,7 @@
 #define UD_FETCH_HINT 3u
 #define UD_MARK 4u /* persist.c */
 #define UD_STATS 5u /* persist.c */
+_Static_assert(2 * R__N <= 16 && _Alignof(struct job) >= 16, "a job's user data holds its role in 4 bits");
 
 static void push(struct job **head, struct job *j)
 {
@@ -102,7 +103,7 @@ static unsigned popcount(unsigned x)
 
 static uint32_t tensor_id(const struct job *j, enum role r)
 {
-	return j->ch->t->id[r];
+	return role_id(j->o, r, j->ch->t, j->ch->index);
 }
 
 /* Hints the daemon at the pages of the chunks predicted to come next. */
@@ -125,9 +126,13 @@ static void hint_ahead(spw_optimizer *o, const struct chunk *ch)
 		for (unsigned r = 0; r < R__N; r++) {
 			if (r == R_G && (!c->t->has_g || c->g_spent))
 				continue;
+			/* Both moments' scales share a page. */
+			if ((r == R_MS && o->state_dtype != SPW_STATE_INT8) || r == R_VS)
+				continue;
 			if (o->hints_inflight + o->ring_reserved + 1 > o->ring_cap)
 				return;
-			if (spw__submit_op(o->c, SPW_OP_PREFETCH, 0, c->t->id[r], role_page(o, r, c->index),
+			if (spw__submit_op(o->c, SPW_OP_PREFETCH, 0, role_id(o, r, c->t, c->index),
+					   role_page(o, r, c->t, c->index),
 					   UD_PREFETCH) < 0)
 				return;
 			o->hints_inflight++;
@@ -189,7 +194,7 @@ static bool admit(spw_optimizer *o)
 			if (rewrite)
 				j->ch->g_spent = false;
 			if (spw__submit_op(o->c, SPW_OP_PIN, rewrite ? SPW_PIN_OVERWRITE : 0, tensor_id(j, r),
-					   role_page(o, r, j->ch->index),
+					   role_page(o, r, j->ch->t, j->ch->index),
 					   (uint64_t)(uintptr_t)j | r) < 0) {
 				engine_fatal(o, spw_client_last_error(o->c)[0] ? -ECONNRESET : -EIO, "pin");
 				return true;
@@ -295,7 +300,7 @@ static void kernels_done(spw_optimizer *o, struct job *j)
 		 * a fetch only reads. */
 		if ((ro == R_G && j->kind != JOB_GRAD) || j->kind == JOB_FETCH)
 			fl = SPW_CLEAN;
-		if (spw__submit_op(o->c, SPW_OP_UNPIN, (uint8_t)fl, tensor_id(j, ro), role_page(o, ro, ch->index),
+		if (spw__submit_op(o->c, SPW_OP_UNPIN, (uint8_t)fl, tensor_id(j, ro), role_page(o, ro, ch->t, ch->index),
 				   (uint64_t)(uintptr_t)j | (R__N + ro)) < 0) {
 			engine_fatal(o, -ECONNRESET, "unpin");
 			return;
@@ -329,12 +334,13 @@ static void completion(spw_optimizer *o, const struct spw_completion *cp)
 		}
 		return;
 	}
-	j = (struct job *)(uintptr_t)(cp->user_data & ~(uint64_t)7);
-	role = (unsigned)(cp->user_data & 7);
+	j = (struct job *)(uintptr_t)(cp->user_data & ~(uint64_t)15);
+	role = (unsigned)(cp->user_data & 15);
 	if (cp->res < 0) {
 		pthread_mutex_lock(&o->lock);
 		spw__opt_fatal_locked(o, cp->res, "%s %s page %u of tensor %s: %s", role < R__N ? "pinning" : "unpinning",
-			              (const char *[]){ "master weights", "exp_avg", "exp_avg_sq", "gradient" }[role % R__N],
+			              (const char *[]){ "master weights", "exp_avg", "exp_avg_sq", "gradient",
+						"exp_avg's scales in", "exp_avg_sq's scales in" }[role % R__N],
 			              j->ch->index, j->ch->t->name, spw_strerror(cp->res));
 		pthread_mutex_unlock(&o->lock);
 		return;
@@ -342,7 +348,7 @@ static void completion(spw_optimizer *o, const struct spw_completion *cp)
 	if (role < R__N) {
 		unsigned char *p = spw_slot_ptr(o->c, (uint32_t)cp->res);
 
-		j->ptr[role] = (float *)(p + role_offset(o, role, j->ch->index));
+		j->ptr[role] = (float *)(p + role_offset(o, role, j->ch->t, j->ch->index));
 		if (++j->pins_back == j->npins)
 			spw__opt_start_kernels(o, j);
 		return;

@@ -23,8 +23,7 @@ static void plan_ops(struct job *j)
 		.param = j->ptr[R_P], .exp_avg = j->ptr[R_M], .exp_avg_sq = j->ptr[R_V],
 		.state_dtype = j->o->state_dtype == SPW_STATE_BF16 ? SPW_DTYPE_BF16 : SPW_DTYPE_F32,
 		.q8 = j->o->state_dtype == SPW_STATE_INT8,
-		.m_scale = (float *)((unsigned char *)j->ptr[R_M] + q8_scales_at(j->ch->n)),
-		.v_scale = (float *)((unsigned char *)j->ptr[R_V] + q8_scales_at(j->ch->n)),
+		.m_scale = j->ptr[R_MS], .v_scale = j->ptr[R_VS],
 		.copy = j->copy ? j->scopy : NULL, .copy_dtype = j->copy ? j->cdt : SPW_DTYPE_NONE,
 	};
 
@@ -73,7 +72,6 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 	struct job *j = arg;
 	struct chunk *ch = j->ch;
 	spw_optimizer *o = j->o;
-	size_t n = e - b;
 	bool adam = j->kind != JOB_GRAD && j->kind != JOB_FETCH;
 	uint64_t t0 = now_ns();
 
@@ -81,21 +79,12 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 	 * tenant), so the moments start as torch's zeros here, the first
 	 * time a chunk is updated, instead of costing a pass at add time. */
 	if (adam && !ch->zeroed) {
-		if (o->state_dtype == SPW_STATE_INT8) {
-			/* Zero codes of a zero scale: a block of zeros. Tiles
-			 * start on block boundaries. */
-			size_t nb = (n + SPW_Q8_BLOCK - 1) / SPW_Q8_BLOCK;
+		/* int8: zero codes of a zero scale are a block of zeros. */
+		for (unsigned r = R_M; r < R__N; r++) {
+			struct role_span sp = role_tile(o, r, b, e);
 
-			for (unsigned r = R_M; r <= R_V; r++) {
-				memset((unsigned char *)j->ptr[r] + b, 0, n);
-				memset((unsigned char *)j->ptr[r] + q8_scales_at(ch->n) + b / SPW_Q8_BLOCK * 4, 0,
-				       nb * 4);
-			}
-		} else {
-			size_t es = role_chunk_bytes(o, R_M, 1);
-
-			memset((unsigned char *)j->ptr[R_M] + b * es, 0, n * es);
-			memset((unsigned char *)j->ptr[R_V] + b * es, 0, n * es);
+			if (r != R_G && (j->roles & 1u << r))
+				memset((unsigned char *)j->ptr[r] + sp.at, 0, sp.len);
 		}
 	}
 	for (unsigned i = 0; i < j->nops; i++) {

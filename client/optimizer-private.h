@@ -72,7 +72,9 @@ _Static_assert((int)SPW_TYPE_F32 == (int)SPW_DTYPE_F32 && (int)SPW_TYPE_BF16 == 
 
 #define TILE SPW_POOL_ADAMW_TILE
 
-enum role { R_P, R_M, R_V, R_G, R__N };
+/* Roles a job pins: a tensor each up to R__T; the block scales of int8
+ * moments (R_MS, R_VS) lie in the optimizer's scale pages (role_at). */
+enum role { R_P, R_M, R_V, R_G, R__T, R_MS = R__T, R_VS, R__N };
 _Static_assert((int)SPW_STATE_PARAM == R_P && (int)SPW_STATE_EXP_AVG == R_M && (int)SPW_STATE_EXP_AVG_SQ == R_V,
 	       "spw_optimizer_read/write's states index the roles");
 
@@ -89,8 +91,10 @@ enum job_kind {
 
 struct chunk;
 
+/* 16-aligned: a completion's user data is the job's address with the
+ * role (pins 0..R__N-1, unpins R__N..2 R__N-1) in its low four bits. */
 struct job {
-	spw_optimizer *o;
+	_Alignas(16) spw_optimizer *o;
 	struct chunk *ch;
 	enum job_kind kind;
 	bool first, want_norm, copy;
@@ -133,6 +137,9 @@ struct chunk {
 	/* The gradient store's page was consumed by Adam and its next use
 	 * rewrites it (a first arrival): nothing there to read ahead (engine). */
 	bool g_spent;
+	/* int8 moments: the scale page (index in o->q8_ids) and slot there
+	 * holding this chunk's blocks' scales (role_at). */
+	uint32_t q8_page, q8_slot;
 	double sumsq;           /* this step's gradient square sum (written by the engine) */
 	double *partial;        /* per tile */
 	struct job job;         /* one at a time per chunk */
@@ -144,7 +151,7 @@ struct tensor {
 	uint64_t count;
 	void *dev;              /* NULL: offloaded, no copy-out after Adam */
 	enum spw_dtype ptype;
-	uint32_t id[R__N];
+	uint32_t id[R__T];
 	bool has_g;
 	bool frozen;            /* master weights only, never updated */
 	/* No gradient this step (spw_optimizer_grad_none; trainer): skipped
@@ -196,6 +203,9 @@ struct spw_optimizer {
 
 	struct tensor *tensors;
 	uint32_t ntensors;
+	/* int8 moments: the scale pages, one-page tensors spw.opt.q8_scales.N
+	 * filled with chunks' scales in the order they are added. */
+	uint32_t *q8_ids, q8_pages, q8_used;
 	struct chunk **chunks;  /* by global index */
 	uint32_t nchunks;
 
@@ -298,16 +308,22 @@ static inline bool role_used(const struct tensor *t, unsigned r)
 }
 
 /*
- * Where chunk k's values of role r lie in r's tensor. Chunks hold
- * chunk_elems = page_size / 4 elements, so fp32 values of chunk k fill
- * page k. Moments in a smaller state dtype share pages: bf16 moments
- * (SPW_STATE_BF16) two chunks a page, chunk k in page k / 2 at byte
- * (k % 2) * page_size / 2; int8 moments (SPW_STATE_INT8) three, chunk k in
- * page k / 3 at byte (k % 3) * (page_size / 3 rounded down to 64), each
- * chunk's n codes followed (at n rounded up to 64) by its blocks' fp32
- * scales. Chunks sharing a page each pin it (pins are counted) and write
- * their own part.
+ * Where chunk k's values of role r lie. Chunks hold chunk_elems =
+ * page_size / 4 elements, so fp32 values of chunk k fill page k of r's
+ * tensor. Moments in a smaller state dtype share pages: chunk k's bf16
+ * moments (SPW_STATE_BF16) start at byte k * page_size / 2 of their
+ * tensor, two chunks a page; int8 codes (SPW_STATE_INT8) at
+ * k * page_size / 4, four a page. int8 blocks' scales (page_size / 256
+ * bytes a chunk and moment) are the optimizer's, not the tensor's: one-page
+ * tensors spw.opt.q8_scales.N hold 128 chunks' each (exp_avg's then
+ * exp_avg_sq's, in slots of page_size / 128), given out to chunks in the
+ * order tensors are added, so a small tensor costs no page of its own and
+ * the moments take 1 + 1/64 bytes per parameter in the tier. Chunks
+ * sharing a page each pin it (pins are counted) and write their own part.
+ * role_at() and role_id() are the one place that knows this.
  */
+#define Q8_SLOTS_PER_PAGE 128u
+
 static inline bool role_moment(unsigned r)
 {
 	return r == R_M || r == R_V;
@@ -323,50 +339,77 @@ static inline bool role_q8(const spw_optimizer *o, unsigned r)
 	return o->state_dtype == SPW_STATE_INT8 && role_moment(r);
 }
 
-/* Chunks per page of role r. */
-static inline uint32_t role_per_page(const spw_optimizer *o, unsigned r)
+/* The roles a job updating moments pins besides R_P (and R_G). */
+static inline unsigned roles_moments(const spw_optimizer *o)
 {
-	return role_m16(o, r) ? 2 : role_q8(o, r) ? 3 : 1;
+	return 1u << R_M | 1u << R_V | (o->state_dtype == SPW_STATE_INT8 ? 1u << R_MS | 1u << R_VS : 0u);
 }
 
-static inline size_t role_slot(const spw_optimizer *o, unsigned r)
+/* Bytes of role r per element (the scales': none, see role_chunk_bytes). */
+static inline size_t role_elem_bytes(const spw_optimizer *o, unsigned r)
 {
-	uint32_t per = role_per_page(o, r);
-
-	return per == 3 ? (o->page_size / 3) & ~(size_t)63 : o->page_size / per;
+	return role_q8(o, r) ? 1 : role_m16(o, r) ? 2 : 4;
 }
 
-static inline uint32_t role_page(const spw_optimizer *o, unsigned r, uint32_t k)
+/* Bytes of int8 block scales per full chunk: page_size / 256. */
+static inline size_t q8_chunk_scale_bytes(const spw_optimizer *o)
 {
-	return k / role_per_page(o, r);
+	return (size_t)o->chunk_elems / SPW_Q8_BLOCK * 4;
 }
 
-static inline size_t role_offset(const spw_optimizer *o, unsigned r, uint32_t k)
+/* Byte of the page-aligned tensor role_id() names where chunk k of t
+ * keeps its role r data. */
+static inline uint64_t role_at(const spw_optimizer *o, unsigned r, const struct tensor *t, uint32_t k)
 {
-	return (size_t)(k % role_per_page(o, r)) * role_slot(o, r);
+	if (r == R_MS || r == R_VS)
+		return (uint64_t)(2 * t->chunks[k].q8_slot + (r == R_VS)) * q8_chunk_scale_bytes(o);
+	return (uint64_t)k * o->chunk_elems * role_elem_bytes(o, r);
 }
 
-/* int8 moments: where a chunk of n elements keeps its block scales. */
-static inline size_t q8_scales_at(uint64_t n)
+/* The spillway tensor holding chunk k of t's role r data. */
+static inline uint32_t role_id(const spw_optimizer *o, unsigned r, const struct tensor *t, uint32_t k)
 {
-	return (size_t)((n + 63) & ~(uint64_t)63);
+	if (r == R_MS || r == R_VS)
+		return o->q8_ids[t->chunks[k].q8_page];
+	return t->id[r];
 }
 
-/* Bytes chunk data of n elements takes in role r's tensor. */
+static inline uint32_t role_page(const spw_optimizer *o, unsigned r, const struct tensor *t, uint32_t k)
+{
+	return (uint32_t)(role_at(o, r, t, k) / o->page_size);
+}
+
+static inline size_t role_offset(const spw_optimizer *o, unsigned r, const struct tensor *t, uint32_t k)
+{
+	return (size_t)(role_at(o, r, t, k) % o->page_size);
+}
+
+/* Bytes chunk data of n elements takes in role r. */
 static inline size_t role_chunk_bytes(const spw_optimizer *o, unsigned r, uint64_t n)
 {
-	if (role_q8(o, r))
-		return q8_scales_at(n) + 4 * (size_t)((n + SPW_Q8_BLOCK - 1) / SPW_Q8_BLOCK);
-	return (size_t)n * (role_m16(o, r) ? 2 : 4);
+	if (r == R_MS || r == R_VS)
+		return 4 * (size_t)((n + SPW_Q8_BLOCK - 1) / SPW_Q8_BLOCK);
+	return (size_t)n * role_elem_bytes(o, r);
 }
 
-/* Bytes of role r's tensor for count elements: up to the end of its last chunk. */
+/* What a tile of elements [b, e) of a chunk touches in role r: bytes
+ * [at, at + len) from the chunk's start in r (job->ptr[r]). Tiles begin
+ * on block boundaries. */
+struct role_span {
+	size_t at, len;
+};
+
+static inline struct role_span role_tile(const spw_optimizer *o, unsigned r, size_t b, size_t e)
+{
+	if (r == R_MS || r == R_VS)
+		return (struct role_span){ b / SPW_Q8_BLOCK * 4, role_chunk_bytes(o, r, e - b) };
+	return (struct role_span){ b * role_elem_bytes(o, r), (e - b) * role_elem_bytes(o, r) };
+}
+
+/* Bytes of tensor role r (< R__T) for count elements. */
 static inline uint64_t role_bytes(const spw_optimizer *o, unsigned r, uint64_t count)
 {
-	uint64_t last = (count - 1) / o->chunk_elems, n_last = count - last * o->chunk_elems;
-
-	return (uint64_t)role_page(o, r, (uint32_t)last) * o->page_size + role_offset(o, r, (uint32_t)last) +
-	       role_chunk_bytes(o, r, n_last);
+	return count * role_elem_bytes(o, r);
 }
 
 /* ---- optimizer.c ---- */

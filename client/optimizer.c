@@ -188,7 +188,7 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	struct spw_optimizer_opts oo, *opts = &oo;
 	char err[256];
 	spw_optimizer *o;
-	uint32_t i, w;
+	uint32_t i, w, spare;
 	int r;
 
 	if (!c || !caller_opts || !ret)
@@ -245,12 +245,16 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	if (r < 0)
 		goto fail;
 	w = opts->window ? opts->window : DEFAULT_WINDOW;
-	/* Each chunk in flight pins up to 4 pages and uses 2 staging pages;
-	 * the ring must carry every pin of the window with room for hints. */
+	/* Each chunk in flight pins up to 4 pages of its own and uses 2
+	 * staging pages; int8 moments' jobs also pin the scale pages, which
+	 * the window's chunks share (two at most: 128 chunks a page). The
+	 * ring must carry every pin of the window (6 with the scales) with
+	 * room for hints. */
+	spare = opts->state_dtype == SPW_STATE_INT8 ? 2 : 0;
 	if (w > o->ring_cap / 8)
 		w = o->ring_cap / 8;
-	if (w > info.slots / 6)
-		w = info.slots / 6;
+	if (w > (info.slots > spare ? info.slots - spare : 0) / 6)
+		w = (info.slots > spare ? info.slots - spare : 0) / 6;
 	if (w == 0)
 		w = 1;
 	o->window = w;
@@ -363,9 +367,11 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 		/* A persistent session's tensors are its state: they stay
 		 * until it detaches or is dropped. */
 		for (i = 0; i < o->ntensors && !o->persist.on; i++)
-			for (unsigned r = 0; r < R__N; r++)
+			for (unsigned r = 0; r < R__T; r++)
 				if (role_used(&o->tensors[i], r))
 					spw_tensor_unregister(o->c, o->tensors[i].id[r]);
+		for (i = 0; i < o->q8_pages && !o->persist.on; i++)
+			spw_tensor_unregister(o->c, o->q8_ids[i]);
 	}
 	if (o->dev) {
 		/* After the streams: no queued record or wait refers to them. */
@@ -392,6 +398,7 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 		free(o->tensors[i].name);
 	}
 	free(o->tensors);
+	free(o->q8_ids);
 	free(o->chunks);
 	free(o->order);
 	free(o->pred);

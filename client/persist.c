@@ -21,6 +21,15 @@
 #define LAYOUT_NAME "spw.opt.layout"
 #define LAYOUT_MAGIC 0x4c575053u /* "SPWL" */
 #define LAYOUT_VERSION 1u
+/* int8 moments with four chunks' codes a page and the scales in the
+ * optimizer's scale pages (optimizer-private.h); version 1 kept three
+ * chunks' codes and scales a page, which this optimizer must not misread. */
+#define LAYOUT_VERSION_Q8 2u
+
+static uint32_t layout_version(const spw_optimizer *o)
+{
+	return o->state_dtype == SPW_STATE_INT8 ? LAYOUT_VERSION_Q8 : LAYOUT_VERSION;
+}
 
 int spw__persist_init(spw_optimizer *o)
 {
@@ -84,7 +93,7 @@ static size_t layout_record(const spw_optimizer *o, unsigned char *buf)
 {
 	/* The state dtype rides in the mode word's high half: an fp32
 	 * optimizer's record is the one earlier versions wrote. */
-	uint32_t head[6] = { LAYOUT_MAGIC, LAYOUT_VERSION, (uint32_t)o->mode | (uint32_t)o->state_dtype << 16, o->tier,
+	uint32_t head[6] = { LAYOUT_MAGIC, layout_version(o), (uint32_t)o->mode | (uint32_t)o->state_dtype << 16, o->tier,
 			     o->chunk_elems, o->ngroups };
 	size_t at = sizeof(head);
 
@@ -109,7 +118,16 @@ static void layout_diff(const spw_optimizer *o, const unsigned char *want, const
 			size_t len)
 {
 	size_t at = 6 * sizeof(uint32_t);
+	uint32_t hv[3];
 
+	memcpy(hv, have, sizeof(hv));
+	if (hv[1] == LAYOUT_VERSION && hv[2] == ((uint32_t)o->mode | (uint32_t)SPW_STATE_INT8 << 16) &&
+	    o->state_dtype == SPW_STATE_INT8) {
+		snprintf(out, len, "its int8 moments are in the layout of an older spillway (three chunks' codes "
+			 "and scales a page), which this one does not read (four chunks' codes a page, the scales in "
+			 "pages of their own)");
+		return;
+	}
 	if (memcmp(want, have, at)) {
 		snprintf(out, len, "the mode, state dtype, tier, chunk size or number of param groups differ");
 		return;

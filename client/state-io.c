@@ -31,33 +31,54 @@ static int state_access(spw_optimizer *o, const char *verb, uint32_t tensor, enu
 }
 
 /* int8 moments: n values from codes and their blocks' scales (q8.h). */
-static void q8_decode(unsigned role, const unsigned char *codes, const unsigned char *scales, float *out, uint64_t n)
+static void q8_decode(unsigned role, const unsigned char *codes, const float *scales, float *out, uint64_t n)
 {
 	for (uint64_t i = 0; i < n; i++) {
-		float s;
+		float s = scales[i / SPW_Q8_BLOCK];
 
-		memcpy(&s, scales + i / SPW_Q8_BLOCK * 4, 4);
 		out[i] = role == R_M ? spw_q8_dec_m((int8_t)codes[i], s) : spw_q8_dec_v(codes[i], s);
 	}
 }
 
 /* n values coded as an update stores them: per block the largest
  * |value| by its bits as the scale, then the codes. */
-static void q8_encode(unsigned role, const float *in, unsigned char *codes, unsigned char *scales, uint64_t n)
+static void q8_encode(unsigned role, const float *in, unsigned char *codes, float *scales, uint64_t n)
 {
 	for (uint64_t b = 0; b < n; b += SPW_Q8_BLOCK) {
 		uint64_t e = n - b < SPW_Q8_BLOCK ? n : b + SPW_Q8_BLOCK;
 		uint32_t mx = 0;
-		float s;
+		float s, k;
 
 		for (uint64_t i = b; i < e; i++)
 			if (spw_q8_absbits(in[i]) > mx)
 				mx = spw_q8_absbits(in[i]);
-		s = spw_q8_of_bits(mx);
-		memcpy(scales + b / SPW_Q8_BLOCK * 4, &s, 4);
+		s = scales[b / SPW_Q8_BLOCK] = spw_q8_of_bits(mx);
+		k = role == R_M ? spw_q8_km(s) : spw_q8_kv(s);
 		for (uint64_t i = b; i < e; i++)
-			codes[i] = role == R_M ? (unsigned char)spw_q8_enc_m(in[i], s) : spw_q8_enc_v(in[i], s);
+			codes[i] = role == R_M ? (unsigned char)spw_q8_enc_m(in[i], k) : spw_q8_enc_v(in[i], k);
 	}
+}
+
+/* Pins the page holding chunk k's data of role r; *p: the data. The ring
+ * is the caller's. */
+static int pin_role(spw_optimizer *o, const struct tensor *t, unsigned r, uint32_t k, unsigned char **p)
+{
+	int ret = spw_pin(o->c, role_id(o, r, t, k), role_page(o, r, t, k), (void **)p);
+
+	if (ret >= 0)
+		*p += role_offset(o, r, t, k);
+	return ret;
+}
+
+static int unpin_role(spw_optimizer *o, const struct tensor *t, unsigned r, uint32_t k, unsigned flags)
+{
+	return spw_unpin(o->c, role_id(o, r, t, k), role_page(o, r, t, k), flags);
+}
+
+/* The scale role of an int8 moment role, or R__N. */
+static unsigned scale_role(const spw_optimizer *o, unsigned r)
+{
+	return !role_q8(o, r) ? R__N : r == R_M ? R_MS : R_VS;
 }
 
 SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_optimizer_state which,
@@ -73,23 +94,31 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 	spw__opt_ring_acquire(o);
 	for (uint32_t k = 0; k < t->nchunks && r >= 0; k++) {
 		const struct chunk *ch = &t->chunks[k];
-		uint32_t page = role_page(o, which, k);
-		unsigned char *p;
+		unsigned sr = scale_role(o, which);
+		unsigned char *p, *sp = NULL;
 
-		r = spw_pin(o->c, t->id[which], page, (void **)&p);
+		r = pin_role(o, t, which, k, &p);
 		if (r < 0)
 			break;
-		p += role_offset(o, which, k);
+		if (sr < R__N && (r = pin_role(o, t, sr, k, &sp)) < 0) {
+			unpin_role(o, t, which, k, SPW_CLEAN);
+			break;
+		}
 		/* Moments never updated are torch's zeros, whatever the page holds. */
 		if (which != SPW_STATE_PARAM && !ch->zeroed)
 			memset(out + ch->off, 0, ch->n * sizeof(float));
 		else if (role_m16(o, which)) /* widening bf16 is exact */
 			o->k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](out + ch->off, p, ch->n);
-		else if (role_q8(o, which))
-			q8_decode(which, p, p + q8_scales_at(ch->n), out + ch->off, ch->n);
+		else if (sp)
+			q8_decode(which, p, (const float *)sp, out + ch->off, ch->n);
 		else
 			memcpy(out + ch->off, p, ch->n * sizeof(float));
-		r = spw_unpin(o->c, t->id[which], page, SPW_CLEAN);
+		r = unpin_role(o, t, which, k, SPW_CLEAN);
+		if (sp) {
+			int r2 = unpin_role(o, t, sr, k, SPW_CLEAN);
+
+			r = r < 0 ? r : r2;
+		}
 	}
 	spw__opt_ring_release(o);
 	if (r < 0)
@@ -103,22 +132,31 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
  * them. */
 static int put_page(spw_optimizer *o, const struct tensor *t, unsigned ro, uint32_t k, const float *in, uint64_t n)
 {
-	uint32_t id = t->id[ro], page = role_page(o, ro, k);
-	unsigned char *p;
-	int r = spw_pin(o->c, id, page, (void **)&p);
+	unsigned sr = scale_role(o, ro);
+	unsigned char *p, *sp = NULL;
+	int r = pin_role(o, t, ro, k, &p), r2 = 0;
 
 	if (r < 0)
 		return r;
-	p += role_offset(o, ro, k);
-	if (!in)
+	if (sr < R__N && (r = pin_role(o, t, sr, k, &sp)) < 0) {
+		unpin_role(o, t, ro, k, SPW_CLEAN);
+		return r;
+	}
+	if (!in) {
 		memset(p, 0, role_chunk_bytes(o, ro, n));
-	else if (role_q8(o, ro))
-		q8_encode(ro, in, p, p + q8_scales_at(n), n);
-	else if (role_m16(o, ro))
+		if (sp)
+			memset(sp, 0, role_chunk_bytes(o, sr, n));
+	} else if (sp) {
+		q8_encode(ro, in, p, (float *)sp, n);
+	} else if (role_m16(o, ro)) {
 		o->k->cast[SPW_DTYPE_BF16][SPW_DTYPE_F32](p, in, n);
-	else
+	} else {
 		memcpy(p, in, n * sizeof(float));
-	return spw_unpin(o->c, id, page, SPW_DIRTY);
+	}
+	r = unpin_role(o, t, ro, k, SPW_DIRTY);
+	if (sp)
+		r2 = unpin_role(o, t, sr, k, SPW_DIRTY);
+	return r < 0 ? r : r2;
 }
 
 SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor, enum spw_optimizer_state which,

@@ -143,10 +143,10 @@ static void plan_job(spw_optimizer *o, struct chunk *ch, enum spw_dtype gdt)
 	j->want_norm = last;
 	if (o->mode == SPW_OPT_OVERLAPPED && o->accum == 1) {
 		j->kind = JOB_ADAM;
-		j->roles = 1u << R_P | 1u << R_M | 1u << R_V;
+		j->roles = 1u << R_P | roles_moments(o);
 	} else if (o->mode == SPW_OPT_OVERLAPPED && last) {
 		j->kind = JOB_GRAD_ADAM;
-		j->roles = 1u << R_P | 1u << R_M | 1u << R_V | 1u << R_G;
+		j->roles = 1u << R_P | roles_moments(o) | 1u << R_G;
 	} else {
 		j->kind = JOB_GRAD;
 		j->roles = 1u << R_G;
@@ -405,7 +405,7 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 			j->kind = JOB_ADAM_STORE;
 			j->step = o->step;
 			o->persist.mod_left[o->step & 1]++;
-			j->roles = 1u << R_P | 1u << R_M | 1u << R_V | 1u << R_G;
+			j->roles = 1u << R_P | roles_moments(o) | 1u << R_G;
 			j->wait_free = false;
 			j->nhints = 0;
 			set_copy(ch, j);

@@ -35,7 +35,50 @@ static int write_init(spw_optimizer *o, const struct tensor *t, const void *init
 	return 0;
 }
 
-static const char *const role_suffix[R__N] = { "param", "exp_avg", "exp_avg_sq", "grad" };
+static const char *const role_suffix[R__T] = { "param", "exp_avg", "exp_avg_sq", "grad" };
+
+/* Unregisters the scale pages from first on (not adopted ones: they are a
+ * persistent session's state). The ring is ours. */
+static void q8_drop_pages(spw_optimizer *o, uint32_t first)
+{
+	for (uint32_t i = first; i < o->q8_pages && !o->persist.adopting; i++)
+		spw_tensor_unregister(o->c, o->q8_ids[i]);
+	o->q8_pages = first;
+}
+
+/* int8 moments: a slot in the scale pages for each chunk of t, a new page
+ * registered (or, reattached, adopted) whenever the last is full. On
+ * failure the pages and slots are as before. The ring is ours. */
+static int q8_assign(spw_optimizer *o, struct tensor *t)
+{
+	uint32_t pages0 = o->q8_pages, used0 = o->q8_used;
+
+	if (o->state_dtype != SPW_STATE_INT8 || t->frozen)
+		return 0;
+	for (uint32_t k = 0; k < t->nchunks; k++) {
+		if (o->q8_pages == 0 || o->q8_used == Q8_SLOTS_PER_PAGE) {
+			uint32_t *v = realloc(o->q8_ids, (o->q8_pages + 1) * sizeof(*v));
+			char full[64];
+			int r = v ? 0 : -ENOMEM;
+
+			if (v) {
+				o->q8_ids = v;
+				snprintf(full, sizeof(full), "spw.opt.q8_scales.%u", o->q8_pages);
+				r = spw__persist_tensor(o, full, o->page_size, o->tier, &o->q8_ids[o->q8_pages]);
+			}
+			if (r < 0) {
+				q8_drop_pages(o, pages0);
+				o->q8_used = used0;
+				return r;
+			}
+			o->q8_pages++;
+			o->q8_used = 0;
+		}
+		t->chunks[k].q8_page = o->q8_pages - 1;
+		t->chunks[k].q8_slot = o->q8_used++;
+	}
+	return 0;
+}
 
 /* Checks shared by every add; 0 or the error (with its message). */
 static int add_check(spw_optimizer *o, const char *name, uint64_t count, uint32_t *ret_tensor)
@@ -67,7 +110,7 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 	struct tensor *tv, *t;
 	struct chunk **cv;
 	uint32_t *ov, *pv, *posv;
-	uint32_t nch, i, registered = 0;
+	uint32_t nch, i, registered = 0, q8_pages0 = o->q8_pages, q8_used0 = o->q8_used;
 	int r;
 
 	nch = (uint32_t)((count + o->chunk_elems - 1) / o->chunk_elems);
@@ -130,7 +173,7 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 	}
 
 	spw__opt_ring_acquire(o);
-	for (registered = 0; registered < R__N; registered++) {
+	for (registered = 0; registered < R__T; registered++) {
 		char full[MAX_NAME + 32];
 
 		if (!role_used(t, registered))
@@ -140,16 +183,22 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 		if (r < 0)
 			break;
 	}
+	if (r >= 0)
+		r = q8_assign(o, t);
 	/* Resumed: the session's state is the truth, init is not used. */
 	if (r >= 0 && !o->persist.resumed)
 		r = write_init(o, t, init, init_type);
 	if (r < 0) {
 		spw__opt_error(o, r, "add %s: %s%s", name, spw_client_last_error(o->c),
-			       r == -EEXIST && o->persist.adopting && registered != R_P
-			       ? " (was the session left by an optimizer of another state_dtype?)" : "");
-		for (i = 0; i < registered && i < R__N && !o->persist.adopting; i++)
+			       (r == -EEXIST || r == -ENOENT) && o->persist.adopting && registered != R_P
+			       ? " (was the session left by an optimizer of another state_dtype, or, with int8 "
+				 "moments, by an older spillway that kept three chunks' codes and scales a page?)"
+			       : "");
+		for (i = 0; i < registered && i < R__T && !o->persist.adopting; i++)
 			if (role_used(t, i))
 				spw_tensor_unregister(o->c, t->id[i]);
+		q8_drop_pages(o, q8_pages0);
+		o->q8_used = q8_used0;
 		spw__opt_ring_release(o);
 		goto undo;
 	}

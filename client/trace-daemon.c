@@ -6,8 +6,8 @@
  * each pass and puts them on the "spillwayd: disk" track, named by the
  * optimizer's tensor and the page (= chunk), with the daemon's gauges of
  * the region (slots in use, pins in flight) as counters. One clock: both
- * sides stamp with CLOCK_MONOTONIC. The log is the daemon's to write and ours only to
- * read; nothing in it is trusted beyond showing it.
+ * sides stamp with CLOCK_MONOTONIC. The log is the daemon's to write and
+ * ours only to read; nothing in it is trusted beyond showing it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,14 +21,14 @@ void spw__opt_trace_disk_map(spw_optimizer *o)
 	if (!o->trace || o->io_map)
 		return;
 	for (uint32_t i = 0; i < o->ntensors; i++)
-		for (unsigned r = 0; r < R__N; r++)
+		for (unsigned r = 0; r < R__T; r++)
 			if (role_used(&o->tensors[i], r) && o->tensors[i].id[r] + 1 > n)
 				n = o->tensors[i].id[r] + 1;
 	o->io_buf = malloc(SPW_IO_LOG_ENTRIES * sizeof(*o->io_buf));
 	if (!o->io_buf || !(o->io_map = calloc(n ? n : 1, sizeof(*o->io_map))))
 		return;
 	for (uint32_t i = 0; i < o->ntensors; i++)
-		for (unsigned r = 0; r < R__N; r++)
+		for (unsigned r = 0; r < R__T; r++)
 			if (role_used(&o->tensors[i], r))
 				o->io_map[o->tensors[i].id[r]] = i + 1;
 	o->io_map_n = n;

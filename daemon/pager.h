@@ -252,7 +252,7 @@ const char *pager_state_name(unsigned state);
 
 /* Swap request latency buckets (submit to completion), upper bounds in
  * microseconds, the last UINT64_MAX (+Inf): metrics.c's histogram. */
-#define PAGER_LAT_BUCKETS 14
+#define PAGER_LAT_BUCKETS 9
 extern const uint64_t pager_lat_bounds_us[PAGER_LAT_BUCKETS];
 
 struct pager_stats {

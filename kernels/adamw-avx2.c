@@ -199,13 +199,13 @@ static inline __attribute__((always_inline)) void q8_store8(void *p, __m256i q, 
 	memcpy((char *)p + 4, &hi, 4);
 }
 
-static inline __attribute__((always_inline)) void q8_enc8(int8_t *mq, uint8_t *vq, size_t i, __m256 m, __m256 v,
-							  __m256 sm, __m256 sv)
+/* Eight m and sqrt(v) lanes to codes, in blocks of multipliers km, kv. */
+static inline __attribute__((always_inline)) void q8_enc8(int8_t *mq, uint8_t *vq, size_t i, __m256 m, __m256 r,
+							  __m256 km, __m256 kv)
 {
 	__m256 am = _mm256_and_ps(m, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
-	__m256i qm = q8_clamp8(_mm256_mul_ps(_mm256_sqrt_ps(_mm256_div_ps(am, sm)), _mm256_set1_ps(127.0f)), 127.0f);
-	__m256i qv = q8_clamp8(_mm256_mul_ps(_mm256_sqrt_ps(_mm256_sqrt_ps(_mm256_div_ps(v, sv))),
-					     _mm256_set1_ps(255.0f)), 255.0f);
+	__m256i qm = q8_clamp8(_mm256_mul_ps(_mm256_sqrt_ps(am), km), 127.0f);
+	__m256i qv = q8_clamp8(_mm256_mul_ps(_mm256_sqrt_ps(r), kv), 255.0f);
 	__m256i neg = _mm256_srai_epi32(_mm256_castps_si256(m), 31); /* all ones where the sign bit is set */
 
 	qm = _mm256_sub_epi32(_mm256_xor_si256(qm, neg), neg);
@@ -237,8 +237,9 @@ static inline __attribute__((always_inline)) void adamw_q8_span(const struct spw
 
 	for (size_t b = 0; b < n; b += SPW_Q8_BLOCK) {
 		size_t e = n - b < SPW_Q8_BLOCK ? n - b : SPW_Q8_BLOCK, blk = b / SPW_Q8_BLOCK, j = 0;
+		/* m and sqrt(v) of the block, to code once its scales are known. */
 		_Alignas(32) float m[SPW_Q8_BLOCK], v[SPW_Q8_BLOCK];
-		float sm = ms[blk], sv = vs[blk];
+		float sm = ms[blk], sv = vs[blk], km, kv;
 		__m256 smv = _mm256_set1_ps(sm), svv = _mm256_set1_ps(sv);
 		__m256i mmax = _mm256_setzero_si256(), vmax = _mm256_setzero_si256();
 		uint32_t mx[8], vx[8], mm = 0, vm = 0;
@@ -247,16 +248,17 @@ static inline __attribute__((always_inline)) void adamw_q8_span(const struct spw
 			size_t i = b + j;
 			__m256 gi = _mm256_mul_ps(ld8(g, gt, i), K.gs);
 			__m256 pi = _mm256_mul_ps(_mm256_loadu_ps(p + i), K.decay);
-			__m256 mi = q8_dec_m8(mq, i, smv), vi = q8_dec_v8(vq, i, svv), d;
+			__m256 mi = q8_dec_m8(mq, i, smv), vi = q8_dec_v8(vq, i, svv), ri, d;
 
 			mi = _mm256_add_ps(mi, _mm256_mul_ps(K.omb1, _mm256_sub_ps(gi, mi)));
 			vi = _mm256_add_ps(_mm256_mul_ps(vi, K.b2), _mm256_mul_ps(_mm256_mul_ps(K.omb2, gi), gi));
-			d = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(vi), K.ibc2s), K.eps);
+			ri = _mm256_sqrt_ps(vi);
+			d = _mm256_add_ps(_mm256_mul_ps(ri, K.ibc2s), K.eps);
 			pi = _mm256_add_ps(pi, _mm256_mul_ps(K.nss, _mm256_div_ps(mi, d)));
 			_mm256_storeu_ps(p + i, pi);
 			st8(c, ct, i, pi);
 			_mm256_store_ps(m + j, mi);
-			_mm256_store_ps(v + j, vi);
+			_mm256_store_ps(v + j, ri);
 			mmax = _mm256_max_epu32(mmax, _mm256_and_si256(_mm256_castps_si256(mi), absm));
 			vmax = _mm256_max_epu32(vmax, _mm256_and_si256(_mm256_castps_si256(vi), absm));
 		}
@@ -267,13 +269,13 @@ static inline __attribute__((always_inline)) void adamw_q8_span(const struct spw
 			float m0 = spw_q8_dec_m(mq[i], sm), v0 = spw_q8_dec_v(vq[i], sv);
 			float mi = m0 + kc->one_minus_beta1 * (gi - m0);
 			float vi = v0 * kc->beta2 + kc->one_minus_beta2 * gi * gi;
-			float d = sqrtf(vi) * kc->inv_bc2_sqrt + kc->eps;
+			float ri = sqrtf(vi), d = ri * kc->inv_bc2_sqrt + kc->eps;
 
 			pi = pi + kc->neg_step_size * (mi / d);
 			p[i] = pi;
 			spw_q8_store_copy(c, ct, i, pi);
 			m[j] = mi;
-			v[j] = vi;
+			v[j] = ri;
 			if (spw_q8_absbits(mi) > mm)
 				mm = spw_q8_absbits(mi);
 			if (spw_q8_absbits(vi) > vm)
@@ -287,13 +289,15 @@ static inline __attribute__((always_inline)) void adamw_q8_span(const struct spw
 		}
 		sm = ms[blk] = spw_q8_of_bits(mm);
 		sv = vs[blk] = spw_q8_of_bits(vm);
-		smv = _mm256_set1_ps(sm);
-		svv = _mm256_set1_ps(sv);
+		km = spw_q8_km(sm);
+		kv = spw_q8_kv(sv);
+		smv = _mm256_set1_ps(km);
+		svv = _mm256_set1_ps(kv);
 		for (j = 0; j + 8 <= e; j += 8)
 			q8_enc8(mq, vq, b + j, _mm256_load_ps(m + j), _mm256_load_ps(v + j), smv, svv);
 		for (; j < e; j++) {
-			mq[b + j] = spw_q8_enc_m(m[j], sm);
-			vq[b + j] = spw_q8_enc_v(v[j], sv);
+			mq[b + j] = spw_q8_enc_m(m[j], km);
+			vq[b + j] = spw_q8_enc_v_root(v[j], kv);
 		}
 	}
 }

@@ -191,13 +191,13 @@ static inline __attribute__((always_inline)) __m512i q8_clamp(__m512 f, float to
 	return _mm512_cvttps_epi32(_mm512_maskz_min_ps(k, r, _mm512_set1_ps(top)));
 }
 
+/* Sixteen m and sqrt(v) lanes to codes, in blocks of multipliers km, kv. */
 static inline __attribute__((always_inline)) void q8_enc(int8_t *mq, uint8_t *vq, size_t i, __mmask16 k, __m512 m,
-							 __m512 v, __m512 sm, __m512 sv)
+							 __m512 r, __m512 km, __m512 kv)
 {
 	__m512 am = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(m), _mm512_set1_epi32(0x7fffffff)));
-	__m512i qm = q8_clamp(_mm512_mul_ps(_mm512_sqrt_ps(_mm512_div_ps(am, sm)), _mm512_set1_ps(127.0f)), 127.0f);
-	__m512i qv = q8_clamp(_mm512_mul_ps(_mm512_sqrt_ps(_mm512_sqrt_ps(_mm512_div_ps(v, sv))),
-					    _mm512_set1_ps(255.0f)), 255.0f);
+	__m512i qm = q8_clamp(_mm512_mul_ps(_mm512_sqrt_ps(am), km), 127.0f);
+	__m512i qv = q8_clamp(_mm512_mul_ps(_mm512_sqrt_ps(r), kv), 255.0f);
 	__mmask16 neg = _mm512_cmplt_epi32_mask(_mm512_castps_si512(m), _mm512_setzero_si512()); /* sign bit */
 
 	qm = _mm512_mask_sub_epi32(qm, neg, _mm512_setzero_si512(), qm);
@@ -215,6 +215,7 @@ static inline __attribute__((always_inline)) void adamw_q8_span(const struct spw
 
 	for (size_t b = 0; b < n; b += SPW_Q8_BLOCK) {
 		size_t e = n - b < SPW_Q8_BLOCK ? n - b : SPW_Q8_BLOCK, blk = b / SPW_Q8_BLOCK;
+		/* m and sqrt(v) of the block, to code once its scales are known. */
 		_Alignas(64) float m[SPW_Q8_BLOCK], v[SPW_Q8_BLOCK];
 		__m512 sm = _mm512_set1_ps(ms[blk]), sv = _mm512_set1_ps(vs[blk]);
 		__m512i mmax = _mm512_setzero_si512(), vmax = _mm512_setzero_si512();
@@ -224,24 +225,25 @@ static inline __attribute__((always_inline)) void adamw_q8_span(const struct spw
 			__mmask16 k = tail_mask(e - j);
 			__m512 gi = _mm512_mul_ps(ld16(g, gt, i, k), K.gs);
 			__m512 pi = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + i), K.decay);
-			__m512 mi = q8_dec_m(mq, i, k, sm), vi = q8_dec_v(vq, i, k, sv), d;
+			__m512 mi = q8_dec_m(mq, i, k, sm), vi = q8_dec_v(vq, i, k, sv), ri, d;
 
 			mi = _mm512_add_ps(mi, _mm512_mul_ps(K.omb1, _mm512_sub_ps(gi, mi)));
 			vi = _mm512_add_ps(_mm512_mul_ps(vi, K.b2), _mm512_mul_ps(_mm512_mul_ps(K.omb2, gi), gi));
-			d = _mm512_add_ps(_mm512_mul_ps(_mm512_sqrt_ps(vi), K.ibc2s), K.eps);
+			ri = _mm512_sqrt_ps(vi);
+			d = _mm512_add_ps(_mm512_mul_ps(ri, K.ibc2s), K.eps);
 			pi = _mm512_add_ps(pi, _mm512_mul_ps(K.nss, _mm512_div_ps(mi, d)));
 			_mm512_mask_storeu_ps(p + i, k, pi);
 			st16(c, ct, i, pi, k, native);
 			_mm512_store_ps(m + j, mi);
-			_mm512_store_ps(v + j, vi);
+			_mm512_store_ps(v + j, ri);
 			/* Lanes past the block's end: zero bits, which change no maximum. */
 			mmax = _mm512_mask_max_epu32(mmax, k, mmax, _mm512_and_si512(_mm512_castps_si512(mi), absm));
 			vmax = _mm512_mask_max_epu32(vmax, k, vmax, _mm512_and_si512(_mm512_castps_si512(vi), absm));
 		}
 		ms[blk] = spw_q8_of_bits(_mm512_reduce_max_epu32(mmax));
 		vs[blk] = spw_q8_of_bits(_mm512_reduce_max_epu32(vmax));
-		sm = _mm512_set1_ps(ms[blk]);
-		sv = _mm512_set1_ps(vs[blk]);
+		sm = _mm512_set1_ps(spw_q8_km(ms[blk]));
+		sv = _mm512_set1_ps(spw_q8_kv(vs[blk]));
 		for (size_t j = 0; j < e; j += 16)
 			q8_enc(mq, vq, b + j, tail_mask(e - j), _mm512_load_ps(m + j), _mm512_load_ps(v + j), sm, sv);
 	}

@@ -9,21 +9,28 @@
  * block may be shorter); each block has one fp32 scale s and one byte per
  * element:
  *
- *   exp_avg (signed):      s = max |m|, q = round(127 * sqrt(|m| / s)) with
- *                          m's sign, in [-127, 127];
- *                          m = sign(q) * ((|q| * (1/127))^2 * s)
- *   exp_avg_sq (unsigned): s = max v, q = round(255 * sqrt(sqrt(v / s))),
- *                          in [0, 255]; v = ((q * (1/255))^2)^2 * s
+ *   exp_avg (signed):      s = max |m|, k = 127 / sqrt(s),
+ *                          q = round(sqrt(|m|) * k) with m's sign, in
+ *                          [-127, 127]; m = sign(q) * ((|q| * (1/127))^2 * s)
+ *   exp_avg_sq (unsigned): s = max v, k = 255 / sqrt(sqrt(s)),
+ *                          q = round(sqrt(sqrt(v)) * k), in [0, 255];
+ *                          v = ((q * (1/255))^2)^2 * s
  *
- * round is to nearest, ties to even; a nan ratio codes as 0; 1/127 and
- * 1/255 are the fp32 constants. The powers make the codes dense near zero
- * (the dynamic range is 127^-2 ~ 6e-5 of the block's largest |m| and
- * 255^-4 ~ 2e-10 of its largest v) as the 8-bit optimizers' dynamic codes
- * are, with arithmetic every ISA does exactly (division and sqrt are
- * correctly rounded). The largest element of a block codes exactly. s is
- * the largest |value| by its bits, so a nan in a block makes s a nan and
- * the whole block decodes as nan; an all-zero block has s = 0 and decodes
- * as zeros (zeroed memory is a block of zeros).
+ * each operation in fp32 as written, correctly rounded (sqrt, the one
+ * division per block, the products); round is to nearest, ties to even;
+ * a nan product codes as 0; 1/127 and 1/255 are the fp32 constants. So q
+ * is the nearest code to 127 sqrt(|m| / s) (255 (v / s)^(1/4)) but within
+ * a few ulps of a tie. Per element that is a square root and a product for
+ * exp_avg, and for exp_avg_sq one square root more than the update's own
+ * sqrt(v) (which the kernels reuse): no division per element. The powers
+ * make the codes dense near zero (the dynamic range is 127^-2 ~ 6e-5 of
+ * the block's largest |m| and 255^-4 ~ 2e-10 of its largest v) as the
+ * 8-bit optimizers' dynamic codes are, with arithmetic every ISA does
+ * exactly. The largest element of a block codes exactly. s is the largest
+ * |value| by its bits, so a nan in a block makes s a nan and the whole
+ * block decodes as nan; an all-zero block has s = 0 (k = inf, every
+ * product 0 * inf a nan, coded 0) and decodes as zeros (zeroed memory is a
+ * block of zeros).
  */
 #ifndef SPW_KERNELS_Q8_H
 #define SPW_KERNELS_Q8_H
@@ -72,17 +79,35 @@ static inline int spw_q8_clamp(float f, float top)
 	return f >= 1.0f ? (int)(f >= top ? top : f) : 0;
 }
 
-static inline int8_t spw_q8_enc_m(float m, float s)
+/* A block's multipliers from its scale s: one division per block. */
+static inline float spw_q8_km(float s)
+{
+	return 127.0f / sqrtf(s);
+}
+
+static inline float spw_q8_kv(float s)
+{
+	return 255.0f / sqrtf(sqrtf(s));
+}
+
+/* m's code in a block of multiplier km = spw_q8_km(s). */
+static inline int8_t spw_q8_enc_m(float m, float km)
 {
 	float x = spw_q8_of_bits(spw_q8_absbits(m));
-	int q = spw_q8_clamp(rintf(sqrtf(x / s) * 127.0f), 127.0f);
+	int q = spw_q8_clamp(rintf(sqrtf(x) * km), 127.0f);
 
 	return (int8_t)(signbit(m) ? -q : q);
 }
 
-static inline uint8_t spw_q8_enc_v(float v, float s)
+/* v's code from r = sqrtf(v), in a block of multiplier kv = spw_q8_kv(s). */
+static inline uint8_t spw_q8_enc_v_root(float r, float kv)
 {
-	return (uint8_t)spw_q8_clamp(rintf(sqrtf(sqrtf(v / s)) * 255.0f), 255.0f);
+	return (uint8_t)spw_q8_clamp(rintf(sqrtf(r) * kv), 255.0f);
+}
+
+static inline uint8_t spw_q8_enc_v(float v, float kv)
+{
+	return spw_q8_enc_v_root(sqrtf(v), kv);
 }
 
 /*
@@ -118,7 +143,8 @@ static inline __attribute__((always_inline)) void spw_q8_adamw_portable(
 
 	for (size_t b = 0; b < n; b += SPW_Q8_BLOCK) {
 		size_t e = n - b < SPW_Q8_BLOCK ? n - b : SPW_Q8_BLOCK, blk = b / SPW_Q8_BLOCK;
-		float m[SPW_Q8_BLOCK], v[SPW_Q8_BLOCK], sm = ms[blk], sv = vs[blk];
+		/* m and sqrt(v) of the block, to code once its scales are known. */
+		float m[SPW_Q8_BLOCK], r[SPW_Q8_BLOCK], sm = ms[blk], sv = vs[blk], km, kv;
 		uint32_t mmax = 0, vmax = 0;
 
 		for (size_t j = 0; j < e; j++) {
@@ -128,13 +154,13 @@ static inline __attribute__((always_inline)) void spw_q8_adamw_portable(
 			float m0 = spw_q8_dec_m(mq[i], sm), v0 = spw_q8_dec_v(vq[i], sv);
 			float mi = m0 + K.one_minus_beta1 * (gi - m0);
 			float vi = v0 * K.beta2 + K.one_minus_beta2 * gi * gi;
-			float d = sqrtf(vi) * K.inv_bc2_sqrt + K.eps;
+			float ri = sqrtf(vi), d = ri * K.inv_bc2_sqrt + K.eps;
 
 			pi = pi + K.neg_step_size * (mi / d);
 			p[i] = pi;
 			spw_q8_store_copy(c, ct, i, pi);
 			m[j] = mi;
-			v[j] = vi;
+			r[j] = ri;
 			if (spw_q8_absbits(mi) > mmax)
 				mmax = spw_q8_absbits(mi);
 			if (spw_q8_absbits(vi) > vmax)
@@ -142,9 +168,11 @@ static inline __attribute__((always_inline)) void spw_q8_adamw_portable(
 		}
 		sm = ms[blk] = spw_q8_of_bits(mmax);
 		sv = vs[blk] = spw_q8_of_bits(vmax);
+		km = spw_q8_km(sm);
+		kv = spw_q8_kv(sv);
 		for (size_t j = 0; j < e; j++) {
-			mq[b + j] = spw_q8_enc_m(m[j], sm);
-			vq[b + j] = spw_q8_enc_v(v[j], sv);
+			mq[b + j] = spw_q8_enc_m(m[j], km);
+			vq[b + j] = spw_q8_enc_v_root(r[j], kv);
 		}
 	}
 }

@@ -60,12 +60,17 @@ for line in body.splitlines():
         print("  " + line)
 PY
 
-say "trace: $demo_trace (open it in https://ui.perfetto.dev or chrome://tracing)"
+say "trace: $demo_trace, the last 20 steps (SPILLWAY_TRACE_STEPS); open it in https://ui.perfetto.dev or chrome://tracing"
 /usr/bin/python3 - "$demo_trace" <<'PY' || true
 import collections, json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
 spans = collections.Counter(e["name"] for e in ev if e.get("ph") == "X")
 print("  %d spans: %s" % (sum(spans.values()), ", ".join("%s %d" % kv for kv in spans.most_common())))
+peak = collections.defaultdict(int)
+for e in ev:
+    if e.get("ph") == "C":
+        peak[e["name"]] = max(peak[e["name"]], e["args"]["value"])
+print("  counters (peak): %s" % ", ".join("%s %d" % kv for kv in sorted(peak.items())))
 PY
 
 # Kill and resume: the same run on a persistent session, SIGKILLed half

@@ -287,7 +287,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                 psz *= 2
         win = self._window or 4
         if self.tier == "cpu":
-            pages = sum(_state_dtype.pages(e.numel, psz, k, self.state_dtype) for e in entries)
+            pages = _state_dtype.state_pages([e.numel for e in entries], psz, k, self.state_dtype)
         else:
             pages = 4 * win * k
         pages += 2 * win + 8
@@ -321,7 +321,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         swap = 0
         if self.tier == "nvme":
             k = 4 if self.mode == "exact" else 3
-            swap = sum(_state_dtype.pages(e.numel, psz, k, self.state_dtype) for e in entries) * psz
+            swap = _state_dtype.state_pages([e.numel for e in entries], psz, k, self.state_dtype) * psz
             if self._persistent:  # the layout record (client/persist.c) lives on this tier too
                 swap += -(-(24 + sum(24 + len(e.name) + 8 for e in entries) + 256) // psz) * psz
         if self._own_session:

@@ -3,11 +3,13 @@
  * tests/kernels/test-q8.c: the 8-bit blockwise moments of SPW_STATE_INT8
  * (kernels/q8.h) and AdamW over them (adamw_q8).
  *
- * Codes: every code of both kinds, for scales over the fp32 range, decodes
- * to a value that encodes back to the same code, decodes in increasing
- * order, and a block's largest value codes exactly; random values code to
- * the nearest code of the transformed value (127 sqrt(x/s), 255 sqrt(sqrt(x/s)))
- * as double arithmetic finds it; nan and zero blocks code as documented.
+ * Codes: every code of both kinds, for scales over the fp32 range
+ * (subnormal ones too), decodes to a value that encodes back to the same
+ * code (the reference's code too), decodes in increasing order, and a
+ * block's largest value codes exactly; random values code to the nearest
+ * code of the transformed value (127 sqrt(x/s), 255 sqrt(sqrt(x/s))) as
+ * double arithmetic finds it, though q8.h codes with a multiplier per
+ * block and no division; nan, zero and infinite blocks code as documented.
  * Kernel: every variant (and the avx512 table without native bf16) against
  * a scalar reference written here from the formulas, every grad x copy
  * dtype, lengths 0..1300 (partial blocks), bit-identical params, codes,
@@ -42,22 +44,24 @@ static float r_dec_v(uint8_t q, float s)
 
 static int r_round(float f, int top)
 {
+	f = nearbyintf(f);
 	if (!(f >= 1.0f))
 		return 0;
-	f = nearbyintf(f);
 	return f > (float)top ? top : (int)f;
 }
 
+/* The codes from the scale s: round(sqrt(|m|) * (127 / sqrt(s))),
+ * round(sqrt(sqrt(v)) * (255 / sqrt(sqrt(s)))). */
 static int8_t r_enc_m(float m, float s)
 {
-	int q = r_round(nearbyintf(sqrtf(fabsf(m) / s) * 127.0f), 127);
+	int q = r_round(sqrtf(fabsf(m)) * (127.0f / sqrtf(s)), 127);
 
 	return (int8_t)(signbit(m) ? -q : q);
 }
 
 static uint8_t r_enc_v(float v, float s)
 {
-	return (uint8_t)r_round(nearbyintf(sqrtf(sqrtf(v / s)) * 255.0f), 255);
+	return (uint8_t)r_round(sqrtf(sqrtf(v)) * (255.0f / sqrtf(sqrtf(s))), 255);
 }
 
 static float r_ld(const void *g, enum spw_dtype t, size_t i)
@@ -113,18 +117,19 @@ static void r_adamw_q8(const struct spw_adamw_consts *k, float *p, int8_t *mq, f
 
 static void check_codes(uint64_t *seed)
 {
-	static const float scales[] = { 1.0f, 3.7e-3f, 1e-20f, 2.5e30f, 0.015625f, 6.1e-5f, 1e-30f };
+	static const float scales[] = { 1.0f, 3.7e-3f, 1e-20f, 2.5e30f, 0.015625f, 6.1e-5f, 1e-30f, 3.4e38f };
 
 	for (size_t si = 0; si < sizeof(scales) / sizeof(scales[0]); si++) {
-		float s = scales[si], prev_m = -INFINITY, prev_v = -1.0f;
+		float s = scales[si], prev_m = -INFINITY, prev_v = -1.0f, km = spw_q8_km(s), kv = spw_q8_kv(s);
 
 		for (int q = -127; q <= 127; q++) {
 			float m = spw_q8_dec_m((int8_t)q, s);
 
 			if (!kt_same(m, r_dec_m((int8_t)q, s)))
 				TEST_FAIL("dec_m(%d, %g) = %a, reference %a", q, s, m, r_dec_m((int8_t)q, s));
-			if (spw_q8_enc_m(m, s) != q)
-				TEST_FAIL("enc_m(dec_m(%d), %g) = %d", q, s, spw_q8_enc_m(m, s));
+			if (spw_q8_enc_m(m, km) != q || r_enc_m(m, s) != q)
+				TEST_FAIL("enc_m(dec_m(%d), %g) = %d, reference %d", q, s, spw_q8_enc_m(m, km),
+					  r_enc_m(m, s));
 			if (!(m > prev_m) && q != 1) /* -0 (q = 0) then +x */
 				TEST_FAIL("dec_m not increasing at %d (scale %g)", q, s);
 			prev_m = m;
@@ -134,16 +139,17 @@ static void check_codes(uint64_t *seed)
 
 			if (!kt_same(v, r_dec_v((uint8_t)q, s)))
 				TEST_FAIL("dec_v(%d, %g) differs from the reference", q, s);
-			if (spw_q8_enc_v(v, s) != q)
-				TEST_FAIL("enc_v(dec_v(%d), %g) = %d", q, s, spw_q8_enc_v(v, s));
+			if (spw_q8_enc_v(v, kv) != q || spw_q8_enc_v_root(sqrtf(v), kv) != q || r_enc_v(v, s) != q)
+				TEST_FAIL("enc_v(dec_v(%d), %g) = %d, reference %d", q, s, spw_q8_enc_v(v, kv),
+					  r_enc_v(v, s));
 			if (!(v > prev_v))
 				TEST_FAIL("dec_v not increasing at %d (scale %g)", q, s);
 			prev_v = v;
 		}
 		/* The block's largest value is the scale and codes exactly. */
-		ASSERT_EQ(spw_q8_enc_m(s, s), 127);
-		ASSERT_EQ(spw_q8_enc_m(-s, s), -127);
-		ASSERT_EQ(spw_q8_enc_v(s, s), 255);
+		ASSERT_EQ(spw_q8_enc_m(s, km), 127);
+		ASSERT_EQ(spw_q8_enc_m(-s, km), -127);
+		ASSERT_EQ(spw_q8_enc_v(s, kv), 255);
 		ASSERT_TRUE(spw_q8_dec_m(127, s) == s && spw_q8_dec_v(255, s) == s);
 	}
 	/* Nearest code in the transformed space, by double arithmetic. */
@@ -151,23 +157,38 @@ static void check_codes(uint64_t *seed)
 		float s = kt_uniform(seed, 0.5f, 2.0f) * powf(10.0f, (float)(int)(kt_rand(seed) % 21) - 10.0f);
 		float x = kt_uniform(seed, 0.0f, 1.0f) * s * (kt_rand(seed) % 3 ? 1.0f : 1e-6f);
 		double tm = 127.0 * sqrt((double)x / s), tv = 255.0 * sqrt(sqrt((double)x / s));
-		int qm = spw_q8_enc_m(x, s), qv = spw_q8_enc_v(x, s);
+		int qm = spw_q8_enc_m(x, spw_q8_km(s)), qv = spw_q8_enc_v(x, spw_q8_kv(s));
 
 		/* Within a few ulps of a tie the float arithmetic may go either way. */
 		if (fabs(tm - floor(tm) - 0.5) > 1e-4 && qm != (int)floor(tm + 0.5))
 			TEST_FAIL("enc_m(%a, %a) = %d, nearest %.6f", x, s, qm, tm);
 		if (fabs(tv - floor(tv) - 0.5) > 1e-4 && qv != (int)floor(tv + 0.5))
 			TEST_FAIL("enc_v(%a, %a) = %d, nearest %.6f", x, s, qv, tv);
-		if (spw_q8_enc_m(-x, s) != -qm)
+		if (qm != r_enc_m(x, s) || qv != r_enc_v(x, s))
+			TEST_FAIL("enc(%a, %a) = %d %d, reference %d %d", x, s, qm, qv, r_enc_m(x, s), r_enc_v(x, s));
+		if (spw_q8_enc_m(-x, spw_q8_km(s)) != -qm)
 			TEST_FAIL("enc_m is not odd at %a", x);
 	}
-	/* nan ratios code as 0; a zero block decodes as zeros. */
-	ASSERT_EQ(spw_q8_enc_m(NAN, 1.0f), 0);
-	ASSERT_EQ(spw_q8_enc_v(NAN, 1.0f), 0);
-	ASSERT_EQ(spw_q8_enc_m(0.0f, 0.0f), 0);
-	ASSERT_EQ(spw_q8_enc_v(0.0f, 0.0f), 0);
+	/* Subnormal scales: the multiplier stays finite, the largest codes exactly. */
+	for (uint32_t bits = 1; bits < 0x00800000u; bits = bits * 3 + 1) {
+		float s = u2f(bits);
+
+		ASSERT_TRUE(isfinite(spw_q8_km(s)) && isfinite(spw_q8_kv(s)));
+		ASSERT_EQ(spw_q8_enc_m(s, spw_q8_km(s)), 127);
+		ASSERT_EQ(spw_q8_enc_v(s, spw_q8_kv(s)), 255);
+	}
+	/* nan code as 0; a zero block codes and decodes as zeros; an
+	 * infinite scale codes its finite values as 0. */
+	ASSERT_EQ(spw_q8_enc_m(NAN, spw_q8_km(1.0f)), 0);
+	ASSERT_EQ(spw_q8_enc_v(NAN, spw_q8_kv(1.0f)), 0);
+	ASSERT_EQ(spw_q8_enc_m(1.0f, spw_q8_km(NAN)), 0);
+	ASSERT_EQ(spw_q8_enc_m(0.0f, spw_q8_km(0.0f)), 0);
+	ASSERT_EQ(spw_q8_enc_m(-0.0f, spw_q8_km(0.0f)), 0);
+	ASSERT_EQ(spw_q8_enc_v(0.0f, spw_q8_kv(0.0f)), 0);
+	ASSERT_EQ(spw_q8_enc_m(1e30f, spw_q8_km(INFINITY)), 0);
+	ASSERT_EQ(spw_q8_enc_v(INFINITY, spw_q8_kv(INFINITY)), 0);
 	ASSERT_TRUE(spw_q8_dec_m(0, 0.0f) == 0.0f && spw_q8_dec_v(0, 0.0f) == 0.0f);
-	fprintf(stderr, "q8 codes: round trips, order, nearest codes, nan and zero blocks\n");
+	fprintf(stderr, "q8 codes: round trips, order, nearest codes, subnormal, nan, zero and inf blocks\n");
 }
 
 /* ---- kernels ---- */

@@ -11,6 +11,9 @@
  *   persist-trainer SOCKET SESSION overlapped|exact resident|swappable
  *                   ACCUM FP16(0|1) STEPS PAUSE_US PERSISTENT(0|1) OUT
  *
+ * PERSIST_STATE_DTYPE=bf16|int8 in the environment sets the optimizer's
+ * state_dtype (fp32 without it).
+ *
  * With PERSIST_CHECKPOINT_AT=K and PERSIST_CHECKPOINT_DIR=DIR in the
  * environment, after step K a second client (on its own thread) asks the
  * daemon for a checkpoint of the session into DIR while training goes
@@ -120,6 +123,9 @@ int main(int argc, char **argv)
 		return fail("usage", "SOCKET SESSION MODE TIER ACCUM FP16 STEPS PAUSE_US PERSISTENT OUT");
 	oo.mode = !strcmp(argv[3], "exact") ? SPW_OPT_EXACT : SPW_OPT_OVERLAPPED;
 	oo.tier = !strcmp(argv[4], "swappable") ? SPW_TENSOR_SWAPPABLE : SPW_TENSOR_RESIDENT;
+	if (getenv("PERSIST_STATE_DTYPE"))
+		oo.state_dtype = !strcmp(getenv("PERSIST_STATE_DTYPE"), "int8") ? SPW_STATE_INT8
+				 : !strcmp(getenv("PERSIST_STATE_DTYPE"), "bf16") ? SPW_STATE_BF16 : SPW_STATE_F32;
 	accum = strtoull(argv[5], NULL, 10);
 	tr.fp16 = atoi(argv[6]) != 0;
 	steps = strtoull(argv[7], NULL, 10);

@@ -18,9 +18,11 @@
  * commit). With COW_BYTES 0 every page the trainer changes before the
  * copy reached it waits for the copy (the deferral path): still exact.
  *
- *   test-checkpoint TIER [FP16 [MODE [COW_BYTES]]]  (FP16 1: fp16 gradients with a
- *                        dynamic loss scale, which the checkpoint carries; MODE exact or
- *                        overlapped; COW_BYTES the daemon's checkpoint.cow_bytes)
+ *   test-checkpoint TIER [FP16 [MODE [STATE [COW_BYTES]]]]  (FP16 1: fp16 gradients
+ *                        with a dynamic loss scale, which the checkpoint carries; MODE
+ *                        exact or overlapped; STATE the trainers' state dtype, fp32 bf16
+ *                        or int8, passed on as PERSIST_STATE_DTYPE; COW_BYTES the
+ *                        daemon's checkpoint.cow_bytes)
  */
 #include <dirent.h>
 #include <errno.h>
@@ -294,15 +296,17 @@ int main(int argc, char **argv)
 	spw_client *c;
 	int r;
 
-	if (argc < 2 || argc > 5)
-		TEST_FAIL("usage: test-checkpoint resident|swappable [FP16 [MODE [COW_BYTES]]]");
+	if (argc < 2 || argc > 6)
+		TEST_FAIL("usage: test-checkpoint resident|swappable [FP16 [MODE [STATE [COW_BYTES]]]]");
 	tier = argv[1];
 	if (argc > 2)
 		fp16 = argv[2];
 	if (argc > 3)
 		mode = argv[3];
 	if (argc > 4)
-		cow_bytes = argv[4];
+		ASSERT_OK(setenv("PERSIST_STATE_DTYPE", argv[4], 1));
+	if (argc > 5)
+		cow_bytes = argv[5];
 	if (!getenv("SPILLWAYD"))
 		SKIP("spillwayd is not built yet");
 	snprintf(conf, sizeof(conf),

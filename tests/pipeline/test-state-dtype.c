@@ -13,8 +13,16 @@
  *   swappable  the same on the NVMe tier, the region under 1/3 of the state
  *   write      spw_optimizer_write/read of the moments round to bf16
  *              (nearest even) and widen exactly, or code and decode int8
- *              blocks; the tiers hold 4/7 (bf16) and 3/7 (int8) of the
- *              moment pages of an fp32 optimizer, 7 chunks here
+ *              blocks; the tiers hold 12 (bf16) and 7 (int8: four chunks'
+ *              codes a page, one page of scales for both tensors) of the
+ *              22 moment pages of an fp32 optimizer, tensors of 7 and 4
+ *              chunks here
+ *   old-layout a persistent session left with int8 moments in the older
+ *              layout (three chunks' codes and scales a page) is refused,
+ *              with a sentence naming the older layout, never misread:
+ *              its moment tensors' sizes differ (add: -EEXIST), and where
+ *              they would not, its layout record says version 1 (begin:
+ *              -ESTALE). The sessions are made old by hand from new ones.
  *   converge   the MLP trained 400 steps with fp32, bf16 and int8 moments:
  *              bf16's final loss on a held-out set no more than 1% above
  *              fp32's, int8's no more than 2% (all printed, and why
@@ -22,6 +30,8 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,13 +388,14 @@ static float q8_round_trip(const float *in, uint64_t n, uint64_t i, bool m)
 		if (spw_q8_absbits(in[j]) > mx)
 			mx = spw_q8_absbits(in[j]);
 	s = spw_q8_of_bits(mx);
-	return m ? spw_q8_dec_m(spw_q8_enc_m(in[i], s), s) : spw_q8_dec_v(spw_q8_enc_v(in[i], s), s);
+	return m ? spw_q8_dec_m(spw_q8_enc_m(in[i], spw_q8_km(s)), s)
+		 : spw_q8_dec_v(spw_q8_enc_v(in[i], spw_q8_kv(s)), s);
 }
 
 static void case_write(void)
 {
 	static const struct spw_param_group g = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
-	/* 6 chunks and a bit: moment pages of 1, 2 (bf16) or 3 (int8) chunks. */
+	/* 6 chunks and a bit: moment pages of 1, 2 (bf16) or 4 (int8) chunks. */
 	const uint64_t n = 6 * CHUNK + 1000;
 	struct spw_test_daemon d;
 	float *in = malloc(n * 4), *back = malloc(n * 4), *dev = calloc(n, 4);
@@ -397,12 +408,15 @@ static void case_write(void)
 						 .ngroups = 1, .threads = 1, .device = "host", .state_dtype = sd };
 		spw_client *c = connect_client(&d, "state/0", 16u << 20);
 		spw_optimizer *o;
-		uint32_t id;
+		uint32_t id, id_b;
 
 		ASSERT_OK(spw_optimizer_new(c, &oo, &o));
 		for (uint64_t i = 0; i < n; i++)
 			in[i] = (float)(i % 977) * 1.2345678e-3f - 0.5f;
 		ASSERT_OK(spw_optimizer_add(o, "w", 0, n, in, dev, SPW_TYPE_F32, &id));
+		/* 4 chunks: their int8 codes fill a page a moment exactly, and
+		 * their scales go to the scale page "w"'s are in. */
+		ASSERT_OK(spw_optimizer_add(o, "b", 0, 4 * CHUNK, in, dev, SPW_TYPE_F32, &id_b));
 		bytes[sd] = slots_used(&d);
 		for (int which = SPW_STATE_EXP_AVG; which <= SPW_STATE_EXP_AVG_SQ; which++) {
 			for (uint64_t i = 0; i < n; i++)
@@ -433,16 +447,154 @@ static void case_write(void)
 		spw_client_free(c);
 	}
 	/* The staging pages and master weights are the same in all: the
-	 * difference is the moments' pages, 7 (fp32), 4 (bf16) or 3 (int8)
-	 * for 7 chunks. */
+	 * difference is the moments' pages, 2 x (7 + 4) (fp32), 2 x (4 + 2)
+	 * (bf16) or 2 x (2 + 1) + 1 (int8: 7 chunks' codes take 1.75 pages a
+	 * moment, 4 chunks' one, and one scale page holds all their scales;
+	 * scales in each tensor would take 2 x (2 + 2)). */
 	fprintf(stderr, "resident slots: fp32 state %.0f, bf16 state %.0f, int8 state %.0f\n", bytes[0], bytes[1],
 		bytes[2]);
-	ASSERT_TRUE(bytes[0] - bytes[1] == 2.0 * (7 - 4));
-	ASSERT_TRUE(bytes[0] - bytes[2] == 2.0 * (7 - 3));
+	ASSERT_TRUE(bytes[0] - bytes[1] == 2.0 * (11 - 6));
+	ASSERT_TRUE(bytes[0] - bytes[2] == 2.0 * 11 - (2.0 * 3 + 1));
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	free(in);
 	free(back);
 	free(dev);
+}
+
+/* One chunk of "w": 4096 codes a moment, 16 scales; the older layout kept
+ * the scales after the codes in the moment's tensor, 4160 bytes. */
+#define OLD_N 4096u
+#define OLD_SESSION "state/old"
+
+static spw_client *persistent_client(const struct spw_test_daemon *d)
+{
+	struct spw_attach_opts a = { .size = sizeof(a), .session = OLD_SESSION, .region_bytes = 4u << 20,
+				     .page_size = PAGE, .persistent = 1, .lease_s = 60 };
+	spw_client *c;
+
+	ASSERT_OK(spw_client_new(NULL, &c));
+	ASSERT_OK(spw_client_connect(c, d->control));
+	ASSERT_OK(spw_client_attach(c, &a));
+	return c;
+}
+
+static spw_optimizer *int8_optimizer(spw_client *c, const struct spw_param_group *g)
+{
+	struct spw_optimizer_opts oo = { .size = sizeof(oo), .tier = SPW_TENSOR_RESIDENT, .groups = g, .ngroups = 1,
+					 .threads = 1, .device = "host", .state_dtype = SPW_STATE_INT8 };
+	spw_optimizer *o;
+
+	ASSERT_OK(spw_optimizer_new(c, &oo, &o));
+	return o;
+}
+
+/* Runs fn in a child that exits without detaching, as a trainer dies. */
+static void in_dying_child(void (*fn)(const struct spw_test_daemon *), const struct spw_test_daemon *d)
+{
+	pid_t pid = fork();
+	int st;
+
+	ASSERT_TRUE(pid >= 0);
+	if (pid == 0) {
+		fn(d);
+		_exit(0);
+	}
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static const struct spw_param_group old_group = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
+
+/* Three committed steps of an int8 optimizer on tensor "w". */
+static void old_train(const struct spw_test_daemon *d)
+{
+	static float w[OLD_N], dev[OLD_N], g[OLD_N];
+	spw_client *c = persistent_client(d);
+	spw_optimizer *o = int8_optimizer(c, &old_group);
+	uint32_t id;
+
+	for (uint32_t i = 0; i < OLD_N; i++) {
+		w[i] = (float)(i % 97) * 1e-2f;
+		g[i] = (float)(i % 13) * 1e-3f - 5e-3f;
+	}
+	ASSERT_OK(spw_optimizer_add(o, "w", 0, OLD_N, w, dev, SPW_TYPE_F32, &id));
+	for (uint64_t step = 1; step <= 3; step++) {
+		ASSERT_OK(spw_optimizer_begin(o, step, NULL, 0.0f));
+		ASSERT_OK(spw_optimizer_grad_ready(o, id, SPW_ALL_CHUNKS, g, sizeof(g), SPW_TYPE_F32, NULL));
+		ASSERT_OK(spw_optimizer_end(o, NULL));
+	}
+	ASSERT_OK(spw_optimizer_sync(o));
+}
+
+/* What an optimizer before the packed layout wrote as its layout record:
+ * version word 1 (the record's second uint32). */
+static void old_record(const struct spw_test_daemon *d)
+{
+	spw_client *c = persistent_client(d);
+	/* The record: 6 words, then per tensor 24 bytes and its name. */
+	uint32_t id, *head;
+
+	ASSERT_OK(spw_tensor_adopt(c, "spw.opt.layout", 6 * 4 + 24 + 1, SPW_TENSOR_RESIDENT, &id, NULL));
+	ASSERT_OK(spw_pin(c, id, 0, (void **)&head));
+	ASSERT_EQ(head[1], 2); /* the packed layout's */
+	head[1] = 1;
+	ASSERT_OK(spw_unpin(c, id, 0, SPW_DIRTY));
+}
+
+/* And the size it gave an int8 moment tensor: codes, then scales. */
+static void old_sizes(const struct spw_test_daemon *d)
+{
+	spw_client *c = persistent_client(d);
+	uint32_t id;
+
+	ASSERT_OK(spw_tensor_adopt(c, "spw.opt.w.exp_avg", OLD_N, SPW_TENSOR_RESIDENT, &id, NULL));
+	ASSERT_OK(spw_tensor_unregister(c, id));
+	ASSERT_OK(spw_tensor_register(c, "spw.opt.w.exp_avg", OLD_N + 4 * OLD_N / SPW_Q8_BLOCK, SPW_TENSOR_RESIDENT,
+				      &id, NULL));
+}
+
+/* An int8 optimizer taking OLD_SESSION over: the error of add (or, when
+ * add succeeds, of the first begin) and its message. */
+static int take_over(const struct spw_test_daemon *d, char *msg, size_t len)
+{
+	static float w[OLD_N], dev[OLD_N];
+	spw_client *c = persistent_client(d);
+	spw_optimizer *o = int8_optimizer(c, &old_group);
+	uint32_t id;
+	int r = spw_optimizer_add(o, "w", 0, OLD_N, w, dev, SPW_TYPE_F32, &id);
+
+	if (r == 0)
+		r = spw_optimizer_begin(o, 4, NULL, 0.0f);
+	snprintf(msg, len, "%s", spw_optimizer_last_error(o));
+	fprintf(stderr, "taking the old layout over: %d: %s\n", r, msg);
+	spw_optimizer_free(o);
+	spw_client_free(c);
+	return r;
+}
+
+static void case_old_layout(void)
+{
+	struct spw_test_daemon d;
+	spw_client *c;
+	char msg[1024];
+
+	ASSERT_OK(spw_test_daemon_start(&d, NULL));
+	/* Sizes that match, a record that does not. */
+	in_dying_child(old_train, &d);
+	in_dying_child(old_record, &d);
+	ASSERT_EQ(take_over(&d, msg, sizeof(msg)), -ESTALE);
+	ASSERT_TRUE(strstr(msg, "layout of an older spillway") != NULL);
+	/* Sizes that do not match. */
+	ASSERT_OK(spw_client_new(NULL, &c));
+	ASSERT_OK(spw_client_connect(c, d.control));
+	ASSERT_OK(spw_client_drop(c, OLD_SESSION));
+	in_dying_child(old_train, &d);
+	in_dying_child(old_sizes, &d);
+	ASSERT_EQ(take_over(&d, msg, sizeof(msg)), -EEXIST);
+	ASSERT_TRUE(strstr(msg, "older spillway") != NULL);
+	ASSERT_OK(spw_client_drop(c, OLD_SESSION));
+	spw_client_free(c);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 }
 
 static void case_converge(void)
@@ -501,7 +653,7 @@ int main(int argc, char **argv)
 		void (*fn)(void);
 	} cases[] = {
 		{ "exact", case_exact }, { "swappable", case_swappable },
-		{ "write", case_write }, { "converge", case_converge },
+		{ "write", case_write }, { "old-layout", case_old_layout }, { "converge", case_converge },
 	};
 
 	if (!getenv("SPILLWAYD"))
@@ -511,6 +663,6 @@ int main(int argc, char **argv)
 			cases[i].fn();
 			return 0;
 		}
-	fprintf(stderr, "usage: test-state-dtype exact|swappable|write|converge\n");
+	fprintf(stderr, "usage: test-state-dtype exact|swappable|write|old-layout|converge\n");
 	return 2;
 }

@@ -81,6 +81,7 @@ def step_session(d):
         opt.end()
         for t in ids:
             opt.wait_params(t)
+    opt.sync()  # the step's figures (adam seconds, clip coefficient) are in
     return s, opt, bufs
 
 
@@ -156,7 +157,8 @@ class Dashboard(unittest.TestCase):
     def test_the_panels_this_issue_asks_for(self):
         exprs = " ".join(e for _, e, _ in expressions(self.dash))
         for name in ("spillway_pool_bytes", "spillway_steps_total", "spillway_session_read_bytes_total",
-                     "spillway_session_write_bytes_total"):
+                     "spillway_session_write_bytes_total", "spillway_session_adam_seconds",
+                     "spillway_session_clip_coefficient", "spillway_swap_io_seconds_bucket"):
             self.assertIn(name, exprs)
 
     def test_metrics_exist_in_a_real_scrape(self):

@@ -103,12 +103,15 @@ class Q8:
         x = torch.cat([x.flatten(), torch.zeros(self.nb * 256 - self.n)]).view(self.nb, 256)
         self.scales = x.abs().amax(dim=1)
         s = self.scales.view(self.nb, 1)
+        # One fp32 multiplier per block, no division per element. (A
+        # tensor, not a scalar, divided: torch turns scalar / t into
+        # reciprocal(t) * scalar, two roundings.)
         if self.signed:
-            f = torch.round(torch.sqrt(x.abs() / s) * 127.0)
+            f = torch.round(torch.sqrt(x.abs()) * (torch.full_like(s, 127.0) / torch.sqrt(s)))
             q = torch.where(f >= 1, f.clamp(max=127.0), torch.zeros_like(f))
             q = torch.where(torch.signbit(x), -q, q)
         else:
-            f = torch.round(torch.sqrt(torch.sqrt(x / s)) * 255.0)
+            f = torch.round(torch.sqrt(torch.sqrt(x)) * (torch.full_like(s, 255.0) / torch.sqrt(torch.sqrt(s))))
             q = torch.where(f >= 1, f.clamp(max=255.0), torch.zeros_like(f))
         self.codes = q.flatten()
 

@@ -88,8 +88,9 @@ enum spw_optimizer_mode {
  * nearest bf16 (ties to even): the same bits on every CPU variant, thread
  * count and chunking, but not torch's bits (about 3 significant digits
  * kept per moment per step).
- * SPW_STATE_INT8: about 1 + 1 bytes per parameter (4/3 each in the tier:
- * three chunks a page). Moments in blocks of 256 with one fp32 scale per
+ * SPW_STATE_INT8: 1 + 1 bytes per parameter and 4 bytes of scales per 256
+ * parameters each (four chunks' codes a page in the tier, the scales in
+ * the optimizer's scale pages). Moments in blocks of 256 with one fp32 scale per
  * block, exp_avg coded in 8 signed bits, exp_avg_sq in 8 unsigned ones,
  * both denser near zero (docs/pipeline.md, State dtypes); the update
  * decodes, computes in fp32 as above and encodes again, with the same
