@@ -44,6 +44,11 @@ struct pager_snap {
 	pthread_cond_t cond;
 	uint64_t *queue;     /* pages the loop waits for, each at most once: npages places */
 	uint64_t qhead, qtail;
+	/* Side buffers written out, for the next save (under lock): a fresh
+	 * malloc of a page is an mmap whose every 4 KiB faults in zeroed on
+	 * the loop's copy. Never more than the budget allocated in all. */
+	uint8_t **spare;
+	uint32_t nspare;
 	struct pager_snap_stats st; /* the loop's */
 };
 
@@ -68,10 +73,14 @@ struct pager_snap *pager_snap_new(const struct pager *p, uint64_t npages, uint64
 	sn->pages = calloc(npages ? npages : 1, sizeof(*sn->pages));
 	sn->queue = calloc(npages ? npages : 1, sizeof(*sn->queue));
 	sn->first = malloc((sn->nids ? sn->nids : 1) * sizeof(*sn->first));
-	if (!sn->pages || !sn->queue || !sn->first) {
+	/* One place per page the budget can hold (at most one per page). */
+	sn->spare = calloc(budget / sn->page_size < npages ? budget / sn->page_size + 1 : npages + 1,
+			   sizeof(*sn->spare));
+	if (!sn->pages || !sn->queue || !sn->first || !sn->spare) {
 		free(sn->pages);
 		free(sn->queue);
 		free(sn->first);
+		free(sn->spare);
 		free(sn);
 		return NULL;
 	}
@@ -89,6 +98,9 @@ void pager_snap_free(struct pager_snap *sn)
 	/* Saved pages the copier never wrote (it failed or gave up). */
 	for (uint64_t i = 0; i < sn->npages; i++)
 		free(sn->pages[i].saved);
+	while (sn->nspare)
+		free(sn->spare[--sn->nspare]);
+	free(sn->spare);
 	pthread_mutex_destroy(&sn->lock);
 	pthread_cond_destroy(&sn->cond);
 	free(sn->pages);
@@ -158,6 +170,22 @@ static bool wait_for(struct pager_snap *sn, uint64_t i)
 	return settled(__atomic_load_n(&e->state, __ATOMIC_SEQ_CST));
 }
 
+/* A side buffer back for the next save (either thread). The places
+ * suffice: buffers are only allocated while fewer than the budget's are
+ * alive, saved or spare. */
+static void spare_put(struct pager_snap *sn, uint8_t *buf)
+{
+	uint64_t cap = sn->budget / sn->page_size < sn->npages ? sn->budget / sn->page_size + 1 : sn->npages + 1;
+
+	pthread_mutex_lock(&sn->lock);
+	if (sn->nspare < cap) {
+		sn->spare[sn->nspare++] = buf;
+		buf = NULL;
+	}
+	pthread_mutex_unlock(&sn->lock);
+	free(buf);
+}
+
 /* Copies the slot's bytes into a side buffer while the budget lasts:
  * true when the entry is SAVED by it. */
 static bool save(struct pager *p, struct pager_snap *sn, struct snap_page *e)
@@ -166,12 +194,17 @@ static bool save(struct pager *p, struct pager_snap *sn, struct snap_page *e)
 	uint8_t expect = SNAP_PENDING;
 	uint8_t *buf;
 
-	if (used + sn->page_size > sn->budget || !(buf = malloc(sn->page_size)))
+	if (used + sn->page_size > sn->budget)
+		return false;
+	pthread_mutex_lock(&sn->lock);
+	buf = sn->nspare ? sn->spare[--sn->nspare] : NULL;
+	pthread_mutex_unlock(&sn->lock);
+	if (!buf && !(buf = malloc(sn->page_size)))
 		return false;
 	/* The slot is the client's memory: a punched page fails the save,
 	 * and the copier's read of it will fail the checkpoint. */
 	if (safemem_copy(buf, slot_addr(p, e->slot), sn->page_size) < 0) {
-		free(buf);
+		spare_put(sn, buf);
 		return false;
 	}
 	/* Published by the CAS (release): the copier reads it only once it
@@ -179,7 +212,7 @@ static bool save(struct pager *p, struct pager_snap *sn, struct snap_page *e)
 	e->saved = buf;
 	if (!__atomic_compare_exchange_n(&e->state, &expect, SNAP_SAVED, false, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
 		e->saved = NULL;
-		free(buf);
+		spare_put(sn, buf);
 		return false;
 	}
 	used = __atomic_add_fetch(&sn->used, sn->page_size, __ATOMIC_RELAXED);
@@ -328,9 +361,11 @@ void pager_snap_copied(struct pager_snap *sn, uint64_t i)
 	/* Only a SAVED entry's buffer is the copier's to free: the loop
 	 * may be writing the field of one it failed to save. */
 	if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == SNAP_SAVED) {
-		free(e->saved);
+		/* Taken off the count after it is back: the loop allocates
+		 * a new one only below the budget. */
+		spare_put(sn, e->saved);
 		e->saved = NULL;
-		__atomic_sub_fetch(&sn->used, sn->page_size, __ATOMIC_RELAXED);
+		__atomic_sub_fetch(&sn->used, sn->page_size, __ATOMIC_RELEASE);
 	}
 	__atomic_store_n(&e->state, SNAP_DONE, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&e->urged, __ATOMIC_SEQ_CST))
