@@ -101,6 +101,10 @@ static const struct bad bad[] = {
 	{ "{\"persist\": {\"state_dir\": \"var/lib/x\"}}", "persist.state_dir", "not an absolute path" },
 	{ "{\"persist\": {\"state_dir\": 1}}", "persist.state_dir", "wrong type" },
 	{ "{\"persist\": {\"dir\": \"/x\"}}", "unknown key persist.dir", "state_dir" },
+	{ "{\"checkpoint\": {\"cow_bytes\": \"2TiB\"}}", "checkpoint.cow_bytes", "more than 1 TiB" },
+	{ "{\"checkpoint\": {\"cow_bytes\": -1}}", "checkpoint.cow_bytes", "non-negative" },
+	{ "{\"checkpoint\": {\"cow_bytes\": \"lots\"}}", "checkpoint.cow_bytes", "not a size" },
+	{ "{\"checkpoint\": {\"budget\": 1}}", "unknown key checkpoint.budget", "cow_bytes" },
 	/* Strict JSON (issue 9, item 8): what cJSON would let through. */
 	{ "{\"log\": {\"level\": \"info\"}} {\"log\": {}}", "trailing data after the JSON value", "line 1, column 28" },
 	{ "{\"log\": {\"level\": \"info\"}}x", "trailing data", "column 27" },
@@ -229,7 +233,7 @@ static void test_defaults_and_good(void)
 		" \"ring\": {\"poll_us\": 0}, \"log\": {\"level\": \"debug\"},"
 		" \"swap\": {\"dirs\": [{\"path\": \"/var/lib/spillway\", \"max_bytes\": \"64GiB\"}], \"queue_depth\": 64,"
 		"          \"sqpoll\": true, \"prefetch_window\": 4, \"session_bytes\": \"16GiB\"},"
-		" \"persist\": {\"state_dir\": \"/var/lib/spillway/state\"}}";
+		" \"persist\": {\"state_dir\": \"/var/lib/spillway/state\"}, \"checkpoint\": {\"cow_bytes\": 0}}";
 	struct config *c = NULL;
 	char err[1024] = "";
 
@@ -246,6 +250,7 @@ static void test_defaults_and_good(void)
 	ASSERT_EQ(c->swap_queue_depth, 32);
 	ASSERT_UEQ(c->swap_session_bytes, 4ull << 30);
 	ASSERT_TRUE(c->persist_state_dir == NULL);
+	ASSERT_UEQ(c->checkpoint_cow_bytes, 256ull << 20);
 	c = config_free(c);
 
 	ASSERT_OK(config_parse(good, strlen(good), "good", &c, err, sizeof(err)));
@@ -267,6 +272,7 @@ static void test_defaults_and_good(void)
 	ASSERT_TRUE(c->swap_sqpoll);
 	ASSERT_UEQ(c->swap_session_bytes, 16ull << 30);
 	ASSERT_STREQ(c->persist_state_dir, "/var/lib/spillway/state");
+	ASSERT_UEQ(c->checkpoint_cow_bytes, 0);
 	config_free(c);
 	config_free(NULL);
 }
