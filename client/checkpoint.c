@@ -105,6 +105,11 @@ static int call(spw_client *c, const char *type, const char *session, const char
 	res.lease_s = (uint32_t)num(reply, "lease_s");
 	res.seconds = real(reply, "seconds");
 	res.wait_seconds = real(reply, "wait_seconds");
+	res.stall_seconds = real(reply, "stall_seconds");
+	res.steps_during_copy = num(reply, "steps_during_copy");
+	res.cow_bytes = num(reply, "cow_bytes");
+	res.cow_waits = num(reply, "cow_waits");
+	res.cow_peak_bytes = num(reply, "cow_peak_bytes");
 	cJSON_Delete(reply);
 	c->errmsg[0] = '\0';
 	if (out)

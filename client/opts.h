@@ -40,7 +40,7 @@
 /* wait_timeout_ms came after the first version (spillway.h). */
 #define SPW__OPTIMIZER_OPTS_SIZE_VER0 offsetof(struct spw_optimizer_opts, wait_timeout_ms)
 #define SPW__STEP_RESULT_SIZE_VER0 sizeof(struct spw_step_result)
-/* bytes_total came after the first version. */
+/* bytes_total and the copy-on-write figures came after the first version. */
 #define SPW__CHECKPOINT_RESULT_SIZE_VER0 offsetof(struct spw_checkpoint_result, bytes_total)
 /* The fetch counters came after the first version (spillway.h). */
 #define SPW__OPTIMIZER_STATS_SIZE_VER0 offsetof(struct spw_optimizer_stats, fetches)

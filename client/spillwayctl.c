@@ -33,7 +33,7 @@ static void usage(FILE *f)
 		"                  its memory, tensors and swap are released\n"
 		"  checkpoint SESSION DIR\n"
 		"                  write the persistent session's state at its next commit point\n"
-		"                  into DIR (new; its parent yours); its trainer waits for the copy;\n"
+		"                  into DIR (new; its parent yours); its trainer trains on meanwhile;\n"
 		"                  on a terminal a line shows the bytes copied so far\n"
 		"  flush SESSION   save the persistent session at its next commit point into the\n"
 		"                  daemon's persist.state_dir: what a crash of the daemon keeps\n"
@@ -390,11 +390,11 @@ static int checkpoint_cmd(const char *dir, const char *cmd, const char *name, co
 			       "a persistent attach of %s resumes it\n", name, (unsigned long long)res.committed_step,
 			       res.tensors, a, res.seconds, res.lease_s, name);
 		else
-			printf("checkpoint of %s at step %llu: %u tensors, %s in %.2f s (%.0f MB/s) to %s; the trainer "
-			       "waited %.2f s for the copy after %.2f s for the commit point\n", name,
-			       (unsigned long long)res.committed_step, res.tensors, a, res.seconds,
-			       res.seconds > 0 ? (double)res.bytes / res.seconds / 1e6 : 0.0, where, res.seconds,
-			       res.wait_seconds);
+			printf("checkpoint of %s at step %llu: %u tensors, %s in %.2f s (%.0f MB/s) to %s, after %.2f s "
+			       "for the commit point; the trainer committed %llu steps meanwhile and stalled %.3f s\n",
+			       name, (unsigned long long)res.committed_step, res.tensors, a, res.seconds,
+			       res.seconds > 0 ? (double)res.bytes / res.seconds / 1e6 : 0.0, where, res.wait_seconds,
+			       (unsigned long long)res.steps_during_copy, res.stall_seconds);
 	}
 	spw_client_free(c);
 	return r < 0;

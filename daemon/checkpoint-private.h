@@ -13,10 +13,13 @@
 #include <cjson/cJSON.h>
 #include <uv.h>
 
+#include "pager.h"
+
 struct client;
 struct daemon;
 struct session;
 
+/* The plan: entry i here is entry i of the snapshot (pager-snap.c). */
 struct ck_page {
 	uint8_t kind;      /* enum pager_src_kind */
 	uint8_t src;       /* DISK: index into checkpoint.srcfd */
@@ -72,6 +75,14 @@ struct checkpoint {
 	int srcorig[MAX_SRC];
 	const char *srcpath[MAX_SRC];
 	unsigned nsrc;
+	/* Copy-on-write: the pages' states, shared with the session's pager
+	 * (the loop) until the end; the copier takes the pages the loop waits
+	 * for first, and wakes it through `wake`. */
+	struct pager_snap *snap;
+	uv_async_t wake;
+	bool wake_on;              /* wake initialised: ck is freed in its close callback */
+	uint32_t stall_ms;         /* test-only (fault-injection builds): a nap after each page */
+	uint64_t plan_ns;          /* the plan, on the loop: what the trainer waited for at the commit */
 
 	/* The worker's result. */
 	int err;
@@ -80,10 +91,15 @@ struct checkpoint {
 	uint64_t bytes, copied;    /* written in all (atomic: status reads it while copying); of which
 				    * copied in the kernel */
 	uv_work_t work;
+	/* At the end, on the loop. */
+	uint64_t steps_during;     /* steps the session committed while the copy ran */
+	struct pager_snap_stats cow;
 };
 
 /* On a threadpool thread: writes ck's directory from its plan, touching
- * only ck (never the session); sets ck->err and ck->msg on failure, with
+ * only ck and its snapshot (never the session): each page from where the
+ * plan says, or from the side buffer the loop saved it into, the pages
+ * the loop waits for first; sets ck->err and ck->msg on failure, with
  * the temporary directory removed. */
 void checkpoint_write(uv_work_t *w);
 

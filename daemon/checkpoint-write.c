@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A checkpoint's copy, on the libuv threadpool: every page from the
- * region (through the daemon's own mapping, and safemem) or from its swap
- * file (copy_file_range where the kernel can), a manifest, fsync of each
+ * region (through the daemon's own mapping, and safemem), from the side
+ * buffer the loop saved it into before the trainer changed it, or from
+ * its swap file (copy_file_range where the kernel can); the pages the
+ * loop waits for first (pager-snap.c). Then a manifest, fsync of each
  * file and the directory, the rename into place, fsync of the parent.
  */
 #include <dirent.h>
@@ -74,14 +76,32 @@ static int pread_all(int fd, void *buf, size_t n, uint64_t off)
 	return 0;
 }
 
-/* n bytes of src at off to the end of dst, in the kernel where it can
- * (a reflink on XFS and btrfs); 1 when it cannot (the caller copies). */
-static int copy_range(int src, uint64_t off, int dst, size_t n)
+static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
 {
-	loff_t in = (loff_t)off;
+	const uint8_t *p = buf;
 
 	while (n) {
-		ssize_t r = copy_file_range(src, &in, dst, NULL, n, 0);
+		ssize_t w = pwrite(fd, p, n, (off_t)off);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		p += w;
+		n -= (size_t)w;
+		off += (uint64_t)w;
+	}
+	return 0;
+}
+
+/* n bytes of src at off to dst at at, in the kernel where it can (a
+ * reflink on XFS and btrfs); 1 when it cannot (the caller copies). */
+static int copy_range(int src, uint64_t off, int dst, uint64_t at, size_t n)
+{
+	loff_t in = (loff_t)off, out = (loff_t)at;
+
+	while (n) {
+		ssize_t r = copy_file_range(src, &in, dst, &out, n, 0);
 
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -99,6 +119,69 @@ static int copy_range(int src, uint64_t off, int dst, size_t n)
 static void add_done(struct checkpoint *ck, uint64_t n)
 {
 	__atomic_add_fetch(&ck->bytes, n, __ATOMIC_RELAXED);
+}
+
+/* Page k of tensor t into its file, unless the copier wrote it already:
+ * from where the plan says, or from the loop's side buffer. *fd is the
+ * tensor's file, opened here when it is -1. Pages go in any order (the
+ * loop's first), so each at its own offset. */
+static int copy_page(struct checkpoint *ck, int dir, int *fd, const struct ck_tensor *t, uint32_t k, uint8_t *buf,
+		     bool *kernel_copy)
+{
+	uint64_t gi = t->first + k, at = (uint64_t)k * ck->page_size;
+	struct ck_page *pg = &ck->pages[gi];
+	size_t len = t->bytes - at < ck->page_size ? (size_t)(t->bytes - at) : ck->page_size;
+	const uint8_t *saved = NULL, *from = buf;
+	enum pager_snap_claim claim = pager_snap_claim(ck->snap, gi, &saved);
+	int r;
+
+	if (claim == PAGER_SNAP_DONE)
+		return 0;
+	if (*fd < 0 && (*fd = openat(dir, t->file, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return wfail(ck, errno, "opening %s/%s: %s", ck->tmp, t->file, strerror(errno));
+	if (claim == PAGER_SNAP_SAVED) {
+		from = saved; /* what the slot held at the commit point */
+	} else if (pg->kind == PAGER_SRC_DISK && len == ck->page_size && *kernel_copy) {
+		r = copy_range(ck->srcfd[pg->src], pg->off, *fd, at, len);
+		if (r < 0)
+			return wfail(ck, r, "copying page %u of tensor %s from swap file %s to %s/%s: %s", k, t->name,
+				     ck->srcpath[pg->src], ck->path, t->file, strerror(-r));
+		if (r == 0) {
+			ck->copied += len;
+			add_done(ck, len);
+			pager_snap_copied(ck->snap, gi);
+			return 0; /* its CRC is the pager's */
+		}
+		*kernel_copy = false;
+	}
+	if (claim == PAGER_SNAP_SAVED) {
+		/* from = saved */
+	} else if (pg->kind == PAGER_SRC_ZERO) {
+		memset(buf, 0, len);
+	} else if (pg->kind == PAGER_SRC_SLOT) {
+		/* The client can punch its region: through safemem. */
+		if (safemem_copy(buf, ck->map + (size_t)pg->slot * ck->page_size, len) < 0)
+			return wfail(ck, EFAULT, "tensor %s page %u: the session's region could not be read (its client "
+				     "released that memory)", t->name, k);
+	} else {
+		r = pread_all(ck->srcfd[pg->src], buf, len, pg->off);
+		if (r < 0)
+			return wfail(ck, r, "reading page %u of tensor %s from swap file %s: %s", k, t->name,
+				     ck->srcpath[pg->src], strerror(-r));
+	}
+	/* The source is read (into buf): the loop may change it now, and
+	 * need not wait for the checksum and the write. A side buffer is
+	 * freed by copied(): after its write. */
+	if (claim != PAGER_SNAP_SAVED)
+		pager_snap_copied(ck->snap, gi);
+	pg->crc = crc32c(0, from, len);
+	r = pwrite_all(*fd, from, len, at);
+	if (r < 0)
+		return wfail(ck, r, "writing %s/%s: %s", ck->path, t->file, strerror(-r));
+	add_done(ck, len);
+	if (claim == PAGER_SNAP_SAVED)
+		pager_snap_copied(ck->snap, gi);
+	return 0;
 }
 
 /*
@@ -160,67 +243,84 @@ static int pending_add(struct checkpoint *ck, struct pending *q, int fd, const c
 	return r;
 }
 
-static int write_tensor(struct checkpoint *ck, int dir, struct ck_tensor *t, uint8_t *buf, bool *kernel_copy,
+/* The tensor entry gi belongs to (ck->t is in plan order). */
+static const struct ck_tensor *tensor_of(const struct checkpoint *ck, uint64_t gi)
+{
+	uint32_t lo = 0, hi = ck->nt;
+
+	while (hi - lo > 1) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (ck->t[mid].first <= gi)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return &ck->t[lo];
+}
+
+/* The pages the loop waits for (a PIN, a slot, a write-back): before
+ * anything else. Only pages ahead of the main pass can still be owed, so
+ * each of those tensors' files is fsync'd when the main pass gets there. */
+static int serve_urgent(struct checkpoint *ck, int dir, const struct ck_tensor *cur, int curfd, uint8_t *buf,
+			bool *kernel_copy)
+{
+	uint64_t gi;
+
+	while ((gi = pager_snap_urgent(ck->snap)) != UINT64_MAX) {
+		const struct ck_tensor *t = tensor_of(ck, gi);
+		int fd = t == cur ? curfd : -1;
+		int r = copy_page(ck, dir, &fd, t, (uint32_t)(gi - t->first), buf, kernel_copy);
+
+		if (fd >= 0 && fd != curfd)
+			close(fd);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int write_tensor(struct checkpoint *ck, int dir, const struct ck_tensor *t, uint8_t *buf, bool *kernel_copy,
 			struct pending *q)
 {
-	int fd = openat(dir, t->file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int fd = openat(dir, t->file, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
 	int r = 0;
 
 	if (fd < 0)
-		return wfail(ck, errno, "creating %s/%s: %s", ck->tmp, t->file, strerror(errno));
-	if (geteuid() == 0 && !ck->state && fchown(fd, ck->uid, ck->gid) < 0)
-		r = wfail(ck, errno, "chown of %s/%s: %s", ck->tmp, t->file, strerror(errno));
-	for (uint32_t i = 0; r == 0 && i < t->npages; i++) {
-		struct ck_page *pg = &ck->pages[t->first + i];
-		uint64_t at = (uint64_t)i * ck->page_size;
-		size_t len = t->bytes - at < ck->page_size ? (size_t)(t->bytes - at) : ck->page_size;
-
-		if (pg->kind == PAGER_SRC_DISK && len == ck->page_size && *kernel_copy) {
-			r = copy_range(ck->srcfd[pg->src], pg->off, fd, len);
-			if (r == 0) {
-				ck->copied += len;
-				add_done(ck, len);
-				continue; /* its CRC is the pager's */
-			}
-			if (r < 0) {
-				r = wfail(ck, r, "copying page %u of tensor %s from swap file %s to %s/%s: %s", i,
-					  t->name, ck->srcpath[pg->src], ck->path, t->file, strerror(-r));
-				break;
-			}
-			*kernel_copy = false;
-		}
-		if (pg->kind == PAGER_SRC_ZERO) {
-			memset(buf, 0, len);
-		} else if (pg->kind == PAGER_SRC_SLOT) {
-			/* The client can punch its region: through safemem. */
-			if (safemem_copy(buf, ck->map + (size_t)pg->slot * ck->page_size, len) < 0) {
-				r = wfail(ck, EFAULT, "tensor %s page %u: the session's region could not be read (its "
-					  "client released that memory)", t->name, i);
-				break;
-			}
-		} else {
-			r = pread_all(ck->srcfd[pg->src], buf, len, pg->off);
-			if (r < 0) {
-				r = wfail(ck, r, "reading page %u of tensor %s from swap file %s: %s", i, t->name,
-					  ck->srcpath[pg->src], strerror(-r));
-				break;
-			}
-		}
-		pg->crc = crc32c(0, buf, len);
-		if (ck->stall_ms)
-			usleep(ck->stall_ms * 1000u);
-		r = write_all(fd, buf, len);
-		if (r < 0) {
-			r = wfail(ck, r, "writing %s/%s: %s", ck->path, t->file, strerror(-r));
-			break;
-		}
-		add_done(ck, len);
+		return wfail(ck, errno, "opening %s/%s: %s", ck->tmp, t->file, strerror(errno));
+	for (uint32_t k = 0; r == 0 && k < t->npages; k++) {
+		r = serve_urgent(ck, dir, t, fd, buf, kernel_copy);
+		/* Pairs with checkpoint_session_gone(): no use copying on. */
+		if (r == 0 && __atomic_load_n(&ck->aborted, __ATOMIC_SEQ_CST))
+			r = wfail(ck, ECANCELED, "the session ended while its pages were being copied");
+		if (r == 0)
+			r = copy_page(ck, dir, &fd, t, k, buf, kernel_copy);
+		if (r == 0 && ck->stall_ms)
+			pager_snap_nap(ck->snap, ck->stall_ms);
 	}
 	if (r < 0) {
 		close(fd);
 		return r;
 	}
 	return pending_add(ck, q, fd, t->file);
+}
+
+/* Every tensor's file, empty: pages the loop waits for may go into any. */
+static int create_files(struct checkpoint *ck, int dir)
+{
+	for (uint32_t i = 0; i < ck->nt; i++) {
+		const struct ck_tensor *t = &ck->t[i];
+		int fd = openat(dir, t->file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+		if (fd < 0)
+			return wfail(ck, errno, "creating %s/%s: %s", ck->tmp, t->file, strerror(errno));
+		if (geteuid() == 0 && !ck->state && fchown(fd, ck->uid, ck->gid) < 0) {
+			close(fd);
+			return wfail(ck, errno, "chown of %s/%s: %s", ck->tmp, t->file, strerror(errno));
+		}
+		close(fd);
+	}
+	return 0;
 }
 
 static char *manifest_text(struct checkpoint *ck)
@@ -371,6 +471,8 @@ void checkpoint_write(uv_work_t *w)
 		wfail(ck, ENOMEM, "out of memory for a page buffer");
 		goto out;
 	}
+	if (create_files(ck, dir) < 0)
+		goto out;
 	for (uint32_t i = 0; i < ck->nt; i++)
 		if (write_tensor(ck, dir, &ck->t[i], buf, &kernel_copy, &q) < 0)
 			break;

@@ -2,12 +2,15 @@
 /*
  * Checkpoints: a persistent session's tensors written to a directory at a
  * committed step. The request waits for the commit point (no step's
- * updates open), the session's SQ stops being read and its pager is
- * frozen (no slot changes hands), and a threadpool thread copies every
- * page: from the region (through the daemon's own mapping of its memfd)
- * or, for pages only on disk, from the swap file (copy_file_range). The
- * directory is written as <dir>.tmp-<pid>, every file and it fsync'd, and
- * renamed into place last (checkpoint-write.c). Then the session goes on.
+ * updates open); there, on the loop and between two ring entries, the
+ * plan says where each page is (its slot, its swap file, or nowhere) and
+ * the session trains on at once: the pager guards the planned pages
+ * (copy-on-write, pager-snap.c) while a threadpool thread copies every
+ * page: from the region (through the daemon's own mapping of its memfd),
+ * from a side buffer the loop saved it into before the trainer changed
+ * it, or, for pages only on disk, from the swap file (copy_file_range).
+ * The directory is written as <dir>.tmp-<pid>, every file and it fsync'd,
+ * and renamed into place last (checkpoint-write.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -48,6 +51,11 @@ static void ck_set_client(struct checkpoint *ck, struct client *c)
 	}
 }
 
+static void ck_freed(uv_handle_t *h)
+{
+	free(h->data);
+}
+
 static void ck_free(struct checkpoint *ck)
 {
 	if (!ck)
@@ -70,7 +78,12 @@ static void ck_free(struct checkpoint *ck)
 	free(ck->session);
 	free(ck->path);
 	free(ck->tmp);
-	free(ck);
+	/* After the copier ended and the pager let go of it. */
+	pager_snap_free(ck->snap);
+	if (ck->wake_on)
+		uv_close((uv_handle_t *)&ck->wake, ck_freed); /* the handle is inside ck */
+	else
+		free(ck);
 }
 
 /* The answer to whoever asked (nobody when it left), and ck freed. */
@@ -124,6 +137,29 @@ int checkpoint_open_parent(char *path, const char **base, char *err, size_t errl
 	return fd;
 }
 
+/* From the copier's thread: a page the loop waited for is copied. */
+static void ck_wake_send(void *arg)
+{
+	struct checkpoint *ck = arg;
+
+	uv_async_send(&ck->wake);
+}
+
+/* On the loop: whatever waited for the copier goes on. */
+static void ck_wake(uv_async_t *h)
+{
+	struct checkpoint *ck = h->data;
+	struct session *s = ck->s;
+
+	if (!s || !s->pager)
+		return;
+	pager_snap_progress(s->pager);
+	/* A PIN that waited is tried again (not when shutting down: the
+	 * session is kept at its commit point). */
+	if (s->sq_paused && !s->d->stopping)
+		dataplane_resume(s);
+}
+
 /* On the loop at the commit point: where every page is. */
 static int ck_plan(struct checkpoint *ck, char *err, size_t errlen)
 {
@@ -143,7 +179,8 @@ static int ck_plan(struct checkpoint *ck, char *err, size_t errlen)
 	}
 	ck->t = calloc(nt ? nt : 1, sizeof(*ck->t));
 	ck->pages = calloc(np ? np : 1, sizeof(*ck->pages));
-	if (!ck->t || !ck->pages) {
+	ck->snap = pager_snap_new(s->pager, np, s->d->cfg->checkpoint_cow_bytes, ck_wake_send, ck);
+	if (!ck->t || !ck->pages || !ck->snap) {
 		snprintf(err, errlen, "out of memory for the plan of %" PRIu64 " pages", np);
 		return -ENOMEM;
 	}
@@ -165,7 +202,7 @@ static int ck_plan(struct checkpoint *ck, char *err, size_t errlen)
 			struct ck_page *pg = &ck->pages[np];
 			struct pager_src src;
 			unsigned k;
-			int r = pager_page_source(s->pager, id, i, &src);
+			int r = pager_snap_plan(s->pager, ck->snap, id, i, np, &src);
 
 			if (r < 0) {
 				snprintf(err, errlen, "tensor %s page %u: %s", t->name, i, pager_last_error(s->pager));
@@ -219,7 +256,7 @@ static void ck_done(uv_work_t *w, int status)
 	struct session *s = ck->s;
 	double secs = (double)(uv_hrtime() - ck->t_start) / 1e9;
 	struct client *c;
-	char a[32];
+	char a[32], b[32], c2[32];
 	cJSON *o;
 
 	if (status < 0 && !ck->err) {
@@ -233,26 +270,33 @@ static void ck_done(uv_work_t *w, int status)
 		struct client *owner = s->owner;
 
 		s->ckpt = NULL;
-		pager_freeze(s->pager, false);
+		if (s->committed_step > ck->step)
+			ck->steps_during = s->committed_step - ck->step;
+		pager_snap_detach(s->pager);
+		pager_snap_progress(s->pager);
 		/* Either may end s: nothing touches it after. Shutting down,
-		 * the trainer stays at its commit point until its connection
-		 * closes. */
+		 * the trainer stays where it is until its connection closes. */
 		if (owner && owner->detach_waits) {
 			owner->detach_waits = false;
 			owner->waiting = false;
 			control_detach(owner);
-		} else if (!s->d->stopping) {
+		} else if (s->sq_paused && !s->d->stopping) {
 			dataplane_resume(s);
 		}
 	}
+	pager_snap_stats(ck->snap, &ck->cow);
 	if (ck->err) {
 		ck_reply_error(ck, -ck->err, "checkpoint %s to %s: %s; nothing was left behind", ck->session, ck->path,
 			       ck->msg);
 		return;
 	}
 	log_info("checkpoint %s: step %" PRIu64 ", %u tensors, %s in %.3f s (%.0f MB/s; %s copied in the kernel) to "
-		 "%s", ck->session, ck->step, ck->nt, format_bytes(ck->bytes, a, sizeof(a)), secs,
-		 secs > 0 ? (double)ck->bytes / secs / 1e6 : 0.0, format_bytes(ck->copied, a, sizeof(a)), ck->path);
+		 "%s; the session committed %" PRIu64 " steps meanwhile, its ring waited %.3f s (plan %.3f s), %s "
+		 "saved for the copy, %" PRIu64 " pages waited for it", ck->session, ck->step, ck->nt,
+		 format_bytes(ck->bytes, a, sizeof(a)), secs, secs > 0 ? (double)ck->bytes / secs / 1e6 : 0.0,
+		 format_bytes(ck->copied, b, sizeof(b)), ck->path, ck->steps_during,
+		 (double)(ck->plan_ns + ck->cow.held_ns) / 1e9, (double)ck->plan_ns / 1e9,
+		 format_bytes(ck->cow.saved_bytes, c2, sizeof(c2)), ck->cow.waits);
 	c = ck->c;
 	if (c) {
 		ck->c = NULL;
@@ -268,6 +312,12 @@ static void ck_done(uv_work_t *w, int status)
 		cJSON_AddNumberToObject(o, "copied_bytes", (double)ck->copied);
 		cJSON_AddNumberToObject(o, "seconds", secs);
 		cJSON_AddNumberToObject(o, "wait_seconds", (double)(ck->t_start - ck->t_ask) / 1e9);
+		/* Copy-on-write: what the trainer paid, and what it did meanwhile. */
+		cJSON_AddNumberToObject(o, "stall_seconds", (double)(ck->plan_ns + ck->cow.held_ns) / 1e9);
+		cJSON_AddNumberToObject(o, "steps_during_copy", (double)ck->steps_during);
+		cJSON_AddNumberToObject(o, "cow_bytes", (double)ck->cow.saved_bytes);
+		cJSON_AddNumberToObject(o, "cow_peak_bytes", (double)ck->cow.peak_bytes);
+		cJSON_AddNumberToObject(o, "cow_waits", (double)ck->cow.waits);
 		control_send_json(c, o, NULL, 0);
 	}
 	if (ck->done)
@@ -277,7 +327,8 @@ static void ck_done(uv_work_t *w, int status)
 	ck_free(ck);
 }
 
-/* At the commit point: stop the ring, freeze the pager, plan, copy. */
+/* At the commit point, between two ring entries: plan, guard, copy; the
+ * session goes on at once. */
 static void ck_start(struct checkpoint *ck)
 {
 	struct session *s = ck->s;
@@ -286,8 +337,6 @@ static void ck_start(struct checkpoint *ck)
 
 	ck->running = true;
 	ck->t_start = uv_hrtime();
-	s->sq_paused = true;
-	r = pager_freeze(s->pager, true);
 	ck->step = s->committed_step;
 	ck->scale_bits = s->scale_bits;
 	ck->good_steps = s->good_steps;
@@ -296,14 +345,24 @@ static void ck_start(struct checkpoint *ck)
 	ck->swap_bytes = s->swap_bytes;
 	ck->lease_s = s->lease_s;
 #if SPW_FAULT_INJECTION
-	/* Test-only: a copy slow enough for its progress to be seen. */
+	/* Test-only: a copy slow enough that the trainer certainly meets
+	 * pages it has not reached. */
 	if (getenv("SPILLWAY_CHECKPOINT_STALL_MS"))
 		ck->stall_ms = (uint32_t)strtoul(getenv("SPILLWAY_CHECKPOINT_STALL_MS"), NULL, 10);
 #endif
-	if (r < 0)
-		snprintf(err, sizeof(err), "out of memory");
-	else
-		r = ck_plan(ck, err, sizeof(err));
+	r = ck_plan(ck, err, sizeof(err));
+	if (r == 0) {
+		r = uv_async_init(&s->d->loop, &ck->wake, ck_wake);
+		if (r < 0)
+			snprintf(err, sizeof(err), "cannot set up the copier's wake: %s", uv_strerror(r));
+		ck->wake.data = ck;
+		ck->wake_on = r == 0;
+	}
+	if (r == 0) {
+		r = pager_snap_attach(s->pager, ck->snap);
+		if (r < 0)
+			snprintf(err, sizeof(err), "out of memory");
+	}
 	if (r == 0) {
 		ck->work.data = ck;
 		r = uv_queue_work(&s->d->loop, &ck->work, checkpoint_write, ck_done);
@@ -312,13 +371,18 @@ static void ck_start(struct checkpoint *ck)
 	}
 	if (r < 0) {
 		s->ckpt = NULL;
-		pager_freeze(s->pager, false);
-		s->sq_paused = false;
+		pager_snap_detach(s->pager);
 		ck_reply_error(ck, -r, "checkpoint %s to %s: %s", s->name, ck->path, err);
 		return;
 	}
-	log_debug("checkpoint %s: step %" PRIu64 " reached; the session waits while %" PRIu64 " pages are copied",
-		  s->name, ck->step, ck->npages);
+	/* Shutting down, the session is saved for the next daemon: its
+	 * trainer stays at this commit point (what it did after would be
+	 * lost with this daemon anyway). */
+	if (s->d->stopping)
+		s->sq_paused = true;
+	ck->plan_ns = uv_hrtime() - ck->t_start;
+	log_debug("checkpoint %s: step %" PRIu64 " reached; %" PRIu64 " pages planned in %.3f ms, copied while the "
+		  "session trains on", s->name, ck->step, ck->npages, (double)ck->plan_ns / 1e6);
 }
 
 void checkpoint_committed(struct session *s)
@@ -339,6 +403,8 @@ void checkpoint_session_gone(struct session *s)
 			       "nothing was written", s->name, ck->path);
 		return;
 	}
+	/* The pager goes with s; the copier keeps its snapshot (ck's). */
+	pager_snap_detach(s->pager);
 	ck->s = NULL;
 	__atomic_store_n(&ck->aborted, 1, __ATOMIC_SEQ_CST);
 }

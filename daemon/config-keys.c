@@ -379,6 +379,21 @@ static int k_persist_state_dir(struct perr *e, struct config *c, const cJSON *v,
  * commit point) of every persistent session that committed since its last
  * one; 0 is off. At most a week. */
 LIMIT_UINT(k_persist_flush_interval, persist_flush_interval_s, 0, 7u * 24u * 3600u)
+static int k_checkpoint_cow_bytes(struct perr *e, struct config *c, const cJSON *v, const char *key)
+{
+	char d[96];
+	uint64_t x = 0;
+	int r = cfg_size(e, v, key, 0, &x);
+
+	if (r < 0)
+		return r;
+	/* Memory the daemon allocates for a client's session: bounded. */
+	if (x > CONFIG_MAX_CHECKPOINT_COW_BYTES)
+		return cfg_fail(e, "%s: %s is more than 1 TiB; the side buffers are daemon memory (0 makes every change "
+			    "of a page not yet copied wait for the copy)", key, cfg_describe(v, d, sizeof(d)));
+	c->checkpoint_cow_bytes = x;
+	return 0;
+}
 
 const struct section cfg_sections[] = {
 	{ "socket", KEYS({ "dir", k_socket_dir }, { "mode", k_socket_mode }, { "group", k_socket_group }) },
@@ -397,6 +412,7 @@ const struct section cfg_sections[] = {
 			 { "lease_max_s", k_limits_lease_max }) },
 	{ "metrics", KEYS({ "listen", k_metrics_listen }, { "allow_remote", k_metrics_allow_remote }) },
 	{ "persist", KEYS({ "state_dir", k_persist_state_dir }, { "flush_interval_s", k_persist_flush_interval }) },
+	{ "checkpoint", KEYS({ "cow_bytes", k_checkpoint_cow_bytes }) },
 };
 
 const size_t cfg_nsections = sizeof(cfg_sections) / sizeof(cfg_sections[0]);

@@ -98,6 +98,7 @@ static int set_defaults(struct perr *e, struct config *c)
 	c->limits_hello_timeout_ms = CONFIG_DEFAULT_HELLO_TIMEOUT_MS;
 	c->limits_ring_ops_per_s = CONFIG_DEFAULT_RING_OPS_PER_S;
 	c->limits_lease_max_s = CONFIG_DEFAULT_LEASE_MAX_S;
+	c->checkpoint_cow_bytes = CONFIG_DEFAULT_CHECKPOINT_COW_BYTES;
 	(void)e;
 	return 0;
 }

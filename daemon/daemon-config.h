@@ -31,6 +31,10 @@ enum config_hugepages {
 #define CONFIG_DEFAULT_HELLO_TIMEOUT_MS 10000u
 #define CONFIG_DEFAULT_RING_OPS_PER_S 1000000u
 #define CONFIG_DEFAULT_LEASE_MAX_S (7u * 24u * 3600u)
+/* checkpoint.cow_bytes: a checkpoint's side buffers for pages the trainer
+ * changes before the copy reaches them; the most allowed. */
+#define CONFIG_DEFAULT_CHECKPOINT_COW_BYTES (256ull << 20)
+#define CONFIG_MAX_CHECKPOINT_COW_BYTES (1ull << 40)
 
 struct config_swap_dir {
 	char *path;
@@ -88,6 +92,11 @@ struct config {
 	/* persist.flush_interval_s: seconds between flushes of each persistent
 	 * session into persist.state_dir (state.c); 0 (the default) is off. */
 	uint32_t persist_flush_interval_s;
+
+	/* checkpoint.cow_bytes: side-buffer bytes a checkpoint's copy-on-write
+	 * may hold at once (0: every change of a page not yet copied waits
+	 * for the copier). Read when a checkpoint starts. */
+	uint64_t checkpoint_cow_bytes;
 };
 
 /*

@@ -98,6 +98,13 @@ static int32_t execute(struct session *s, const struct spw_sqe *sqe)
 			s->garbage = 0;
 			return r;
 		}
+		if (r == PAGER_WAIT) {
+			/* Tried again whole after the checkpoint's copier
+			 * wakes the session: not counted twice. */
+			s->stats.ops--;
+			s->stats.by_op[sqe->opcode]--;
+			return r;
+		}
 		break;
 	case SPW_OP_UNPIN:
 		r = pager_unpin(s->pager, sqe->tensor, sqe->page, (sqe->flags & SPW_UNPIN_DIRTY) != 0);
@@ -280,7 +287,7 @@ int dataplane_drain(struct session *s)
 	 * that run meanwhile (inside the pager calls) take one free entry and
 	 * one pending each, which keeps the difference. */
 	budget = ring_budget(s);
-	/* A checkpoint that starts at a COMMIT pauses the ring right after it. */
+	/* Paused: a PIN waits for a checkpoint's copier (see execute()). */
 	while (!s->sq_paused && s->sq_head != tail && cq_free(s) > s->pending && n < budget) {
 		const uint64_t *src = (const uint64_t *)&s->sqes[s->sq_head & sq_mask];
 		uint64_t w[sizeof(struct spw_sqe) / sizeof(uint64_t)];
@@ -295,6 +302,14 @@ int dataplane_drain(struct session *s)
 		s->sq_head++;
 
 		res = execute(s, &sqe);
+		if (res == PAGER_WAIT) {
+			/* The page is owed to a checkpoint's copy: the ring
+			 * stops at this entry until the copier has it
+			 * (checkpoint.c resumes it). */
+			s->sq_head--;
+			s->sq_paused = true;
+			break;
+		}
 		if (res != PAGER_PENDING)
 			cq_post(s, sqe.user_data, res);
 		n++;

@@ -15,7 +15,8 @@ struct session;
 
 int dataplane_start(struct session *s);
 void dataplane_stop(struct session *s);
-/* Reads the SQ again after session.sq_paused (a checkpoint copied). */
+/* Reads the SQ again after session.sq_paused (a checkpoint's copier has
+ * the page a PIN waited for, or the copy ended). */
 void dataplane_resume(struct session *s);
 /* Consumes the SQ and posts completions. Returns entries consumed, or
  * -EPROTO when the client broke the ring protocol (end the session). */

@@ -60,6 +60,13 @@ static void flush_round(struct pager *p)
 		if (!pg || p->tensors[pg->tensor].dying)
 			continue;
 		if (pg->state == PAGER_DIRTY && pg->pins == 0) {
+			/* Its swap home still holds a checkpoint's page: the
+			 * write waits for the copier (pager_snap_progress()). */
+			if (p->snap && !pager_snap_home_ok(p, pg)) {
+				pg->flags |= F_FLUSH;
+				p->fl.writes_left++;
+				continue;
+			}
 			pager_io_write(p, pg);
 			p->st.writebacks++;
 		} else if (pg->state != PAGER_WRITING) {

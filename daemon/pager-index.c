@@ -133,7 +133,10 @@ static int check_slots(const struct pager *p)
 	}
 	for (const struct ppage *pg = p->sw_head; pg && waiting <= p->nslotwait; pg = pg->sw_next)
 		waiting++;
-	if (owned != with_slot || owned + p->nfree != p->c.nslots || claims != p->nclaim || claims > p->c.nslots ||
+	/* Held slots (a checkpoint's copy still reads them) are neither
+	 * owned nor free. */
+	if (owned != with_slot || owned + p->nfree + p->nheld != p->c.nslots || claims != p->nclaim ||
+	    claims > p->c.nslots ||
 	    waiting != p->nslotwait || disk_used + p->ndisk_free != p->ndisk || npending > p->npending)
 		return -EUCLEAN;
 	seen = calloc(p->c.nslots, 1);

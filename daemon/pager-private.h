@@ -103,6 +103,11 @@ struct pfsync {
 	uint64_t t0;
 };
 
+struct pheld {
+	uint32_t slot;
+	uint64_t entry;       /* the snapshot's page whose bytes it holds */
+};
+
 struct pwait {
 	uint64_t user_data;
 	uint32_t next;
@@ -180,10 +185,11 @@ struct pager {
 	/* pager_close() ran: completions only count down (an orphan), and
 	 * the last one tears the pager down and calls release. */
 	bool closing;
-	/* A checkpoint copies slots off the loop (pager-snap.c): no slot
-	 * changes hands meanwhile. */
-	bool frozen;
-	uint32_t *held, nheld;    /* frozen: slots freed meanwhile, free again at the thaw */
+	/* A checkpoint's copy-on-write snapshot (pager-snap.c), or NULL. */
+	struct pager_snap *snap;
+	struct pheld *held;       /* slots freed while the snapshot still owed their bytes */
+	uint32_t nheld;
+	uint64_t wait_since;      /* a PIN got PAGER_WAIT at (now_ns()), 0: none waits */
 	void (*release)(void *arg);
 	void *release_arg;
 	char msg[512];
@@ -256,6 +262,21 @@ void pager_io_write(struct pager *p, struct ppage *pg);
 void pager_sched_pump(struct pager *p, bool serve);
 /* Takes p off the room-wait list (it is going away). */
 void pager_room_forget(struct pager *p);
+
+/* pager-snap.c: the guards of a snapshot's pages (see pager.h). With
+ * p->snap set: whether pg's bytes in its slot may change now (a PIN, the
+ * slot going to another page), saving them first when the budget allows;
+ * whether pg's swap home may be written now; whether tensor is in the
+ * plan. false asks the copier for the page: its wake follows. */
+bool pager_snap_slot_ok(struct pager *p, struct ppage *pg);
+bool pager_snap_home_ok(struct pager *p, struct ppage *pg);
+bool pager_snap_covers(const struct pager *p, uint32_t tensor);
+/* pg leaves its slot: true when the slot may be reused at once, false
+ * when it was put aside until the copier has pg's bytes. */
+bool pager_snap_release_ok(struct pager *p, struct ppage *pg);
+/* A PIN of pg: 0 when it may go on, PAGER_WAIT when its slot's bytes are
+ * owed to the copier and could not be saved (the time counts as held). */
+int pager_snap_pin_guard(struct pager *p, struct ppage *pg);
 
 /* pager-flush.c */
 void pager_flush_progress(struct pager *p);

@@ -31,6 +31,9 @@ static uint32_t start_writebacks(struct pager *p, uint32_t n, uint64_t after, ui
 	for (struct ppage *pg = p->dirty; pg; pg = pg->dl_next) {
 		uint64_t k;
 
+		/* Its swap home still holds a checkpoint's page: later. */
+		if (p->snap && !pager_snap_home_ok(p, pg))
+			continue;
 		k = p->order.plan_ok ? pager_policy_next_use(&p->order, &pg->ord) : (uint64_t)!p->clock.ref[pg->slot];
 		if (p->order.plan_ok && after != NO_LIMIT && k <= after)
 			continue;

@@ -74,10 +74,9 @@ void pager_slot_assign(struct pager *p, uint32_t s, struct ppage *pg)
 void pager_slot_release(struct pager *p, struct ppage *pg)
 {
 	p->slots[pg->slot].page = NULL;
-	/* Frozen: a checkpoint may still read what this slot held. */
-	if (p->frozen)
-		p->held[p->nheld++] = pg->slot;
-	else
+	/* A checkpoint's copy may still need what this slot holds: then it
+	 * is held until the copier has it (pager_snap_progress()). */
+	if (!p->snap || pager_snap_release_ok(p, pg))
 		p->free_slots[p->nfree++] = pg->slot;
 	pg->slot = NONE;
 	pager_page_sync(p, pg);
@@ -120,7 +119,7 @@ uint32_t pager_take_slot(struct pager *p, uint64_t limit)
 
 	if (p->nfree)
 		return p->free_slots[--p->nfree];
-	if (!p->nclean || p->frozen)
+	if (!p->nclean)
 		return NONE; /* nothing evictable: no need to look */
 	if (p->order.plan_ok)
 		s = planned_victim(p, limit);
@@ -129,6 +128,10 @@ uint32_t pager_take_slot(struct pager *p, uint64_t limit)
 	if (s == NONE)
 		return NONE;
 	pg = p->slots[s].page;
+	/* Its bytes owed to a checkpoint and no budget to save them: the
+	 * caller waits (the copier's wake pumps again). */
+	if (p->snap && !pager_snap_slot_ok(p, pg))
+		return NONE;
 	pg->slot = NONE;
 	pg->state = pg->flags & F_ONDISK ? PAGER_DISK : PAGER_ZERO;
 	pg->flags &= (uint8_t)~F_PREFETCHED;

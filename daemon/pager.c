@@ -136,6 +136,11 @@ static int pin(struct pager *p, uint32_t tensor, uint32_t page, uint64_t user_da
 			page, pg->pins);
 		return -EBUSY;
 	}
+	/* The client writes a page after pinning it: a checkpoint's copy
+	 * that still needs its slot's bytes gets them first. Before any
+	 * change: a PIN that must wait is tried again whole. */
+	if (p->snap && pager_snap_pin_guard(p, pg) == PAGER_WAIT)
+		return PAGER_WAIT;
 	if (pg->state == PAGER_RESIDENT) {
 		pg->pins++;
 		pager_page_sync(p, pg);
@@ -395,7 +400,9 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 		}
 		/* Clean pages give up their slots too; look for them only
 		 * when the free ones do not suffice. */
-		for (uint32_t s = 0; !p->frozen && avail < n && s < p->c.nslots; s++)
+		/* While a checkpoint copies, an eviction may have to wait
+		 * for it: count the free slots only. */
+		for (uint32_t s = 0; !p->snap && avail < n && s < p->c.nslots; s++)
 			avail += clean_victim(p->slots[s].page);
 		if (avail < n) {
 			snprintf(err, errlen,
@@ -519,6 +526,13 @@ int pager_tensor_remove(struct pager *p, uint32_t id)
 	if (id >= p->ntensors || !p->tensors[id].used || p->tensors[id].dying)
 		return -ENOENT;
 	t = &p->tensors[id];
+	if (pager_snap_covers(p, id)) {
+		/* Its slots and swap pages would go to other tensors while
+		 * the copy still reads them. */
+		pager_set_msg(p, "session '%s': cannot remove tensor '%s' while a checkpoint of the session copies it; "
+			      "unregister it once the checkpoint is done", p->session, t->name);
+		return -EAGAIN;
+	}
 	for (uint32_t i = 0; i < t->npages; i++) {
 		if (t->pages[i].pins) {
 			pager_set_msg(p, "session '%s': cannot remove tensor '%s': page %u is pinned", p->session, t->name, i);

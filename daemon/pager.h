@@ -330,13 +330,76 @@ struct pager_src {
 	const char *path;
 };
 
-/* While frozen no slot changes hands: no eviction, and a slot freed
- * (a tensor removed) is not given out again until the thaw; only slots
- * free at the freeze are. With no PIN/UNPIN coming meanwhile (the caller
- * stops reading the ring), what pager_page_source() said stays true: a
- * slot keeps its page and a page only on disk stays so. Thawing serves
- * what waited. Returns 0 or -ENOMEM. */
-int pager_freeze(struct pager *p, bool on);
+/* PIN: the page's bytes are owed to a checkpoint's copy that has not
+ * reached it, and can be neither saved now (cow budget spent) nor
+ * changed: the caller holds the operation (the ring stops at it) and
+ * tries it again once the snapshot's wake came (pager_snap_progress()). */
+#define PAGER_WAIT (INT_MAX - 1)
+
+/*
+ * Copy-on-write snapshots (pager-snap.c): a checkpoint's plan, taken at a
+ * commit point, says where each page's bytes are (pager_page_source());
+ * the session trains on while a copier thread writes them out. Until the
+ * copier has a page, every pager path that would change what the plan
+ * points at preserves it first: a PIN of a page planned in its slot (the
+ * client writes after a PIN), that slot given to another page (eviction,
+ * a slot freed and reused), a write-back over the swap home of a page
+ * planned on disk. Preserving is a copy of the slot into a side buffer on
+ * the loop while the budget lasts (slot pages); otherwise the operation
+ * waits for the copier, which is asked to take that page next: a PIN
+ * returns PAGER_WAIT, a slot freed is held, a write-back is left for
+ * later, an eviction picks nothing. The loop never waits on the disk or
+ * the copier: the copier's wake (wake(arg), from its thread) leads the
+ * loop to call pager_snap_progress().
+ *
+ * Per page the state goes PENDING -> COPYING -> DONE (the copier) or
+ * PENDING -> SAVED (the loop, the side buffer filled) -> DONE (the copier
+ * wrote it and freed the buffer). The snapshot belongs to its checkpoint:
+ * it outlives the pager when the session ends mid-copy (detach first).
+ */
+struct pager_snap;
+/* npages planned pages for tensor ids below nids; budget: bytes of side
+ * buffers alive at once. NULL when out of memory. */
+struct pager_snap *pager_snap_new(const struct pager *p, uint64_t npages, uint64_t budget, void (*wake)(void *arg),
+				  void *arg);
+/* The plan's entry i: page (tensor, page) as pager_page_source() finds
+ * it now (the same return), recorded for the guards. */
+int pager_snap_plan(struct pager *p, struct pager_snap *sn, uint32_t tensor, uint32_t page, uint64_t i,
+		    struct pager_src *src);
+/* From now on p guards the plan's pages (on the loop, right after the
+ * plan: no operation between). Returns 0 or -ENOMEM. */
+int pager_snap_attach(struct pager *p, struct pager_snap *sn);
+/* The copier moved on (its wake): held slots whose pages it has go back
+ * to the free list, write-backs and slot waiters that waited go on. The
+ * caller then retries a PIN that got PAGER_WAIT. */
+void pager_snap_progress(struct pager *p);
+/* The checkpoint ended (or the session goes): nothing is guarded any
+ * more, and everything that waited goes on. Accepts p without one. */
+void pager_snap_detach(struct pager *p);
+/* After detach and after the copier ended: frees the side buffers left
+ * and sn. Accepts NULL. */
+void pager_snap_free(struct pager_snap *sn);
+
+/* The copier's side, from its thread. claim: what to do with entry i:
+ * COPY from the plan's source (now the copier's until copied()), SAVED
+ * (the bytes are at *saved until copied()), or DONE (written already). */
+enum pager_snap_claim { PAGER_SNAP_COPY, PAGER_SNAP_SAVED, PAGER_SNAP_DONE };
+enum pager_snap_claim pager_snap_claim(struct pager_snap *sn, uint64_t i, const uint8_t **saved);
+void pager_snap_copied(struct pager_snap *sn, uint64_t i);
+/* The next entry the loop waits for, or UINT64_MAX. */
+uint64_t pager_snap_urgent(struct pager_snap *sn);
+/* Sleeps up to ms, less when the loop asks for a page meanwhile
+ * (test-only slow copies). */
+void pager_snap_nap(struct pager_snap *sn, unsigned ms);
+
+struct pager_snap_stats {
+	uint64_t saved_bytes;   /* copied into side buffers by the loop */
+	uint64_t peak_bytes;    /* side buffers alive at once, at most */
+	uint64_t waits;         /* operations that waited for the copier (PINs held, slots held, writes left) */
+	uint64_t held_ns;       /* the ring held at a PIN that waited, in all */
+};
+void pager_snap_stats(const struct pager_snap *sn, struct pager_snap_stats *st);
+
 /* 0 with *src set, -EINVAL for a bad id, or the error of a FAILED page
  * (its message in pager_last_error()). */
 int pager_page_source(struct pager *p, uint32_t tensor, uint32_t page, struct pager_src *src);

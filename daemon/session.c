@@ -755,7 +755,9 @@ int session_unregister(struct session *s, uint32_t id, char *err, size_t errlen)
 		return 1;
 	}
 	if (r < 0) {
-		snprintf(err, errlen, "unregister %s in %s: %s", name, s->name, strerror(-r));
+		/* -EAGAIN: a checkpoint copies it (the pager says so). */
+		snprintf(err, errlen, "unregister %s in %s: %s", name, s->name,
+			 r == -EAGAIN ? pager_last_error(s->pager) : strerror(-r));
 		return r;
 	}
 	name_drop(s, id);

@@ -79,7 +79,8 @@ struct session {
 	struct bad_page { uint32_t tensor, page; } *bad;
 	uint32_t nbad;
 	/* A checkpoint waits for the next COMMIT or copies the state
-	 * (checkpoint.c); while it copies, the SQ is not read (sq_paused). */
+	 * (checkpoint.c) while the session trains on; sq_paused: a PIN waits
+	 * for its copier, and the SQ is not read past it meanwhile. */
 	struct checkpoint *ckpt;
 	bool sq_paused;
 	/* Being built from a checkpoint (restore.c): no client, no lease yet. */

@@ -391,11 +391,15 @@ int main(void)
 
 	if (!getenv("SPILLWAYD"))
 		SKIP("spillwayd is not built yet");
+	/* A copy of 85 pages takes at least 0.4 s (a fault-injection build's
+	 * nap after each page): long enough to be seen copying. */
+	setenv("SPILLWAY_CHECKPOINT_STALL_MS", "5", 1);
 	ASSERT_OK(spw_test_daemon_start(&d,
 		"{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
 		" \"pool\": {\"max_bytes\": \"512MiB\", \"session_max_bytes\": \"128MiB\", \"require_locked\": false},"
 		" \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"2GiB\"}], \"session_bytes\": \"256MiB\"},"
 		" \"log\": {\"level\": \"warn\"}}"));
+	unsetenv("SPILLWAY_CHECKPOINT_STALL_MS");
 	snprintf(ck1, sizeof(ck1), "%s/ck1", d.dir);
 	snprintf(ck2, sizeof(ck2), "%s/ck2", d.dir);
 	snprintf(ck3, sizeof(ck3), "%s/ck3", d.dir);
@@ -455,7 +459,13 @@ int main(void)
 	/* A DETACH while a checkpoint copies waits for it. */
 	ask = (struct ask){ .session = "raw/a", .dir = ck2 };
 	ASSERT_OK(pthread_create(&th, NULL, ask_thread, &ask));
-	usleep(20 * 1000);
+	for (int i = 0; i < 500; i++) {
+		checkpoint_field("raw/a", field, sizeof(field));
+		if (!strcmp(field, "copying"))
+			break;
+		usleep(2 * 1000);
+	}
+	ASSERT_STREQ(field, "copying");
 	ASSERT_OK(spw_client_detach(a));
 	pthread_join(th, NULL);
 	if (ask.r < 0)

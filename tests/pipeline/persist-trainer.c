@@ -17,7 +17,10 @@
  * With PERSIST_CHECKPOINT_AT=K and PERSIST_CHECKPOINT_DIR=DIR in the
  * environment, after step K a second client (on its own thread) asks the
  * daemon for a checkpoint of the session into DIR while training goes
- * on; "checkpoint S" (the step it holds) is printed when it is done.
+ * on; "checkpoint S T B SECONDS STEPS COW WAITS STALL" (the step it
+ * holds, its tensors and bytes, the copy's seconds, the steps committed
+ * while it copied, the bytes saved aside, the pages that waited for the
+ * copy, the ring's stall) is printed when it is done.
  *
  * With PERSIST_FLUSH_AT=K, after step K the session is flushed into the
  * daemon's persist.state_dir (spw_client_flush from a second client;
@@ -282,8 +285,10 @@ again:
 		pthread_join(ck.thread, NULL);
 		if (ck.r < 0)
 			return fail("checkpoint", ck.err);
-		printf("checkpoint %llu %u %llu %.3f\n", (unsigned long long)ck.res.committed_step, ck.res.tensors,
-		       (unsigned long long)ck.res.bytes, ck.res.seconds);
+		printf("checkpoint %llu %u %llu %.3f %llu %llu %llu %.6f\n", (unsigned long long)ck.res.committed_step,
+		       ck.res.tensors, (unsigned long long)ck.res.bytes, ck.res.seconds,
+		       (unsigned long long)ck.res.steps_during_copy, (unsigned long long)ck.res.cow_bytes,
+		       (unsigned long long)ck.res.cow_waits, ck.res.stall_seconds);
 		fflush(stdout);
 	}
 	/* The last step's commit; a restart before it redoes what the

@@ -11,10 +11,18 @@
  * with one byte changed is refused on restore naming tensor, page and
  * file, and leaves no session behind.
  *
- *   test-checkpoint TIER [FP16 [MODE [STATE]]]  (FP16 1: fp16 gradients with a dynamic
- *                        loss scale, which the checkpoint carries; MODE exact or
- *                        overlapped; STATE the trainers' state dtype, fp32 bf16 or
- *                        int8, passed on as PERSIST_STATE_DTYPE)
+ * The copy is slowed (SPILLWAY_CHECKPOINT_STALL_MS, a fault-injection
+ * build's nap after each page) so that the trainer certainly trains on
+ * while it copies: the daemon counts the steps committed meanwhile, and
+ * they must be some (copy-on-write; the trainer stalls at most for the
+ * commit). With COW_BYTES 0 every page the trainer changes before the
+ * copy reached it waits for the copy (the deferral path): still exact.
+ *
+ *   test-checkpoint TIER [FP16 [MODE [STATE [COW_BYTES]]]]  (FP16 1: fp16 gradients
+ *                        with a dynamic loss scale, which the checkpoint carries; MODE
+ *                        exact or overlapped; STATE the trainers' state dtype, fp32 bf16
+ *                        or int8, passed on as PERSIST_STATE_DTYPE; COW_BYTES the
+ *                        daemon's checkpoint.cow_bytes)
  */
 #include <dirent.h>
 #include <errno.h>
@@ -37,7 +45,7 @@
 #define CKPT_AT "15"
 
 static struct spw_test_daemon d;
-static const char *tier, *fp16 = "0", *mode = "exact";
+static const char *tier, *fp16 = "0", *mode = "exact", *cow_bytes;
 
 /* Runs the trainer to its end; returns what it printed. */
 static char *train(const char *session, const char *persistent, const char *out, const char *ckpt_dir)
@@ -280,14 +288,16 @@ int main(int argc, char **argv)
 {
 	struct spw_checkpoint_result res = { .size = sizeof(res) };
 	char ref[512], run[512], rest[512], ck1[512], ck2[512], ck3[1024], page_name[256], tname[128], fname[64];
-	unsigned long long step = 0, bytes = 0;
+	unsigned long long step = 0, bytes = 0, during = 0, cow = 0, waits = 0;
+	double secs = 0, stall = 0;
+	char conf[1024];
 	unsigned tensors = 0;
 	const char *out;
 	spw_client *c;
 	int r;
 
-	if (argc < 2 || argc > 5)
-		TEST_FAIL("usage: test-checkpoint resident|swappable [FP16 [MODE [STATE]]]");
+	if (argc < 2 || argc > 6)
+		TEST_FAIL("usage: test-checkpoint resident|swappable [FP16 [MODE [STATE [COW_BYTES]]]]");
 	tier = argv[1];
 	if (argc > 2)
 		fp16 = argv[2];
@@ -295,13 +305,21 @@ int main(int argc, char **argv)
 		mode = argv[3];
 	if (argc > 4)
 		ASSERT_OK(setenv("PERSIST_STATE_DTYPE", argv[4], 1));
+	if (argc > 5)
+		cow_bytes = argv[5];
 	if (!getenv("SPILLWAYD"))
 		SKIP("spillwayd is not built yet");
-	ASSERT_OK(spw_test_daemon_start(&d,
-		"{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0666\"},"
-		" \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
-		" \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"64MiB\"},"
-		" \"log\": {\"level\": \"warn\"}}"));
+	snprintf(conf, sizeof(conf),
+		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0666\"},"
+		 " \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
+		 " \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"64MiB\"},"
+		 "%s%s%s \"log\": {\"level\": \"info\"}}", cow_bytes ? " \"checkpoint\": {\"cow_bytes\": \"" : "",
+		 cow_bytes ? cow_bytes : "", cow_bytes ? "\"}," : "");
+	/* 20 ms after each page of 64 KiB: the copy takes about a second,
+	 * many of the trainer's steps. */
+	setenv("SPILLWAY_CHECKPOINT_STALL_MS", "20", 1);
+	ASSERT_OK(spw_test_daemon_start(&d, conf));
+	unsetenv("SPILLWAY_CHECKPOINT_STALL_MS");
 	snprintf(ref, sizeof(ref), "%s/ref.bin", d.dir);
 	snprintf(run, sizeof(run), "%s/run.bin", d.dir);
 	snprintf(rest, sizeof(rest), "%s/rest.bin", d.dir);
@@ -313,8 +331,22 @@ int main(int argc, char **argv)
 	train("ck/ref", "0", ref, NULL);
 	out = train("ck/run", "1", run, ck1);
 	ASSERT_TRUE(strstr(out, "checkpoint ") != NULL);
-	ASSERT_EQ(sscanf(strstr(out, "checkpoint "), "checkpoint %llu %u %llu", &step, &tensors, &bytes), 3);
-	printf("# checkpoint at step %llu: %u tensors, %llu bytes\n", step, tensors, bytes);
+	ASSERT_EQ(sscanf(strstr(out, "checkpoint "), "checkpoint %llu %u %llu %lf %llu %llu %llu %lf", &step, &tensors,
+			 &bytes, &secs, &during, &cow, &waits, &stall), 8);
+	printf("# checkpoint at step %llu: %u tensors, %llu bytes in %.3f s; meanwhile the trainer committed %llu "
+	       "steps, %llu bytes were saved aside, %llu pages waited for the copy; the ring stalled %.6f s\n", step,
+	       tensors, bytes, secs, during, cow, waits, stall);
+	/* Copy-on-write: the trainer trained on while the copy ran (with
+	 * the session paused for the copy this is 0). */
+	ASSERT_GT(during, 0ull);
+	if (cow_bytes && !strcmp(cow_bytes, "0")) {
+		/* No side buffers: every change of a page not yet copied
+		 * waited for the copy. */
+		ASSERT_UEQ(cow, 0ull);
+		ASSERT_GT(waits, 0ull);
+	} else {
+		ASSERT_GT(cow, 0ull);
+	}
 	/* Asked after step 15 ended: 15, or 14 when step 15's updates had
 	 * not begun when the daemon looked. */
 	ASSERT_TRUE(step == 14 || step == 15);

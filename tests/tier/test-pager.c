@@ -4,7 +4,8 @@
  * tensor eight times the region comes back bit-exact; a learned order
  * turns every PIN of the next step into a hit; the policy survives orders
  * that change; PINs beyond the region fail instead of hanging; FLUSH makes
- * everything clean; resident tensors stay put; sessions never mix pages.
+ * everything clean; resident tensors stay put; sessions never mix pages;
+ * a checkpoint's snapshot is copy-on-write.
  */
 #include <fcntl.h>
 
@@ -15,6 +16,7 @@
 #define NPAGES (8u * SLOTS) /* the tensor is 8x the region */
 #define DEPTH 8u
 #define WINDOW 4u
+#define NONE_PAGE UINT32_MAX
 
 /* One step the way the daemon and client will run it: PIN (waiting for the
  * completion when pending), check what the last step wrote, write this
@@ -555,6 +557,167 @@ static void test_overwrite_joins_read(void)
 	fx_teardown(&f);
 }
 
+static unsigned snap_wakes;
+
+static void snap_wake(void *arg)
+{
+	(void)arg;
+	snap_wakes++;
+}
+
+/* The copier's part of one entry, played by the test: the bytes it reads
+ * from the plan's source (or the side buffer) are the commit point's. */
+static void snap_copy(struct fx *f, struct pager_snap *sn, uint64_t i, const struct pager_src *src, uint64_t seed)
+{
+	const uint8_t *saved = NULL;
+	enum pager_snap_claim c = pager_snap_claim(sn, i, &saved);
+
+	if (c == PAGER_SNAP_SAVED) {
+		ASSERT_TRUE(fx_check(saved, PAGE, seed));
+	} else if (c == PAGER_SNAP_COPY && src->kind == PAGER_SRC_SLOT) {
+		ASSERT_TRUE(fx_check(fx_slot(f, (int)src->slot), PAGE, seed));
+	} else if (c == PAGER_SNAP_COPY && src->kind == PAGER_SRC_DISK) {
+		uint8_t *b = aligned_alloc(4096, PAGE); /* src->fd is O_DIRECT */
+
+		ASSERT_TRUE(b != NULL);
+		ASSERT_EQ(pread(src->fd, b, PAGE, (off_t)src->off), (ssize_t)PAGE);
+		ASSERT_TRUE(fx_check(b, PAGE, seed));
+		free(b);
+	}
+	if (c != PAGER_SNAP_DONE)
+		pager_snap_copied(sn, i);
+}
+
+/* The copier, serving what the loop asks for until ud completes (the
+ * ring drained first each time: only the copy can move it on). Returns
+ * must when it was asked for, else the first entry asked for. */
+static uint64_t snap_serve(struct fx *f, struct pager_snap *sn, const struct pager_src *src, uint32_t n, uint64_t ud,
+			   uint64_t must)
+{
+	uint64_t first = UINT64_MAX, k;
+	bool seen = false;
+
+	for (int i = 0; i < 200; i++) {
+		fx_drain(f);
+		if (f->done[ud])
+			break;
+		k = pager_snap_urgent(sn);
+		if (k == UINT64_MAX)
+			TEST_FAIL("completion %llu waits, and the loop asked the copier for nothing", (unsigned long long)ud);
+		if (first == UINT64_MAX)
+			first = k;
+		seen |= k == must;
+		snap_copy(f, sn, k, &src[k], k < n ? SEED(9, k, 0) : SEED(10, k - n, 0));
+		pager_snap_progress(f->p);
+	}
+	ASSERT_TRUE(f->done[ud]);
+	return seen ? must : first;
+}
+
+/* Copy-on-write for a checkpoint (pager-snap.c), the test playing the
+ * copier thread: a PIN of a page planned in its slot saves it aside while
+ * the budget (one page) lasts, then waits (PAGER_WAIT, the page asked of
+ * the copier); a PIN that needs a slot does not evict a page the copy
+ * still needs, and a write-back over the swap home of a page planned on
+ * disk (a FLUSH) waits for the copier; the copier's wake lets each go on.
+ * The copy sees only the commit point's bytes; unregister is refused
+ * meanwhile. */
+static void test_snapshot(void)
+{
+	struct pager_src src[SLOTS * 2 + 2];
+	uint32_t order[SLOTS * 2], t, r, n, nr, d = NONE_PAGE, k;
+	struct pager_snap *sn;
+	uint64_t ud, victim;
+	struct fx f;
+	char err[256];
+	int slot;
+
+	fx_setup(&f, NULL, 1, PAGE, SLOTS, DEPTH);
+	f.p = fx_pager(&f, "job/snap", (uint64_t)NPAGES * PAGE, WINDOW, DEPTH);
+	ASSERT_OK(pager_tensor_add(f.p, "r", 2 * PAGE, false, &r, &nr, err, sizeof(err)));
+	ASSERT_OK(pager_tensor_add(f.p, "s", (uint64_t)SLOTS * 2 * PAGE, true, &t, &n, err, sizeof(err)));
+	for (uint32_t i = 0; i < n; i++)
+		order[i] = i;
+	step(&f, t, order, n, 9, 0);
+	for (uint32_t i = 0; i < nr; i++) {
+		slot = fx_pin(&f, r, i);
+		fx_fill(fx_slot(&f, slot), PAGE, SEED(10, i, 0));
+		ASSERT_OK(pager_unpin(f.p, r, i, true));
+	}
+	fx_drain(&f);
+
+	/* The plan: s's pages 0..n-1, then r's. */
+	sn = pager_snap_new(f.p, n + nr, PAGE, snap_wake, NULL);
+	ASSERT_TRUE(sn != NULL);
+	for (uint32_t i = 0; i < n; i++) {
+		ASSERT_OK(pager_snap_plan(f.p, sn, t, i, i, &src[i]));
+		if (src[i].kind == PAGER_SRC_DISK && d == NONE_PAGE)
+			d = i;
+	}
+	for (uint32_t i = 0; i < nr; i++)
+		ASSERT_OK(pager_snap_plan(f.p, sn, r, i, n + i, &src[n + i]));
+	ASSERT_TRUE(d != NONE_PAGE);
+	ASSERT_EQ(src[n].kind, PAGER_SRC_SLOT);
+	ASSERT_OK(pager_snap_attach(f.p, sn));
+	ASSERT_EQ(pager_tensor_remove(f.p, t), -EAGAIN);
+
+	/* Saved aside: the one page the budget holds. */
+	slot = fx_pin(&f, r, 0);
+	ASSERT_GE(slot, 0);
+	fx_fill(fx_slot(&f, slot), PAGE, SEED(10, 0, 1));
+	ASSERT_OK(pager_unpin(f.p, r, 0, true));
+	/* Budget spent: the PIN waits, the copier is asked for that page. */
+	ud = fx_ud(&f);
+	ASSERT_EQ(pager_pin(f.p, r, 1, ud), PAGER_WAIT);
+	ASSERT_UEQ(pager_snap_urgent(sn), n + 1);
+	ASSERT_UEQ(pager_snap_urgent(sn), UINT64_MAX);
+	snap_copy(&f, sn, n + 1, &src[n + 1], SEED(10, 1, 0));
+	ASSERT_EQ(snap_wakes, 1u);
+	pager_snap_progress(f.p);
+	slot = pager_pin(f.p, r, 1, ud);
+	ASSERT_GE(slot, 0);
+	fx_fill(fx_slot(&f, slot), PAGE, SEED(10, 1, 1));
+	ASSERT_OK(pager_unpin(f.p, r, 1, true));
+
+	/* A page on disk needs a slot: every clean one still owed to the
+	 * copy, none is evicted; the PIN waits until the copier has one. */
+	ud = fx_ud(&f);
+	ASSERT_EQ(pager_pin(f.p, t, d, ud), PAGER_PENDING);
+	victim = snap_serve(&f, sn, src, n, ud, NONE_PAGE);
+	ASSERT_TRUE(victim < n && src[victim].kind == PAGER_SRC_SLOT);
+	slot = f.res[ud];
+	ASSERT_GE(slot, 0);
+	ASSERT_TRUE(fx_check(fx_slot(&f, slot), PAGE, SEED(9, d, 0)));
+	fx_fill(fx_slot(&f, slot), PAGE, SEED(9, d, 1));
+	ASSERT_OK(pager_unpin(f.p, t, d, true));
+
+	/* Its write-back would overwrite what the copy reads: a FLUSH waits
+	 * for the copier to have it. */
+	ud = fx_ud(&f);
+	ASSERT_EQ(pager_flush(f.p, ud), PAGER_PENDING);
+	ASSERT_UEQ(snap_serve(&f, sn, src, n, ud, d), d);
+	ASSERT_EQ(f.res[ud], 0);
+
+	/* The rest of the copy: the saved page from its side buffer. */
+	for (uint64_t i = 0; i < n + nr; i++)
+		snap_copy(&f, sn, i, &src[i], i < n ? SEED(9, i, 0) : SEED(10, i - n, 0));
+	pager_snap_detach(f.p);
+	pager_snap_progress(f.p);
+	pager_snap_free(sn);
+	ASSERT_OK(pager_check(f.p));
+	/* The session kept what was written after the commit point. */
+	ASSERT_TRUE(fx_check(fx_slot(&f, fx_pin(&f, r, 0)), PAGE, SEED(10, 0, 1)));
+	ASSERT_OK(pager_unpin(f.p, r, 0, false));
+	slot = fx_pin(&f, t, d);
+	ASSERT_TRUE(fx_check(fx_slot(&f, slot), PAGE, SEED(9, d, 1)));
+	ASSERT_OK(pager_unpin(f.p, t, d, false));
+	/* No snapshot any more: unregister works again. */
+	k = (uint32_t)pager_tensor_remove(f.p, t);
+	ASSERT_TRUE(k == 0 || k == (uint32_t)PAGER_PENDING);
+	fx_drain(&f);
+	fx_teardown(&f);
+}
+
 int main(void)
 {
 	test_round_trip();
@@ -567,5 +730,6 @@ int main(void)
 	test_overwrite();
 	test_overwrite_joins_read();
 	test_room();
+	test_snapshot();
 	return 0;
 }

@@ -319,13 +319,22 @@ struct spw_checkpoint_result {
 	uint64_t committed_step; /* the step the state is of */
 	uint64_t bytes;          /* tensor bytes written (checkpoint) or loaded (restore) */
 	uint64_t copied_bytes;   /* checkpoint: of which copied in the kernel from swap files */
-	double seconds;          /* the copy (checkpoint: what the session's trainer waits for) */
+	double seconds;          /* the copy (checkpoint: the session trains on meanwhile) */
 	double wait_seconds;     /* checkpoint: waiting for the session's next commit point */
 	uint32_t tensors;
 	uint32_t lease_s;        /* restore: the orphan's lease */
 	uint64_t bytes_total;    /* the tensors' bytes, what bytes reached (came after the first version);
 				  * while one runs, the status document's checkpoint_bytes_done and
 				  * _total (restore_bytes_done and _total) say how far it is */
+	/* Checkpoint, copy-on-write (docs/persistent.md, "Checkpoints"): */
+	double stall_seconds;        /* what the session's ring was held: the plan at the commit point, and
+				      * PINs held at the ring until the copy had their page (a PIN that
+				      * waits for a slot is not counted here) */
+	uint64_t steps_during_copy;  /* steps the session committed while the copy ran */
+	uint64_t cow_bytes;          /* pages the daemon saved aside before the trainer changed them */
+	uint64_t cow_peak_bytes;     /* of which held at once, at most (never above checkpoint.cow_bytes) */
+	uint64_t cow_waits;          /* pages whose change waited for the copy (checkpoint.cow_bytes spent,
+				      * or the copy was reading them) */
 };
 
 /* How long spw_client_checkpoint() and spw_client_restore() wait for
@@ -339,9 +348,11 @@ struct spw_checkpoint_result {
  * not exist yet, in a parent directory the caller owns. c needs no
  * session of its own: a second client may ask while the session's own
  * trainer trains. The daemon waits for the session's next commit point
- * (no step's updates open), stops serving the session's ring while it
- * copies (its trainer waits that long), writes dir.tmp-PID, fsyncs it
- * and renames it to dir. A relative dir is taken from the current
+ * (no step's updates open), notes there where every page is, and lets
+ * the trainer go on at once while it copies (copy-on-write: a page the
+ * trainer pins before the copy reached it is saved aside first, or, past
+ * the daemon's checkpoint.cow_bytes, the PIN waits for the copy to take
+ * that page); it writes dir.tmp-PID, fsyncs it and renames it to dir. A relative dir is taken from the current
  * directory. out (may be NULL; out->size set by the caller) gets what was
  * done. Waits at most SPW_CHECKPOINT_TIMEOUT_MS.
  *
