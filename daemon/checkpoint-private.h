@@ -63,7 +63,6 @@ struct checkpoint {
 	uint32_t scale_bits, good_steps, page_size, lease_s;
 	uint64_t region_bytes, swap_bytes;
 	uint64_t total;            /* the tensors' bytes: what bytes reaches at the end */
-	uint32_t stall_ms;         /* test-only (fault-injection builds): a sleep after each page */
 	cJSON *meta;               /* the asker's "meta" object, kept in the manifest as "client"; or NULL */
 	struct ck_tensor *t;
 	uint32_t nt;
