@@ -314,6 +314,9 @@ def to_torch(directory, out=None):
         step = steps[i] if steps and i < len(steps) else m["committed_step"]
         st = {"step": torch.tensor(float(step))}
         for role in ("exp_avg", "exp_avg_sq"):
+            if len(data.get(key + role, b"")) < moment_bytes(dt, p["count"]):
+                raise CheckpointError("%s: tensor %s%s is missing or shorter than %d %s moments"
+                                      % (directory, key, role, p["count"], dt))
             sc = q8_scales_of(data, role, psz, ce, p["count"], slots[p["spw"]]) if dt == "int8" else None
             v = decode_moment(data[key + role], role, dt, p["count"], sc)
             st[role] = torch.from_numpy(v).view(shape)
