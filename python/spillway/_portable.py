@@ -14,8 +14,9 @@ The torch file is a dict:
      "spillway":  {"manifest": the manifest less its CRCs,
                    "layout": the optimizer's layout record (parsed),
                    "raw": {tensor name: uint8 bytes} for the session's
-                          tensors that are not p, m or v (the layout
-                          record, exact mode's gradient store)}}
+                          tensors that are not p, m or v nor int8's scale
+                          pages (the layout record, exact mode's gradient
+                          store)}}
 
 Reading a checkpoint checks every page's CRC-32C; a mismatch names the
 tensor, the page and the file. from_torch(..., like=CKPT) also takes
@@ -106,9 +107,11 @@ def read_checkpoint(directory):
 
 
 def parse_layout(rec):
-    """The optimizer's layout record (client/persist.c) as a dict."""
+    """The optimizer's layout record (client/persist.c) as a dict. Version
+    1 is fp32's and bf16's (and int8's of an older spillway, refused);
+    version 2 int8's with the scales in the optimizer's scale pages."""
     magic, ver, mode_word, tier, chunk_elems, ngroups = struct.unpack_from("<6I", rec, 0)
-    if magic != LAYOUT_MAGIC or ver != 1:
+    if magic != LAYOUT_MAGIC or ver not in (1, 2):
         raise CheckpointError("the layout record %s is not one this version reads (magic 0x%x version %d)"
                               % (LAYOUT, magic, ver))
     at, entries = 24, []
@@ -122,104 +125,142 @@ def parse_layout(rec):
     dtype = mode_word >> 16
     if dtype not in DTYPES:
         raise CheckpointError("the layout record names state dtype %d, unknown here" % dtype)
-    return {"mode": mode_word & 0xffff, "state_dtype": DTYPES[dtype], "tier": tier, "chunk_elems": chunk_elems,
-            "ngroups": ngroups, "tensors": entries}
+    if (DTYPES[dtype] == "int8") != (ver == 2):
+        if ver == 1:
+            raise CheckpointError("the layout record %s is version 1 with int8 moments: the layout of an older "
+                                  "spillway (three chunks' codes and scales a page), which neither this converter "
+                                  "nor this spillway's optimizer reads (four chunks' codes a page, the scales in "
+                                  "spw.opt.q8_scales.N); convert it with the spillway that wrote it, to a torch "
+                                  "file, and back with from-torch --like a checkpoint of this one" % LAYOUT)
+        raise CheckpointError("the layout record %s is version 2 with %s moments; version 2 is int8's"
+                              % (LAYOUT, DTYPES[dtype]))
+    return {"version": ver, "mode": mode_word & 0xffff, "state_dtype": DTYPES[dtype], "tier": tier,
+            "chunk_elems": chunk_elems, "ngroups": ngroups, "tensors": entries}
 
 
-# ---- where chunk k's values lie in a moment tensor (client/optimizer-private.h)
+# ---- moments (client/optimizer-private.h, role_at): chunk k's values of a
+# moment start at element k * chunk_elems of its tensor in every state
+# dtype (fp32 4 bytes an element, bf16 2, int8 codes 1), so a tensor's
+# moments are one array. int8 blocks' scales are the optimizer's: chunk
+# after chunk, in the order tensors were added (the layout's) and frozen
+# ones skipped, each takes the next slot of the one-page tensors
+# spw.opt.q8_scales.N, Q8_SLOTS a page; slot j holds exp_avg's scales at
+# byte 2j * page_size / 256 and exp_avg_sq's right after.
 
-def _per_page(dtype):
-    return {"fp32": 1, "bf16": 2, "int8": 3}[dtype]
-
-
-def _slot(dtype, psz):
-    per = _per_page(dtype)
-    return (psz // 3) & ~63 if per == 3 else psz // per
-
-
-def moment_bytes(dtype, psz, chunk_elems, count):
-    """role_bytes(): up to the end of the last chunk."""
-    last = (count - 1) // chunk_elems
-    n = count - last * chunk_elems
-    per = _per_page(dtype)
-    at = (last // per) * psz + (last % per) * _slot(dtype, psz)
-    if dtype == "int8":
-        return at + ((n + 63) & ~63) + 4 * -(-n // Q8_BLOCK)
-    return at + n * (2 if dtype == "bf16" else 4)
+Q8_SLOTS = 128
+Q8_SCALES = "spw.opt.q8_scales.%d"
+ELEM_BYTES = {"fp32": 4, "bf16": 2, "int8": 1}
 
 
-def _chunks(count, chunk_elems):
+def moment_bytes(dtype, count):
+    """role_bytes()."""
+    return count * ELEM_BYTES[dtype]
+
+
+def q8_slots(layout):
+    """{spillway tensor name: its first chunk's slot (global, page
+    slot // Q8_SLOTS)} of an int8 layout; the number of slots taken."""
+    ce, at, out = layout["chunk_elems"], 0, {}
+    for e in layout["tensors"]:
+        if e["frozen"]:
+            continue
+        out[e["name"]] = at
+        at += -(-e["count"] // ce)
+    return out, at
+
+
+def _q8_places(slot0, role, psz, chunk_elems, count):
+    """(scale page index, byte there, blocks) for each chunk of a tensor
+    whose first chunk has slot slot0."""
+    sb = psz // 256  # scale bytes of a full chunk and moment: chunk_elems / 256 * 4
     for k, off in enumerate(range(0, count, chunk_elems)):
-        yield k, off, min(chunk_elems, count - off)
+        g = slot0 + k
+        n = min(chunk_elems, count - off)
+        yield g // Q8_SLOTS, (2 * (g % Q8_SLOTS) + (role == "exp_avg_sq")) * sb, -(-n // Q8_BLOCK)
 
 
-def decode_moment(buf, role, dtype, psz, chunk_elems, count):
-    """fp32 numpy array of count values of a moment tensor's bytes."""
+def q8_scales_of(data, role, psz, chunk_elems, count, slot0):
+    """fp32 numpy array of a tensor's block scales (one per 256 elements
+    from element 0: chunks hold whole blocks but the last) out of the
+    scale pages in data."""
+    import numpy as np
+    parts = []
+    for page, at, nb in _q8_places(slot0, role, psz, chunk_elems, count):
+        buf = data.get(Q8_SCALES % page)
+        if buf is None or len(buf) < at + 4 * nb:
+            raise CheckpointError("the checkpoint lacks %s (or it is short): int8 moments keep their block scales "
+                                  "there" % (Q8_SCALES % page))
+        parts.append(np.frombuffer(buf, dtype="<f4", count=nb, offset=at))
+    return np.concatenate(parts)
+
+
+def q8_put_scales(pages, scales, role, psz, chunk_elems, count, slot0):
+    """Writes a tensor's block scales into the scale pages ({index:
+    bytearray(psz)}, made as needed)."""
+    import numpy as np
+    b = 0
+    for page, at, nb in _q8_places(slot0, role, psz, chunk_elems, count):
+        buf = pages.setdefault(page, bytearray(psz))
+        buf[at:at + 4 * nb] = np.ascontiguousarray(scales[b:b + nb], dtype="<f4").tobytes()
+        b += nb
+
+
+def decode_moment(buf, role, dtype, count, scales=None):
+    """fp32 numpy array of count values of a moment tensor's bytes; int8
+    takes the tensor's block scales (q8_scales_of)."""
     import numpy as np
     if dtype == "fp32":
         return np.frombuffer(buf, dtype="<f4", count=count).copy()
-    out = np.empty(count, dtype=np.float32)
-    per, slot = _per_page(dtype), _slot(dtype, psz)
-    for k, off, n in _chunks(count, chunk_elems):
-        at = (k // per) * psz + (k % per) * slot
-        if dtype == "bf16":  # widening is exact: the bits in the high half
-            h = np.frombuffer(buf, dtype="<u2", count=n, offset=at).astype(np.uint32) << 16
-            out[off:off + n] = h.view(np.float32)
-            continue
-        codes = np.frombuffer(buf, dtype=np.int8 if role == "exp_avg" else np.uint8, count=n, offset=at)
-        nb = -(-n // Q8_BLOCK)
-        scales = np.frombuffer(buf, dtype="<f4", count=nb, offset=at + ((n + 63) & ~63))
-        s = np.repeat(scales, Q8_BLOCK)[:n]
-        with np.errstate(all="ignore"):
-            if role == "exp_avg":  # kernels/q8.h, spw_q8_dec_m and _dec_v, in fp32
-                a = np.abs(codes.astype(np.int32)).astype(np.float32) * np.float32(1.0 / 127.0)
-                mag = (a * a) * s
-                out[off:off + n] = np.where(codes < 0, -mag, mag)
-            else:
-                a = codes.astype(np.float32) * np.float32(1.0 / 255.0)
-                a2 = a * a
-                out[off:off + n] = (a2 * a2) * s
-    return out
+    if dtype == "bf16":  # widening is exact: the bits in the high half
+        h = np.frombuffer(buf, dtype="<u2", count=count).astype(np.uint32) << 16
+        return h.view(np.float32)
+    codes = np.frombuffer(buf, dtype=np.int8 if role == "exp_avg" else np.uint8, count=count)
+    s = np.repeat(np.asarray(scales, dtype=np.float32), Q8_BLOCK)[:count]
+    with np.errstate(all="ignore"):
+        if role == "exp_avg":  # kernels/q8.h, spw_q8_dec_m and _dec_v, in fp32
+            a = np.abs(codes.astype(np.int32)).astype(np.float32) * np.float32(1.0 / 127.0)
+            mag = (a * a) * s
+            return np.where(codes < 0, -mag, mag)
+        a = codes.astype(np.float32) * np.float32(1.0 / 255.0)
+        a2 = a * a
+        return (a2 * a2) * s
 
 
-def encode_moment(vals, role, dtype, psz, chunk_elems, count):
-    """The bytes of a moment tensor holding vals (fp32), coded as the
-    kernels store them: bf16 rounded to nearest even, int8 per block as
-    kernels/q8.h (scale: the largest |value| by its bits)."""
+def encode_moment(vals, role, dtype, count):
+    """(bytes of a moment tensor holding vals (fp32), block scales or None)
+    coded as the kernels store them: bf16 rounded to nearest even; int8 per
+    block of 256 as kernels/q8.h does, operation for operation in fp32:
+    the scale s the largest |value| by its bits, one multiplier per block
+    k = 127 / sqrt(s) (exp_avg) or 255 / sqrt(sqrt(s)) (exp_avg_sq), the
+    code round(sqrt(|m|) * k) with m's sign or round(sqrt(sqrt(v)) * k),
+    ties to even, clamped, a nan coded 0. A code decoded and coded again
+    is the same code, and a block's largest decodes to s exactly, so what
+    decode_moment gives codes back to the same bytes."""
     import numpy as np
-    vals = np.ascontiguousarray(vals, dtype=np.float32).reshape(-1)
+    x = np.ascontiguousarray(vals, dtype=np.float32).reshape(-1)
     if dtype == "fp32":
-        return bytearray(vals.astype("<f4").tobytes())
-    buf = bytearray(moment_bytes(dtype, psz, chunk_elems, count))
-    per, slot = _per_page(dtype), _slot(dtype, psz)
-    for k, off, n in _chunks(count, chunk_elems):
-        at = (k // per) * psz + (k % per) * slot
-        x = vals[off:off + n]
-        if dtype == "bf16":
-            u = x.view(np.uint32).astype(np.uint64)
-            nan = np.isnan(x)
-            r = ((u + 0x7fff + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-            r[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)  # a quiet nan stays a nan
-            buf[at:at + 2 * n] = r.astype("<u2").tobytes()
-            continue
-        nb = -(-n // Q8_BLOCK)
-        pad = nb * Q8_BLOCK - n
-        bits = np.concatenate([x.view(np.uint32) & 0x7fffffff, np.zeros(pad, np.uint32)]).reshape(nb, Q8_BLOCK)
-        s = bits.max(axis=1).astype(np.uint32).view(np.float32)
-        sx = np.repeat(s, Q8_BLOCK)[:n]
-        with np.errstate(all="ignore"):
-            if role == "exp_avg":
-                ax = (x.view(np.uint32) & 0x7fffffff).view(np.float32)
-                f = np.rint(np.sqrt(ax / sx) * np.float32(127.0))
-                q = np.where(f >= 1.0, np.minimum(np.nan_to_num(f, nan=0.0), 127.0), 0.0).astype(np.int32)
-                q = np.where(np.signbit(x), -q, q).astype(np.int8)
-            else:
-                f = np.rint(np.sqrt(np.sqrt(x / sx)) * np.float32(255.0))
-                q = np.where(f >= 1.0, np.minimum(np.nan_to_num(f, nan=0.0), 255.0), 0.0).astype(np.uint8)
-        buf[at:at + n] = q.tobytes()
-        sat = at + ((n + 63) & ~63)
-        buf[sat:sat + 4 * nb] = s.astype("<f4").tobytes()
-    return buf
+        return bytearray(x.astype("<f4").tobytes()), None
+    if dtype == "bf16":
+        u = x.view(np.uint32).astype(np.uint64)
+        nan = np.isnan(x)
+        r = ((u + 0x7fff + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        r[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)  # a quiet nan stays a nan
+        return bytearray(r.astype("<u2").tobytes()), None
+    nb = -(-count // Q8_BLOCK)
+    absbits = x.view(np.uint32) & np.uint32(0x7fffffff)
+    s = np.concatenate([absbits, np.zeros(nb * Q8_BLOCK - count, np.uint32)]).reshape(nb, Q8_BLOCK).max(axis=1)
+    s = s.astype(np.uint32).view(np.float32)
+    with np.errstate(all="ignore"):
+        if role == "exp_avg":  # spw_q8_km, spw_q8_enc_m
+            k = np.repeat(np.float32(127.0) / np.sqrt(s), Q8_BLOCK)[:count]
+            f = np.rint(np.sqrt(absbits.view(np.float32)) * k)
+            q = np.where(f >= 1.0, np.minimum(np.nan_to_num(f, nan=0.0), 127.0), 0.0).astype(np.int32)
+            q = np.where(np.signbit(x), -q, q).astype(np.int8)
+        else:  # spw_q8_kv, spw_q8_enc_v
+            k = np.repeat(np.float32(255.0) / np.sqrt(np.sqrt(s)), Q8_BLOCK)[:count]
+            f = np.rint(np.sqrt(np.sqrt(x)) * k)
+            q = np.where(f >= 1.0, np.minimum(np.nan_to_num(f, nan=0.0), 255.0), 0.0).astype(np.uint8)
+    return bytearray(q.tobytes()), s
 
 
 # ---- to-torch
@@ -253,10 +294,11 @@ def to_torch(directory, out=None):
     layout = parse_layout(data[LAYOUT])
     meta = (m.get("client") or {}).get("torch") or {}
     psz, ce, dt = m["page_size"], layout["chunk_elems"], layout["state_dtype"]
-    if ce * 4 != psz:
+    if ce * 4 != psz or ce % Q8_BLOCK:
         raise CheckpointError("%s: chunks of %d elements in pages of %d bytes: not a layout this version reads"
                               % (directory, ce, psz))
     ps = _params(layout)
+    slots = q8_slots(layout)[0] if dt == "int8" else {}
     names, shapes, steps = meta.get("names"), meta.get("shapes"), meta.get("steps")
     state, params, groups = {}, {}, {}
     for p in ps:
@@ -272,7 +314,11 @@ def to_torch(directory, out=None):
         step = steps[i] if steps and i < len(steps) else m["committed_step"]
         st = {"step": torch.tensor(float(step))}
         for role in ("exp_avg", "exp_avg_sq"):
-            v = decode_moment(data[key + role], role, dt, psz, ce, p["count"])
+            if len(data.get(key + role, b"")) < moment_bytes(dt, p["count"]):
+                raise CheckpointError("%s: tensor %s%s is missing or shorter than %d %s moments"
+                                      % (directory, key, role, p["count"], dt))
+            sc = q8_scales_of(data, role, psz, ce, p["count"], slots[p["spw"]]) if dt == "int8" else None
+            v = decode_moment(data[key + role], role, dt, p["count"], sc)
             st[role] = torch.from_numpy(v).view(shape)
         if step > 0:
             state[i] = st
@@ -290,7 +336,11 @@ def to_torch(directory, out=None):
         pg.append(d)
     man = {k: v for k, v in m.items() if k != "tensors"}
     man["tensors"] = [{k: v for k, v in t.items() if k != "crc32c"} for t in m["tensors"]]
+    # The moments' tensors and int8's scale pages are made again from
+    # the fp32 values; the rest goes as it is.
     roles = {"spw.opt.%s.%s" % (p["spw"], r) for p in ps for r in ROLES}
+    if dt == "int8":
+        roles |= {Q8_SCALES % i for i in range(-(-q8_slots(layout)[1] // Q8_SLOTS))}
     raw = {n: torch.frombuffer(b, dtype=torch.uint8).clone() for n, b in data.items() if n not in roles}
     doc = {"format": FORMAT, "version": VERSION,
            "optimizer": {"state": state, "param_groups": pg},
@@ -379,11 +429,17 @@ def from_torch(doc, directory, like=None):
                               "...}, pass --like DIR, a spillway checkpoint of the same model and settings" % FORMAT)
     sp = doc["spillway"]
     man, layout, raw = dict(sp["manifest"]), sp["layout"], sp["raw"]
+    if LAYOUT in raw:  # the record itself, not the parsed copy: an old int8 one is refused
+        parse_layout(raw[LAYOUT].numpy().tobytes())
     psz, ce, dt = man["page_size"], layout["chunk_elems"], layout["state_dtype"]
     ps = _params(layout)
     meta = (man.get("client") or {}).get("torch") or {}
     names = meta.get("names")
-    byname = {}
+    byname, slots, scale_pages = {}, {}, {}
+    if dt == "int8":
+        slots, nslots = q8_slots(layout)
+        for i in range(-(-nslots // Q8_SLOTS)):  # zeros: slots no chunk has, a short chunk's last bytes
+            scale_pages[i] = bytearray(psz)
     state = doc["optimizer"]["state"]
     for p in ps:
         i = p["index"]
@@ -406,9 +462,13 @@ def from_torch(doc, directory, like=None):
             if v.size != p["count"]:
                 raise CheckpointError("from-torch: state[%d][%s] has %d elements; the layout says %d"
                                       % (i, role, v.size, p["count"]))
-            byname[key + role] = encode_moment(v, role, dt, psz, ce, p["count"])
+            byname[key + role], sc = encode_moment(v, role, dt, p["count"])
+            if sc is not None:
+                q8_put_scales(scale_pages, sc, role, psz, ce, p["count"], slots[p["spw"]])
     for n, t in raw.items():
         byname[n] = bytearray(t.numpy().tobytes())
+    for i, b in scale_pages.items():
+        byname[Q8_SCALES % i] = b
     man["uid"] = os.getuid()
     tensors = []
     for t in man["tensors"]:

@@ -134,6 +134,93 @@ class RoundTrip(Base):
     def test_int8(self):
         self.roundtrip("int8", False)
 
+    def test_int8_scale_pages(self):
+        """int8 block scales live in the optimizer's scale pages, one slot
+        a chunk handed out in the order tensors are added: with 64 KiB
+        pages (16384-element chunks, 128 a scale page) a tensor of 129.5
+        chunks added after small ones spans two scale pages, the second
+        part-used. to-torch reads each tensor's moments with the scales
+        at the right slots (the same values OffloadAdamW's state_dict
+        reads out of spillway), and from-torch makes every code and both
+        scale pages again byte for byte. Frozen tensors take no slot
+        (client/tensors.c, q8_assign)."""
+        from spillway.torch import OffloadAdamW
+        from spillway.checkpoint import from_torch, to_torch
+        from spillway._portable import q8_slots
+        lay = {"chunk_elems": 100, "tensors": [{"name": "a", "count": 250, "frozen": False},
+                                               {"name": "f", "count": 50, "frozen": True},
+                                               {"name": "b", "count": 1, "frozen": False}]}
+        self.assertEqual(q8_slots(lay), ({"a": 0, "b": 3}, 4))
+        torch.manual_seed(3)
+        m = nn.Sequential(nn.Linear(1030, 2060), nn.Linear(2060, 3), nn.Linear(3, 2))
+        opt = OffloadAdamW(m.named_parameters(), lr=1e-2, mode="exact", tier="nvme", socket=self.d.control,
+                           session="py/pq8pages", persistent=True, lease=60, page_size=64 << 10, state_dtype="int8")
+        try:
+            for n in range(1, 3):
+                x = torch.randn(8, 1030, generator=torch.Generator().manual_seed(n))
+                opt.zero_grad(set_to_none=True)
+                m(x).square().sum().backward()
+                opt.step()
+            ck = os.path.join(self.tmp, "ck-q8pages")
+            opt.save_checkpoint(ck)
+            ref = opt.state_dict()
+        finally:
+            opt.close()
+        _, d1 = files_of(ck)
+        self.assertEqual(sorted(n for n in d1 if n.startswith("spw.opt.q8_scales.")),
+                         ["spw.opt.q8_scales.0", "spw.opt.q8_scales.1"])
+        doc = to_torch(ck)
+        self.assertNotIn("spw.opt.q8_scales.0", doc["spillway"]["raw"])  # made again from the moments
+        self.assertEqual(sorted(doc["optimizer"]["state"]), sorted(ref["state"]))
+        for i, st in ref["state"].items():
+            for k in ("exp_avg", "exp_avg_sq"):
+                self.assertTrue(torch.equal(doc["optimizer"]["state"][i][k], torch.as_tensor(st[k])),
+                                "state %s of %d" % (k, i))
+                self.assertTrue(st[k].abs().sum() > 0)
+        back = ck + "-back"
+        from_torch(doc, back)
+        _, d2 = files_of(back)
+        self.assertEqual(sorted(d1), sorted(d2))
+        for name in d1:
+            self.assertTrue(d1[name] == d2[name], "tensor %s: the data differs after the round trip" % name)
+
+    def test_old_int8_layout_refused(self):
+        """A checkpoint whose layout record is version 1 with int8 moments
+        (an older spillway's three chunks a page) is refused by both
+        directions, saying why; version 2 is int8's only."""
+        from spillway.checkpoint import CheckpointError, from_torch, to_torch
+        from spillway._portable import crc32c, parse_layout
+        ck = os.path.join(self.tmp, "ck-int8")
+        if not os.path.exists(ck):
+            self.roundtrip("int8", False)
+        doc = to_torch(ck)
+        old = os.path.join(self.tmp, "ck-int8-v1")
+        shutil.copytree(ck, old)
+        m, d = files_of(old)
+        t = [t for t in m["tensors"] if t["name"] == "spw.opt.layout"][0]
+        rec = bytearray(d["spw.opt.layout"])
+        self.assertEqual(rec[4], 2)
+        rec[4] = 1
+        path = os.path.join(old, t["file"])
+        os.chmod(path, 0o600)
+        with open(path, "wb") as f:
+            f.write(rec)
+        t["crc32c"][0] = crc32c(rec[:m["page_size"]])
+        with open(os.path.join(old, "manifest.json"), "w") as f:
+            json.dump(m, f)
+        with self.assertRaises(CheckpointError) as e:
+            to_torch(old)
+        self.assertIn("older spillway", str(e.exception))
+        doc["spillway"]["raw"]["spw.opt.layout"] = torch.frombuffer(rec, dtype=torch.uint8).clone()
+        with self.assertRaises(CheckpointError) as e:
+            from_torch(doc, old + "-back")
+        self.assertIn("older spillway", str(e.exception))
+        self.assertFalse(os.path.exists(old + "-back"))
+        rec[4], rec[10] = 2, 0  # version 2 with fp32 moments
+        with self.assertRaises(CheckpointError) as e:
+            parse_layout(rec)
+        self.assertIn("version 2 is int8's", str(e.exception))
+
 
 class Torch(Base):
     """The torch file against spillway's own state and a real AdamW;
