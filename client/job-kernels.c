@@ -6,7 +6,9 @@
  * kernels/); the tiles' square sums are folded by the engine
  * (spw__sumsq_fold()); the last tile gives the job back to the engine.
  */
+#include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "optimizer-private.h"
 
@@ -68,6 +70,28 @@ static const char *const kind_name[] = {
 	[JOB_ADAM_STORE] = "adam (store)", [JOB_FETCH] = "fetch cast",
 };
 
+/* A tile an earlier try of this step already updated (a redone step
+ * after a takeover, journal.c): its gradient's other uses run, its update
+ * does not, and the device gets its master weights as they are. */
+static void tile_done_before(struct job *j, size_t tile, size_t b, size_t e)
+{
+	for (unsigned i = 0; i < j->nops; i++) {
+		double s;
+
+		if (j->ops[i].op == SPW_POOL_ADAMW)
+			continue;
+		s = spw__kernel_op_run(j->o->k, &j->ops[i], b, e);
+		if (j->ops[i].op == SPW_POOL_SUMSQ)
+			j->ch->partial[tile] = s;
+	}
+	if (j->copy) {
+		struct spw__kernel_op cast = { .op = SPW_POOL_CAST, .src = j->ptr[R_P], .src_dtype = SPW_DTYPE_F32,
+					       .dst = j->scopy, .dst_dtype = j->cdt };
+
+		spw__kernel_op_run(j->o->k, &cast, b, e);
+	}
+}
+
 static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 {
 	struct job *j = arg;
@@ -76,6 +100,22 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 	size_t n = e - b;
 	bool adam = j->kind != JOB_GRAD && j->kind != JOB_FETCH;
 	uint64_t t0 = now_ns();
+	int slot = -1;
+
+	if (adam && spw__journal_tile_done(o, j, tile)) {
+		tile_done_before(j, tile, b, e);
+		goto out;
+	}
+	/* Persistent sessions: the tile's old bytes into a journal slot
+	 * first, so a kill inside the update can be put right. */
+	if (adam)
+		slot = spw__journal_enter(o, j, tile, b, e);
+	if (slot >= 0 && spw__journal_kill_now(o)) {
+		/* Tests only: die with the tile half updated. */
+		for (unsigned i = 0; i < j->nops; i++)
+			spw__kernel_op_run(o->k, &j->ops[i], b, b + n / 2);
+		kill(getpid(), SIGKILL);
+	}
 
 	/* Fresh pages of a tensor may hold anything (a slot's earlier
 	 * tenant), so the moments start as torch's zeros here, the first
@@ -104,6 +144,8 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 		if (j->ops[i].op == SPW_POOL_SUMSQ)
 			ch->partial[tile] = s;
 	}
+	spw__journal_leave(o, j, tile, slot);
+out:
 	atomic_fetch_add_explicit(&o->st_adam_ns, now_ns() - t0, memory_order_relaxed);
 	/* The last tile hands the job to the engine. The seq_cst decrement
 	 * orders every tile's stores before it, and the lock hand-off in

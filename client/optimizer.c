@@ -244,13 +244,26 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	r = spw__persist_init(o);
 	if (r < 0)
 		goto fail;
+	po.threads = opts->threads;
+	r = spw__pool_new(&po, &o->pool);
+	if (r < 0) {
+		spw__error(c, r, "spw_optimizer_new: starting the thread pool: %s", spw_strerror(r));
+		goto fail;
+	}
+	/* The journal's slots and bitmaps are resident pages the window
+	 * cannot use (journal.c). */
+	r = spw__journal_open(o);
+	if (r < 0)
+		goto fail;
 	w = opts->window ? opts->window : DEFAULT_WINDOW;
 	/* Each chunk in flight pins up to 4 pages and uses 2 staging pages;
 	 * the ring must carry every pin of the window with room for hints. */
 	if (w > o->ring_cap / 8)
 		w = o->ring_cap / 8;
-	if (w > info.slots / 6)
-		w = info.slots / 6;
+	/* An overlapped optimizer on a persistent session pins an undo page
+	 * too. */
+	if (w > (info.slots - (info.slots > o->jn.npages + 1 ? o->jn.npages + 1 : 0)) / (o->jn.pages ? 7 : 6))
+		w = (info.slots - (info.slots > o->jn.npages + 1 ? o->jn.npages + 1 : 0)) / (o->jn.pages ? 7 : 6);
 	if (w == 0)
 		w = 1;
 	o->window = w;
@@ -290,12 +303,6 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	    (r = spw__event_create(o->dev, &o->prod_ev)) < 0) {
 		spw__error(c, r, "spw_optimizer_new: creating copy streams: %s",
 			   spw__device_errmsg(o->dev, err, sizeof(err)));
-		goto fail;
-	}
-	po.threads = opts->threads;
-	r = spw__pool_new(&po, &o->pool);
-	if (r < 0) {
-		spw__error(c, r, "spw_optimizer_new: starting the thread pool: %s", spw_strerror(r));
 		goto fail;
 	}
 
@@ -355,6 +362,7 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 		spw__stream_destroy(o->dev, o->d2h);
 		spw__stream_destroy(o->dev, o->h2d);
 	}
+	spw__journal_close(o);
 	if (!o->c->dead && !o->err) {
 		for (i = 0; i < 2 * o->window && o->sbuf && o->sbuf[i]; i++)
 			spw_unpin(o->c, o->staging_id, i, SPW_CLEAN);

@@ -35,14 +35,10 @@ int spw__persist_init(spw_optimizer *o)
 	}
 	if (!p->reattached)
 		return 0;
+	/* Left inside a step's updates: the journal (journal.c) decides at
+	 * spw_optimizer_new whether and how it resumes. */
 	if (p->step_open)
-		return spw__error(o->c, -ESTALE,
-				  "spw_optimizer_new: session %s was left by a trainer that died while updating step "
-				  "%llu, so its state mixes steps %llu and %llu and cannot be resumed exactly; drop it "
-				  "(spillwayctl drop %s) and restart from a checkpoint",
-				  o->c->session, (unsigned long long)p->committed_step + 1,
-				  (unsigned long long)p->committed_step, (unsigned long long)p->committed_step + 1,
-				  o->c->session);
+		o->persist.torn = p->committed_step + 1;
 	o->persist.adopting = true;
 	o->persist.session_tensors = p->tensors;
 	/* Before any committed step the state is worth nothing: the tensors
@@ -50,7 +46,7 @@ int spw__persist_init(spw_optimizer *o)
 	o->persist.resumed = p->committed_step > 0;
 	o->persist.resumed_step = p->committed_step;
 	o->persist.committed = p->committed_step;
-	o->persist.opened = p->committed_step;
+	o->persist.opened = p->step_open ? p->committed_step + 1 : p->committed_step;
 	o->persist.ended = p->committed_step;
 	o->persist.acked = p->committed_step;
 	if (o->persist.resumed && o->dynamic && p->loss_scale > 0.0f)
@@ -172,6 +168,8 @@ int spw__persist_layout(spw_optimizer *o)
 	/* On the tier of the state: a region smaller than the state has no
 	 * free slot to give a resident tensor by now. */
 	r = spw__persist_tensor(o, LAYOUT_NAME, bytes, o->tier, &o->persist.layout_id);
+	if (r == 0)
+		r = spw__journal_done_tensor(o);
 	if (r < 0) {
 		r = spw__opt_error(o, r, "begin: %s%s", spw_client_last_error(o->c),
 				   r == -EEXIST ? " (the number or names of tensors differ)" : "");
@@ -227,6 +225,11 @@ bool spw__persist_open(spw_optimizer *o, const struct job *j)
 {
 	if (!o->persist.on || !job_updates(j->kind) || j->step <= o->persist.opened)
 		return true;
+	/* One step open at a time: a takeover then knows that every step
+	 * before the open one is whole, and journal.c's records by step
+	 * parity hold the open step's. */
+	if (j->step > o->persist.committed + 1)
+		return false;
 	if (o->hints_inflight + o->ring_reserved + 1 > o->ring_cap)
 		return false;
 	if (spw__submit_mark(o->c, SPW_MARK_OPEN, j->step, 0, 0, UD_MARK) < 0)

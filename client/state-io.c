@@ -70,6 +70,9 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 		return -EINVAL;
 	if ((r = state_access(o, "read", tensor, which, out, &t)) < 0)
 		return r;
+	/* A session taken over inside a step's updates is put right first. */
+	if (o->persist.torn && (r = spw__journal_settle(o)) < 0)
+		return r;
 	spw__opt_ring_acquire(o);
 	for (uint32_t k = 0; k < t->nchunks && r >= 0; k++) {
 		const struct chunk *ch = &t->chunks[k];
@@ -90,6 +93,9 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 		else
 			memcpy(out + ch->off, p, ch->n * sizeof(float));
 		r = spw_unpin(o->c, t->id[which], page, SPW_CLEAN);
+		/* Left inside an overlapped step: the weights it is redone from. */
+		if (r >= 0 && which == SPW_STATE_PARAM)
+			r = spw__journal_undo_fix(o, ch, out);
 	}
 	spw__opt_ring_release(o);
 	if (r < 0)
@@ -130,6 +136,9 @@ SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor, enum spw_o
 	if (!o)
 		return -EINVAL;
 	if ((r = state_access(o, "write", tensor, which, in, &t)) < 0)
+		return r;
+	/* A session taken over inside a step's updates is put right first. */
+	if (o->persist.torn && (r = spw__journal_settle(o)) < 0)
 		return r;
 	/* Parking the engine orders our writes of ch->zeroed before the next
 	 * job's reads. A persistent session learns first that the state is

@@ -35,7 +35,7 @@ static int write_init(spw_optimizer *o, const struct tensor *t, const void *init
 	return 0;
 }
 
-static const char *const role_suffix[R__N] = { "param", "exp_avg", "exp_avg_sq", "grad" };
+static const char *const role_suffix[R__N] = { "param", "exp_avg", "exp_avg_sq", "grad", "param_undo" };
 
 /* Checks shared by every add; 0 or the error (with its message). */
 static int add_check(spw_optimizer *o, const char *name, uint64_t count, uint32_t *ret_tensor)
@@ -102,6 +102,9 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 		.name = strdup(name), .chunks = calloc(nch, sizeof(*t->chunks)),
 		.group = group, .count = count, .dev = dev_params, .ptype = param_type, .nchunks = nch,
 		.frozen = frozen, .has_g = !frozen && (o->mode == SPW_OPT_EXACT || o->accum > 1),
+		/* Overlapped updates on a persistent session keep the weights
+		 * they replace until the step commits (journal.c). */
+		.has_u = !frozen && o->mode == SPW_OPT_OVERLAPPED && o->jn.pages,
 	};
 	if (!t->name || !t->chunks)
 		goto oom;

@@ -16,8 +16,12 @@
  * daemon for a checkpoint of the session into DIR while training goes
  * on; "checkpoint S" (the step it holds) is printed when it is done.
  *
- * Exit status: 0 done, 3 the session was left mid-update (-ESTALE: the
- * harness drops it and starts over), 1 anything else.
+ * A trainer that took over a session left inside a step's updates prints
+ * "resumed N mid-update". With SPILLWAY_TEST_KILL_AT_TILE=K in the
+ * environment the library kills it inside its K-th tile update.
+ *
+ * Exit status: 0 done, 3 the session was refused (-ESTALE), 1 anything
+ * else.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -109,7 +113,7 @@ int main(int argc, char **argv)
 	bool ck_started = false;
 	float x[BATCH * 64], loss;
 	int32_t y[BATCH];
-	bool persistent;
+	bool persistent, open_step;
 	FILE *out;
 	int n, r;
 
@@ -136,10 +140,12 @@ int main(int argc, char **argv)
 		return fail("model", "cannot build");
 	t = mlp_tensors(m, &n);
 	{
-		/* Resident: the whole state fits; swappable: a region of a
-		 * third of it, so pages go to disk and come back every step. */
+		/* Resident: the whole state fits; swappable: a region that
+		 * holds under half of it beside the optimizer's resident pages
+		 * (staging, journal), so pages go to disk and come back every
+		 * step. */
 		struct spw_attach_opts a = { .size = sizeof(a), .session = argv[2], .page_size = PAGE,
-					     .region_bytes = oo.tier == SPW_TENSOR_RESIDENT ? 16u << 20 : 2u << 20,
+					     .region_bytes = oo.tier == SPW_TENSOR_RESIDENT ? 16u << 20 : 3u << 20,
 					     .persistent = persistent, .lease_s = 120 };
 
 		if (spw_client_new(NULL, &c) < 0 || spw_client_connect(c, argv[1]) < 0)
@@ -150,6 +156,9 @@ int main(int argc, char **argv)
 			usleep(20 * 1000);
 		if (r < 0)
 			return fail("attach", spw_client_last_error(c));
+		/* Whether the trainer before died inside a step's updates: the
+		 * harness counts such resumes. */
+		spw_client_info(c, &info);
 	}
 	r = spw_optimizer_new(c, &oo, &tr.opt);
 	if (r == -ESTALE) {
@@ -172,10 +181,11 @@ int main(int argc, char **argv)
 		for (int i = 0; i < n; i++)
 			if (spw_optimizer_read(tr.opt, tr.id[i], SPW_STATE_PARAM, t[i].param) < 0)
 				return fail("read", spw_optimizer_last_error(tr.opt));
+		open_step = info.step_open;
 		spw_client_info(c, &info);
 		if (tr.fp16)
 			tr.scale = info.loss_scale;
-		printf("resumed %llu\n", (unsigned long long)step - 1);
+		printf("resumed %llu%s\n", (unsigned long long)step - 1, open_step ? " mid-update" : "");
 		fflush(stdout);
 	}
 	for (; step <= steps; step++) {
