@@ -116,6 +116,8 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 			spw__kernel_op_run(o->k, &j->ops[i], b, b + n / 2);
 		kill(getpid(), SIGKILL);
 	}
+	if (slot >= 0)
+		spw__journal_test_delay(o);
 
 	/* Fresh pages of a tensor may hold anything (a slot's earlier
 	 * tenant), so the moments start as torch's zeros here, the first
@@ -144,6 +146,8 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 		if (j->ops[i].op == SPW_POOL_SUMSQ)
 			ch->partial[tile] = s;
 	}
+	if (slot >= 0)
+		spw__journal_test_delay(o);
 	spw__journal_leave(o, j, tile, slot);
 out:
 	atomic_fetch_add_explicit(&o->st_adam_ns, now_ns() - t0, memory_order_relaxed);

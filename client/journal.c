@@ -232,6 +232,7 @@ int spw__journal_open(spw_optimizer *o)
 		return r;
 	atomic_store(&o->jn.free_slots, o->jn.nslots == 64 ? ~0ull : (1ull << o->jn.nslots) - 1);
 	o->jn.kill_at = kill_at ? atol(kill_at) : 0;
+	o->jn.delay_us = getenv("SPILLWAY_TEST_TILE_DELAY_US") ? atol(getenv("SPILLWAY_TEST_TILE_DELAY_US")) : 0;
 	if (!o->persist.torn && o->persist.resumed && o->c->persist.skipped && o->mode == SPW_OPT_EXACT) {
 		/* The committed step was skipped (inf/nan) and its number came
 		 * again: the daemon saw no OPEN for the repeat, so only the
@@ -566,6 +567,12 @@ int spw__journal_undo_fix(spw_optimizer *o, const struct chunk *ch, float *out)
 			memcpy(out + ch->off + b, u + b, (e - b) * sizeof(float));
 	}
 	return spw_unpin(o->c, ch->t->id[R_U], role_page(o, R_U, ch->index), SPW_CLEAN);
+}
+
+void spw__journal_test_delay(const spw_optimizer *o)
+{
+	if (o->jn.delay_us > 0)
+		usleep((useconds_t)o->jn.delay_us);
 }
 
 bool spw__journal_kill_now(spw_optimizer *o)

@@ -283,6 +283,7 @@ struct spw_optimizer {
 		uint64_t words;         /* 64-bit words of one done bitmap */
 		_Atomic uint64_t free_slots; /* bit per free slot */
 		long kill_at;           /* SPILLWAY_TEST_KILL_AT_TILE, 0: off */
+		long delay_us;          /* SPILLWAY_TEST_TILE_DELAY_US, 0: off */
 		atomic_long tiles;
 	} jn;
 
@@ -506,6 +507,9 @@ int spw__journal_undo_fix(spw_optimizer *o, const struct chunk *ch, float *out);
 /* SPILLWAY_TEST_KILL_AT_TILE=K (tests only): true at the K-th tile
  * update, which the caller leaves half done and dies. */
 bool spw__journal_kill_now(spw_optimizer *o);
+/* SPILLWAY_TEST_TILE_DELAY_US=N (tests only): a tile update waits N us
+ * before and after its kernels, so that random kills land there. */
+void spw__journal_test_delay(const spw_optimizer *o);
 /* spw_optimizer_free: the journal's pins released. */
 void spw__journal_close(spw_optimizer *o);
 
