@@ -11,6 +11,8 @@
  *   engine.c       the engine thread: ring ownership, the admission window,
  *                  pins and unpins, completions, read-ahead hints, parking
  *   job-kernels.c  the kernels a job runs, tile by tile on the pool
+ *   journal.c      a persistent session's tile journal: kills inside a
+ *                  step's updates made resumable
  *   tensors.c      tensor registration and initial weights
  *   step.c         the step: begin / grad_ready / end
  *   step-policy.c  its pure numerics: the norm, the clip coefficient, the

@@ -68,7 +68,7 @@ static pid_t spawn(const char *session, const char *persistent, const char *out,
 		/* Tile updates take longer, so that a fair share of the
 		 * random kills lands inside them (a few percent otherwise, in
 		 * exact mode; one step's updates follow accum backwards). */
-		snprintf(delay, sizeof(delay), "%d", 150 * atoi(accum));
+		snprintf(delay, sizeof(delay), "%d", 200 * atoi(accum));
 		setenv("SPILLWAY_TEST_TILE_DELAY_US", delay, 1);
 		execl(exe, exe, d.control, session, mode, tier, accum, fp16, STEPS, PAUSE_US, persistent, out,
 		      (char *)NULL);
