@@ -262,8 +262,13 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 		w = o->ring_cap / 8;
 	/* An overlapped optimizer on a persistent session pins an undo page
 	 * too. */
-	if (w > (info.slots - (info.slots > o->jn.npages + 1 ? o->jn.npages + 1 : 0)) / (o->jn.pages ? 7 : 6))
-		w = (info.slots - (info.slots > o->jn.npages + 1 ? o->jn.npages + 1 : 0)) / (o->jn.pages ? 7 : 6);
+	{
+		uint32_t left = info.slots > o->jn.npages + 1 ? info.slots - o->jn.npages - 1 : info.slots;
+		uint32_t per = o->jn.pages && o->mode == SPW_OPT_OVERLAPPED ? 7 : 6;
+
+		if (w > left / per)
+			w = left / per;
+	}
 	if (w == 0)
 		w = 1;
 	o->window = w;

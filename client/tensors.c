@@ -49,8 +49,9 @@ static int add_check(spw_optimizer *o, const char *name, uint64_t count, uint32_
 				     "not starting with '.' or '/', without \"..\" (docs/api.md, Names)", MAX_NAME);
 	if (count == 0 || !ret_tensor)
 		return spw__opt_error(o, -EINVAL, "add %s: count is 0 or ret_tensor is NULL", name);
-	if (o->started)
-		return spw__opt_error(o, -EBUSY, "add %s: tensors are added before the first step", name);
+	if (o->started || o->persist.settled)
+		return spw__opt_error(o, -EBUSY, "add %s: tensors are added before the first step (and, on a session "
+				      "taken over inside a step's updates, before the first read)", name);
 	for (uint32_t i = 0; i < o->ntensors; i++)
 		if (!strcmp(o->tensors[i].name, name))
 			return spw__opt_error(o, -EEXIST, "add %s: the optimizer has a tensor of that name", name);
