@@ -194,17 +194,58 @@ static int takeover_plan(spw_optimizer *o)
 	return 0;
 }
 
+/* The journal a taken-over session holds, adopted at whatever size it
+ * has and pinned. 1: it is there and its records are this optimizer's
+ * kind (its slots may be fewer or more); 0: none, or one to replace
+ * (unregistered); or -errno. */
+static int adopt_journal(spw_optimizer *o)
+{
+	const struct jhead *h;
+	uint32_t npages;
+	int r = spw_tensor_adopt(o->c, JOURNAL_NAME, 0, SPW_TENSOR_RESIDENT, &o->jn.id, &npages);
+
+	if (r == -ENOENT)
+		return 0;
+	if (r < 0)
+		return r;
+	o->persist.adopted++;
+	o->jn.npages = npages;
+	if ((r = pin_all(o, o->jn.id, npages, &o->jn.pages)) < 0)
+		return r;
+	h = (const struct jhead *)jat(o, 0);
+	if (h->magic == JMAGIC && h->version == JVERSION && h->ngroups == o->ngroups &&
+	    h->slot_bytes == o->jn.slot_bytes && h->nslots >= 1 && h->nslots <= 64 &&
+	    o->jn.slots_at + (size_t)h->nslots * h->slot_bytes <= (size_t)npages * o->page_size) {
+		/* A takeover with a step open needs its slots as they are;
+		 * otherwise one of this optimizer's size replaces it. */
+		/* (A skipped committed step's record may hold its repeat,
+		 * spw__journal_open.) */
+		if (o->persist.torn || h->nslots == o->jn.nslots || (o->persist.resumed && o->c->persist.skipped)) {
+			o->jn.nslots = h->nslots;
+			return 1;
+		}
+	}
+	for (uint32_t i = 0; i < npages; i++)
+		spw_unpin(o->c, o->jn.id, i, SPW_CLEAN);
+	free(o->jn.pages);
+	o->jn.pages = NULL;
+	r = spw_tensor_unregister(o->c, o->jn.id);
+	return r < 0 ? r : 0;
+}
+
 int spw__journal_open(spw_optimizer *o)
 {
 	size_t bytes;
 	uint32_t threads = spw__pool_threads(o->pool);
 	const char *kill_at = getenv("SPILLWAY_TEST_KILL_AT_TILE");
-	int r;
+	int r = 0;
 
 	if (!o->persist.on)
 		return 0;
 	if (threads > 64)
 		threads = 64;
+	if (threads == 0)
+		threads = 1;
 	o->jn.tile_elems = o->chunk_elems < TILE ? o->chunk_elems : TILE;
 	o->jn.tiles_per_chunk = (o->chunk_elems + TILE - 1) / TILE;
 	o->jn.nslots = threads;
@@ -212,24 +253,34 @@ int spw__journal_open(spw_optimizer *o)
 	o->jn.slot_bytes = round_up(SLOT_HEAD + (size_t)12 * o->jn.tile_elems, 128);
 	o->jn.rec_bytes = round_up(REC_HEAD + (size_t)o->ngroups * sizeof(struct spw_adamw_consts), 64);
 	o->jn.slots_at = round_up(64 + 2 * o->jn.rec_bytes, 128);
-	bytes = o->jn.slots_at + o->jn.nslots * o->jn.slot_bytes;
-	o->jn.npages = (uint32_t)((bytes + o->page_size - 1) / o->page_size);
-	r = journal_tensor(o, JOURNAL_NAME, bytes, &o->jn.id, o->persist.torn != 0);
-	if (r == -ENOENT)
+	if (o->persist.adopting)
+		r = adopt_journal(o);
+	if (r == 0 && o->persist.torn)
 		return spw__error(o->c, -ESTALE, "spw_optimizer_new: session %s was left by a trainer that died while "
-				  "updating step %llu and it keeps no update journal (made by an older spillway), so its "
-				  "state mixes two steps and cannot be resumed exactly; drop it (spillwayctl drop %s) "
-				  "and restart from a checkpoint", o->c->session, (unsigned long long)o->persist.torn,
-				  o->c->session);
-	if (r == -EEXIST && o->persist.adopting)
-		return spw__error(o->c, -ESTALE, "spw_optimizer_new: session %s keeps an update journal for another "
-				  "number of pool threads (%u here) or param groups (%u here): start the optimizer "
-				  "with the settings of the run that left it, or drop the session (spillwayctl drop %s)",
-				  o->c->session, threads, o->ngroups, o->c->session);
+				  "updating step %llu and it keeps no update journal of this optimizer's kind (made "
+				  "by an older spillway, or with other param groups), so its state mixes two steps and "
+				  "cannot be resumed exactly; drop it (spillwayctl drop %s) and restart from a "
+				  "checkpoint", o->c->session, (unsigned long long)o->persist.torn, o->c->session);
+	if (r == 0) {
+		bytes = o->jn.slots_at + o->jn.nslots * o->jn.slot_bytes;
+		o->jn.npages = (uint32_t)((bytes + o->page_size - 1) / o->page_size);
+		r = spw_tensor_register(o->c, JOURNAL_NAME, bytes, SPW_TENSOR_RESIDENT, &o->jn.id, NULL);
+		if (r == 0)
+			r = pin_all(o, o->jn.id, o->jn.npages, &o->jn.pages);
+		if (r == 0) {
+			struct jhead h = { .magic = JMAGIC, .version = JVERSION, .nslots = o->jn.nslots,
+					   .ngroups = o->ngroups, .slot_bytes = o->jn.slot_bytes, .mode = o->mode,
+					   .tile_elems = o->jn.tile_elems };
+
+			memcpy(jat(o, 0), &h, sizeof(h));
+			/* No step record yet: a takeover before the first
+			 * begin finds none. */
+			atomic_store(&rec(o, 0)->step, 0);
+			atomic_store(&rec(o, 1)->step, 0);
+		}
+	}
 	if (r < 0)
 		return spw__error(o->c, r, "spw_optimizer_new: the update journal: %s", spw_client_last_error(o->c));
-	if ((r = pin_all(o, o->jn.id, o->jn.npages, &o->jn.pages)) < 0)
-		return r;
 	atomic_store(&o->jn.free_slots, o->jn.nslots == 64 ? ~0ull : (1ull << o->jn.nslots) - 1);
 	o->jn.kill_at = kill_at ? atol(kill_at) : 0;
 	o->jn.delay_us = getenv("SPILLWAY_TEST_TILE_DELAY_US") ? atol(getenv("SPILLWAY_TEST_TILE_DELAY_US")) : 0;
@@ -248,14 +299,8 @@ int spw__journal_open(spw_optimizer *o)
 	}
 	if (o->persist.torn)
 		return takeover_plan(o);
-	{
-		struct jhead h = { .magic = JMAGIC, .version = JVERSION, .nslots = o->jn.nslots, .ngroups = o->ngroups,
-				   .slot_bytes = o->jn.slot_bytes, .mode = o->mode, .tile_elems = o->jn.tile_elems };
-
-		memcpy(jat(o, 0), &h, sizeof(h));
-	}
-	/* Adopted with no step open: whatever a slot holds is older than
-	 * the committed step. */
+	/* No step open: whatever a slot holds is older than the committed
+	 * step. */
 	for (unsigned s = 0; s < o->jn.nslots; s++)
 		atomic_store(&slot_head(o, s)->step, 0);
 	return 0;

@@ -18,7 +18,8 @@
  *
  * A trainer that took over a session left inside a step's updates prints
  * "resumed N mid-update". With SPILLWAY_TEST_KILL_AT_TILE=K in the
- * environment the library kills it inside its K-th tile update.
+ * environment the library kills it inside its K-th tile update;
+ * PERSIST_THREADS=T gives its pool T threads instead of 2.
  *
  * Exit status: 0 done, 3 the session was refused (-ESTALE), 1 anything
  * else.
@@ -130,6 +131,10 @@ int main(int argc, char **argv)
 		ckpt_at = strtoull(getenv("PERSIST_CHECKPOINT_AT"), NULL, 10);
 		ck = (struct ckpt_job){ .socket = argv[1], .session = argv[2], .dir = getenv("PERSIST_CHECKPOINT_DIR") };
 	}
+	/* PERSIST_THREADS: the pool's threads (2 by default); a trainer
+	 * taking over from one with another count must resume as well. */
+	if (getenv("PERSIST_THREADS"))
+		oo.threads = (uint32_t)atoi(getenv("PERSIST_THREADS"));
 	oo.accumulation = (uint32_t)accum;
 	oo.dynamic_loss_scale = tr.fp16;
 	oo.init_loss_scale = 1024.0f;

@@ -51,7 +51,7 @@ static long now_ms(void)
 static pid_t spawn(const char *session, const char *persistent, const char *out, int *out_fd)
 {
 	const char *exe = getenv("PERSIST_TRAINER");
-	char delay[32];
+	char delay[32], threads[16];
 	int pfd[2];
 	pid_t pid;
 
@@ -70,6 +70,10 @@ static pid_t spawn(const char *session, const char *persistent, const char *out,
 		 * exact mode; one step's updates follow accum backwards). */
 		snprintf(delay, sizeof(delay), "%d", 200 * atoi(accum));
 		setenv("SPILLWAY_TEST_TILE_DELAY_US", delay, 1);
+		/* Each trainer of the storm has 1 to 3 pool threads: one
+		 * taking over a journal of another size resumes as well. */
+		snprintf(threads, sizeof(threads), "%d", 1 + rand() % 3);
+		setenv("PERSIST_THREADS", threads, 1);
 		execl(exe, exe, d.control, session, mode, tier, accum, fp16, STEPS, PAUSE_US, persistent, out,
 		      (char *)NULL);
 		_exit(127);
