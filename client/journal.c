@@ -27,6 +27,7 @@
  * tile, by step parity. Both stay pinned for the optimizer's life.
  */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -539,12 +540,17 @@ int spw__journal_enter(spw_optimizer *o, const struct job *j, size_t tile, size_
 
 	if (!o->jn.done_pages)
 		return -1;
-	/* A slot per pool thread: one is free unless a tile runs on a thread
-	 * outside the pool, which waits for one a tile's time. */
-	for (;;) {
+	/* A slot per pool thread: one is free, unless the journal was taken
+	 * over, torn, from a trainer with fewer threads (its slots are kept
+	 * for this optimizer's life): then a tile waits a tile's time. */
+	for (unsigned spins = 0;; spins++) {
 		free_bits = atomic_load(&o->jn.free_slots);
 		if (!free_bits) {
-			cpu_relax();
+			/* The holder may have lost its core: let it run. */
+			if (spins % 64 == 63)
+				sched_yield();
+			else
+				cpu_relax();
 			continue;
 		}
 		s = (unsigned)__builtin_ctzll(free_bits);
