@@ -70,25 +70,75 @@ static const char *const kind_name[] = {
 	[JOB_ADAM_STORE] = "adam (store)", [JOB_FETCH] = "fetch cast",
 };
 
-/* A tile an earlier try of this step already updated (a redone step
- * after a takeover, journal.c): its gradient's other uses run, its update
- * does not, and the device gets its master weights as they are. */
-static void tile_done_before(struct job *j, size_t tile, size_t b, size_t e)
+/* Fresh pages of a tensor may hold anything (a slot's earlier tenant), so
+ * the moments start as torch's zeros, the first time a chunk is updated,
+ * instead of costing a pass at add time. [b, e) starts on an int8 block. */
+static void zero_moments(struct job *j, size_t b, size_t e)
 {
-	for (unsigned i = 0; i < j->nops; i++) {
-		double s;
+	spw_optimizer *o = j->o;
+	size_t n = e - b;
 
-		if (j->ops[i].op == SPW_POOL_ADAMW)
-			continue;
-		s = spw__kernel_op_run(j->o->k, &j->ops[i], b, e);
+	if (o->state_dtype == SPW_STATE_INT8) {
+		/* Zero codes of a zero scale: a block of zeros. */
+		size_t nb = (n + SPW_Q8_BLOCK - 1) / SPW_Q8_BLOCK;
+
+		for (unsigned r = R_M; r <= R_V; r++) {
+			memset((unsigned char *)j->ptr[r] + b, 0, n);
+			memset((unsigned char *)j->ptr[r] + q8_scales_at(j->ch->n) + b / SPW_Q8_BLOCK * 4, 0, nb * 4);
+		}
+	} else {
+		size_t es = role_chunk_bytes(o, R_M, 1);
+
+		memset((unsigned char *)j->ptr[R_M] + b * es, 0, n * es);
+		memset((unsigned char *)j->ptr[R_V] + b * es, 0, n * es);
+	}
+}
+
+/*
+ * An update on a persistent session (journal.c): the tile's other ops
+ * first, whole (the square sum is the tile's, as without the journal),
+ * then AdamW (always the last op) unit by unit, each unit's old bytes in
+ * the thread's journal slot while it runs. A unit an earlier try of this
+ * step already updated (a redone step after a takeover) is not updated
+ * again; the device gets its master weights as they are.
+ */
+static void journalled_tile(struct job *j, size_t tile, size_t b, size_t e)
+{
+	spw_optimizer *o = j->o;
+	const struct spw__kernel_op *adam = &j->ops[j->nops - 1];
+
+	for (unsigned i = 0; i + 1 < j->nops; i++) {
+		double s = spw__kernel_op_run(o->k, &j->ops[i], b, e);
+
 		if (j->ops[i].op == SPW_POOL_SUMSQ)
 			j->ch->partial[tile] = s;
 	}
-	if (j->copy) {
-		struct spw__kernel_op cast = { .op = SPW_POOL_CAST, .src = j->ptr[R_P], .src_dtype = SPW_DTYPE_F32,
-					       .dst = j->scopy, .dst_dtype = j->cdt };
+	for (size_t ub = b; ub < e; ub += SPW_JOURNAL_UNIT) {
+		size_t ue = e - ub < SPW_JOURNAL_UNIT ? e : ub + SPW_JOURNAL_UNIT, u = ub / SPW_JOURNAL_UNIT;
+		int slot;
 
-		spw__kernel_op_run(j->o->k, &cast, b, e);
+		if (spw__journal_unit_done(o, j, u)) {
+			if (j->copy) {
+				struct spw__kernel_op cast = { .op = SPW_POOL_CAST, .src = j->ptr[R_P],
+							       .src_dtype = SPW_DTYPE_F32, .dst = j->scopy,
+							       .dst_dtype = j->cdt };
+
+				spw__kernel_op_run(o->k, &cast, ub, ue);
+			}
+			continue;
+		}
+		slot = spw__journal_enter(o, j, u, ub, ue);
+		if (!j->ch->zeroed)
+			zero_moments(j, ub, ue);
+		if (spw__journal_kill_now(o)) {
+			/* Tests only: die with the unit half updated. */
+			spw__kernel_op_run(o->k, adam, ub, ub + (ue - ub) / 2);
+			kill(getpid(), SIGKILL);
+		}
+		spw__journal_test_delay(o);
+		spw__kernel_op_run(o->k, adam, ub, ue);
+		spw__journal_test_delay(o);
+		spw__journal_leave(o, j, u, slot);
 	}
 }
 
@@ -97,58 +147,21 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 	struct job *j = arg;
 	struct chunk *ch = j->ch;
 	spw_optimizer *o = j->o;
-	size_t n = e - b;
 	bool adam = j->kind != JOB_GRAD && j->kind != JOB_FETCH;
 	uint64_t t0 = now_ns();
-	int slot = -1;
 
-	if (adam && spw__journal_tile_done(o, j, tile)) {
-		tile_done_before(j, tile, b, e);
+	if (adam && spw__journal_on(o)) {
+		journalled_tile(j, tile, b, e);
 		goto out;
 	}
-	/* Persistent sessions: the tile's old bytes into a journal slot
-	 * first, so a kill inside the update can be put right. */
-	if (adam)
-		slot = spw__journal_enter(o, j, tile, b, e);
-	if (slot >= 0 && spw__journal_kill_now(o)) {
-		/* Tests only: die with the tile half updated. */
-		for (unsigned i = 0; i < j->nops; i++)
-			spw__kernel_op_run(o->k, &j->ops[i], b, b + n / 2);
-		kill(getpid(), SIGKILL);
-	}
-	if (slot >= 0)
-		spw__journal_test_delay(o);
-
-	/* Fresh pages of a tensor may hold anything (a slot's earlier
-	 * tenant), so the moments start as torch's zeros here, the first
-	 * time a chunk is updated, instead of costing a pass at add time. */
-	if (adam && !ch->zeroed) {
-		if (o->state_dtype == SPW_STATE_INT8) {
-			/* Zero codes of a zero scale: a block of zeros. Tiles
-			 * start on block boundaries. */
-			size_t nb = (n + SPW_Q8_BLOCK - 1) / SPW_Q8_BLOCK;
-
-			for (unsigned r = R_M; r <= R_V; r++) {
-				memset((unsigned char *)j->ptr[r] + b, 0, n);
-				memset((unsigned char *)j->ptr[r] + q8_scales_at(ch->n) + b / SPW_Q8_BLOCK * 4, 0,
-				       nb * 4);
-			}
-		} else {
-			size_t es = role_chunk_bytes(o, R_M, 1);
-
-			memset((unsigned char *)j->ptr[R_M] + b * es, 0, n * es);
-			memset((unsigned char *)j->ptr[R_V] + b * es, 0, n * es);
-		}
-	}
+	if (adam && !ch->zeroed)
+		zero_moments(j, b, e);
 	for (unsigned i = 0; i < j->nops; i++) {
 		double s = spw__kernel_op_run(o->k, &j->ops[i], b, e);
 
 		if (j->ops[i].op == SPW_POOL_SUMSQ)
 			ch->partial[tile] = s;
 	}
-	if (slot >= 0)
-		spw__journal_test_delay(o);
-	spw__journal_leave(o, j, tile, slot);
 out:
 	atomic_fetch_add_explicit(&o->st_adam_ns, now_ns() - t0, memory_order_relaxed);
 	/* The last tile hands the job to the engine. The seq_cst decrement

@@ -46,7 +46,7 @@
 struct jhead {
 	uint32_t magic, version, nslots, ngroups;
 	uint64_t slot_bytes;
-	uint32_t mode, tile_elems;
+	uint32_t mode, unit_elems;
 };
 
 struct jrec {
@@ -115,14 +115,14 @@ static _Atomic uint64_t *done_word(const spw_optimizer *o, uint64_t step, uint64
 	return (_Atomic uint64_t *)((unsigned char *)o->jn.done_pages[off / o->page_size] + off % o->page_size);
 }
 
-static bool tile_is_done(const spw_optimizer *o, uint64_t step, uint64_t tile)
+static bool unit_is_done(const spw_optimizer *o, uint64_t step, uint64_t tile)
 {
 	return atomic_load_explicit(done_word(o, step, tile), memory_order_acquire) & (1ull << (tile % 64));
 }
 
-static uint64_t global_tile(const spw_optimizer *o, const struct chunk *ch, size_t tile)
+static uint64_t global_unit(const spw_optimizer *o, const struct chunk *ch, size_t tile)
 {
-	return (uint64_t)ch->global * o->jn.tiles_per_chunk + tile;
+	return (uint64_t)ch->global * o->jn.units_per_chunk + tile;
 }
 
 /* Pins every page of a resident tensor for the optimizer's life. */
@@ -247,11 +247,11 @@ int spw__journal_open(spw_optimizer *o)
 		threads = 64;
 	if (threads == 0)
 		threads = 1;
-	o->jn.tile_elems = o->chunk_elems < TILE ? o->chunk_elems : TILE;
-	o->jn.tiles_per_chunk = (o->chunk_elems + TILE - 1) / TILE;
+	o->jn.unit_elems = o->chunk_elems < SPW_JOURNAL_UNIT ? o->chunk_elems : SPW_JOURNAL_UNIT;
+	o->jn.units_per_chunk = (o->chunk_elems + SPW_JOURNAL_UNIT - 1) / SPW_JOURNAL_UNIT;
 	o->jn.nslots = threads;
 	/* p, m and v of a tile: fp32 moments are the largest. */
-	o->jn.slot_bytes = round_up(SLOT_HEAD + (size_t)12 * o->jn.tile_elems, 128);
+	o->jn.slot_bytes = round_up(SLOT_HEAD + (size_t)12 * o->jn.unit_elems, 128);
 	o->jn.rec_bytes = round_up(REC_HEAD + (size_t)o->ngroups * sizeof(struct spw_adamw_consts), 64);
 	o->jn.slots_at = round_up(64 + 2 * o->jn.rec_bytes, 128);
 	if (o->persist.adopting)
@@ -271,7 +271,7 @@ int spw__journal_open(spw_optimizer *o)
 		if (r == 0) {
 			struct jhead h = { .magic = JMAGIC, .version = JVERSION, .nslots = o->jn.nslots,
 					   .ngroups = o->ngroups, .slot_bytes = o->jn.slot_bytes, .mode = o->mode,
-					   .tile_elems = o->jn.tile_elems };
+					   .unit_elems = o->jn.unit_elems };
 
 			memcpy(jat(o, 0), &h, sizeof(h));
 			/* No step record yet: a takeover before the first
@@ -314,7 +314,7 @@ int spw__journal_done_tensor(spw_optimizer *o)
 
 	if (!o->jn.pages)
 		return 0;
-	o->jn.words = ((uint64_t)o->nchunks * o->jn.tiles_per_chunk + 63) / 64;
+	o->jn.words = ((uint64_t)o->nchunks * o->jn.units_per_chunk + 63) / 64;
 	if (o->jn.words == 0)
 		o->jn.words = 1;
 	bytes = 2 * o->jn.words * 8;
@@ -380,10 +380,10 @@ static int finish(spw_optimizer *o)
 	for (uint32_t i = 0; i < o->nchunks; i++) {
 		struct chunk *ch = o->chunks[i];
 		struct job *j = &ch->job;
-		size_t ntiles = (ch->n + TILE - 1) / TILE, left = 0;
+		size_t ntiles = (ch->n + SPW_JOURNAL_UNIT - 1) / SPW_JOURNAL_UNIT, left = 0;
 
 		for (size_t t = 0; t < ntiles; t++)
-			left += !tile_is_done(o, torn, global_tile(o, ch, t));
+			left += !unit_is_done(o, torn, global_unit(o, ch, t));
 		if (!left)
 			continue;
 		*j = (struct job){ .o = o, .ch = ch, .kind = JOB_ADAM_STORE, .step = torn, .gbuf = -1, .cbuf = -1,
@@ -477,8 +477,8 @@ void spw__journal_plan(spw_optimizer *o, uint32_t scale_bits, uint32_t good)
 
 		if (!ch->t->none)
 			continue;
-		for (size_t t = 0; t < (ch->n + TILE - 1) / TILE; t++) {
-			uint64_t g = global_tile(o, ch, t);
+		for (size_t t = 0; t < (ch->n + SPW_JOURNAL_UNIT - 1) / SPW_JOURNAL_UNIT; t++) {
+			uint64_t g = global_unit(o, ch, t);
 
 			atomic_fetch_or(done_word(o, o->step, g), 1ull << (g % 64));
 		}
@@ -488,14 +488,14 @@ void spw__journal_plan(spw_optimizer *o, uint32_t scale_bits, uint32_t good)
 	atomic_thread_fence(memory_order_seq_cst);
 }
 
-bool spw__journal_tile_done(spw_optimizer *o, const struct job *j, size_t tile)
+bool spw__journal_unit_done(spw_optimizer *o, const struct job *j, size_t u)
 {
-	return o->jn.done_pages && tile_is_done(o, j->step, global_tile(o, j->ch, tile));
+	return unit_is_done(o, j->step, global_unit(o, j->ch, u));
 }
 
 /* The byte ranges tile [b, e) of job j covers in p, m, v (pinned at
  * j->ptr), as pages of daemon tensors, and where they are here. */
-static unsigned tile_ranges(const spw_optimizer *o, const struct job *j, size_t b, size_t e, struct jrange *r,
+static unsigned unit_ranges(const spw_optimizer *o, const struct job *j, size_t b, size_t e, struct jrange *r,
 			    unsigned char **at)
 {
 	const struct chunk *ch = j->ch;
@@ -557,14 +557,14 @@ int spw__journal_enter(spw_optimizer *o, const struct job *j, size_t tile, size_
 		if (atomic_compare_exchange_weak(&o->jn.free_slots, &free_bits, free_bits & ~(1ull << s)))
 			break;
 	}
-	nr = tile_ranges(o, j, b, e, r, at);
+	nr = unit_ranges(o, j, b, e, r, at);
 	off = o->jn.slots_at + s * o->jn.slot_bytes + SLOT_HEAD;
 	for (unsigned i = 0; i < nr; i++) {
 		jcopy(o, off, at[i], r[i].len, true);
 		off += r[i].len;
 	}
 	h = slot_head(o, s);
-	h->tile = global_tile(o, j->ch, tile);
+	h->tile = global_unit(o, j->ch, tile);
 	h->nr = nr;
 	memcpy(h->r, r, nr * sizeof(r[0]));
 	/* The old bytes before the slot says it holds them, and both before
@@ -584,7 +584,7 @@ void spw__journal_leave(spw_optimizer *o, const struct job *j, size_t tile, int 
 
 	if (slot < 0)
 		return;
-	g = global_tile(o, j->ch, tile);
+	g = global_unit(o, j->ch, tile);
 	/* The update's stores before its bit, the bit before the slot is
 	 * let go: a kill between the two puts the tile back and clears the
 	 * bit (repair), which is as good. */
@@ -596,7 +596,7 @@ void spw__journal_leave(spw_optimizer *o, const struct job *j, size_t tile, int 
 
 int spw__journal_undo_fix(spw_optimizer *o, const struct chunk *ch, float *out)
 {
-	size_t ntiles = (ch->n + TILE - 1) / TILE;
+	size_t ntiles = (ch->n + SPW_JOURNAL_UNIT - 1) / SPW_JOURNAL_UNIT;
 	bool any = false;
 	float *u;
 	int r;
@@ -605,16 +605,16 @@ int spw__journal_undo_fix(spw_optimizer *o, const struct chunk *ch, float *out)
 	if (!o->jn.done_pages || !o->persist.torn || o->mode != SPW_OPT_OVERLAPPED || o->started || !ch->t->has_u)
 		return 0;
 	for (size_t t = 0; t < ntiles && !any; t++)
-		any = tile_is_done(o, o->persist.torn, global_tile(o, ch, t));
+		any = unit_is_done(o, o->persist.torn, global_unit(o, ch, t));
 	if (!any)
 		return 0;
 	r = spw_pin(o->c, ch->t->id[R_U], role_page(o, R_U, ch->index), (void **)&u);
 	if (r < 0)
 		return r;
 	for (size_t t = 0; t < ntiles; t++) {
-		size_t b = t * TILE, e = b + TILE < ch->n ? b + TILE : ch->n;
+		size_t b = t * SPW_JOURNAL_UNIT, e = b + SPW_JOURNAL_UNIT < ch->n ? b + SPW_JOURNAL_UNIT : ch->n;
 
-		if (tile_is_done(o, o->persist.torn, global_tile(o, ch, t)))
+		if (unit_is_done(o, o->persist.torn, global_unit(o, ch, t)))
 			memcpy(out + ch->off + b, u + b, (e - b) * sizeof(float));
 	}
 	return spw_unpin(o->c, ch->t->id[R_U], role_page(o, R_U, ch->index), SPW_CLEAN);

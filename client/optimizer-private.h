@@ -281,7 +281,7 @@ struct spw_optimizer {
 		uint32_t npages, ndone_pages;
 		uint32_t nslots;
 		size_t slot_bytes, slots_at, rec_bytes;
-		uint32_t tiles_per_chunk, tile_elems;
+		uint32_t units_per_chunk, unit_elems;
 		uint64_t words;         /* 64-bit words of one done bitmap */
 		_Atomic uint64_t free_slots; /* bit per free slot */
 		long kill_at;           /* SPILLWAY_TEST_KILL_AT_TILE, 0: off */
@@ -496,21 +496,35 @@ int spw__journal_begin(spw_optimizer *o, uint64_t step);
 /* exact mode's end, before its updates are queued: the constants a
  * takeover finishes the step with. */
 void spw__journal_plan(spw_optimizer *o, uint32_t scale_bits, uint32_t good);
-/* Pool thread, an updating job's tile [b, e): whether it was already
- * updated this step (a redone step); else claims a journal slot with the
- * tile's old bytes (returned, -1 without a journal). */
-bool spw__journal_tile_done(spw_optimizer *o, const struct job *j, size_t tile);
-int spw__journal_enter(spw_optimizer *o, const struct job *j, size_t tile, size_t b, size_t e);
-void spw__journal_leave(spw_optimizer *o, const struct job *j, size_t tile, int slot);
+/* The journal's unit: AdamW runs unit by unit inside a tile on a
+ * persistent session, each unit's old p, m, v (48 KiB in fp32) in the
+ * thread's slot, which stays in the core's caches. Divides TILE and is a
+ * multiple of SPW_Q8_BLOCK. */
+#define SPW_JOURNAL_UNIT 4096u
+_Static_assert(TILE % SPW_JOURNAL_UNIT == 0 && SPW_JOURNAL_UNIT % SPW_Q8_BLOCK == 0, "journal unit");
+
+/* Whether updates are journalled (a persistent session, once begun). */
+static inline bool spw__journal_on(const spw_optimizer *o)
+{
+	return o->jn.done_pages != NULL;
+}
+/* Pool thread, unit u (elements [u, u + 1) * SPW_JOURNAL_UNIT of the
+ * chunk) of an updating job: whether an earlier try of the step updated
+ * it already (a redone step); else enter claims a journal slot holding
+ * the unit's old bytes [b, e) (its index), and leave marks the unit done
+ * and frees the slot. */
+bool spw__journal_unit_done(spw_optimizer *o, const struct job *j, size_t u);
+int spw__journal_enter(spw_optimizer *o, const struct job *j, size_t u, size_t b, size_t e);
+void spw__journal_leave(spw_optimizer *o, const struct job *j, size_t u, int slot);
 /* spw_optimizer_read of the master weights (ring held), of a session left
  * inside step torn's overlapped updates: the chunk's tiles updated in it
  * are read from the undo copy instead. 0 or the client's error. */
 int spw__journal_undo_fix(spw_optimizer *o, const struct chunk *ch, float *out);
-/* SPILLWAY_TEST_KILL_AT_TILE=K (tests only): true at the K-th tile
+/* SPILLWAY_TEST_KILL_AT_TILE=K (tests only): true at the K-th unit
  * update, which the caller leaves half done and dies. */
 bool spw__journal_kill_now(spw_optimizer *o);
-/* SPILLWAY_TEST_TILE_DELAY_US=N (tests only): a tile update waits N us
- * before and after its kernels, so that random kills land there. */
+/* SPILLWAY_TEST_TILE_DELAY_US=N (tests only): a unit update waits N us
+ * before and after its kernel, so that random kills land there. */
 void spw__journal_test_delay(const spw_optimizer *o);
 /* spw_optimizer_free: the journal's pins released. */
 void spw__journal_close(spw_optimizer *o);

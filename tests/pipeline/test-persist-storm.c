@@ -13,7 +13,7 @@
  *   test-persist-storm MODE TIER ACCUM FP16 KILLS [TILE]
  *
  * With TILE, one kill instead of the storm, at a known place: the library
- * kills the trainer half way through its TILE-th tile update
+ * kills the trainer half way through its TILE-th journal unit update (4096 elements)
  * (SPILLWAY_TEST_KILL_AT_TILE); the next trainer must resume it.
  */
 #include <dirent.h>
@@ -68,7 +68,7 @@ static pid_t spawn(const char *session, const char *persistent, const char *out,
 		/* Tile updates take longer, so that a fair share of the
 		 * random kills lands inside them (a few percent otherwise, in
 		 * exact mode; one step's updates follow accum backwards). */
-		snprintf(delay, sizeof(delay), "%d", 200 * atoi(accum));
+		snprintf(delay, sizeof(delay), "%d", 60 * atoi(accum));
 		setenv("SPILLWAY_TEST_TILE_DELAY_US", delay, 1);
 		/* Each trainer of the storm has 1 to 3 pool threads: one
 		 * taking over a journal of another size resumes as well. */
@@ -184,7 +184,7 @@ int main(int argc, char **argv)
 	ref_ms = now_ms() - ref_ms;
 
 	if (argc == 7) {
-		/* One kill, inside the TILE-th tile update: the trainer dies
+		/* One kill, inside the TILE-th unit update: the trainer dies
 		 * by its own SIGKILL, the next one resumes mid-update. */
 		kill_tile = argv[6];
 		pid = spawn("storm/run", "1", storm_out, &fd);

@@ -97,8 +97,8 @@ class PersistTest(unittest.TestCase):
                                 "optimizer state %s of parameter %s differs" % (k, i))
 
     def kill_inside_update(self, mode, tier):
-        """The library kills the trainer half way through its 22nd tile
-        update (step 6 of 4 tiles a step); the next trainer resumes the
+        """The library kills the trainer half way through its 22nd journal
+        unit update (step 6, of 4 units a step); the next trainer resumes the
         session left inside step 6's updates, and ends bit-identical."""
         ref = self.reference(mode, tier)
         run = os.path.join(self.tmp, "trun-%s-%s.pt" % (mode, tier))
