@@ -3,28 +3,30 @@
  * client/journal.c: what makes a kill inside a step's updates resumable on
  * a persistent session (docs/persistent.md, "The tile journal").
  *
- * Updates run in place, tile by tile (job-kernels.c). Before a tile's
- * AdamW runs, the pool thread copies the tile's old bytes of p, m and v
- * into a journal slot of its own and marks the slot valid; after it, it
- * sets the tile's bit in the step's done bitmap and clears the slot. Both
- * live in resident tensors of the session (the region is the daemon's
- * memfd), so a SIGKILL leaves every store that retired. A takeover puts
- * back the tile a valid slot names and clears its bit: then every tile is
- * wholly of step n-1 or wholly of step n, and the bitmap says which.
+ * Updates run in place, tile by tile (job-kernels.c), AdamW in units of
+ * SPW_JOURNAL_UNIT elements inside a tile. Before a unit's AdamW runs,
+ * the pool thread copies the unit's old bytes of p, m and v into a
+ * journal slot and marks the slot valid; after it, it sets the unit's bit
+ * in the step's done bitmap and lets the slot go. Both live in resident
+ * tensors of the session (the region is the daemon's memfd), so a SIGKILL
+ * leaves every store that retired. A takeover puts back the unit a valid
+ * slot names and clears its bit: then every unit is wholly of step n-1 or
+ * wholly of step n, and the bitmap says which. (In this file a "tile" of
+ * the journal is such a unit.)
  *
  * Exact mode then finishes step n from the gradient store (every
  * gradient of the step is there before its first update) with the
  * constants end() recorded, and commits it: the new trainer goes on at
  * n + 1. Overlapped mode cannot (the gradients not yet computed need a
  * redo of step n's forward and backward with step n-1's weights): it
- * keeps an undo copy of the master weights of each tile it updates (R_U),
- * spw_optimizer_read hands those out for the tiles done, and the redone
+ * keeps an undo copy of the master weights of each unit it updates (R_U),
+ * spw_optimizer_read hands those out for the units done, and the redone
  * step skips their updates.
  *
  * The journal tensor "spw.opt.journal": a head, two step records (by step
  * parity: a record is rewritten only once the step two before committed),
  * then one slot per pool thread. "spw.opt.done": two bitmaps of a bit per
- * tile, by step parity. Both stay pinned for the optimizer's life.
+ * unit, by step parity. Both stay pinned for the optimizer's life.
  */
 #include <errno.h>
 #include <sched.h>
@@ -568,13 +570,15 @@ int spw__journal_enter(spw_optimizer *o, const struct job *j, size_t tile, size_
 	h->nr = nr;
 	memcpy(h->r, r, nr * sizeof(r[0]));
 	/* The old bytes before the slot says it holds them, and both before
-	 * the first store of the update (the kernels may store
-	 * non-temporally: a full fence orders those too). */
-	atomic_thread_fence(memory_order_seq_cst);
+	 * the first store of the update. Release fences order stores before
+	 * them ahead of stores after them (x86 keeps store order anyway: a
+	 * compiler barrier; a store barrier elsewhere); the kernels make no
+	 * non-temporal stores. */
+	atomic_thread_fence(memory_order_release);
 	atomic_store_explicit(&h->step, j->step, memory_order_release);
 	if (j->ptr[R_U] && (j->roles & 1u << R_U))
 		memcpy(j->ptr[R_U] + b, j->ptr[R_P] + b, (e - b) * sizeof(float));
-	atomic_thread_fence(memory_order_seq_cst);
+	atomic_thread_fence(memory_order_release);
 	return (int)s;
 }
 
@@ -588,8 +592,8 @@ void spw__journal_leave(spw_optimizer *o, const struct job *j, size_t tile, int 
 	/* The update's stores before its bit, the bit before the slot is
 	 * let go: a kill between the two puts the tile back and clears the
 	 * bit (repair), which is as good. */
-	atomic_thread_fence(memory_order_seq_cst);
-	atomic_fetch_or(done_word(o, j->step, g), 1ull << (g % 64));
+	atomic_thread_fence(memory_order_release);
+	atomic_fetch_or_explicit(done_word(o, j->step, g), 1ull << (g % 64), memory_order_release);
 	atomic_store_explicit(&slot_head(o, (unsigned)slot)->step, 0, memory_order_release);
 	atomic_fetch_or(&o->jn.free_slots, 1ull << slot);
 }
