@@ -398,8 +398,8 @@ static int finish(spw_optimizer *o)
 		spw__opt_queue_locked(o, j);
 	}
 	o->persist.ended = torn;
-	o->persist.scale_bits = rc->scale_bits;
-	o->persist.good = rc->good;
+	o->persist.scale_bits[torn & 1] = rc->scale_bits;
+	o->persist.good[torn & 1] = rc->good;
 	pthread_mutex_unlock(&o->lock);
 	spw__opt_wake(o);
 	pthread_mutex_lock(&o->lock);

@@ -262,9 +262,13 @@ struct spw_optimizer {
 		uint32_t mod_left[2];   /* by step parity: updating jobs not done */
 		uint64_t ended;         /* the last step whose end() ran */
 		uint64_t acked;         /* COMMITs the daemon has answered up to (free waits) */
-		uint32_t scale_bits, good; /* what COMMIT(ended) carries */
+		uint32_t scale_bits[2], good[2]; /* what COMMIT(step) carries, by step parity */
 		/* engine */
 		uint64_t opened, committed;
+		/* MARKs in flight, oldest first: a COMMIT's step, 0 for an
+		 * OPEN (they complete in order). */
+		uint64_t mq[32];
+		uint32_t mq_head, mq_n;
 		/* The session was left inside step torn's updates (taken
 		 * over with that step open): settled (journal.c) before the
 		 * state is read, written or stepped. */

@@ -221,6 +221,19 @@ int spw__persist_open_write(spw_optimizer *o)
 	return r;
 }
 
+/* Room to remember one more MARK in flight (engine). */
+static bool mark_room(const spw_optimizer *o)
+{
+	return o->persist.mq_n < 32u;
+}
+
+static void mark_sent(spw_optimizer *o, uint64_t commit_step)
+{
+	o->persist.mq[(o->persist.mq_head + o->persist.mq_n) % 32u] = commit_step;
+	o->persist.mq_n++;
+	o->hints_inflight++;
+}
+
 bool spw__persist_open(spw_optimizer *o, const struct job *j)
 {
 	if (!o->persist.on || !job_updates(j->kind) || j->step <= o->persist.opened)
@@ -230,46 +243,58 @@ bool spw__persist_open(spw_optimizer *o, const struct job *j)
 	 * parity hold the open step's. */
 	if (j->step > o->persist.committed + 1)
 		return false;
-	if (o->hints_inflight + o->ring_reserved + 1 > o->ring_cap)
+	if (o->hints_inflight + o->ring_reserved + 1 > o->ring_cap || !mark_room(o))
 		return false;
 	if (spw__submit_mark(o->c, SPW_MARK_OPEN, j->step, 0, 0, UD_MARK) < 0)
 		return false;
-	o->hints_inflight++;
+	mark_sent(o, 0);
 	o->persist.opened = j->step;
 	return true;
 }
 
 void spw__persist_commit(spw_optimizer *o)
 {
-	uint64_t step;
-	uint32_t bits, good;
-	bool ready;
-
 	/* Every session commits its steps: status, metrics and top show
-	 * them; only a persistent one also opens them (persist_open). */
-	pthread_mutex_lock(&o->lock);
-	step = o->persist.ended;
-	ready = step > o->persist.committed && o->persist.mod_left[step & 1] == 0;
-	bits = o->persist.scale_bits;
-	good = o->persist.good;
-	pthread_mutex_unlock(&o->lock);
-	if (!ready || o->hints_inflight + o->ring_reserved + 1 > o->ring_cap)
-		return;
-	if (spw__submit_mark(o->c, SPW_MARK_COMMIT, step, bits, good, UD_MARK) < 0)
-		return;
-	o->hints_inflight++;
-	o->persist.committed = step;
+	 * them; only a persistent one also opens them (persist_open). In
+	 * order, each with its own loss scale: a COMMIT the ring had no room
+	 * for goes out before a later step's. */
+	for (;;) {
+		uint64_t step;
+		uint32_t bits, good;
+		bool ready;
+
+		pthread_mutex_lock(&o->lock);
+		step = o->persist.committed + 1;
+		ready = step <= o->persist.ended && o->persist.mod_left[step & 1] == 0;
+		bits = o->persist.scale_bits[step & 1];
+		good = o->persist.good[step & 1];
+		pthread_mutex_unlock(&o->lock);
+		if (!ready || o->hints_inflight + o->ring_reserved + 1 > o->ring_cap || !mark_room(o))
+			return;
+		if (spw__submit_mark(o->c, SPW_MARK_COMMIT, step, bits, good, UD_MARK) < 0)
+			return;
+		mark_sent(o, step);
+		o->persist.committed = step;
+	}
 }
 
 void spw__persist_marked(spw_optimizer *o, int32_t res)
 {
+	uint64_t step = 0;
+
 	o->hints_inflight--;
+	if (o->persist.mq_n) {
+		step = o->persist.mq[o->persist.mq_head];
+		o->persist.mq_head = (o->persist.mq_head + 1) % 32u;
+		o->persist.mq_n--;
+	}
 	pthread_mutex_lock(&o->lock);
 	if (res < 0)
 		spw__opt_fatal_locked(o, res, "marking step %llu for the persistent session: %s",
 				      (unsigned long long)o->persist.committed, spw_strerror(res));
-	/* Marks complete in order: this one is the newest COMMIT or older. */
-	o->persist.acked = o->persist.committed;
+	/* Marks complete in order: the oldest in flight answered. */
+	if (step > o->persist.acked)
+		o->persist.acked = step;
 	pthread_cond_broadcast(&o->cond);
 	pthread_mutex_unlock(&o->lock);
 }

@@ -458,8 +458,8 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 	 * updates are in (persist.c). */
 	pthread_mutex_lock(&o->lock);
 	o->persist.ended = o->step;
-	memcpy(&o->persist.scale_bits, &out.next_loss_scale, sizeof(o->persist.scale_bits));
-	o->persist.good = (o->dynamic ? o->dyn_scale.good_steps & 0x7fffffffu : 0) | (uint32_t)skip << 31;
+	memcpy(&o->persist.scale_bits[o->step & 1], &out.next_loss_scale, sizeof(o->persist.scale_bits[0]));
+	o->persist.good[o->step & 1] = (o->dynamic ? o->dyn_scale.good_steps & 0x7fffffffu : 0) | (uint32_t)skip << 31;
 	pthread_mutex_unlock(&o->lock);
 	spw__opt_wake(o);
 	TRACE_SPAN(o, SPW_TRACK_TRAINER, "step", o->t_step, now_ns(), UINT32_MAX, UINT32_MAX, o->step);
