@@ -280,8 +280,23 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
 
     # ------------------------------------------------------------ building
 
+    def _roles(self):
+        """Full-size state roles a chunk keeps: p, m, v, and the gradient
+        store (exact mode) or, on a persistent session, the overlapped
+        mode's undo copy of p (client/journal.c)."""
+        return 4 if self.mode == "exact" or self._persistent else 3
+
+    def _journal_pages(self, psz):
+        """A persistent session's update journal (client/journal.c), resident:
+        a slot of a 4096-element unit's p, m, v per pool thread (64 at
+        most), two step records, two done bitmaps."""
+        if not self._persistent:
+            return 0
+        threads = min(64, self._threads or os.cpu_count() or 1)
+        return -(-(threads * (128 + 12 * 4096) + 4096) // psz) + 2
+
     def _layout(self, entries):
-        k = 4 if self.mode == "exact" else 3
+        k = self._roles()
         total = sum(e.numel * 4 for e in entries)
         psz = self._page_size
         if not psz:
@@ -293,7 +308,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             pages = _state_dtype.state_pages([e.numel for e in entries], psz, k, self.state_dtype)
         else:
             pages = 4 * win * k
-        pages += 2 * win + 8
+        pages += 2 * win + 8 + self._journal_pages(psz)
         return psz, pages * psz
 
     def _device_name(self, entries):
@@ -320,10 +335,11 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         if self._region_bytes:
             region = self._region_bytes
         # The swap the state needs on the NVMe tier (every page of p, m, v
-        # and, in exact mode, the gradient store); none on the cpu tier.
+        # and, in exact mode, the gradient store, or the undo copy of an
+        # overlapped persistent one); none on the cpu tier.
         swap = 0
         if self.tier == "nvme":
-            k = 4 if self.mode == "exact" else 3
+            k = self._roles()
             swap = _state_dtype.state_pages([e.numel for e in entries], psz, k, self.state_dtype) * psz
             if self._persistent:  # the layout record (client/persist.c) lives on this tier too
                 swap += -(-(24 + sum(24 + len(e.name) + 8 for e in entries) + 256) // psz) * psz
