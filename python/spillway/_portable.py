@@ -108,7 +108,10 @@ def read_checkpoint(directory):
 def parse_layout(rec):
     """The optimizer's layout record (client/persist.c) as a dict."""
     magic, ver, mode_word, tier, chunk_elems, ngroups = struct.unpack_from("<6I", rec, 0)
-    if magic != LAYOUT_MAGIC or ver != 1:
+    # Version 2: int8 moments' codes a byte a parameter, their scales in
+    # the optimizer's scale pages; version 1's int8 layout is not read.
+    dtype = mode_word >> 16
+    if magic != LAYOUT_MAGIC or ver != (2 if DTYPES.get(dtype) == "int8" else 1):
         raise CheckpointError("the layout record %s is not one this version reads (magic 0x%x version %d)"
                               % (LAYOUT, magic, ver))
     at, entries = 24, []
@@ -119,33 +122,35 @@ def parse_layout(rec):
         name = bytes(rec[at + 24:at + 24 + nlen]).decode("ascii")
         entries.append({"name": name, "count": count, "group": group, "ptype": ptype, "frozen": bool(frozen)})
         at += 24 + nlen
-    dtype = mode_word >> 16
     if dtype not in DTYPES:
         raise CheckpointError("the layout record names state dtype %d, unknown here" % dtype)
     return {"mode": mode_word & 0xffff, "state_dtype": DTYPES[dtype], "tier": tier, "chunk_elems": chunk_elems,
             "ngroups": ngroups, "tensors": entries}
 
 
-# ---- where chunk k's values lie in a moment tensor (client/optimizer-private.h)
+# ---- where chunk k's values lie (client/optimizer-private.h, role_at)
 
 def _per_page(dtype):
-    return {"fp32": 1, "bf16": 2, "int8": 3}[dtype]
+    return {"fp32": 1, "bf16": 2}[dtype]
 
 
-def _slot(dtype, psz):
-    per = _per_page(dtype)
-    return (psz // 3) & ~63 if per == 3 else psz // per
-
-
-def moment_bytes(dtype, psz, chunk_elems, count):
-    """role_bytes(): up to the end of the last chunk."""
-    last = (count - 1) // chunk_elems
-    n = count - last * chunk_elems
-    per = _per_page(dtype)
-    at = (last // per) * psz + (last % per) * _slot(dtype, psz)
-    if dtype == "int8":
-        return at + ((n + 63) & ~63) + 4 * -(-n // Q8_BLOCK)
-    return at + n * (2 if dtype == "bf16" else 4)
+def q8_scales(layout, psz):
+    """int8 moments: {tensor name: [(scale tensor, byte of exp_avg's
+    scales, byte of exp_avg_sq's) per chunk]}. The optimizer's scale pages
+    spw.opt.q8_scales.N hold 128 chunks' each, given out in the order the
+    tensors were added (the layout's), frozen ones skipped."""
+    out, g, ce = {}, 0, layout["chunk_elems"]
+    per = psz // 256  # a chunk's scales for one moment: chunk_elems / 256 blocks, 4 bytes each
+    for e in layout["tensors"]:
+        if e["frozen"]:
+            continue
+        slots = []
+        for _ in range(-(-e["count"] // ce)):
+            at = 2 * (g % 128) * per
+            slots.append(("spw.opt.q8_scales.%d" % (g // 128), at, at + per))
+            g += 1
+        out[e["name"]] = slots
+    return out
 
 
 def _chunks(count, chunk_elems):
@@ -153,23 +158,30 @@ def _chunks(count, chunk_elems):
         yield k, off, min(chunk_elems, count - off)
 
 
-def decode_moment(buf, role, dtype, psz, chunk_elems, count):
-    """fp32 numpy array of count values of a moment tensor's bytes."""
+def _scale_at(scales, k, role):
+    name, m, v = scales[k]
+    return name, m if role == "exp_avg" else v
+
+
+def decode_moment(buf, role, dtype, psz, chunk_elems, count, scales=None, data=None):
+    """fp32 numpy array of count values of a moment tensor's bytes
+    (int8: scales, q8_scales()'s list for the tensor, into data)."""
     import numpy as np
     if dtype == "fp32":
         return np.frombuffer(buf, dtype="<f4", count=count).copy()
     out = np.empty(count, dtype=np.float32)
-    per, slot = _per_page(dtype), _slot(dtype, psz)
     for k, off, n in _chunks(count, chunk_elems):
-        at = (k // per) * psz + (k % per) * slot
         if dtype == "bf16":  # widening is exact: the bits in the high half
+            at = (k // 2) * psz + (k % 2) * (psz // 2)
             h = np.frombuffer(buf, dtype="<u2", count=n, offset=at).astype(np.uint32) << 16
             out[off:off + n] = h.view(np.float32)
             continue
-        codes = np.frombuffer(buf, dtype=np.int8 if role == "exp_avg" else np.uint8, count=n, offset=at)
+        codes = np.frombuffer(buf, dtype=np.int8 if role == "exp_avg" else np.uint8, count=n, offset=off)
         nb = -(-n // Q8_BLOCK)
-        scales = np.frombuffer(buf, dtype="<f4", count=nb, offset=at + ((n + 63) & ~63))
-        s = np.repeat(scales, Q8_BLOCK)[:n]
+        sname, sat = _scale_at(scales, k, role)
+        if sname not in data:
+            raise CheckpointError("the checkpoint lacks %s, the int8 scales of its moments" % sname)
+        s = np.repeat(np.frombuffer(data[sname], dtype="<f4", count=nb, offset=sat), Q8_BLOCK)[:n]
         with np.errstate(all="ignore"):
             if role == "exp_avg":  # kernels/q8.h, spw_q8_dec_m and _dec_v, in fp32
                 a = np.abs(codes.astype(np.int32)).astype(np.float32) * np.float32(1.0 / 127.0)
@@ -182,20 +194,24 @@ def decode_moment(buf, role, dtype, psz, chunk_elems, count):
     return out
 
 
-def encode_moment(vals, role, dtype, psz, chunk_elems, count):
+def encode_moment(vals, role, dtype, psz, chunk_elems, count, scales=None, data=None):
     """The bytes of a moment tensor holding vals (fp32), coded as the
     kernels store them: bf16 rounded to nearest even, int8 per block as
-    kernels/q8.h (scale: the largest |value| by its bits)."""
+    kernels/q8.h (scale: the largest |value| by its bits), the scales
+    written into the scale pages in data (q8_scales())."""
     import numpy as np
     vals = np.ascontiguousarray(vals, dtype=np.float32).reshape(-1)
     if dtype == "fp32":
         return bytearray(vals.astype("<f4").tobytes())
-    buf = bytearray(moment_bytes(dtype, psz, chunk_elems, count))
-    per, slot = _per_page(dtype), _slot(dtype, psz)
+    if dtype == "bf16":
+        last = (count - 1) // chunk_elems
+        buf = bytearray((last // 2) * psz + (last % 2) * (psz // 2) + 2 * (count - last * chunk_elems))
+    else:
+        buf = bytearray(count)
     for k, off, n in _chunks(count, chunk_elems):
-        at = (k // per) * psz + (k % per) * slot
         x = vals[off:off + n]
         if dtype == "bf16":
+            at = (k // 2) * psz + (k % 2) * (psz // 2)
             u = x.view(np.uint32).astype(np.uint64)
             nan = np.isnan(x)
             r = ((u + 0x7fff + ((u >> 16) & 1)) >> 16).astype(np.uint16)
@@ -216,9 +232,11 @@ def encode_moment(vals, role, dtype, psz, chunk_elems, count):
             else:
                 f = np.rint(np.sqrt(np.sqrt(x / sx)) * np.float32(255.0))
                 q = np.where(f >= 1.0, np.minimum(np.nan_to_num(f, nan=0.0), 255.0), 0.0).astype(np.uint8)
-        buf[at:at + n] = q.tobytes()
-        sat = at + ((n + 63) & ~63)
-        buf[sat:sat + 4 * nb] = s.astype("<f4").tobytes()
+        buf[off:off + n] = q.tobytes()
+        sname, sat = _scale_at(scales, k, role)
+        if sname not in data:
+            raise CheckpointError("from-torch: nothing in the file for %s, the int8 scales of its moments" % sname)
+        data[sname][sat:sat + 4 * nb] = s.astype("<f4").tobytes()
     return buf
 
 
@@ -257,6 +275,7 @@ def to_torch(directory, out=None):
         raise CheckpointError("%s: chunks of %d elements in pages of %d bytes: not a layout this version reads"
                               % (directory, ce, psz))
     ps = _params(layout)
+    q8 = q8_scales(layout, psz) if dt == "int8" else {}
     names, shapes, steps = meta.get("names"), meta.get("shapes"), meta.get("steps")
     state, params, groups = {}, {}, {}
     for p in ps:
@@ -272,7 +291,7 @@ def to_torch(directory, out=None):
         step = steps[i] if steps and i < len(steps) else m["committed_step"]
         st = {"step": torch.tensor(float(step))}
         for role in ("exp_avg", "exp_avg_sq"):
-            v = decode_moment(data[key + role], role, dt, psz, ce, p["count"])
+            v = decode_moment(data[key + role], role, dt, psz, ce, p["count"], q8.get(p["spw"]), data)
             st[role] = torch.from_numpy(v).view(shape)
         if step > 0:
             state[i] = st
@@ -383,7 +402,10 @@ def from_torch(doc, directory, like=None):
     ps = _params(layout)
     meta = (man.get("client") or {}).get("torch") or {}
     names = meta.get("names")
-    byname = {}
+    # The raw tensors first: int8 moments write their scales into the
+    # scale pages among them.
+    byname = {n: bytearray(t.numpy().tobytes()) for n, t in raw.items()}
+    q8 = q8_scales(layout, psz) if dt == "int8" else {}
     state = doc["optimizer"]["state"]
     for p in ps:
         i = p["index"]
@@ -406,9 +428,7 @@ def from_torch(doc, directory, like=None):
             if v.size != p["count"]:
                 raise CheckpointError("from-torch: state[%d][%s] has %d elements; the layout says %d"
                                       % (i, role, v.size, p["count"]))
-            byname[key + role] = encode_moment(v, role, dt, psz, ce, p["count"])
-    for n, t in raw.items():
-        byname[n] = bytearray(t.numpy().tobytes())
+            byname[key + role] = encode_moment(v, role, dt, psz, ce, p["count"], q8.get(p["spw"]), byname)
     man["uid"] = os.getuid()
     tensors = []
     for t in man["tensors"]:

@@ -134,6 +134,23 @@ class RoundTrip(Base):
     def test_int8(self):
         self.roundtrip("int8", False)
 
+    def test_int8_values(self):
+        """int8 moments decoded by to-torch (codes in the moment tensor,
+        scales in the optimizer's scale pages) equal what OffloadAdamW
+        reads out of spillway: the round trip alone would not see scales
+        read from the wrong slot and written back there."""
+        ck, at = os.path.join(self.tmp, "ck-i8v"), os.path.join(self.tmp, "i8v-at.pt")
+        self.worker("py/pi8v", True, AT + 1, os.path.join(self.tmp, "i8v.pt"), "ckpt:%d:%s" % (AT, ck),
+                    dtype="int8")
+        spillway.restore("py/pi8v-at", ck, socket=self.d.control, lease=60)
+        self.assertTrue(self.worker("py/pi8v-at", True, AT, at, dtype="int8").startswith("resumed %d\n" % AT))
+        ref = torch.load(at)
+        from spillway.checkpoint import to_torch
+        sd = to_torch(ck)["optimizer"]
+        for i, st in ref["opt"]["state"].items():
+            for k in ("exp_avg", "exp_avg_sq"):
+                self.assertTrue(torch.equal(torch.as_tensor(st[k]), sd["state"][i][k]), "state %s of %d" % (k, i))
+
 
 class Torch(Base):
     """The torch file against spillway's own state and a real AdamW;
