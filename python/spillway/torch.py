@@ -280,23 +280,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
 
     # ------------------------------------------------------------ building
 
-    def _roles(self):
-        """Full-size state roles a chunk keeps: p, m, v, and the gradient
-        store (exact mode) or, on a persistent session, the overlapped
-        mode's undo copy of p (client/journal.c)."""
-        return 4 if self.mode == "exact" or self._persistent else 3
-
-    def _journal_pages(self, psz):
-        """A persistent session's update journal (client/journal.c), resident:
-        a slot of a 4096-element unit's p, m, v per pool thread (64 at
-        most), two step records, two done bitmaps."""
-        if not self._persistent:
-            return 0
-        threads = min(64, self._threads or os.cpu_count() or 1)
-        return -(-(threads * (128 + 12 * 4096) + 4096) // psz) + 2
-
     def _layout(self, entries):
-        k = self._roles()
+        k = _persist.state_roles(self)
         total = sum(e.numel * 4 for e in entries)
         psz = self._page_size
         if not psz:
@@ -308,7 +293,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             pages = _state_dtype.state_pages([e.numel for e in entries], psz, k, self.state_dtype)
         else:
             pages = 4 * win * k
-        pages += 2 * win + 8 + self._journal_pages(psz)
+        pages += 2 * win + 8 + _persist.journal_pages(self, psz)
         return psz, pages * psz
 
     def _device_name(self, entries):
@@ -339,7 +324,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         # overlapped persistent one); none on the cpu tier.
         swap = 0
         if self.tier == "nvme":
-            k = self._roles()
+            k = _persist.state_roles(self)
             swap = _state_dtype.state_pages([e.numel for e in entries], psz, k, self.state_dtype) * psz
             if self._persistent:  # the layout record (client/persist.c) lives on this tier too
                 swap += -(-(24 + sum(24 + len(e.name) + 8 for e in entries) + 256) // psz) * psz
