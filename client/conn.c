@@ -727,7 +727,7 @@ static int register_tensor(spw_client *c, const char *name, uint64_t bytes, enum
 	r = check_session(c, "register");
 	if (r < 0)
 		return r;
-	if (!ret_tensor || !spw_proto_tensor_name_valid(name) || bytes == 0 ||
+	if (!ret_tensor || !spw_proto_tensor_name_valid(name) || (bytes == 0 && !adopt) ||
 	    (kind != SPW_TENSOR_RESIDENT && kind != SPW_TENSOR_SWAPPABLE))
 		return spw__error(c, -EINVAL,
 				  "register: need a name of 1..%d printable ASCII bytes, a size above 0, a known kind and ret_tensor",
@@ -743,7 +743,7 @@ static int register_tensor(spw_client *c, const char *name, uint64_t bytes, enum
 	if (r < 0)
 		return r;
 	if (json_u32(reply, "tensor", &tensor) < 0 || json_u32(reply, "pages", &pages) < 0 ||
-	    (uint64_t)pages != (bytes + c->page_size - 1) / c->page_size) {
+	    (bytes && (uint64_t)pages != (bytes + c->page_size - 1) / c->page_size)) {
 		cJSON_Delete(reply);
 		return spw__dead(c, spw__error(c, -EPROTO,
 					       "register %s: spillwayd's reply lacks the tensor id or gives a wrong page count",

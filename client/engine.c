@@ -124,7 +124,8 @@ static void hint_ahead(spw_optimizer *o, const struct chunk *ch)
 		if (c->hinted_step == o->hint_step)
 			continue;
 		for (unsigned r = 0; r < R__N; r++) {
-			if (r == R_G && (!c->t->has_g || c->g_spent))
+			/* The undo copy is written before it is read. */
+			if ((r == R_G && (!c->t->has_g || c->g_spent)) || r == R_U)
 				continue;
 			/* Both moments' scales share a page. */
 			if ((r == R_MS && o->state_dtype != SPW_STATE_INT8) || r == R_VS)
@@ -189,9 +190,15 @@ static bool admit(spw_optimizer *o)
 			 * daemon need not read it (SPW_PIN_OVERWRITE). */
 			bool rewrite = r == R_G && j->kind == JOB_GRAD && j->first;
 
+			/* The undo copy of the weights is rewritten whole, but
+			 * in the redo of a torn step (journal.c), where the
+			 * tiles done before keep theirs. */
+			if (r == R_U)
+				rewrite = j->step != o->persist.torn;
+
 			if (!(j->roles & (1u << r)))
 				continue;
-			if (rewrite)
+			if (rewrite && r == R_G)
 				j->ch->g_spent = false;
 			if (spw__submit_op(o->c, SPW_OP_PIN, rewrite ? SPW_PIN_OVERWRITE : 0, tensor_id(j, r),
 					   role_page(o, r, j->ch->t, j->ch->index),
@@ -339,7 +346,7 @@ static void completion(spw_optimizer *o, const struct spw_completion *cp)
 	if (cp->res < 0) {
 		pthread_mutex_lock(&o->lock);
 		spw__opt_fatal_locked(o, cp->res, "%s %s page %u of tensor %s: %s", role < R__N ? "pinning" : "unpinning",
-			              (const char *[]){ "master weights", "exp_avg", "exp_avg_sq", "gradient",
+			              (const char *[]){ "master weights", "exp_avg", "exp_avg_sq", "gradient", "undo copy",
 						"exp_avg's scales in", "exp_avg_sq's scales in" }[role % R__N],
 			              j->ch->index, j->ch->t->name, spw_strerror(cp->res));
 		pthread_mutex_unlock(&o->lock);

@@ -6,7 +6,9 @@
  * kernels/); the tiles' square sums are folded by the engine
  * (spw__sumsq_fold()); the last tile gives the job back to the engine.
  */
+#include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "optimizer-private.h"
 
@@ -67,6 +69,71 @@ static const char *const kind_name[] = {
 	[JOB_ADAM_STORE] = "adam (store)", [JOB_FETCH] = "fetch cast",
 };
 
+/* Fresh pages of a tensor may hold anything (a slot's earlier tenant), so
+ * the moments start as torch's zeros, the first time a chunk is updated,
+ * instead of costing a pass at add time. [b, e) starts on an int8 block. */
+static void zero_moments(struct job *j, size_t b, size_t e)
+{
+	spw_optimizer *o = j->o;
+	unsigned roles = roles_moments(o);
+
+	/* int8: zero codes of a zero scale are a block of zeros. */
+	for (unsigned r = R_M; r < R__N; r++) {
+		struct role_span sp = role_tile(o, r, b, e);
+
+		if ((roles & 1u << r) && (j->roles & 1u << r))
+			memset((unsigned char *)j->ptr[r] + sp.at, 0, sp.len);
+	}
+}
+
+/*
+ * An update on a persistent session (journal.c): the tile's other ops
+ * first, whole (the square sum is the tile's, as without the journal),
+ * then AdamW (always the last op) unit by unit, each unit's old bytes in
+ * the thread's journal slot while it runs. A unit an earlier try of this
+ * step already updated (a redone step after a takeover) is not updated
+ * again; the device gets its master weights as they are.
+ */
+static void journalled_tile(struct job *j, size_t tile, size_t b, size_t e)
+{
+	spw_optimizer *o = j->o;
+	const struct spw__kernel_op *adam = &j->ops[j->nops - 1];
+
+	for (unsigned i = 0; i + 1 < j->nops; i++) {
+		double s = spw__kernel_op_run(o->k, &j->ops[i], b, e);
+
+		if (j->ops[i].op == SPW_POOL_SUMSQ)
+			j->ch->partial[tile] = s;
+	}
+	for (size_t ub = b; ub < e; ub += SPW_JOURNAL_UNIT) {
+		size_t ue = e - ub < SPW_JOURNAL_UNIT ? e : ub + SPW_JOURNAL_UNIT, u = ub / SPW_JOURNAL_UNIT;
+		int slot;
+
+		if (spw__journal_unit_done(o, j, u)) {
+			if (j->copy) {
+				struct spw__kernel_op cast = { .op = SPW_POOL_CAST, .src = j->ptr[R_P],
+							       .src_dtype = SPW_DTYPE_F32, .dst = j->scopy,
+							       .dst_dtype = j->cdt };
+
+				spw__kernel_op_run(o->k, &cast, ub, ue);
+			}
+			continue;
+		}
+		slot = spw__journal_enter(o, j, u, ub, ue);
+		if (!j->ch->zeroed)
+			zero_moments(j, ub, ue);
+		if (spw__journal_kill_now(o)) {
+			/* Tests only: die with the unit half updated. */
+			spw__kernel_op_run(o->k, adam, ub, ub + (ue - ub) / 2);
+			kill(getpid(), SIGKILL);
+		}
+		spw__journal_test_delay(o);
+		spw__kernel_op_run(o->k, adam, ub, ue);
+		spw__journal_test_delay(o);
+		spw__journal_leave(o, j, u, slot);
+	}
+}
+
 static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 {
 	struct job *j = arg;
@@ -75,24 +142,19 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 	bool adam = j->kind != JOB_GRAD && j->kind != JOB_FETCH;
 	uint64_t t0 = now_ns();
 
-	/* Fresh pages of a tensor may hold anything (a slot's earlier
-	 * tenant), so the moments start as torch's zeros here, the first
-	 * time a chunk is updated, instead of costing a pass at add time. */
-	if (adam && !ch->zeroed) {
-		/* int8: zero codes of a zero scale are a block of zeros. */
-		for (unsigned r = R_M; r < R__N; r++) {
-			struct role_span sp = role_tile(o, r, b, e);
-
-			if (r != R_G && (j->roles & 1u << r))
-				memset((unsigned char *)j->ptr[r] + sp.at, 0, sp.len);
-		}
+	if (adam && spw__journal_on(o)) {
+		journalled_tile(j, tile, b, e);
+		goto out;
 	}
+	if (adam && !ch->zeroed)
+		zero_moments(j, b, e);
 	for (unsigned i = 0; i < j->nops; i++) {
 		double s = spw__kernel_op_run(o->k, &j->ops[i], b, e);
 
 		if (j->ops[i].op == SPW_POOL_SUMSQ)
 			ch->partial[tile] = s;
 	}
+out:
 	atomic_fetch_add_explicit(&o->st_adam_ns, now_ns() - t0, memory_order_relaxed);
 	/* The last tile hands the job to the engine. The seq_cst decrement
 	 * orders every tile's stores before it, and the lock hand-off in

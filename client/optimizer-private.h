@@ -11,6 +11,8 @@
  *   engine.c       the engine thread: ring ownership, the admission window,
  *                  pins and unpins, completions, read-ahead hints, parking
  *   job-kernels.c  the kernels a job runs, tile by tile on the pool
+ *   journal.c      a persistent session's tile journal: kills inside a
+ *                  step's updates made resumable
  *   tensors.c      tensor registration and initial weights
  *   step.c         the step: begin / grad_ready / end
  *   step-policy.c  its pure numerics: the norm, the clip coefficient, the
@@ -73,8 +75,12 @@ _Static_assert((int)SPW_TYPE_F32 == (int)SPW_DTYPE_F32 && (int)SPW_TYPE_BF16 == 
 #define TILE SPW_POOL_ADAMW_TILE
 
 /* Roles a job pins: a tensor each up to R__T; the block scales of int8
- * moments (R_MS, R_VS) lie in the optimizer's scale pages (role_at). */
-enum role { R_P, R_M, R_V, R_G, R__T, R_MS = R__T, R_VS, R__N };
+ * moments (R_MS, R_VS) lie in the optimizer's scale pages (role_at).
+ * R_U: the undo copy of the master weights an overlapped optimizer on a
+ * persistent session keeps of the tiles it updated in the open step
+ * (journal.c): a trainer killed inside the step's updates redoes it from
+ * the weights before it. */
+enum role { R_P, R_M, R_V, R_G, R_U, R__T, R_MS = R__T, R_VS, R__N };
 _Static_assert((int)SPW_STATE_PARAM == R_P && (int)SPW_STATE_EXP_AVG == R_M && (int)SPW_STATE_EXP_AVG_SQ == R_V,
 	       "spw_optimizer_read/write's states index the roles");
 
@@ -120,7 +126,9 @@ struct job {
 	struct spw__pool_call call;
 	atomic_size_t tiles_left;
 	struct job *next;
-};
+	/* Pins and unpins carry the job's address and a role code (< 2 *
+	 * R__N) in its low bits. */
+} __attribute__((aligned(16)));
 
 struct tensor;
 
@@ -153,6 +161,7 @@ struct tensor {
 	enum spw_dtype ptype;
 	uint32_t id[R__T];
 	bool has_g;
+	bool has_u;             /* an undo copy of p (R_U, journal.c) */
 	bool frozen;            /* master weights only, never updated */
 	/* No gradient this step (spw_optimizer_grad_none; trainer): skipped
 	 * at end, as torch.optim skips a parameter whose .grad is None. */
@@ -264,12 +273,38 @@ struct spw_optimizer {
 		uint32_t mod_left[2];   /* by step parity: updating jobs not done */
 		uint64_t ended;         /* the last step whose end() ran */
 		uint64_t acked;         /* COMMITs the daemon has answered up to (free waits) */
-		uint32_t scale_bits, good; /* what COMMIT(ended) carries */
-		uint32_t coef_bits;     /* and the STATS after it: the step's clip coefficient */
+		uint32_t scale_bits[2], good[2]; /* what COMMIT(step) carries, by step parity */
+		uint32_t coef_bits[2];  /* and the STATS before it: the step's clip coefficient */
 		uint64_t adam_ns_seen;  /* st_adam_ns at the last STATS */
 		/* engine */
 		uint64_t opened, committed;
+		/* MARKs in flight, oldest first: a COMMIT's step, 0 for an
+		 * OPEN (they complete in order). */
+		uint64_t mq[32];
+		uint32_t mq_head, mq_n;
+		/* The session was left inside step torn's updates (taken
+		 * over with that step open): settled (journal.c) before the
+		 * state is read, written or stepped. */
+		uint64_t torn;
+		bool settled;           /* journal.c's takeover work is done */
+		bool redo;              /* overlapped: step torn is being redone (trainer) */
 	} persist;
+
+	/* The tile journal of a persistent session (journal.c). NULL pages:
+	 * no journal (a plain session). */
+	struct {
+		uint32_t id, done_id;
+		void **pages, **done_pages;
+		uint32_t npages, ndone_pages;
+		uint32_t nslots;
+		size_t slot_bytes, slots_at, rec_bytes;
+		uint32_t units_per_chunk, unit_elems;
+		uint64_t words;         /* 64-bit words of one done bitmap */
+		_Atomic uint64_t free_slots; /* bit per free slot */
+		long kill_at;           /* SPILLWAY_TEST_KILL_AT_TILE, 0: off */
+		long delay_us;          /* SPILLWAY_TEST_TILE_DELAY_US, 0: off */
+		atomic_long tiles;
+	} jn;
 
 	struct spw__trace *trace;       /* NULL: tracing off (trace.h) */
 	/* The daemon's I/O log as far as the timeline has it (trace-daemon.c). */
@@ -305,6 +340,8 @@ static inline bool role_used(const struct tensor *t, unsigned r)
 {
 	if (t->frozen)
 		return r == R_P;
+	if (r == R_U)
+		return t->has_u;
 	return r != R_G || t->has_g;
 }
 
@@ -490,6 +527,58 @@ int spw__persist_open_write(spw_optimizer *o);
 void spw__persist_commit(spw_optimizer *o);
 /* Engine: a MARK's completion. */
 void spw__persist_marked(spw_optimizer *o, int32_t res);
+
+/* ---- journal.c ---- */
+
+/* spw_optimizer_new, after the pool: the journal of a persistent session
+ * registered (or adopted and checked on a takeover). 0 or the error in
+ * c's last error. */
+int spw__journal_open(spw_optimizer *o);
+/* At the first begin, ring held (inside spw__persist_layout): the done
+ * bitmaps' tensor, registered or adopted. 0 or the client's error. */
+int spw__journal_done_tensor(spw_optimizer *o);
+/* A taken-over session's first read, write or begin: the layout checked,
+ * torn tiles put back; exact mode finishes the open step. 0 or the error
+ * (with its message). */
+int spw__journal_settle(spw_optimizer *o);
+/* begin, trainer: the step's record and done bitmap made ready. 0 or the
+ * error (with its message). */
+int spw__journal_begin(spw_optimizer *o, uint64_t step);
+/* exact mode's end, before its updates are queued: the constants a
+ * takeover finishes the step with. */
+void spw__journal_plan(spw_optimizer *o, uint32_t scale_bits, uint32_t good);
+/* The journal's unit: AdamW runs unit by unit inside a tile on a
+ * persistent session, each unit's old p, m, v (48 KiB in fp32) in the
+ * thread's slot, which stays in the core's caches. Divides TILE and is a
+ * multiple of SPW_Q8_BLOCK. */
+#define SPW_JOURNAL_UNIT 4096u
+_Static_assert(TILE % SPW_JOURNAL_UNIT == 0 && SPW_JOURNAL_UNIT % SPW_Q8_BLOCK == 0, "journal unit");
+
+/* Whether updates are journalled (a persistent session, once begun). */
+static inline bool spw__journal_on(const spw_optimizer *o)
+{
+	return o->jn.done_pages != NULL;
+}
+/* Pool thread, unit u (elements [u, u + 1) * SPW_JOURNAL_UNIT of the
+ * chunk) of an updating job: whether an earlier try of the step updated
+ * it already (a redone step); else enter claims a journal slot holding
+ * the unit's old bytes [b, e) (its index), and leave marks the unit done
+ * and frees the slot. */
+bool spw__journal_unit_done(spw_optimizer *o, const struct job *j, size_t u);
+int spw__journal_enter(spw_optimizer *o, const struct job *j, size_t u, size_t b, size_t e);
+void spw__journal_leave(spw_optimizer *o, const struct job *j, size_t u, int slot);
+/* spw_optimizer_read of the master weights (ring held), of a session left
+ * inside step torn's overlapped updates: the chunk's tiles updated in it
+ * are read from the undo copy instead. 0 or the client's error. */
+int spw__journal_undo_fix(spw_optimizer *o, const struct chunk *ch, float *out);
+/* SPILLWAY_TEST_KILL_AT_TILE=K (tests only): true at the K-th unit
+ * update, which the caller leaves half done and dies. */
+bool spw__journal_kill_now(spw_optimizer *o);
+/* SPILLWAY_TEST_TILE_DELAY_US=N (tests only): a unit update waits N us
+ * before and after its kernel, so that random kills land there. */
+void spw__journal_test_delay(const spw_optimizer *o);
+/* spw_optimizer_free: the journal's pins released. */
+void spw__journal_close(spw_optimizer *o);
 
 /* ---- trace-daemon.c ---- */
 

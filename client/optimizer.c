@@ -244,6 +244,17 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	r = spw__persist_init(o);
 	if (r < 0)
 		goto fail;
+	po.threads = opts->threads;
+	r = spw__pool_new(&po, &o->pool);
+	if (r < 0) {
+		spw__error(c, r, "spw_optimizer_new: starting the thread pool: %s", spw_strerror(r));
+		goto fail;
+	}
+	/* The journal's slots and bitmaps are resident pages the window
+	 * cannot use (journal.c). */
+	r = spw__journal_open(o);
+	if (r < 0)
+		goto fail;
 	w = opts->window ? opts->window : DEFAULT_WINDOW;
 	/* Each chunk in flight pins up to 4 pages of its own and uses 2
 	 * staging pages; int8 moments' jobs also pin the scale pages, which
@@ -253,8 +264,16 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	spare = opts->state_dtype == SPW_STATE_INT8 ? 2 : 0;
 	if (w > o->ring_cap / 8)
 		w = o->ring_cap / 8;
-	if (w > (info.slots > spare ? info.slots - spare : 0) / 6)
-		w = (info.slots > spare ? info.slots - spare : 0) / 6;
+	/* The journal's pages stay pinned (journal.c), and an overlapped
+	 * optimizer on a persistent session pins an undo page too. */
+	{
+		uint32_t held = spare + (o->jn.pages ? o->jn.npages + 1 : 0);
+		uint32_t left = info.slots > held ? info.slots - held : 0;
+		uint32_t per = o->jn.pages && o->mode == SPW_OPT_OVERLAPPED ? 7 : 6;
+
+		if (w > left / per)
+			w = left / per;
+	}
 	if (w == 0)
 		w = 1;
 	o->window = w;
@@ -294,12 +313,6 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	    (r = spw__event_create(o->dev, &o->prod_ev)) < 0) {
 		spw__error(c, r, "spw_optimizer_new: creating copy streams: %s",
 			   spw__device_errmsg(o->dev, err, sizeof(err)));
-		goto fail;
-	}
-	po.threads = opts->threads;
-	r = spw__pool_new(&po, &o->pool);
-	if (r < 0) {
-		spw__error(c, r, "spw_optimizer_new: starting the thread pool: %s", spw_strerror(r));
 		goto fail;
 	}
 
@@ -363,6 +376,7 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 		spw__stream_destroy(o->dev, o->d2h);
 		spw__stream_destroy(o->dev, o->h2d);
 	}
+	spw__journal_close(o);
 	if (!o->c->dead && !o->err) {
 		for (i = 0; i < 2 * o->window && o->sbuf && o->sbuf[i]; i++)
 			spw_unpin(o->c, o->staging_id, i, SPW_CLEAN);

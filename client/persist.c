@@ -45,14 +45,10 @@ int spw__persist_init(spw_optimizer *o)
 	}
 	if (!p->reattached)
 		return 0;
+	/* Left inside a step's updates: the journal (journal.c) decides at
+	 * spw_optimizer_new whether and how it resumes. */
 	if (p->step_open)
-		return spw__error(o->c, -ESTALE,
-				  "spw_optimizer_new: session %s was left by a trainer that died while updating step "
-				  "%llu, so its state mixes steps %llu and %llu and cannot be resumed exactly; drop it "
-				  "(spillwayctl drop %s) and restart from a checkpoint",
-				  o->c->session, (unsigned long long)p->committed_step + 1,
-				  (unsigned long long)p->committed_step, (unsigned long long)p->committed_step + 1,
-				  o->c->session);
+		o->persist.torn = p->committed_step + 1;
 	if (p->damaged_pages)
 		return spw__error(o->c, -EBADMSG,
 				  "spw_optimizer_new: session %s came back from a crash of spillwayd with %u damaged "
@@ -67,7 +63,7 @@ int spw__persist_init(spw_optimizer *o)
 	o->persist.resumed = p->committed_step > 0;
 	o->persist.resumed_step = p->committed_step;
 	o->persist.committed = p->committed_step;
-	o->persist.opened = p->committed_step;
+	o->persist.opened = p->step_open ? p->committed_step + 1 : p->committed_step;
 	o->persist.ended = p->committed_step;
 	o->persist.acked = p->committed_step;
 	if (o->persist.resumed && o->dynamic && p->loss_scale > 0.0f)
@@ -198,6 +194,8 @@ int spw__persist_layout(spw_optimizer *o)
 	/* On the tier of the state: a region smaller than the state has no
 	 * free slot to give a resident tensor by now. */
 	r = spw__persist_tensor(o, LAYOUT_NAME, bytes, o->tier, &o->persist.layout_id);
+	if (r == 0)
+		r = spw__journal_done_tensor(o);
 	if (r < 0) {
 		r = spw__opt_error(o, r, "begin: %s%s", spw_client_last_error(o->c),
 				   r == -EEXIST ? " (the number or names of tensors differ)" : "");
@@ -249,61 +247,93 @@ int spw__persist_open_write(spw_optimizer *o)
 	return r;
 }
 
+/* Room to remember one more MARK in flight (engine). */
+static bool mark_room(const spw_optimizer *o)
+{
+	return o->persist.mq_n < 32u;
+}
+
+static void mark_sent(spw_optimizer *o, uint64_t commit_step)
+{
+	o->persist.mq[(o->persist.mq_head + o->persist.mq_n) % 32u] = commit_step;
+	o->persist.mq_n++;
+	o->hints_inflight++;
+}
+
 bool spw__persist_open(spw_optimizer *o, const struct job *j)
 {
 	if (!o->persist.on || !job_updates(j->kind) || j->step <= o->persist.opened)
 		return true;
-	if (o->hints_inflight + o->ring_reserved + 1 > o->ring_cap)
+	/* One step open at a time: a takeover then knows that every step
+	 * before the open one is whole, and journal.c's records by step
+	 * parity hold the open step's. */
+	if (j->step > o->persist.committed + 1)
+		return false;
+	if (o->hints_inflight + o->ring_reserved + 1 > o->ring_cap || !mark_room(o))
 		return false;
 	if (spw__submit_mark(o->c, SPW_MARK_OPEN, j->step, 0, 0, UD_MARK) < 0)
 		return false;
-	o->hints_inflight++;
+	mark_sent(o, 0);
 	o->persist.opened = j->step;
 	return true;
 }
 
 void spw__persist_commit(spw_optimizer *o)
 {
-	uint64_t step, adam_ns, adam_us;
-	uint32_t bits, good, coef;
-	bool ready;
-
 	/* Every session commits its steps: status, metrics and top show
-	 * them; only a persistent one also opens them (persist_open). */
-	pthread_mutex_lock(&o->lock);
-	step = o->persist.ended;
-	ready = step > o->persist.committed && o->persist.mod_left[step & 1] == 0;
-	bits = o->persist.scale_bits;
-	good = o->persist.good;
-	coef = o->persist.coef_bits;
-	pthread_mutex_unlock(&o->lock);
-	if (!ready || o->hints_inflight + o->ring_reserved + 2 > o->ring_cap)
-		return;
-	/* The step's figures for status and metrics, before its COMMIT, so
-	 * whoever saw the COMMIT answered sees them too. Best effort: a full
-	 * ring only loses a sample. */
-	adam_ns = atomic_load_explicit(&o->st_adam_ns, memory_order_relaxed);
-	adam_us = (adam_ns - o->persist.adam_ns_seen) / 1000;
-	if (spw__submit_mark(o->c, SPW_MARK_STATS, step, coef, adam_us > UINT32_MAX ? UINT32_MAX : (uint32_t)adam_us,
-			     UD_STATS) == 0) {
-		o->hints_inflight++;
-		o->persist.adam_ns_seen = adam_ns;
+	 * them; only a persistent one also opens them (persist_open). In
+	 * order, each with its own loss scale: a COMMIT the ring had no room
+	 * for goes out before a later step's. */
+	for (;;) {
+		uint64_t step, adam_ns, adam_us;
+		uint32_t bits, good, coef;
+		bool ready;
+
+		pthread_mutex_lock(&o->lock);
+		step = o->persist.committed + 1;
+		ready = step <= o->persist.ended && o->persist.mod_left[step & 1] == 0;
+		bits = o->persist.scale_bits[step & 1];
+		good = o->persist.good[step & 1];
+		coef = o->persist.coef_bits[step & 1];
+		pthread_mutex_unlock(&o->lock);
+		if (!ready || o->hints_inflight + o->ring_reserved + 2 > o->ring_cap || !mark_room(o))
+			return;
+		/* The step's figures for status and metrics, before its COMMIT,
+		 * so whoever saw the COMMIT answered sees them too. Best effort:
+		 * a failed submit only loses a sample. Its answer frees its ring
+		 * room (engine.c, UD_STATS) and is not in the queue of marks
+		 * (mq), which counts the OPENs and COMMITs that are awaited. */
+		adam_ns = atomic_load_explicit(&o->st_adam_ns, memory_order_relaxed);
+		adam_us = (adam_ns - o->persist.adam_ns_seen) / 1000;
+		if (spw__submit_mark(o->c, SPW_MARK_STATS, step, coef,
+				     adam_us > UINT32_MAX ? UINT32_MAX : (uint32_t)adam_us, UD_STATS) == 0) {
+			o->hints_inflight++;
+			o->persist.adam_ns_seen = adam_ns;
+		}
+		if (spw__submit_mark(o->c, SPW_MARK_COMMIT, step, bits, good, UD_MARK) < 0)
+			return;
+		mark_sent(o, step);
+		o->persist.committed = step;
 	}
-	if (spw__submit_mark(o->c, SPW_MARK_COMMIT, step, bits, good, UD_MARK) < 0)
-		return;
-	o->hints_inflight++;
-	o->persist.committed = step;
 }
 
 void spw__persist_marked(spw_optimizer *o, int32_t res)
 {
+	uint64_t step = 0;
+
 	o->hints_inflight--;
+	if (o->persist.mq_n) {
+		step = o->persist.mq[o->persist.mq_head];
+		o->persist.mq_head = (o->persist.mq_head + 1) % 32u;
+		o->persist.mq_n--;
+	}
 	pthread_mutex_lock(&o->lock);
 	if (res < 0)
 		spw__opt_fatal_locked(o, res, "marking step %llu for the persistent session: %s",
 				      (unsigned long long)o->persist.committed, spw_strerror(res));
-	/* Marks complete in order: this one is the newest COMMIT or older. */
-	o->persist.acked = o->persist.committed;
+	/* Marks complete in order: the oldest in flight answered. */
+	if (step > o->persist.acked)
+		o->persist.acked = step;
 	pthread_cond_broadcast(&o->cond);
 	pthread_mutex_unlock(&o->lock);
 }

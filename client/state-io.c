@@ -91,6 +91,9 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 		return -EINVAL;
 	if ((r = state_access(o, "read", tensor, which, out, &t)) < 0)
 		return r;
+	/* A session taken over inside a step's updates is put right first. */
+	if (o->persist.torn && (r = spw__journal_settle(o)) < 0)
+		return r;
 	spw__opt_ring_acquire(o);
 	for (uint32_t k = 0; k < t->nchunks && r >= 0; k++) {
 		const struct chunk *ch = &t->chunks[k];
@@ -119,6 +122,9 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 
 			r = r < 0 ? r : r2;
 		}
+		/* Left inside an overlapped step: the weights it is redone from. */
+		if (r >= 0 && which == SPW_STATE_PARAM)
+			r = spw__journal_undo_fix(o, ch, out);
 	}
 	spw__opt_ring_release(o);
 	if (r < 0)
@@ -168,6 +174,9 @@ SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor, enum spw_o
 	if (!o)
 		return -EINVAL;
 	if ((r = state_access(o, "write", tensor, which, in, &t)) < 0)
+		return r;
+	/* A session taken over inside a step's updates is put right first. */
+	if (o->persist.torn && (r = spw__journal_settle(o)) < 0)
 		return r;
 	/* Parking the engine orders our writes of ch->zeroed before the next
 	 * job's reads. A persistent session learns first that the state is

@@ -69,14 +69,12 @@ SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float 
 				      "(spw_optimizer_resumed_step() + 1)", (uintmax_t)step,
 				      (uintmax_t)o->persist.resumed_step,
 				      (uintmax_t)(o->persist.resumed_step + (o->c->persist.skipped ? 0 : 1)));
-	if (!o->started) {
-		spw__opt_ring_acquire(o);
-		r = spw__persist_layout(o);
-		spw__opt_trace_disk_map(o);
-		spw__opt_ring_release(o);
-		if (r < 0)
-			return r;
-	}
+	/* The layout checked or recorded; a session taken over inside a
+	 * step's updates put right (journal.c). */
+	if (!o->started && (r = spw__journal_settle(o)) < 0)
+		return r;
+	if ((r = spw__journal_begin(o, step)) < 0)
+		return r;
 	for (g = 0; g < o->ngroups; g++) {
 		float lr = lrs ? lrs[g] : o->groups[g].lr;
 
@@ -143,10 +141,10 @@ static void plan_job(spw_optimizer *o, struct chunk *ch, enum spw_dtype gdt)
 	j->want_norm = last;
 	if (o->mode == SPW_OPT_OVERLAPPED && o->accum == 1) {
 		j->kind = JOB_ADAM;
-		j->roles = 1u << R_P | roles_moments(o);
+		j->roles = 1u << R_P | roles_moments(o) | (ch->t->has_u ? 1u << R_U : 0);
 	} else if (o->mode == SPW_OPT_OVERLAPPED && last) {
 		j->kind = JOB_GRAD_ADAM;
-		j->roles = 1u << R_P | roles_moments(o) | 1u << R_G;
+		j->roles = 1u << R_P | roles_moments(o) | 1u << R_G | (ch->t->has_u ? 1u << R_U : 0);
 	} else {
 		j->kind = JOB_GRAD;
 		j->roles = 1u << R_G;
@@ -394,6 +392,18 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 		coef = spw__clip_coef(norm, o->max_norm);
 		for (uint32_t g = 0; g < o->ngroups; g++)
 			prepare(o, g, coef / o->loss_scale, &o->gconsts[g]);
+		{
+			/* What this step's COMMIT will carry, recorded with its
+			 * constants before its first update (journal.c). */
+			struct spw__loss_scale next = o->dynamic ? spw__loss_scale_next(o->dyn_scale, false,
+											 o->growth_interval)
+								 : o->dyn_scale;
+			float ns = o->dynamic ? next.scale : o->loss_scale;
+			uint32_t bits;
+
+			memcpy(&bits, &ns, sizeof(bits));
+			spw__journal_plan(o, bits, o->dynamic ? next.good_steps & 0x7fffffffu : 0);
+		}
 		/* The next forward needs the first layers first: the reverse
 		 * of the order backward produced them in. */
 		for (i = o->norder; i-- > 0;) {
@@ -448,9 +458,9 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 	 * updates are in (persist.c). */
 	pthread_mutex_lock(&o->lock);
 	o->persist.ended = o->step;
-	memcpy(&o->persist.scale_bits, &out.next_loss_scale, sizeof(o->persist.scale_bits));
-	o->persist.good = (o->dynamic ? o->dyn_scale.good_steps & 0x7fffffffu : 0) | (uint32_t)skip << 31;
-	memcpy(&o->persist.coef_bits, &coef, sizeof(o->persist.coef_bits));
+	memcpy(&o->persist.scale_bits[o->step & 1], &out.next_loss_scale, sizeof(o->persist.scale_bits[0]));
+	o->persist.good[o->step & 1] = (o->dynamic ? o->dyn_scale.good_steps & 0x7fffffffu : 0) | (uint32_t)skip << 31;
+	memcpy(&o->persist.coef_bits[o->step & 1], &coef, sizeof(o->persist.coef_bits[0]));
 	pthread_mutex_unlock(&o->lock);
 	spw__opt_wake(o);
 	TRACE_SPAN(o, SPW_TRACK_TRAINER, "step", o->t_step, now_ns(), UINT32_MAX, UINT32_MAX, o->step);

@@ -35,7 +35,7 @@ static int write_init(spw_optimizer *o, const struct tensor *t, const void *init
 	return 0;
 }
 
-static const char *const role_suffix[R__T] = { "param", "exp_avg", "exp_avg_sq", "grad" };
+static const char *const role_suffix[R__T] = { "param", "exp_avg", "exp_avg_sq", "grad", "param_undo" };
 
 /* Unregisters the scale pages from first on (not adopted ones: they are a
  * persistent session's state). The ring is ours. */
@@ -92,8 +92,9 @@ static int add_check(spw_optimizer *o, const char *name, uint64_t count, uint32_
 				     "not starting with '.' or '/', without \"..\" (docs/api.md, Names)", MAX_NAME);
 	if (count == 0 || !ret_tensor)
 		return spw__opt_error(o, -EINVAL, "add %s: count is 0 or ret_tensor is NULL", name);
-	if (o->started)
-		return spw__opt_error(o, -EBUSY, "add %s: tensors are added before the first step", name);
+	if (o->started || o->persist.settled)
+		return spw__opt_error(o, -EBUSY, "add %s: tensors are added before the first step (and, on a session "
+				      "taken over inside a step's updates, before the first read)", name);
 	for (uint32_t i = 0; i < o->ntensors; i++)
 		if (!strcmp(o->tensors[i].name, name))
 			return spw__opt_error(o, -EEXIST, "add %s: the optimizer has a tensor of that name", name);
@@ -145,6 +146,9 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 		.name = strdup(name), .chunks = calloc(nch, sizeof(*t->chunks)),
 		.group = group, .count = count, .dev = dev_params, .ptype = param_type, .nchunks = nch,
 		.frozen = frozen, .has_g = !frozen && (o->mode == SPW_OPT_EXACT || o->accum > 1),
+		/* Overlapped updates on a persistent session keep the weights
+		 * they replace until the step commits (journal.c). */
+		.has_u = !frozen && o->mode == SPW_OPT_OVERLAPPED && o->jn.pages,
 	};
 	if (!t->name || !t->chunks)
 		goto oom;

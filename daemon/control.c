@@ -464,7 +464,8 @@ static void do_register(struct client *c, const cJSON *msg)
 			    "register it without \"persistent\"", name);
 		return;
 	}
-	if (bytes == 0) {
+	/* An adopt of 0 bytes takes the tensor at whatever size it has. */
+	if (bytes == 0 && !adopt) {
 		control_reply_error(c, EINVAL, "register %s: bytes is 0; a tensor holds at least one byte", name);
 		return;
 	}

@@ -191,7 +191,7 @@ int persist_adopt(struct session *s, const char *name, uint64_t bytes, bool swap
 			 "(spillwayctl drop %s) to start over", name, s->name, s->ntensors, s->name);
 		return -ENOENT;
 	}
-	if (have != bytes || sw != swappable) {
+	if ((bytes && have != bytes) || sw != swappable) {
 		snprintf(err, errlen, "register %s in %s: the session's tensor of that name holds %llu bytes, %s; this "
 			 "client asks for %llu bytes, %s: the layout differs from the run that left it; drop the "
 			 "session (spillwayctl drop %s) to start over", name, s->name, (unsigned long long)have,

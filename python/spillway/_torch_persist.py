@@ -9,6 +9,7 @@ master weights of the last committed step, and `opt.resumed_step` says
 which step that was, so the trainer goes on with the data of the next.
 """
 import errno
+import os
 
 import torch
 
@@ -43,6 +44,23 @@ def session_args(opt):
     if not opt._persistent:
         return {}
     return {"persistent": True, "lease_s": int(opt._lease or 0)}
+
+
+def state_roles(opt):
+    """Full-size state roles a chunk keeps: p, m, v, and the gradient
+    store (exact mode) or, on a persistent session, the overlapped mode's
+    undo copy of p (client/journal.c)."""
+    return 4 if opt.mode == "exact" or opt._persistent else 3
+
+
+def journal_pages(opt, psz):
+    """A persistent session's update journal (client/journal.c), resident:
+    a slot of a 4096-element unit's p, m, v per pool thread (64 at most),
+    two step records, two done bitmaps."""
+    if not opt._persistent:
+        return 0
+    threads = min(64, opt._threads or os.cpu_count() or 1)
+    return -(-(threads * (128 + 12 * 4096) + 4096) // psz) + 2
 
 
 def resume(opt, spw, entries):

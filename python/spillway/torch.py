@@ -281,7 +281,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     # ------------------------------------------------------------ building
 
     def _layout(self, entries):
-        k = 4 if self.mode == "exact" else 3
+        k = _persist.state_roles(self)
         total = sum(e.numel * 4 for e in entries)
         psz = self._page_size
         if not psz:
@@ -293,7 +293,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             pages = _state_dtype.state_pages([e.numel for e in entries], psz, k, self.state_dtype)
         else:
             pages = 4 * win * k
-        pages += 2 * win + 8
+        pages += 2 * win + 8 + _persist.journal_pages(self, psz)
         return psz, pages * psz
 
     def _device_name(self, entries):
@@ -320,10 +320,11 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         if self._region_bytes:
             region = self._region_bytes
         # The swap the state needs on the NVMe tier (every page of p, m, v
-        # and, in exact mode, the gradient store); none on the cpu tier.
+        # and, in exact mode, the gradient store, or the undo copy of an
+        # overlapped persistent one); none on the cpu tier.
         swap = 0
         if self.tier == "nvme":
-            k = 4 if self.mode == "exact" else 3
+            k = _persist.state_roles(self)
             swap = _state_dtype.state_pages([e.numel for e in entries], psz, k, self.state_dtype) * psz
             if self._persistent:  # the layout record (client/persist.c) lives on this tier too
                 swap += -(-(24 + sum(24 + len(e.name) + 8 for e in entries) + 256) // psz) * psz

@@ -201,7 +201,15 @@ static void test_take_over(void)
 	ASSERT_EQ(spw_tensor_adopt(c, "t", 2 * PAGE, SPW_TENSOR_RESIDENT, &t, NULL), -EEXIST);
 	ASSERT_CONTAINS(spw_client_last_error(c), "layout differs");
 	ASSERT_EQ(spw_tensor_adopt(c, "u", PAGE, SPW_TENSOR_RESIDENT, &t, NULL), -ENOENT);
-	ASSERT_OK(spw_tensor_adopt(c, "t", PAGE, SPW_TENSOR_RESIDENT, &t, NULL));
+	/* 0 bytes: at whatever size it has (the optimizer's journal); a
+	 * register of 0 bytes is still refused. */
+	{
+		uint32_t pages = 0;
+
+		ASSERT_EQ(spw_tensor_register(c, "z", 0, SPW_TENSOR_RESIDENT, &t, NULL), -EINVAL);
+		ASSERT_OK(spw_tensor_adopt(c, "t", 0, SPW_TENSOR_RESIDENT, &t, &pages));
+		ASSERT_EQ(pages, 1u);
+	}
 	ASSERT_EQ(spw_tensor_adopt(c, "t", PAGE, SPW_TENSOR_RESIDENT, &t, NULL), -EEXIST);
 	expect_pattern(c, t, 11);
 	/* A live session cannot be dropped; a detach ends it. */

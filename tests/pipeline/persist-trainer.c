@@ -31,8 +31,13 @@
  * optimizer on the session taken over, and the run goes on from the
  * daemon's last commit ("went away: ERROR" and "reconnected S" printed).
  *
- * Exit status: 0 done, 3 the session was left mid-update (-ESTALE: the
- * harness drops it and starts over), 1 anything else.
+ * A trainer that took over a session left inside a step's updates prints
+ * "resumed N mid-update". With SPILLWAY_TEST_KILL_AT_TILE=K in the
+ * environment the library kills it inside its K-th tile update;
+ * PERSIST_THREADS=T gives its pool T threads instead of 2.
+ *
+ * Exit status: 0 done, 3 the session was refused (-ESTALE), 1 anything
+ * else.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -173,6 +178,7 @@ int main(int argc, char **argv)
 	struct mlp_config cfg = { .n_in = 64, .n_hidden = 384, .n_hidden_layers = 2, .n_out = 10, .max_batch = BATCH };
 	struct spw_param_group g = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f };
 	struct spw_optimizer_opts oo = { .size = sizeof(oo), .groups = &g, .ngroups = 1, .threads = 2, .device = "host" };
+	struct spw_session_info info = { .size = sizeof(info) };
 	struct trainer tr = { .hv.give = hand_over };
 	const struct mlp_tensor *t;
 	struct mlp_task *task;
@@ -205,6 +211,10 @@ int main(int argc, char **argv)
 	}
 	if (getenv("PERSIST_FLUSH_AT"))
 		flush_at = strtoull(getenv("PERSIST_FLUSH_AT"), NULL, 10);
+	/* PERSIST_THREADS: the pool's threads (2 by default); a trainer
+	 * taking over from one with another count must resume as well. */
+	if (getenv("PERSIST_THREADS"))
+		oo.threads = (uint32_t)atoi(getenv("PERSIST_THREADS"));
 	oo.accumulation = (uint32_t)accum;
 	oo.dynamic_loss_scale = tr.fp16;
 	oo.init_loss_scale = 1024.0f;
@@ -215,10 +225,12 @@ int main(int argc, char **argv)
 		return fail("model", "cannot build");
 	t = mlp_tensors(m, &n);
 	{
-		/* Resident: the whole state fits; swappable: a region of a
-		 * third of it, so pages go to disk and come back every step. */
+		/* Resident: the whole state fits; swappable: a region that
+		 * holds under half of it beside the optimizer's resident pages
+		 * (staging, journal), so pages go to disk and come back every
+		 * step. */
 		struct spw_attach_opts a = { .size = sizeof(a), .session = argv[2], .page_size = PAGE,
-					     .region_bytes = oo.tier == SPW_TENSOR_RESIDENT ? 16u << 20 : 2u << 20,
+					     .region_bytes = oo.tier == SPW_TENSOR_RESIDENT ? 16u << 20 : 3u << 20,
 					     .persistent = persistent, .lease_s = 120 };
 
 		if (spw_client_new(NULL, &c) < 0 || spw_client_connect(c, argv[1]) < 0)
@@ -229,10 +241,13 @@ int main(int argc, char **argv)
 			usleep(20 * 1000);
 		if (r < 0)
 			return fail("attach", spw_client_last_error(c));
+		/* Whether the trainer before died inside a step's updates: the
+		 * harness counts such resumes. */
+		spw_client_info(c, &info);
 	}
 	step = setup(&tr, c, &oo, t, n);
 	if (step > 1) {
-		printf("resumed %llu\n", (unsigned long long)step - 1);
+		printf("resumed %llu%s\n", (unsigned long long)step - 1, info.step_open ? " mid-update" : "");
 		fflush(stdout);
 	}
 again:

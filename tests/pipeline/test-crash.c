@@ -291,7 +291,8 @@ int main(int argc, char **argv)
 		 " \"persist\": {\"state_dir\": \"%s\"}, \"log\": {\"level\": \"warn\"}}", state);
 	snprintf(ref, sizeof(ref), "%s.ref.bin", state);
 	snprintf(run, sizeof(run), "%s.run.bin", state);
-	a.region_bytes = !strcmp(tier, "swappable") ? 2u << 20 : 16u << 20;
+	/* persist-trainer's geometry: an attach of another is refused. */
+	a.region_bytes = !strcmp(tier, "swappable") ? 3u << 20 : 16u << 20;
 
 	ASSERT_OK(spw_test_daemon_start(&d, config));
 	pid = spawn("cr/ref", "0", "0", NULL, ref, &fd);

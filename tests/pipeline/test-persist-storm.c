@@ -4,12 +4,17 @@
  * SIGKILL at random instants again and again (issue 10). Each kill is
  * followed by a new trainer that takes the session over and continues;
  * the final master weights and moments must equal an uninterrupted run's
- * bit for bit. A kill that lands inside a step's updates leaves a state
- * that mixes two steps: the new trainer must be refused (-ESTALE, exit 3),
- * never resume it; the harness then drops the session and starts over. At
- * the end no session, pool byte or swap file is left.
+ * bit for bit. Every kill resumes, those inside a step's updates too (the
+ * tile journal, client/journal.c): no trainer may be refused, and enough
+ * kills must have landed inside updates ("resumed N mid-update") that
+ * the run proves it. At the end no session, pool byte or swap file is
+ * left.
  *
- *   test-persist-storm MODE TIER ACCUM FP16 KILLS
+ *   test-persist-storm MODE TIER ACCUM FP16 KILLS [TILE]
+ *
+ * With TILE, one kill instead of the storm, at a known place: the library
+ * kills the trainer half way through its TILE-th journal unit update (4096 elements)
+ * (SPILLWAY_TEST_KILL_AT_TILE); the next trainer must resume it.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -33,6 +38,7 @@
 
 static struct spw_test_daemon d;
 static const char *mode, *tier, *accum, *fp16;
+static const char *kill_tile; /* SPILLWAY_TEST_KILL_AT_TILE for the next spawn, or NULL */
 
 static long now_ms(void)
 {
@@ -45,6 +51,7 @@ static long now_ms(void)
 static pid_t spawn(const char *session, const char *persistent, const char *out, int *out_fd)
 {
 	const char *exe = getenv("PERSIST_TRAINER");
+	char delay[32], threads[16];
 	int pfd[2];
 	pid_t pid;
 
@@ -56,6 +63,17 @@ static pid_t spawn(const char *session, const char *persistent, const char *out,
 		dup2(pfd[1], 1);
 		close(pfd[0]);
 		close(pfd[1]);
+		if (kill_tile)
+			setenv("SPILLWAY_TEST_KILL_AT_TILE", kill_tile, 1);
+		/* Tile updates take longer, so that a fair share of the
+		 * random kills lands inside them (a few percent otherwise, in
+		 * exact mode; one step's updates follow accum backwards). */
+		snprintf(delay, sizeof(delay), "%d", 60 * atoi(accum));
+		setenv("SPILLWAY_TEST_TILE_DELAY_US", delay, 1);
+		/* Each trainer of the storm has 1 to 3 pool threads: one
+		 * taking over a journal of another size resumes as well. */
+		snprintf(threads, sizeof(threads), "%d", 1 + rand() % 3);
+		setenv("PERSIST_THREADS", threads, 1);
 		execl(exe, exe, d.control, session, mode, tier, accum, fp16, STEPS, PAUSE_US, persistent, out,
 		      (char *)NULL);
 		_exit(127);
@@ -66,7 +84,10 @@ static pid_t spawn(const char *session, const char *persistent, const char *out,
 }
 
 /* Waits for pid; returns its exit status, or -1 when a signal ended it.
- * Counts a "resumed N" line it printed. */
+ * Counts a "resumed N" line it printed, and in mid_count those of a
+ * session left inside a step's updates. */
+static int mid_count;
+
 static int reap(pid_t pid, int fd, int *resumed)
 {
 	char buf[256];
@@ -79,6 +100,7 @@ static int reap(pid_t pid, int fd, int *resumed)
 	if (got > 0) {
 		buf[got] = '\0';
 		*resumed += strstr(buf, "resumed ") != NULL;
+		mid_count += strstr(buf, " mid-update") != NULL;
 	}
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
@@ -133,13 +155,14 @@ int main(int argc, char **argv)
 	unsigned seed;
 	pid_t pid;
 
-	if (argc != 6)
-		TEST_FAIL("usage: test-persist-storm MODE TIER ACCUM FP16 KILLS");
+	if (argc != 6 && argc != 7)
+		TEST_FAIL("usage: test-persist-storm MODE TIER ACCUM FP16 KILLS [TILE]");
 	mode = argv[1];
 	tier = argv[2];
 	accum = argv[3];
 	fp16 = argv[4];
 	kills_wanted = atoi(argv[5]);
+	setvbuf(stdout, NULL, _IOLBF, 0); /* the counts reach the log before a failed assertion */
 	if (!getenv("SPILLWAYD"))
 		SKIP("spillwayd is not built yet");
 	ASSERT_OK(spw_test_daemon_start(&d,
@@ -156,23 +179,37 @@ int main(int argc, char **argv)
 	ref_ms = now_ms();
 	pid = spawn("storm/ref", "0", ref_out, &fd);
 	ASSERT_EQ(reap(pid, fd, &ignored), 0);
-	/* Kills come within a twelfth of a whole run's time, so most land
+	/* Kills come within a twentieth of a whole run's time, so most land
 	 * before the run could end and each lets it get a few steps on. */
 	ref_ms = now_ms() - ref_ms;
 
-	for (;;) {
+	if (argc == 7) {
+		/* One kill, inside the TILE-th unit update: the trainer dies
+		 * by its own SIGKILL, the next one resumes mid-update. */
+		kill_tile = argv[6];
+		pid = spawn("storm/run", "1", storm_out, &fd);
+		ASSERT_EQ(reap(pid, fd, &resumed), -1);
+		kill_tile = NULL;
+		kills = kills_wanted = 1;
+		pid = spawn("storm/run", "1", storm_out, &fd);
+		ASSERT_EQ(reap(pid, fd, &resumed), 0);
+		ASSERT_EQ(resumed, 1);
+		ASSERT_EQ(mid_count, 1);
+	}
+	for (; argc == 6;) {
 		pid = spawn("storm/run", "1", storm_out, &fd);
 		if (kills < kills_wanted) {
 			/* Anywhere: mid-attach, mid-backward, mid-Adam, between
 			 * steps, while the daemon writes pages back. */
-			usleep((useconds_t)(rand() % (ref_ms * 1000 / 12 + 1)));
+			usleep((useconds_t)(rand() % (ref_ms * 1000 / 20 + 1)));
 			kill(pid, SIGKILL);
 		}
 		st = reap(pid, fd, &resumed);
 		if (st == 0)
 			break;
 		if (st == 3) {
-			/* Refused: the state mixes two steps. Start over. */
+			/* Refused: the state mixes two steps. Counted, the
+			 * run started over, and failed below. */
 			stale++;
 			drop("storm/run");
 			continue;
@@ -180,11 +217,18 @@ int main(int argc, char **argv)
 		ASSERT_EQ(st, -1); /* killed; anything else is a trainer failure */
 		kills++;
 	}
-	printf("# %d kills: %d resumed, %d refused as mid-update (dropped, started over)\n", kills, resumed, stale);
+	printf("# %d kills: %d resumed, %d of them inside a step's updates; %d refused\n", kills, resumed, mid_count,
+	       stale);
 	/* The run may end before every kill came (a lucky draw of long
 	 * delays); most must have. */
 	ASSERT_TRUE(kills >= kills_wanted / 2);
 	ASSERT_TRUE(resumed > 0);
+	/* Every kill resumes, inside updates too. */
+	ASSERT_EQ(stale, 0);
+	/* And the storm reached inside updates often enough to prove it
+	 * (10-40% of random kills land there; before the journal each was
+	 * refused). */
+	ASSERT_TRUE(mid_count >= (kills_wanted >= 20 ? kills_wanted / 20 : 1));
 
 	load(ref_out, &a, &na);
 	load(storm_out, &b, &nb);

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: MIT
 """OffloadAdamW(persistent=True): a trainer killed with SIGKILL at random
 points resumes in a new process, and the final model and optimizer state
-equal an uninterrupted run's (torch.equal), for mode x tier. A new process
+equal an uninterrupted run's (torch.equal), for mode x tier; none is
+refused, and one killed inside a tile update (SPILLWAY_TEST_KILL_AT_TILE)
+resumes too. A new process
 whose model differs is refused naming the difference, and the orphan is
 left as it was; spillway.drop() ends it.
 """
@@ -34,21 +36,28 @@ class PersistTest(unittest.TestCase):
     def tearDownClass(cls):
         assert cls.d.stop() == 0, "spillwayd did not shut down cleanly"
 
-    def spawn(self, session, mode, tier, persistent, out, *extra):
+    def spawn(self, session, mode, tier, persistent, out, *extra, env=None):
         return subprocess.Popen([sys.executable, WORKER, self.d.control, session, mode, tier, str(STEPS),
                                  "1" if persistent else "0", out] + list(extra),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, **(env or {})))
 
     def finish(self, p):
         out, err = p.communicate(timeout=120)
         return p.returncode, out, err
 
-    def storm(self, mode, tier, kills):
+    def reference(self, mode, tier):
+        """The uninterrupted run's state file, made once per mode x tier."""
         ref = os.path.join(self.tmp, "ref-%s-%s.pt" % (mode, tier))
+        if not os.path.exists(ref):
+            rc, _, err = self.finish(self.spawn("py/ref-%s-%s" % (mode, tier), mode, tier, False, ref))
+            self.assertEqual(rc, 0, err)
+        return ref
+
+    def storm(self, mode, tier, kills):
+        ref = self.reference(mode, tier)
         run = os.path.join(self.tmp, "run-%s-%s.pt" % (mode, tier))
         session = "py/%s-%s" % (mode, tier)
-        rc, _, err = self.finish(self.spawn("py/ref-%s-%s" % (mode, tier), mode, tier, False, ref))
-        self.assertEqual(rc, 0, err)
         rng = random.Random()
         done = resumed = stale = 0
         while True:
@@ -70,8 +79,15 @@ class PersistTest(unittest.TestCase):
                 continue
             self.assertEqual(rc, -signal.SIGKILL, err)
             done += 1
-        print("# %s/%s: %d kills, %d resumed, %d refused as mid-update" % (mode, tier, done, resumed, stale))
+        print("# %s/%s: %d kills, %d resumed, %d refused" % (mode, tier, done, resumed, stale))
         self.assertGreater(resumed, 0)
+        # Every kill resumes, one inside a step's updates too.
+        self.assertEqual(stale, 0)
+        self.same_state(ref, run)
+        st = spillway.status(self.d.control)
+        self.assertFalse([s["name"] for s in st["sessions"] if s["name"] == session])
+
+    def same_state(self, ref, run):
         a, b = torch.load(ref), torch.load(run)
         for k, v in a["model"].items():
             self.assertTrue(torch.equal(v, b["model"][k]), "model %s differs" % k)
@@ -79,8 +95,32 @@ class PersistTest(unittest.TestCase):
             for k, v in st.items():
                 self.assertTrue(torch.equal(torch.as_tensor(v), torch.as_tensor(b["opt"]["state"][i][k])),
                                 "optimizer state %s of parameter %s differs" % (k, i))
-        st = spillway.status(self.d.control)
-        self.assertFalse([s["name"] for s in st["sessions"] if s["name"] == session])
+
+    def kill_inside_update(self, mode, tier):
+        """The library kills the trainer half way through its 22nd journal
+        unit update (step 6, of 4 units a step); the next trainer resumes the
+        session left inside step 6's updates, and ends bit-identical."""
+        ref = self.reference(mode, tier)
+        run = os.path.join(self.tmp, "trun-%s-%s.pt" % (mode, tier))
+        session = "py/tile-%s-%s" % (mode, tier)
+        rc, _, err = self.finish(self.spawn(session, mode, tier, True, run,
+                                            env={"SPILLWAY_TEST_KILL_AT_TILE": "22"}))
+        self.assertEqual(rc, -signal.SIGKILL, err)
+        st = {s["name"]: s for s in spillway.status(self.d.control)["sessions"]}
+        self.assertEqual(st[session]["state"], "orphaned")
+        self.assertEqual(st[session]["committed_step"], 5)
+        self.assertTrue(st[session]["step_open"])
+        rc, out, err = self.finish(self.spawn(session, mode, tier, True, run))
+        self.assertEqual(rc, 0, err)
+        # Exact mode finished step 6 at the takeover; overlapped redoes it.
+        self.assertTrue(out.startswith("resumed %d" % (6 if mode == "exact" else 5)), out)
+        self.same_state(ref, run)
+
+    def test_kill_inside_update_overlapped_cpu(self):
+        self.kill_inside_update("overlapped", "cpu")
+
+    def test_kill_inside_update_exact_nvme(self):
+        self.kill_inside_update("exact", "nvme")
 
     def test_overlapped_cpu(self):
         self.storm("overlapped", "cpu", 6)

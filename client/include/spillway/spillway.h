@@ -450,10 +450,11 @@ SPW_EXPORT int spw_tensor_register(spw_client *c, const char *name, uint64_t byt
  * On a reattached session (spw_session_info.reattached): takes over the
  * tensor named name that the session already holds, with its contents,
  * instead of registering a new one. bytes and kind must be what it was
- * registered with. Returns as spw_tensor_register(); the daemon refuses
- * with -ENOENT when the session holds no tensor of that name and -EEXIST
- * when its size or kind differ or this client already took it, naming
- * both sizes.
+ * registered with, or 0 to take it at whatever size it has (ret_pages
+ * says how many pages). Returns as spw_tensor_register(); the daemon
+ * refuses with -ENOENT when the session holds no tensor of that name and
+ * -EEXIST when its size or kind differ or this client already took it,
+ * naming both sizes.
  */
 SPW_EXPORT int spw_tensor_adopt(spw_client *c, const char *name, uint64_t bytes, enum spw_tensor_kind kind,
 				uint32_t *ret_tensor, uint32_t *ret_pages);
