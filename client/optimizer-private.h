@@ -17,6 +17,8 @@
  *                  dynamic loss scale
  *   params.c       wait_params, parameter fetch and release, fetch order
  *   state-io.c     spw_optimizer_read / spw_optimizer_write
+ *   param-view.c   spw_optimizer_param_view: the master pages as the
+ *                  trainer's parameters (host device, resident tier)
  *   trace.c        the timeline (SPILLWAY_TRACE), spw_trace_flush
  *
  * Threads and who owns what:
@@ -142,7 +144,10 @@ struct tensor {
 	char *name;
 	uint32_t group;
 	uint64_t count;
-	void *dev;              /* NULL: offloaded, no copy-out after Adam */
+	void *dev;              /* NULL: offloaded or viewed, no copy-out after Adam */
+	/* The trainer's parameters are the master pages, mapped here
+	 * (spw_optimizer_param_view; param-view.c), or NULL. */
+	void *view;
 	enum spw_dtype ptype;
 	uint32_t id[R__N];
 	bool has_g;
@@ -455,6 +460,12 @@ void spw__opt_trace_disk_map(spw_optimizer *o);
 /* When tracing: the daemon's reads and writes since the last call onto
  * the timeline (engine thread, or a caller holding the ring). */
 void spw__opt_trace_disk(spw_optimizer *o);
+
+/* ---- param-view.c ---- */
+
+/* At free, before the slots go back: every view becomes private memory
+ * holding its last values, at the same address (the caller's now). */
+void spw__opt_views_detach(spw_optimizer *o);
 
 /* ---- job-kernels.c ---- */
 

@@ -16,7 +16,7 @@ import time
 
 from ._lib import SpillwayError, load, library_path, library_version  # noqa: F401
 from . import _lib as L
-from . import _state_dtype
+from . import _state_dtype, _views
 from ._progress import AttachProgress
 
 __all__ = ["SpillwayError", "Session", "Optimizer", "StepResult", "socket_path", "status",
@@ -321,6 +321,12 @@ class Optimizer:
     def sync(self):
         self._call(L.lib.spw_optimizer_sync(self._o), "sync")
 
+    def param_view(self, tensor):
+        """spw_optimizer_param_view: the tensor's fp32 master weights as a
+        writable buffer (spillway._views), or None where the library has no
+        view for it (its last error says why)."""
+        return _views.param_view(self, tensor)
+
     def read(self, tensor, which, out_ptr):
         self._call(L.lib.spw_optimizer_read(self._o, tensor, which, out_ptr), "read state")
 
@@ -379,6 +385,7 @@ class Optimizer:
             return
         L.lib.spw_optimizer_free(self._o)
         self._o = None
+        _views.optimizer_freed(self)
         if self.session.owner is self:
             self.session.owner = None
 

@@ -43,7 +43,7 @@ import torch
 import torch.optim
 
 from . import Optimizer as _SpwOptimizer, Session, SpillwayError
-from . import _lib as L, _torch_persist as _persist, _checkpoint as _ckpt, _state_dtype
+from . import _lib as L, _torch_persist as _persist, _checkpoint as _ckpt, _state_dtype, _torch_view as _view
 from ._torch_amp import AmpMixin
 from ._torch_hooks import make_accumulated_hook as _make_accumulated_hook, \
     make_average_hook as _make_average_hook, remove_hooks as _remove_hooks
@@ -61,11 +61,11 @@ _EALREADY = 114
 class _Entry:
     """One registered parameter and what was handed over for it this step."""
     __slots__ = ("p", "name", "group", "tid", "ref", "ptr", "version", "acc", "hooks", "handed",
-                 "src", "src_version", "backwards", "none", "steps", "numel", "__weakref__")
+                 "src", "src_version", "backwards", "none", "steps", "numel", "view", "__weakref__")
 
     def __init__(self, p, name, group):
         self.p, self.name, self.group = p, name, group
-        self.tid = self.ref = self.ptr = self.version = self.acc = None
+        self.tid = self.ref = self.ptr = self.version = self.acc = self.view = None
         self.hooks = []
         self.handed = self.src = self.src_version = None  # what spillway has this step
         self.backwards = 0          # AccumulateGrad calls this step
@@ -381,6 +381,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             raise
         self._opt = opt
         self.resumed_step = _persist.resume(self, opt, entries)
+        _view.attach(self, opt, entries)  # cpu tier: the parameters become the master weights
         for e in entries:
             e.ref = e.p.detach()  # keeps the buffer spillway writes into alive
             e.ptr = e.p.data_ptr()
@@ -573,7 +574,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         again; changed betas/eps/weight_decay are set (no rebuild when the
         library can)."""
         for e in self._entries:
-            if e.p.data_ptr() != e.ptr or e.p._version != e.version:
+            if (e.p.data_ptr() != e.ptr or e.p._version != e.version) and not _view.viewed(e):
                 if self._step_no > 0 and not L.has("spw_optimizer_write"):
                     raise RuntimeError(
                         "OffloadAdamW: parameter %s changed from outside since the last step "
