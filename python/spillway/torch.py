@@ -279,12 +279,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
 
     def _layout(self, entries):
         k = 4 if self.mode == "exact" else 3
-        total = sum(e.numel * 4 for e in entries)
-        psz = self._page_size
-        if not psz:
-            psz = 64 << 10
-            while psz < (4 << 20) and total * k / psz > 4096:
-                psz *= 2
+        psz = self._page_size or _state_dtype.page_size([e.numel for e in entries], k, self.state_dtype,
+                                                        self.tier)
         win = self._window or 4
         if self.tier == "cpu":
             pages = sum(_state_dtype.pages(e.numel, psz, k, self.state_dtype) for e in entries)
