@@ -10,6 +10,7 @@ When the optimizer is freed, libspillway turns each view into private
 memory holding the last values, so the parameters go on as ordinary
 tensors (spillway._views unmaps them when torch lets go). Anything not
 eligible keeps its own storage and the copy-out, as before."""
+import ctypes
 import os
 
 import torch
@@ -39,6 +40,7 @@ def attach(opt, spw, entries):
     """After the build (and a takeover's resume): the eligible parameters'
     storage swapped for their master weights, whose values they already
     hold (the initial weights, or the session's on a takeover)."""
+    swapped = False
     for e in entries:
         e.view = None
         if not eligible(opt, e):
@@ -50,3 +52,16 @@ def attach(opt, spw, entries):
         with torch.no_grad():
             e.p.data = t
         e.view = e.p.data_ptr()
+        swapped = True
+    if swapped:
+        _release_freed()
+
+
+def _release_freed():
+    """The parameters' old storage was freed, but glibc keeps freed blocks
+    inside its heap (all but the top) mapped: hand them back to the system,
+    or the trainer's resident memory keeps the second copy the view saved."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (AttributeError, OSError):
+        pass  # not glibc
