@@ -121,6 +121,7 @@ struct job {
 };
 
 struct tensor;
+struct spw__view;
 
 struct chunk {
 	struct tensor *t;
@@ -145,9 +146,9 @@ struct tensor {
 	uint32_t group;
 	uint64_t count;
 	void *dev;              /* NULL: offloaded or viewed, no copy-out after Adam */
-	/* The trainer's parameters are the master pages, mapped here
+	/* The trainer's parameters are the master pages, mapped there
 	 * (spw_optimizer_param_view; param-view.c), or NULL. */
-	void *view;
+	struct spw__view *view;
 	enum spw_dtype ptype;
 	uint32_t id[R__N];
 	bool has_g;
@@ -463,8 +464,9 @@ void spw__opt_trace_disk(spw_optimizer *o);
 
 /* ---- param-view.c ---- */
 
-/* At free, before the slots go back: every view becomes private memory
- * holding its last values, at the same address (the caller's now). */
+/* At free, before the slots go back: every view still exported becomes
+ * private memory holding its last values, at the same address (unmapped by
+ * the last export's deleter); the others are unmapped. */
 void spw__opt_views_detach(spw_optimizer *o);
 
 /* ---- job-kernels.c ---- */

@@ -13,10 +13,15 @@
  * same memory, so the copy-out to the device buffer is dropped (t->dev
  * becomes NULL, which set_copy in step.c reads as "no copy").
  *
- * At spw_optimizer_free each view becomes private anonymous memory with
- * the last values, in place (mremap over the range, so no address ever
- * shows anything else), and belongs to the caller: tensors built on it
- * stay valid after the slots go back to the daemon.
+ * spw_optimizer_param_view_dlpack exports a view as a DLPack tensor
+ * (torch.utils.dlpack.from_dlpack and the like) whose deleter is plain C:
+ * a framework frees it from any thread, even after its interpreter is
+ * gone, which a deleter that calls back into Python could not survive.
+ * Each view is counted: the optimizer holds it, and each export. At
+ * spw_optimizer_free a view still exported becomes private anonymous memory
+ * with the last values, in place (mremap over the range, so no address
+ * ever shows anything else), and lives until the last export's deleter
+ * unmaps it; one not exported is unmapped at once.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -25,6 +30,31 @@
 #include <sys/mman.h>
 
 #include "optimizer-private.h"
+
+/* One view: the range, and who holds it (the optimizer until it is
+ * freed, and each DLPack export until its deleter). Under view_lock: a
+ * deleter may run on any thread. */
+struct spw__view {
+	void *ptr;
+	size_t len;
+	unsigned refs;
+};
+
+static pthread_mutex_t view_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Drops one reference; the last unmaps. */
+static void view_put(struct spw__view *v)
+{
+	bool last;
+
+	pthread_mutex_lock(&view_lock);
+	last = --v->refs == 0;
+	pthread_mutex_unlock(&view_lock);
+	if (last) {
+		munmap(v->ptr, v->len);
+		free(v);
+	}
+}
 
 /* Why t cannot have a view, or NULL when it can. */
 static const char *view_refusal(const spw_optimizer *o, const struct tensor *t)
@@ -105,7 +135,7 @@ SPW_EXPORT int spw_optimizer_param_view(spw_optimizer *o, uint32_t tensor, void 
 		return spw__opt_error(o, -EOPNOTSUPP, "param_view %s: %s", t->name, why);
 	len = (size_t)t->nchunks * o->page_size;
 	if (t->view) {
-		*ptr = t->view;
+		*ptr = t->view->ptr;
 		if (bytes)
 			*bytes = len;
 		return 0;
@@ -123,11 +153,71 @@ SPW_EXPORT int spw_optimizer_param_view(spw_optimizer *o, uint32_t tensor, void 
 		return r;
 	if ((r = map_view(o, t, len, &base)) < 0)
 		return r;
-	t->view = base;
+	if (!(t->view = calloc(1, sizeof(*t->view)))) {
+		munmap(base, len);
+		return spw__opt_error(o, -ENOMEM, "param_view %s: out of memory", t->name);
+	}
+	*t->view = (struct spw__view){ .ptr = base, .len = len, .refs = 1 };
 	t->dev = NULL;
 	*ptr = base;
 	if (bytes)
 		*bytes = len;
+	return 0;
+}
+
+/* DLPack's ABI (dlpack.h, stable since 0.5): the structs a consumer reads. */
+struct dl_tensor {
+	void *data;
+	int32_t device_type, device_id;         /* DLDevice: kDLCPU = 1 */
+	int32_t ndim;
+	uint8_t code, bits;                     /* DLDataType: kDLFloat = 2 */
+	uint16_t lanes;
+	int64_t *shape, *strides;               /* strides NULL: compact */
+	uint64_t byte_offset;
+};
+
+struct dl_managed {
+	struct dl_tensor t;
+	void *manager_ctx;
+	void (*deleter)(struct dl_managed *self);
+};
+
+struct dl_export {
+	struct dl_managed m;
+	int64_t shape[1];
+};
+
+static void dl_delete(struct dl_managed *self)
+{
+	struct spw__view *v = self->manager_ctx;
+
+	free(self);
+	view_put(v);
+}
+
+SPW_EXPORT int spw_optimizer_param_view_dlpack(spw_optimizer *o, uint32_t tensor, void **ret_managed)
+{
+	struct dl_export *x;
+	void *ptr;
+	int r;
+
+	if (!o)
+		return -EINVAL;
+	if (!ret_managed)
+		return spw__opt_error(o, -EINVAL, "param_view_dlpack: ret_managed is NULL");
+	if ((r = spw_optimizer_param_view(o, tensor, &ptr, NULL)) < 0)
+		return r;
+	if (!(x = calloc(1, sizeof(*x))))
+		return spw__opt_error(o, -ENOMEM, "param_view_dlpack: out of memory");
+	x->shape[0] = (int64_t)o->tensors[tensor].count;
+	x->m.t = (struct dl_tensor){ .data = ptr, .device_type = 1, .ndim = 1, .code = 2, .bits = 32, .lanes = 1,
+				     .shape = x->shape };
+	x->m.manager_ctx = o->tensors[tensor].view;
+	x->m.deleter = dl_delete;
+	pthread_mutex_lock(&view_lock);
+	o->tensors[tensor].view->refs++;
+	pthread_mutex_unlock(&view_lock);
+	*ret_managed = &x->m;
 	return 0;
 }
 
@@ -137,25 +227,34 @@ SPW_EXPORT int spw_optimizer_param_view(spw_optimizer *o, uint32_t tensor, void 
  * the range). When that cannot be had, the range is made inaccessible:
  * a fault is loud, stale or foreign data would not be.
  */
-static void detach_view(spw_optimizer *o, struct tensor *t)
+static void detach_view(struct spw__view *v)
 {
-	size_t len = (size_t)t->nchunks * o->page_size;
-	void *copy = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *copy = mmap(NULL, v->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
 	if (copy != MAP_FAILED) {
-		memcpy(copy, t->view, len);
-		if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, t->view) != MAP_FAILED)
+		memcpy(copy, v->ptr, v->len);
+		if (mremap(copy, v->len, v->len, MREMAP_MAYMOVE | MREMAP_FIXED, v->ptr) != MAP_FAILED)
 			return;
-		munmap(copy, len);
+		munmap(copy, v->len);
 	}
-	mprotect(t->view, len, PROT_NONE);
+	mprotect(v->ptr, v->len, PROT_NONE);
 }
 
 void spw__opt_views_detach(spw_optimizer *o)
 {
-	for (uint32_t i = 0; i < o->ntensors; i++)
-		if (o->tensors[i].view) {
-			detach_view(o, &o->tensors[i]);
-			o->tensors[i].view = NULL;
-		}
+	for (uint32_t i = 0; i < o->ntensors; i++) {
+		struct spw__view *v = o->tensors[i].view;
+		bool exported;
+
+		if (!v)
+			continue;
+		pthread_mutex_lock(&view_lock);
+		exported = v->refs > 1;
+		pthread_mutex_unlock(&view_lock);
+		/* Only an export can still touch it: no new one is made now. */
+		if (exported)
+			detach_view(v);
+		view_put(v);
+		o->tensors[i].view = NULL;
+	}
 }

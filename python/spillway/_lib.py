@@ -177,6 +177,8 @@ _OPTIONAL = {
     #                              size_t *bytes);
     "spw_optimizer_param_view": (ctypes.c_int, [_vp, u32, ctypes.POINTER(ctypes.c_void_p),
                                                 ctypes.POINTER(ctypes.c_size_t)]),
+    # int spw_optimizer_param_view_dlpack(spw_optimizer *o, uint32_t tensor, void **ret);
+    "spw_optimizer_param_view_dlpack": (ctypes.c_int, [_vp, u32, ctypes.POINTER(ctypes.c_void_p)]),
     # The timeline (SPILLWAY_TRACE): int spw_trace_flush(spw_optimizer *o);
     "spw_trace_flush": (ctypes.c_int, [_vp]),
     # Parameter offload (spillway.torch.offload_parameters):

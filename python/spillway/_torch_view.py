@@ -8,12 +8,13 @@ scheduler's references); only p.data is swapped, once the initial weights
 are in. Adam writes the parameters in place and nothing is copied back.
 When the optimizer is freed, libspillway turns each view into private
 memory holding the last values, so the parameters go on as ordinary
-tensors (spillway._views unmaps them when torch lets go). Anything not
+tensors (unmapped by libspillway when torch lets go of them). Anything not
 eligible keeps its own storage and the copy-out, as before."""
 import ctypes
 import os
 
 import torch
+import torch.utils.dlpack
 
 from . import _lib as L
 
@@ -27,7 +28,7 @@ def _own_storage(p):
 
 def eligible(opt, e):
     return (opt.tier == "cpu" and e.p.device.type == "cpu" and e.p.dtype == torch.float32
-            and e.numel > 0 and _own_storage(e.p) and L.has("spw_optimizer_param_view")
+            and e.numel > 0 and _own_storage(e.p) and L.has("spw_optimizer_param_view_dlpack")
             and os.environ.get("SPILLWAY_PARAM_VIEW", "1") != "0")
 
 
@@ -45,10 +46,13 @@ def attach(opt, spw, entries):
         e.view = None
         if not eligible(opt, e):
             continue
-        buf = spw.param_view(e.tid)
-        if buf is None:
+        cap = spw.param_view(e.tid)
+        if cap is None:
             continue  # the library refused (its reason is in its last error): keep the copy-out
-        t = torch.frombuffer(buf, dtype=torch.float32, count=e.numel).view(e.p.shape)
+        # Through DLPack, not torch.frombuffer: the storage's deleter is
+        # then libspillway's C, not a Python decref that would hang a
+        # tensor freed after the interpreter (e.g. saved by a failed backward).
+        t = torch.utils.dlpack.from_dlpack(cap).view(e.p.shape)
         with torch.no_grad():
             e.p.data = t
         e.view = e.p.data_ptr()

@@ -8,8 +8,8 @@
  *           tensor's copied-out parameters bit for bit; the viewed tensor's
  *           own buffer is never written again (no copy-out, bytes_h2d counts
  *           the twin only); a write into the view is a write of the master;
- *           after spw_optimizer_free the view still holds the last values
- *           and is writable
+ *           a DLPack export outlives spw_optimizer_free with the last
+ *           values (writable), and its deleter unmaps it
  *   refuse  -EOPNOTSUPP with a reason for the swappable tier, a frozen, an
  *           offloaded and a bf16 tensor (which keep their copy-out), -EBUSY
  *           inside a step, -EINVAL for an unknown tensor
@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,20 @@ static const char swap_config[] =
 
 static const struct spw_param_group group = {
 	.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+};
+
+/* DLPack's DLManagedTensor, as a consumer reads it (dlpack.h). */
+struct dl_managed {
+	struct {
+		void *data;
+		int32_t device_type, device_id, ndim;
+		uint8_t code, bits;
+		uint16_t lanes;
+		int64_t *shape, *strides;
+		uint64_t byte_offset;
+	} t;
+	void *manager_ctx;
+	void (*deleter)(struct dl_managed *self);
 };
 
 static spw_optimizer *make_opt(spw_client *c, enum spw_optimizer_mode mode, enum spw_tensor_kind tier)
@@ -78,6 +93,7 @@ static void case_view(void)
 		struct spw_optimizer_stats st = { .size = sizeof(st) };
 		uint32_t v, t;
 		float *view, *again;
+		struct dl_managed *dl;
 		size_t bytes = 0;
 
 		fill(init, N, 1);
@@ -124,13 +140,20 @@ static void case_view(void)
 		ASSERT_OK(spw_optimizer_read(o, v, SPW_STATE_PARAM, master));
 		ASSERT_TRUE(master[5] == 1.5f && master[N - 1] == -2.25f);
 
-		/* After free: the last values, in memory that is ours. */
+		/* A DLPack export outlives free with the last values, in private
+		 * memory; its deleter unmaps it. Without one, free unmaps. */
+		ASSERT_OK(spw_optimizer_param_view_dlpack(o, v, (void **)&dl));
+		ASSERT_TRUE(dl->t.data == view && dl->t.ndim == 1 && dl->t.shape[0] == N && dl->t.code == 2 &&
+			    dl->t.bits == 32 && dl->t.device_type == 1);
 		memcpy(master, view, sizeof(master));
 		spw_optimizer_free(o);
 		ASSERT_EQ(memcmp(view, master, sizeof(master)), 0);
 		view[0] = 42.0f;
 		ASSERT_TRUE(view[0] == 42.0f);
-		ASSERT_OK(munmap(view, bytes));
+		ASSERT_OK(msync(view, bytes, MS_ASYNC)); /* mapped */
+		dl->deleter(dl);
+		ASSERT_EQ(msync(view, bytes, MS_ASYNC), -1); /* unmapped: ENOMEM */
+		ASSERT_EQ(errno, ENOMEM);
 	}
 	spw_client_free(c);
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);

@@ -447,9 +447,10 @@ SPW_EXPORT int spw_optimizer_wait_params(spw_optimizer *o, uint32_t tensor, void
  * For the host device and the resident tier (SPW_TENSOR_RESIDENT), whose
  * pages never move, and a tensor added with spw_optimizer_add() and
  * SPW_TYPE_F32; not while a step is open. The mapping is valid while the
- * optimizer lives; spw_optimizer_free() turns it into private memory with
- * the last values at the same address, which is the caller's from then on
- * (release it with munmap(*ptr, *bytes)).
+ * optimizer lives, and after spw_optimizer_free() while a DLPack export of
+ * it (below) lives: free turns an exported view into private memory with
+ * the last values at the same address, which the last export's deleter
+ * unmaps; a view not exported is unmapped by free.
  *
  * Returns 0; -EOPNOTSUPP, with the reason in the last error, for the
  * swappable tier, a GPU device, a frozen, offloaded or non-fp32 tensor
@@ -458,6 +459,17 @@ SPW_EXPORT int spw_optimizer_wait_params(spw_optimizer *o, uint32_t tensor, void
  * or the broken optimizer's.
  */
 SPW_EXPORT int spw_optimizer_param_view(spw_optimizer *o, uint32_t tensor, void **ptr, size_t *bytes);
+
+/*
+ * The same view as a DLPack tensor: *ret_managed is a DLManagedTensor * (1-D,
+ * count fp32 elements, kDLCPU) for torch.utils.dlpack.from_dlpack() and
+ * the like, which call its deleter once done with it. The deleter is
+ * plain C (no callback into the caller's interpreter: it may run from any
+ * thread, also after the interpreter has finished) and keeps the mapping
+ * alive until then, also past spw_optimizer_free(), holding the last
+ * values. Returns as spw_optimizer_param_view(), or -ENOMEM.
+ */
+SPW_EXPORT int spw_optimizer_param_view_dlpack(spw_optimizer *o, uint32_t tensor, void **ret_managed);
 
 /* Waits until all work of every ended step is done, and on a persistent
  * session until the daemon has those steps as committed (a trainer killed
