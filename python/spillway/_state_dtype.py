@@ -2,6 +2,8 @@
 Optimizer and OffloadAdamW accept, checked in one place. docs/pipeline.md,
 State dtypes, says what each does to accuracy and bytes."""
 
+import os
+
 from . import _lib as L
 
 # name -> enum spw_state_dtype
@@ -35,6 +37,9 @@ def page_size(numels, k, state_dtype, tier):
     512 KiB in overlapped and 1 MiB in exact mode, wasting 9% and 18%). The
     price is more jobs per step (10k instead of 1.4k there), each a few
     ring operations: on the cpu tier those never wait for a disk."""
+    env = os.environ.get("SPILLWAY_PAGE_SIZE")  # a fixed choice (benchmarks, tuning)
+    if env:
+        return int(env)
     total = sum(numels) * 4
     psz = PAGE_MIN
     if tier != "cpu":
