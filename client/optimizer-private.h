@@ -19,6 +19,8 @@
  *                  dynamic loss scale
  *   params.c       wait_params, parameter fetch and release, fetch order
  *   state-io.c     spw_optimizer_read / spw_optimizer_write
+ *   param-view.c   spw_optimizer_param_view: the master pages as the
+ *                  trainer's parameters (host device, resident tier)
  *   trace.c        the timeline (SPILLWAY_TRACE), spw_trace_flush
  *
  * Threads and who owns what:
@@ -131,6 +133,7 @@ struct job {
 } __attribute__((aligned(16)));
 
 struct tensor;
+struct spw__view;
 
 struct chunk {
 	struct tensor *t;
@@ -157,7 +160,10 @@ struct tensor {
 	char *name;
 	uint32_t group;
 	uint64_t count;
-	void *dev;              /* NULL: offloaded, no copy-out after Adam */
+	void *dev;              /* NULL: offloaded or viewed, no copy-out after Adam */
+	/* The trainer's parameters are the master pages, mapped there
+	 * (spw_optimizer_param_view; param-view.c), or NULL. */
+	struct spw__view *view;
 	enum spw_dtype ptype;
 	uint32_t id[R__T];
 	bool has_g;
@@ -588,6 +594,13 @@ void spw__opt_trace_disk_map(spw_optimizer *o);
 /* When tracing: the daemon's reads and writes since the last call onto
  * the timeline (engine thread, or a caller holding the ring). */
 void spw__opt_trace_disk(spw_optimizer *o);
+
+/* ---- param-view.c ---- */
+
+/* At free, before the slots go back: every view still exported becomes
+ * private memory holding its last values, at the same address (unmapped by
+ * the last export's deleter); the others are unmapped. */
+void spw__opt_views_detach(spw_optimizer *o);
 
 /* ---- job-kernels.c ---- */
 

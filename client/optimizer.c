@@ -372,6 +372,9 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 	/* Kernels and copies may still run after an error: let them end
 	 * before their memory goes. */
 	o->pool = spw__pool_free(o->pool);
+	/* Nothing writes the master pages now; the trainer's parameters
+	 * keep their values when the slots go back. */
+	spw__opt_views_detach(o);
 	if (o->dev) {
 		spw__stream_destroy(o->dev, o->d2h);
 		spw__stream_destroy(o->dev, o->h2d);

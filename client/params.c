@@ -25,6 +25,14 @@ SPW_EXPORT int spw_optimizer_wait_params(spw_optimizer *o, uint32_t tensor, void
 	if ((on_stream = spw__opt_borrow(o, stream, &s, "wait_params", t->name)) < 0)
 		return on_stream;
 	pthread_mutex_lock(&o->lock);
+	/* A viewed tensor has no copies: its updates land in the trainer's
+	 * parameters when their kernels end, which the host waits for. */
+	if (t->view) {
+		WAIT_UNTIL(o, t->pending == 0, "wait_params %s: its updates", t->name);
+		r = spw__opt_broken_locked(o);
+		pthread_mutex_unlock(&o->lock);
+		return r;
+	}
 	/* With a stream, the host waits only until every copy is queued on
 	 * h2d (the Adam or cast before it has run); the stream waits for the
 	 * copies themselves. Without, the host waits for them to land. */

@@ -225,6 +225,16 @@ class StepResult:
             self.grad_norm, self.clip_coef, self.skipped)
 
 
+_DLTENSOR = b"dltensor"  # the capsule's name, alive as long as the module
+
+
+def _capsule(managed):
+    """A DLManagedTensor pointer as the PyCapsule DLPack consumers take."""
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(managed, _DLTENSOR, None)
+
+
 class Optimizer:
     """spw_optimizer: the offload pipeline, one call per C function. The
     session's client belongs to it until close(). Pointers are integers
@@ -331,6 +341,17 @@ class Optimizer:
 
     def sync(self):
         self._call(L.lib.spw_optimizer_sync(self._o), "sync")
+
+    def param_view(self, tensor):
+        """spw_optimizer_param_view_dlpack: the tensor's fp32 master weights
+        as a DLPack capsule (torch.utils.dlpack.from_dlpack), or None where
+        the library has no view for it (its last error says why)."""
+        if not L.has("spw_optimizer_param_view_dlpack"):
+            return None
+        m = ctypes.c_void_p()
+        if L.lib.spw_optimizer_param_view_dlpack(self._o, tensor, ctypes.byref(m)) < 0:
+            return None
+        return _capsule(m.value)
 
     def read(self, tensor, which, out_ptr):
         self._call(L.lib.spw_optimizer_read(self._o, tensor, which, out_ptr), "read state")

@@ -175,6 +175,12 @@ _OPTIONAL = {
     "spw_optimizer_set_clip": (ctypes.c_int, [_vp, ctypes.c_float]),
     # int spw_optimizer_set_loss_scale(spw_optimizer *o, float loss_scale);
     "spw_optimizer_set_loss_scale": (ctypes.c_int, [_vp, ctypes.c_float]),
+    # int spw_optimizer_param_view(spw_optimizer *o, uint32_t tensor, void **ptr,
+    #                              size_t *bytes);
+    "spw_optimizer_param_view": (ctypes.c_int, [_vp, u32, ctypes.POINTER(ctypes.c_void_p),
+                                                ctypes.POINTER(ctypes.c_size_t)]),
+    # int spw_optimizer_param_view_dlpack(spw_optimizer *o, uint32_t tensor, void **ret);
+    "spw_optimizer_param_view_dlpack": (ctypes.c_int, [_vp, u32, ctypes.POINTER(ctypes.c_void_p)]),
     # The timeline (SPILLWAY_TRACE): int spw_trace_flush(spw_optimizer *o);
     "spw_trace_flush": (ctypes.c_int, [_vp]),
     # Parameter offload (spillway.torch.offload_parameters):

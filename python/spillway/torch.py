@@ -43,7 +43,7 @@ import torch
 import torch.optim
 
 from . import Optimizer as _SpwOptimizer, Session, SpillwayError
-from . import _lib as L, _torch_persist as _persist, _checkpoint as _ckpt, _state_dtype
+from . import _lib as L, _torch_persist as _persist, _checkpoint as _ckpt, _state_dtype, _torch_view as _view
 from ._torch_persist import RewoundError  # noqa: F401
 from ._torch_amp import AmpMixin
 from ._torch_hooks import make_accumulated_hook as _make_accumulated_hook, \
@@ -62,11 +62,11 @@ _EALREADY = 114
 class _Entry:
     """One registered parameter and what was handed over for it this step."""
     __slots__ = ("p", "name", "group", "tid", "ref", "ptr", "version", "acc", "hooks", "handed",
-                 "src", "src_version", "backwards", "none", "steps", "numel", "__weakref__")
+                 "src", "src_version", "backwards", "none", "steps", "numel", "view", "__weakref__")
 
     def __init__(self, p, name, group):
         self.p, self.name, self.group = p, name, group
-        self.tid = self.ref = self.ptr = self.version = self.acc = None
+        self.tid = self.ref = self.ptr = self.version = self.acc = self.view = None
         self.hooks = []
         self.handed = self.src = self.src_version = None  # what spillway has this step
         self.backwards = 0          # AccumulateGrad calls this step
@@ -282,12 +282,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
 
     def _layout(self, entries):
         k = _persist.state_roles(self)
-        total = sum(e.numel * 4 for e in entries)
-        psz = self._page_size
-        if not psz:
-            psz = 64 << 10
-            while psz < (4 << 20) and total * k / psz > 4096:
-                psz *= 2
+        psz = self._page_size or _state_dtype.page_size([e.numel for e in entries], k, self.state_dtype,
+                                                        self.tier)
         win = self._window or 4
         if self.tier == "cpu":
             pages = _state_dtype.state_pages([e.numel for e in entries], psz, k, self.state_dtype)
@@ -385,6 +381,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             raise
         self._opt = opt
         self.resumed_step = _persist.resume(self, opt, entries)
+        _view.attach(self, opt, entries)  # cpu tier: the parameters become the master weights
         for e in entries:
             e.ref = e.p.detach()  # keeps the buffer spillway writes into alive
             e.ptr = e.p.data_ptr()
@@ -577,7 +574,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         again; changed betas/eps/weight_decay are set (no rebuild when the
         library can)."""
         for e in self._entries:
-            if e.p.data_ptr() != e.ptr or e.p._version != e.version:
+            if (e.p.data_ptr() != e.ptr or e.p._version != e.version) and not _view.viewed(e):
                 if self._step_no > 0 and not L.has("spw_optimizer_write"):
                     raise RuntimeError(
                         "OffloadAdamW: parameter %s changed from outside since the last step "

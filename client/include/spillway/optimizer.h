@@ -432,6 +432,46 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res);
  */
 SPW_EXPORT int spw_optimizer_wait_params(spw_optimizer *o, uint32_t tensor, void *stream);
 
+/*
+ * A CPU trainer's parameters in the region itself: sets *ptr to one
+ * contiguous mapping of tensor's fp32 master weights (count elements in
+ * order, in *bytes, when not NULL, of address space: count * 4 rounded up
+ * to the page size). The trainer uses it as its parameter from then on
+ * instead of the buffer it gave spw_optimizer_add(): the updates are
+ * written there by Adam and no longer copied to that buffer (overlapped
+ * mode: as soon as a chunk's update is done, which is why grad_ready
+ * comes once backward no longer reads the tensor), and
+ * spw_optimizer_wait_params() waits for them on the host. A write into
+ * the view is a write of the master weights (taken by the next update).
+ * Asking again returns the same mapping.
+ *
+ * For the host device and the resident tier (SPW_TENSOR_RESIDENT), whose
+ * pages never move, and a tensor added with spw_optimizer_add() and
+ * SPW_TYPE_F32; not while a step is open. The mapping is valid while the
+ * optimizer lives, and after spw_optimizer_free() while a DLPack export of
+ * it (below) lives: free turns an exported view into private memory with
+ * the last values at the same address, which the last export's deleter
+ * unmaps; a view not exported is unmapped by free.
+ *
+ * Returns 0; -EOPNOTSUPP, with the reason in the last error, for the
+ * swappable tier, a GPU device, a frozen, offloaded or non-fp32 tensor
+ * (keep using your own buffer: nothing changed); -EINVAL for an unknown
+ * tensor or a NULL ptr; -EBUSY while a step is open; the mmap's error;
+ * or the broken optimizer's.
+ */
+SPW_EXPORT int spw_optimizer_param_view(spw_optimizer *o, uint32_t tensor, void **ptr, size_t *bytes);
+
+/*
+ * The same view as a DLPack tensor: *ret_managed is a DLManagedTensor * (1-D,
+ * count fp32 elements, kDLCPU) for torch.utils.dlpack.from_dlpack() and
+ * the like, which call its deleter once done with it. The deleter is
+ * plain C (no callback into the caller's interpreter: it may run from any
+ * thread, also after the interpreter has finished) and keeps the mapping
+ * alive until then, also past spw_optimizer_free(), holding the last
+ * values. Returns as spw_optimizer_param_view(), or -ENOMEM.
+ */
+SPW_EXPORT int spw_optimizer_param_view_dlpack(spw_optimizer *o, uint32_t tensor, void **ret_managed);
+
 /* Waits until all work of every ended step is done, and on a persistent
  * session until the daemon has those steps as committed (a trainer killed
  * after it resumes after its last ended step). Returns 0 or the broken
