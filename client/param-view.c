@@ -91,7 +91,7 @@ static int map_view(spw_optimizer *o, struct tensor *t, size_t len, void **ret)
 	spw__opt_ring_acquire(o);
 	for (uint32_t k = 0; k < t->nchunks && r >= 0; k++) {
 		void *p;
-		int slot = spw_pin(o->c, t->id[R_P], role_page(o, R_P, k), &p);
+		int slot = spw_pin(o->c, t->id[R_P], role_page(o, R_P, t, k), &p);
 
 		if (slot < 0) {
 			r = spw__opt_error(o, slot, "param_view %s: pinning page %u: %s", t->name, k,
@@ -102,7 +102,7 @@ static int map_view(spw_optimizer *o, struct tensor *t, size_t len, void **ret)
 			 o->c->region_fd, (off_t)slot * o->page_size) == MAP_FAILED)
 			r = spw__opt_error(o, -errno, "param_view %s: mapping page %u (slot %d): %s", t->name, k, slot,
 					   strerror(errno));
-		if (spw_unpin(o->c, t->id[R_P], role_page(o, R_P, k), SPW_CLEAN) < 0 && r >= 0)
+		if (spw_unpin(o->c, t->id[R_P], role_page(o, R_P, t, k), SPW_CLEAN) < 0 && r >= 0)
 			r = spw__opt_error(o, -EIO, "param_view %s: unpinning page %u: %s", t->name, k,
 					   spw_client_last_error(o->c));
 	}
