@@ -57,11 +57,27 @@ class TraceTest(unittest.TestCase):
             self.assertTrue(opt.trace_flush())
             names = [e["name"] for e in self.spans(path)]
             self.assertEqual(names.count("step"), 3)
-            for n in ("d2h grad", "pin wait", "adam", "h2d params"):
+            for n in ("d2h grad", "pin wait", "adam"):
                 self.assertIn(n, names)
+            # The CPU model's fp32 parameters are the region's master copy
+            # (spw_optimizer_param_view): nothing is copied back.
+            self.assertNotIn("h2d params", names)
             os.remove(path)
             opt.close()
             self.assertEqual(len([e for e in self.spans(path) if e["name"] == "step"]), 3)
+
+    def test_copies_without_the_view(self):
+        os.environ.pop("SPILLWAY_TRACE", None)
+        os.environ["SPILLWAY_PARAM_VIEW"] = "0"
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "t.json")
+                opt = self.train(trace=path)
+                opt.close()
+                names = [e["name"] for e in self.spans(path)]
+                self.assertIn("h2d params", names)
+        finally:
+            del os.environ["SPILLWAY_PARAM_VIEW"]
 
     def test_off(self):
         os.environ.pop("SPILLWAY_TRACE", None)
