@@ -27,12 +27,13 @@ def _own_storage(p):
 
 
 def eligible(opt, e):
-    # Not an overlapped optimizer on a persistent session: a trainer killed
-    # inside a step's updates redoes that step from the weights before it
-    # (the undo copies, client/journal.c), which the model must hold while
-    # the master already has the new ones of the chunks done.
+    # Not on a persistent session: its state outlives spillwayd's death or
+    # restart, but a view does not (the daemon releases the region it maps,
+    # and a step under way would go on with those weights gone), and an
+    # overlapped redo after a kill needs the weights before the step in the
+    # model while the master holds the new ones of the chunks done.
     return (opt.tier == "cpu" and e.p.device.type == "cpu" and e.p.dtype == torch.float32
-            and not (opt._persistent and opt.mode == "overlapped")
+            and not opt._persistent
             and e.numel > 0 and _own_storage(e.p) and L.has("spw_optimizer_param_view_dlpack")
             and os.environ.get("SPILLWAY_PARAM_VIEW", "1") != "0")
 

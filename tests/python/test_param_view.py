@@ -10,8 +10,8 @@ off (SPILLWAY_PARAM_VIEW=0: today's copy-out) and compares them bit for bit:
   replaced, load_state_dict, add_param_group (a rebuild), freezing;
 - after close() the parameters keep the last values in memory of their
   own, and a new optimizer on the same model goes on from them;
-- not eligible, unchanged: the nvme tier, bf16 parameters, a parameter that
-  is a slice of a bigger tensor.
+- not eligible, unchanged: the nvme tier, bf16 parameters, a persistent
+  session, a parameter that is a slice of a bigger tensor.
 """
 import contextlib
 import copy
@@ -179,6 +179,12 @@ class ParamView(unittest.TestCase):
         p = nn.Parameter(flat[:40])  # a slice of a bigger tensor: swapping would cut it off
         o = OffloadAdamW([p], socket=self.d.control)
         self.assertIsNone(o._entries[0].view)
+        o.close()
+        # A persistent session's state outlives the daemon; a view of its
+        # region would not (the daemon releases it when it goes).
+        m = net()
+        o = OffloadAdamW(m.parameters(), socket=self.d.control, session="pv/persist", persistent=True)
+        self.assertViewed(o, m, viewed=False)
         o.close()
         if self.swap_ok:
             m = net()
