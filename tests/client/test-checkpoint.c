@@ -34,6 +34,7 @@
 
 #include "client-private.h"
 #include "harness.h"
+#include "child-io.h"
 #include "test.h"
 #include "util/command.h"
 
@@ -90,24 +91,6 @@ static void check_page(spw_client *c, uint32_t t, uint32_t tensor, uint32_t page
 	ASSERT_OK(spw_unpin(c, t, page, SPW_CLEAN));
 }
 
-static void *load(const char *path, size_t *n)
-{
-	FILE *f = fopen(path, "rb");
-	void *buf;
-	long len;
-
-	ASSERT_TRUE(f != NULL);
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	buf = malloc(len > 0 ? (size_t)len : 1);
-	ASSERT_TRUE(buf != NULL);
-	ASSERT_EQ(fread(buf, 1, (size_t)len, f), (size_t)len);
-	fclose(f);
-	*n = (size_t)len;
-	return buf;
-}
-
 /* The data file of tensor `tensor` (t0000N.bin) holds bytes pages of the
  * pattern; page 0 of version v0, the others of version 0. */
 static void check_file(const char *dir, uint32_t tensor, uint64_t bytes, uint8_t v0)
@@ -117,7 +100,7 @@ static void check_file(const char *dir, uint32_t tensor, uint64_t bytes, uint8_t
 	size_t n;
 
 	snprintf(path, sizeof(path), "%s/t%05u.bin", dir, tensor);
-	b = load(path, &n);
+	b = file_load(path, &n);
 	ASSERT_UEQ(n, bytes);
 	for (size_t k = 0; k < n; k++) {
 		uint32_t page = (uint32_t)(k / PAGE), i = (uint32_t)(k % PAGE);
@@ -200,7 +183,7 @@ static void copy_dir(const char *src, const char *dst)
 			continue;
 		snprintf(a, sizeof(a), "%s/%s", src, e->d_name);
 		snprintf(b, sizeof(b), "%s/%s", dst, e->d_name);
-		buf = load(a, &n);
+		buf = file_load(a, &n);
 		f = fopen(b, "wb");
 		ASSERT_TRUE(f != NULL);
 		ASSERT_EQ(fwrite(buf, 1, n, f), n);
@@ -320,7 +303,7 @@ static void hostile(spw_client *c, const char *good, enum hostile how, int err, 
 	snprintf(dir, sizeof(dir), "%s/hostile", d.dir);
 	copy_dir(good, dir);
 	snprintf(path, sizeof(path), "%s/manifest.json", dir);
-	text = load(path, &n);
+	text = file_load(path, &n);
 	m = cJSON_ParseWithLength(text, n);
 	free(text);
 	ASSERT_TRUE(m != NULL);

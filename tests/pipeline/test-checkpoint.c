@@ -39,6 +39,7 @@
 #include <spillway/spillway.h>
 
 #include "harness.h"
+#include "child-io.h"
 #include "test.h"
 
 #define STEPS "40"
@@ -83,29 +84,10 @@ static char *train(const char *session, const char *persistent, const char *out,
 	return buf;
 }
 
-static void *load(const char *path, size_t *n)
-{
-	FILE *f = fopen(path, "rb");
-	void *buf;
-	long len;
-
-	ASSERT_TRUE(f != NULL);
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	ASSERT_TRUE(len > 0);
-	buf = malloc((size_t)len);
-	ASSERT_TRUE(buf != NULL);
-	ASSERT_EQ(fread(buf, 1, (size_t)len, f), (size_t)len);
-	fclose(f);
-	*n = (size_t)len;
-	return buf;
-}
-
 static void same_state(const char *a_path, const char *b_path, const char *what)
 {
 	size_t na, nb;
-	float *a = load(a_path, &na), *b = load(b_path, &nb);
+	float *a = file_load(a_path, &na), *b = file_load(b_path, &nb);
 
 	ASSERT_EQ(na, nb);
 	for (size_t i = 0; i < na / 4; i++)
@@ -168,7 +150,7 @@ static double pool_used(void)
 static bool files_equal(const char *a_path, const char *b_path)
 {
 	size_t na, nb;
-	void *a = load(a_path, &na), *b = load(b_path, &nb);
+	void *a = file_load(a_path, &na), *b = file_load(b_path, &nb);
 	bool eq = na == nb && !memcmp(a, b, na);
 
 	free(a);
@@ -249,7 +231,7 @@ static void pick_tensor(const char *dir, char *tname, size_t tlen, char *fname, 
 	cJSON *m, *t;
 
 	snprintf(path, sizeof(path), "%s/manifest.json", dir);
-	text = load(path, &n);
+	text = file_load(path, &n);
 	m = cJSON_ParseWithLength(text, n);
 	ASSERT_TRUE(m != NULL);
 	ASSERT_EQ(cJSON_GetObjectItem(m, "version")->valueint, 1);

@@ -36,6 +36,7 @@
 #include <spillway/spillway.h>
 
 #include "harness.h"
+#include "child-io.h"
 #include "test.h"
 #include "util/command.h"
 
@@ -87,40 +88,6 @@ static bool read_line(int fd, char *buf, size_t len)
 	}
 	buf[n] = '\0';
 	return n > 0;
-}
-
-static int reap(pid_t pid, int fd, char *buf, size_t len)
-{
-	size_t got = 0;
-	ssize_t n;
-	int st;
-
-	while (got + 1 < len && (n = read(fd, buf + got, len - 1 - got)) > 0)
-		got += (size_t)n;
-	buf[got] = '\0';
-	close(fd);
-	ASSERT_EQ(waitpid(pid, &st, 0), pid);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static void *load(const char *path, size_t *n)
-{
-	FILE *f = fopen(path, "rb");
-	void *buf;
-	long len;
-
-	ASSERT_TRUE(f != NULL);
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	ASSERT_TRUE(len > 0);
-	buf = malloc((size_t)len + 1);
-	ASSERT_TRUE(buf != NULL);
-	ASSERT_EQ(fread(buf, 1, (size_t)len, f), (size_t)len);
-	fclose(f);
-	((char *)buf)[len] = '\0';
-	*n = (size_t)len;
-	return buf;
 }
 
 /* The session's entry in the status document (NULL: none), to free. */
@@ -182,12 +149,12 @@ static void flush_then_crash(const char *session, const char *out)
 		usleep(10 * 1000);
 	if (committed(session) < 15) {
 		spw_test_daemon_kill(&d);
-		reap(pid, fd, buf, sizeof(buf));
+		child_reap(pid, fd, buf, sizeof(buf));
 		TEST_FAIL("%s did not commit 15 steps; the trainer said: %s", session, buf);
 	}
 	spw_test_daemon_kill(&d);
 	spw_test_daemon_cleanup(&d);
-	ASSERT_EQ(reap(pid, fd, buf, sizeof(buf)), 1);
+	ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), 1);
 }
 
 /* The step the entry's manifest holds; 0 while there is none. */
@@ -202,7 +169,7 @@ static double flushed_step(const char *entry)
 	snprintf(path, sizeof(path), "%s/%s/manifest.json", state, entry);
 	if (access(path, F_OK) < 0)
 		return 0;
-	text = load(path, &n);
+	text = file_load(path, &n);
 	m = cJSON_Parse(text);
 	free(text);
 	ASSERT_TRUE(m != NULL);
@@ -214,7 +181,7 @@ static double flushed_step(const char *entry)
 static void same_state(const char *ref, const char *run)
 {
 	size_t na, nb;
-	float *a = load(ref, &na), *b = load(run, &nb);
+	float *a = file_load(ref, &na), *b = file_load(run, &nb);
 
 	ASSERT_EQ(na, nb);
 	for (size_t i = 0; i < na / 4; i++)
@@ -238,7 +205,7 @@ static void corrupt(const char *entry, char *name, size_t len, uint64_t *bytes, 
 	int fd;
 
 	snprintf(path, sizeof(path), "%s/%s/manifest.json", state, entry);
-	text = load(path, &n);
+	text = file_load(path, &n);
 	m = cJSON_Parse(text);
 	free(text);
 	ASSERT_TRUE(m != NULL);
@@ -296,7 +263,7 @@ int main(int argc, char **argv)
 
 	ASSERT_OK(spw_test_daemon_start(&d, config));
 	pid = spawn("cr/ref", "0", "0", NULL, ref, &fd);
-	ASSERT_EQ(reap(pid, fd, buf, sizeof(buf)), 0);
+	ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), 0);
 
 	/* Committed and flushed at 10, killed at 15 or later: back at 10. */
 	flush_then_crash("cr/run", run);
@@ -315,7 +282,7 @@ int main(int argc, char **argv)
 		ASSERT_EQ(flushed_step("cr+run"), 10);
 	}
 	pid = spawn("cr/run", "1", "0", NULL, run, &fd);
-	ASSERT_EQ(reap(pid, fd, buf, sizeof(buf)), 0);
+	ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), 0);
 	ASSERT_CONTAINS(buf, "resumed 10\n");
 	same_state(ref, run);
 
@@ -342,7 +309,7 @@ int main(int argc, char **argv)
 		ASSERT_CONTAINS(buf, "damaged");
 	}
 	pid = spawn("cr/dmg", "1", "0", NULL, run, &fd);
-	ASSERT_EQ(reap(pid, fd, buf, sizeof(buf)), 1);
+	ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), 1);
 	printf("# %s", buf);
 	snprintf(want, sizeof(want), "the first: tensor %s page 1", tname);
 	ASSERT_CONTAINS(buf, want);
@@ -384,7 +351,7 @@ int main(int argc, char **argv)
 	ASSERT_TRUE(flushed_step("cr+per") >= 5);
 	spw_test_daemon_kill(&d);
 	spw_test_daemon_cleanup(&d);
-	ASSERT_EQ(reap(pid, fd, buf, sizeof(buf)), 1);
+	ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), 1);
 	{
 		double step = flushed_step("cr+per");
 		char want_resumed[64];
@@ -396,7 +363,7 @@ int main(int argc, char **argv)
 		ASSERT_EQ(cJSON_GetObjectItem(s, "committed_step")->valuedouble, step);
 		cJSON_Delete(s);
 		pid = spawn("cr/per", "1", "0", NULL, run, &fd);
-		ASSERT_EQ(reap(pid, fd, buf, sizeof(buf)), 0);
+		ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), 0);
 		snprintf(want_resumed, sizeof(want_resumed), "resumed %.0f\n", step);
 		ASSERT_CONTAINS(buf, want_resumed);
 		same_state(ref, run);

@@ -25,6 +25,7 @@
 #include <spillway/spillway.h>
 
 #include "harness.h"
+#include "child-io.h"
 #include "test.h"
 
 #define STEPS "60"
@@ -57,39 +58,6 @@ static pid_t spawn(const char *session, const char *persistent, const char *sock
 	close(pfd[1]);
 	*fd = pfd[0];
 	return pid;
-}
-
-static int reap(pid_t pid, int fd, char *buf, size_t len)
-{
-	size_t got = 0;
-	ssize_t n;
-	int st;
-
-	while (got + 1 < len && (n = read(fd, buf + got, len - 1 - got)) > 0)
-		got += (size_t)n;
-	buf[got] = '\0';
-	close(fd);
-	ASSERT_EQ(waitpid(pid, &st, 0), pid);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static void *load(const char *path, size_t *n)
-{
-	FILE *f = fopen(path, "rb");
-	void *buf;
-	long len;
-
-	ASSERT_TRUE(f != NULL);
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	ASSERT_TRUE(len > 0);
-	buf = malloc((size_t)len);
-	ASSERT_TRUE(buf != NULL);
-	ASSERT_EQ(fread(buf, 1, (size_t)len, f), (size_t)len);
-	fclose(f);
-	*n = (size_t)len;
-	return buf;
 }
 
 static double committed(const char *name)
@@ -128,7 +96,7 @@ static void point_socket(void)
 static void same_state(const char *ref, const char *run)
 {
 	size_t na, nb;
-	float *a = load(ref, &na), *b = load(run, &nb);
+	float *a = file_load(ref, &na), *b = file_load(run, &nb);
 
 	ASSERT_EQ(na, nb);
 	for (size_t i = 0; i < na / 4; i++)
@@ -210,7 +178,7 @@ int main(int argc, char **argv)
 	snprintf(ref, sizeof(ref), "%s.ref.bin", state);
 
 	pid[0] = spawn("rc/ref", "0", d.control, ref, &fd[0]);
-	ASSERT_EQ(reap(pid[0], fd[0], buf[0], sizeof(buf[0])), 0);
+	ASSERT_EQ(child_reap(pid[0], fd[0], buf[0], sizeof(buf[0])), 0);
 
 	for (int k = 0; k < 2; k++) {
 		snprintf(run[k], sizeof(run[k]), "%s.run%d.bin", state, k);
@@ -230,7 +198,7 @@ int main(int argc, char **argv)
 	for (int k = 0; k < 2; k++) {
 		unsigned long long saved;
 
-		rc = reap(pid[k], fd[k], buf[k], sizeof(buf[k]));
+		rc = child_reap(pid[k], fd[k], buf[k], sizeof(buf[k]));
 		printf("# %s: %s", names[k], buf[k]);
 		ASSERT_EQ(rc, 0);
 		ASSERT_CONTAINS(buf[k], "went away: ");

@@ -27,6 +27,7 @@
 #include <spillway/spillway.h>
 
 #include "harness.h"
+#include "child-io.h"
 #include "test.h"
 
 #define STEPS "60"
@@ -57,40 +58,6 @@ static pid_t spawn(const char *session, const char *persistent, const char *paus
 	close(pfd[1]);
 	*fd = pfd[0];
 	return pid;
-}
-
-/* Its exit status (-1: a signal), and what it printed in buf. */
-static int reap(pid_t pid, int fd, char *buf, size_t len)
-{
-	size_t got = 0;
-	ssize_t n;
-	int st;
-
-	while (got + 1 < len && (n = read(fd, buf + got, len - 1 - got)) > 0)
-		got += (size_t)n;
-	buf[got] = '\0';
-	close(fd);
-	ASSERT_EQ(waitpid(pid, &st, 0), pid);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static void *load(const char *path, size_t *n)
-{
-	FILE *f = fopen(path, "rb");
-	void *buf;
-	long len;
-
-	ASSERT_TRUE(f != NULL);
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	ASSERT_TRUE(len > 0);
-	buf = malloc((size_t)len);
-	ASSERT_TRUE(buf != NULL);
-	ASSERT_EQ(fread(buf, 1, (size_t)len, f), (size_t)len);
-	fclose(f);
-	*n = (size_t)len;
-	return buf;
 }
 
 /* A number of the session's entry in the status document (-1: no such
@@ -145,7 +112,7 @@ static unsigned long long saved_step(const char *entry)
 	cJSON *m;
 
 	snprintf(path, sizeof(path), "%s/%s/manifest.json", state, entry);
-	text = load(path, &n);
+	text = file_load(path, &n);
 	m = cJSON_ParseWithLength(text, n);
 	ASSERT_TRUE(m != NULL);
 	ASSERT_STREQ(cJSON_GetObjectItem(m, "session")->valuestring, "rs/run");
@@ -186,7 +153,7 @@ int main(int argc, char **argv)
 
 	/* The uninterrupted run; a detached session is not saved. */
 	pid = spawn("rs/ref", "0", "0", ref, &fd);
-	ASSERT_EQ(reap(pid, fd, buf, sizeof(buf)), 0);
+	ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), 0);
 
 	/* SIGTERM while a trainer trains, once it has committed 10 steps. */
 	pid = spawn("rs/run", "1", pause_between, run, &fd);
@@ -196,7 +163,7 @@ int main(int argc, char **argv)
 	}
 	ASSERT_TRUE(committed >= 10);
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
-	rc = reap(pid, fd, buf, sizeof(buf));
+	rc = child_reap(pid, fd, buf, sizeof(buf));
 	ASSERT_EQ(rc, 1); /* the daemon went away under it */
 	ASSERT_EQ(state_entries(entry, sizeof(entry)), 1u);
 	ASSERT_STREQ(entry, "rs+run");
@@ -218,12 +185,12 @@ int main(int argc, char **argv)
 	ASSERT_EQ(state_entries(NULL, 0), 1u); /* until the session ends */
 
 	pid = spawn("rs/run", "1", "0", run, &fd);
-	rc = reap(pid, fd, buf, sizeof(buf));
+	rc = child_reap(pid, fd, buf, sizeof(buf));
 	ASSERT_EQ(rc, 0);
 	ASSERT_TRUE(strstr(buf, "resumed ") != NULL);
 	ASSERT_EQ(strtoull(strstr(buf, "resumed ") + 8, NULL, 10), step);
-	a = load(ref, &na);
-	b = load(run, &nb);
+	a = file_load(ref, &na);
+	b = file_load(run, &nb);
 	ASSERT_EQ(na, nb);
 	for (size_t i = 0; i < na / 4; i++)
 		if (memcmp((float *)a + i, (float *)b + i, 4))

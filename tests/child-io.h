@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/child-io.h: what the tests that run a trainer in a child process
+ * (persist-trainer: restart, reconnect, crash, checkpoint) read back: the
+ * child's output and exit status, and the state file it wrote.
+ */
+#ifndef SPW_TESTS_CHILD_IO_H
+#define SPW_TESTS_CHILD_IO_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+
+/* Reads what the child printed on fd (until it closes) into buf, closes
+ * fd and waits for the child: its exit status, -1 when a signal ended it. */
+static inline int child_reap(pid_t pid, int fd, char *buf, size_t len)
+{
+	size_t got = 0;
+	ssize_t n;
+	int st;
+
+	while (got + 1 < len && (n = read(fd, buf + got, len - 1 - got)) > 0)
+		got += (size_t)n;
+	buf[got] = '\0';
+	close(fd);
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The whole file at path, malloc'd (never empty) with a NUL after it, so
+ * text can be read as a string; its length in *n. */
+static inline void *file_load(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	void *buf;
+	long len;
+
+	ASSERT_TRUE(f != NULL);
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	ASSERT_TRUE(len > 0);
+	buf = malloc((size_t)len + 1);
+	ASSERT_TRUE(buf != NULL);
+	ASSERT_EQ(fread(buf, 1, (size_t)len, f), (size_t)len);
+	fclose(f);
+	((char *)buf)[len] = '\0';
+	*n = (size_t)len;
+	return buf;
+}
+
+#endif
