@@ -69,6 +69,12 @@ static const char *const kind_name[] = {
 	[JOB_ADAM_STORE] = "adam (store)", [JOB_FETCH] = "fetch cast",
 };
 
+/* A tile's span on its worker's track, by job kind. */
+static const char *const tile_name[] = {
+	[JOB_ADAM] = "tile: adam", [JOB_GRAD] = "tile: grad", [JOB_GRAD_ADAM] = "tile: grad+adam",
+	[JOB_ADAM_STORE] = "tile: adam (store)", [JOB_FETCH] = "tile: fetch cast",
+};
+
 /* Fresh pages of a tensor may hold anything (a slot's earlier tenant), so
  * the moments start as torch's zeros, the first time a chunk is updated,
  * instead of costing a pass at add time. [b, e) starts on an int8 block. */
@@ -140,7 +146,7 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 	struct chunk *ch = j->ch;
 	spw_optimizer *o = j->o;
 	bool adam = j->kind != JOB_GRAD && j->kind != JOB_FETCH;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = now_ns(), t1;
 
 	if (adam && spw__journal_on(o)) {
 		journalled_tile(j, tile, b, e);
@@ -155,7 +161,12 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 			ch->partial[tile] = s;
 	}
 out:
-	atomic_fetch_add_explicit(&o->st_adam_ns, now_ns() - t0, memory_order_relaxed);
+	t1 = now_ns();
+	atomic_fetch_add_explicit(&o->st_adam_ns, t1 - t0, memory_order_relaxed);
+	/* Each worker's own track: which tiles it ran, when. */
+	if (o->trace)
+		spw__trace_span_on(o->trace, SPW_TRACK_WORKER, spw__pool_worker(), tile_name[j->kind], t0, t1,
+				   (uint32_t)(ch->t - o->tensors), ch->index);
 	/* The last tile hands the job to the engine. The seq_cst decrement
 	 * orders every tile's stores before it, and the lock hand-off in
 	 * spw__opt_tiles_done() carries them to the engine. */

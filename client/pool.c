@@ -46,8 +46,18 @@ struct worker {
 	pthread_t thread;
 	struct spw__pool *pool;
 	int cpu;
+	unsigned index;
 	bool started;
 };
+
+/* The running thread's worker number + 1 (0: not a pool worker): the
+ * timeline's track for the tiles it runs. */
+static _Thread_local unsigned worker_number;
+
+unsigned spw__pool_worker(void)
+{
+	return worker_number;
+}
 
 struct spw__pool {
 	atomic_int lock;
@@ -151,6 +161,8 @@ static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	struct spw__pool *p = w->pool;
+
+	worker_number = w->index + 1;
 
 	/* Named so that top -H, perf and /proc tell its CPU time from the
 	 * trainer's own threads. */
@@ -367,6 +379,7 @@ int spw__pool_new(const struct spw__pool_opts *opts, struct spw__pool **ret)
 		cpu_set_t one;
 
 		w->pool = p;
+		w->index = i;
 		/* Pinned workers take the node's last cores: the trainer's
 		 * threads, started first, tend to hold the first ones. */
 		w->cpu = plan.pin ? cpus[(unsigned)ncpu - plan.threads + i] : -1;

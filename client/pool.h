@@ -110,6 +110,10 @@ int spw__pool_node(const struct spw__pool *p);
  */
 int spw__pool_submit(struct spw__pool *p, struct spw__pool_call *c);
 
+/* The calling thread's pool worker number from 1, or 0 when it is not a
+ * pool worker (a thread that runs tiles itself). For the timeline. */
+unsigned spw__pool_worker(void);
+
 /* True once every tile of c has run; its results are then visible. */
 bool spw__pool_done(const struct spw__pool_call *c);
 

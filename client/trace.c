@@ -59,6 +59,7 @@ static const char *const track_name[SPW_TRACK__N] = {
 	[SPW_TRACK_KERNELS] = "pool: job kernels",
 	[SPW_TRACK_H2D] = "h2d: parameter copies",
 	[SPW_TRACK_DISK] = "spillwayd: disk reads and writes",
+	[SPW_TRACK_WORKER] = "pool worker",
 };
 
 static uint32_t tid_of(unsigned track, unsigned lane)
@@ -129,6 +130,24 @@ void spw__trace_span(struct spw__trace *t, enum spw__trace_track track, const ch
 	e = &t->ev[t->head];
 	*e = (struct event){ .name = name, .t0 = t0, .t1 = t1, .step = step, .tensor = tensor, .chunk = chunk,
 			     .tid = tid_of(track, lane) };
+	t->head = (t->head + 1) % t->cap;
+	if (t->count < t->cap)
+		t->count++;
+	pthread_mutex_unlock(&t->lock);
+}
+
+void spw__trace_span_on(struct spw__trace *t, enum spw__trace_track track, unsigned lane, const char *name,
+			uint64_t t0, uint64_t t1, uint32_t tensor, uint32_t chunk)
+{
+	if (lane >= LANES)
+		lane = LANES - 1;
+	if (t1 < t0)
+		t1 = t0;
+	pthread_mutex_lock(&t->lock);
+	if (lane + 1 > t->lanes_used[track])
+		t->lanes_used[track] = lane + 1;
+	t->ev[t->head] = (struct event){ .name = name, .t0 = t0, .t1 = t1, .step = UINT64_MAX, .tensor = tensor,
+					 .chunk = chunk, .tid = tid_of(track, lane) };
 	t->head = (t->head + 1) % t->cap;
 	if (t->count < t->cap)
 		t->count++;

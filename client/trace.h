@@ -22,6 +22,7 @@ enum spw__trace_track {
 	SPW_TRACK_KERNELS,      /* a job's kernels on the pool, first .. last tile */
 	SPW_TRACK_H2D,          /* parameter copies, queued .. arrived */
 	SPW_TRACK_DISK,         /* the daemon's reads and writes of this session (trace-daemon.c) */
+	SPW_TRACK_WORKER,       /* each pool worker's tiles, a lane per worker (not by overlap) */
 	SPW_TRACK__N,
 };
 
@@ -35,6 +36,11 @@ struct spw__trace *spw__trace_new(const char *path);
  * none); step is the optimizer's step number (UINT64_MAX: none). */
 void spw__trace_span(struct spw__trace *t, enum spw__trace_track track, const char *name, uint64_t t0,
 		     uint64_t t1, uint32_t tensor, uint32_t chunk, uint64_t step);
+
+/* Records a span on a lane of track chosen by the caller (a worker's own:
+ * its spans never overlap), lane < 32; otherwise as spw__trace_span. */
+void spw__trace_span_on(struct spw__trace *t, enum spw__trace_track track, unsigned lane, const char *name,
+			uint64_t t0, uint64_t t1, uint32_t tensor, uint32_t chunk);
 
 /* Records a counter's value (a Chrome "C" event) at ts (now_ns() clock):
  * name a string literal. */

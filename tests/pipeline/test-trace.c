@@ -5,9 +5,10 @@
  *          says -ENODATA (-EINVAL for NULL)
  *   on     a few overlapped steps over two tensors of several chunks: the
  *          file is JSON with a traceEvents array; every X event is well
- *          formed; the step spans follow each other; and for every chunk
+ *          formed; the step spans follow each other; for every chunk
  *          the i-th D2H copy ends before the i-th kernel span starts, which
- *          ends before the i-th H2D copy starts (causal order)
+ *          ends before the i-th H2D copy starts (causal order); each pool
+ *          worker's track holds its tiles, never two at once
  *   disk   the NVMe tier: the daemon's reads and writes are on the
  *          timeline, and its gauges as counters: region slots in use
  *          (never more than the region's slots, at some point all but
@@ -124,13 +125,37 @@ static void add(struct spans *s, double ts, double end)
 	s->end[i] = end;
 }
 
+/* One worker's tile spans, to see they never overlap. */
+#define MAXW 8
+#define MAXTILES 256
+struct lane {
+	double ts[MAXTILES], end[MAXTILES];
+	int n;
+};
+
+static void add_tile(struct lane *l, double ts, double end)
+{
+	ASSERT_LT(l->n, MAXTILES);
+	l->ts[l->n] = ts;
+	l->end[l->n++] = end;
+}
+
+static void lane_check(const struct lane *l)
+{
+	for (int i = 0; i < l->n; i++)
+		for (int k = 0; k < l->n; k++)
+			ASSERT_TRUE(i == k || l->end[i] <= l->ts[k] || l->end[k] <= l->ts[i]);
+}
+
 static void check_on(const char *path)
 {
 	static struct spans d2h[2][MAXCH], kern[2][MAXCH], h2d[2][MAXCH];
 	cJSON *root = load(path), *e;
+	static struct lane tiles[MAXW];
 	double last_end = -1.0, slots_max = 0;
-	int steps = 0, names = 0, pins = 0, chunks = 0, counters = 0;
+	int steps = 0, names = 0, pins = 0, chunks = 0, counters = 0, ntiles = 0;
 
+	memset(tiles, 0, sizeof(tiles));
 	memset(d2h, 0, sizeof(d2h));
 	memset(kern, 0, sizeof(kern));
 	memset(h2d, 0, sizeof(h2d));
@@ -188,7 +213,14 @@ static void check_on(const char *path)
 			add(&h2d[t][k], ts, ts + dur);
 		else if (!strcmp(name->valuestring, "pin wait"))
 			pins++;
-		else
+		else if (!strcmp(name->valuestring, "tile: adam")) {
+			/* A worker's own track: its tiles one after another. */
+			int w = (int)num(e, "tid") % 100;
+
+			ASSERT_TRUE(w >= 0 && w < MAXW);
+			add_tile(&tiles[w], ts, ts + dur);
+			ntiles++;
+		} else
 			ASSERT_STREQ(name->valuestring, "a span this test knows");
 	}
 	ASSERT_EQ(steps, STEPS);
@@ -208,6 +240,11 @@ static void check_on(const char *path)
 			}
 		}
 	ASSERT_EQ(chunks, 2 * 5 * STEPS);
+	/* Every update ran as tiles on the workers' tracks, which never
+	 * overlap on one worker. */
+	ASSERT_GE(ntiles, 2 * 5 * STEPS);
+	for (int w = 0; w < MAXW; w++)
+		lane_check(&tiles[w]);
 	cJSON_Delete(root);
 }
 
