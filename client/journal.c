@@ -127,7 +127,7 @@ static uint64_t global_unit(const spw_optimizer *o, const struct chunk *ch, size
 	return (uint64_t)ch->global * o->jn.units_per_chunk + tile;
 }
 
-/* Pins every page of a resident tensor for the optimizer's life. */
+/* Pins every page of a journal tensor for the optimizer's life. */
 static int pin_all(spw_optimizer *o, uint32_t id, uint32_t npages, void ***pages)
 {
 	*pages = calloc(npages, sizeof(**pages));
@@ -142,15 +142,16 @@ static int pin_all(spw_optimizer *o, uint32_t id, uint32_t npages, void ***pages
 	return 0;
 }
 
-/* Registers a journal tensor, or adopts it on a taken-over session.
- * 1: adopted, 0: registered, or -errno (-ENOENT: a session from before
- * the journal, on a takeover that needs it). */
-static int journal_tensor(spw_optimizer *o, const char *name, uint64_t bytes, uint32_t *id, bool need)
+/* Registers a journal tensor of that kind, or adopts it on a taken-over
+ * session. 1: adopted, 0: registered, or -errno (-ENOENT: a session from
+ * before the journal, on a takeover that needs it). */
+static int journal_tensor(spw_optimizer *o, const char *name, uint64_t bytes, enum spw_tensor_kind kind, uint32_t *id,
+			  bool need)
 {
 	int r;
 
 	if (o->persist.adopting) {
-		r = spw_tensor_adopt(o->c, name, bytes, SPW_TENSOR_RESIDENT, id, NULL);
+		r = spw_tensor_adopt(o->c, name, bytes, kind, id, NULL);
 		if (r == 0) {
 			o->persist.adopted++;
 			return 1;
@@ -158,7 +159,7 @@ static int journal_tensor(spw_optimizer *o, const char *name, uint64_t bytes, ui
 		if (r != -ENOENT || need)
 			return r;
 	}
-	return spw_tensor_register(o->c, name, bytes, SPW_TENSOR_RESIDENT, id, NULL);
+	return spw_tensor_register(o->c, name, bytes, kind, id, NULL);
 }
 
 /* A takeover with step `torn` open: whether this journal can resume it,
@@ -321,7 +322,11 @@ int spw__journal_done_tensor(spw_optimizer *o)
 		o->jn.words = 1;
 	bytes = 2 * o->jn.words * 8;
 	o->jn.ndone_pages = (uint32_t)((bytes + o->page_size - 1) / o->page_size);
-	r = journal_tensor(o, DONE_NAME, bytes, &o->jn.done_id, o->persist.torn != 0);
+	/* On the state's tier: sized at the first begin, when a region
+	 * smaller than the state has no free slot left to register a
+	 * resident tensor in; pinned for the optimizer's life all the same
+	 * (the pin takes a clean page's slot). */
+	r = journal_tensor(o, DONE_NAME, bytes, o->tier, &o->jn.done_id, o->persist.torn != 0);
 	if (r < 0)
 		return r;
 	/* A fresh bitmap is cleared by each begin before its step's updates. */

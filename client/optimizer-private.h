@@ -317,6 +317,7 @@ struct spw_optimizer {
 	uint64_t io_seen;
 	uint32_t traced_inflight;       /* the engine's last "jobs in flight" counter value */
 	uint64_t traced_gauge[2];       /* the daemon's gauges as last put on the timeline, + 1 (0: never) */
+	uint64_t traced_gauge_step;     /* the step they were last put on it in */
 	struct spw_io_event *io_buf;    /* SPW_IO_LOG_ENTRIES, while tracing */
 	uint32_t *io_map, io_map_n;     /* daemon tensor id -> optimizer tensor + 1 (0: none) */
 	uint64_t t_step;                /* this step's begin, when tracing */

@@ -44,16 +44,20 @@ static uint32_t tensor_of(const spw_optimizer *o, uint32_t id)
 }
 
 /* The daemon's gauges of the region (spw-ring.h), as counters when they
- * moved since the last look: sampled, so a swing between two engine
- * passes may not show. */
+ * moved since the last look, and once in every step (the file keeps the
+ * last steps only: a gauge that stays put must still show there):
+ * sampled, so a swing between two engine passes may not show. */
 static void trace_gauges(spw_optimizer *o, const struct spw_io_log_hdr *h)
 {
 	static const char *const name[2] = { "region slots in use", "pins in flight" };
 	uint64_t v[2] = { __atomic_load_n(&h->slots_used, __ATOMIC_RELAXED),
 			  __atomic_load_n(&h->pages_pinned, __ATOMIC_RELAXED) };
+	uint64_t step = __atomic_load_n(&o->step, __ATOMIC_RELAXED); /* the trainer's: only a hint here */
+	bool again = o->traced_gauge_step != step;
 
+	o->traced_gauge_step = step;
 	for (unsigned i = 0; i < 2; i++)
-		if (o->traced_gauge[i] != v[i] + 1) {
+		if (again || o->traced_gauge[i] != v[i] + 1) {
 			o->traced_gauge[i] = v[i] + 1;
 			spw__trace_counter(o->trace, name[i], now_ns(), v[i]);
 		}

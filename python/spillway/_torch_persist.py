@@ -63,6 +63,16 @@ def journal_pages(opt, psz):
     return -(-(threads * (128 + 12 * 4096) + 4096) // psz) + 2
 
 
+def done_pages(entries, psz):
+    """Pages of the journal's two done bitmaps (client/journal.c,
+    spw__journal_done_tensor): a bit per 4096-element unit of every chunk."""
+    chunk = psz // 4
+    units = -(-chunk // 4096)
+    nchunks = sum(-(-e.numel // chunk) for e in entries)
+    words = max(1, -(-(nchunks * units) // 64))
+    return -(-(2 * words * 8) // psz)
+
+
 def resume(opt, spw, entries):
     """Right after the build: on a taken-over session, the parameters get
     the committed master weights and the step count and loss scale go on

@@ -322,8 +322,9 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         if self.tier == "nvme":
             k = _persist.state_roles(self)
             swap = _state_dtype.state_pages([e.numel for e in entries], psz, k, self.state_dtype) * psz
-            if self._persistent:  # the layout record (client/persist.c) lives on this tier too
+            if self._persistent:  # the layout record and the journal's done bitmaps live on this tier too
                 swap += -(-(24 + sum(24 + len(e.name) + 8 for e in entries) + 256) // psz) * psz
+                swap += _persist.done_pages(entries, psz) * psz
         if self._own_session:
             if self._session is not None:
                 info = self._session.info()
