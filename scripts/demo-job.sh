@@ -77,7 +77,10 @@ PY
 # way; a new trainer of the same session name takes the state over from
 # spillwayd and goes on after the last committed step.
 say "kill and resume: the same 60 steps with --persistent --session demo/resume, SIGKILLed half way"
-demo_resume=(build-demo/examples/train-mlp "${demo_args[@]}" --every 20 --session demo/resume --persistent
+# A persistent overlapped optimizer also keeps an update journal and an
+# undo copy of the weights it updates (docs/persistent.md): 10 MiB of region.
+demo_resume=(build-demo/examples/train-mlp "${demo_args[@]}" --region-bytes $((10 << 20)) --every 20
+	     --session demo/resume --persistent
 	     --losses "$demo_dir/run.losses")
 "${demo_resume[@]}" &
 demo_train_pid=$!
