@@ -90,7 +90,9 @@ static int attach(struct trainer *t, bool quiet)
 		.size = sizeof(a), .session = SESSION, .page_size = PAGE, .persistent = 1, .lease_s = 600,
 		/* An eighth of the state pinned: the rest lives in the swap files. */
 		.region_bytes = ((state / 8 > (64u << 20) ? state / 8 : (64u << 20)) + PAGE - 1) / PAGE * PAGE,
-		.swap_bytes = (state + state / 8 + (64u << 20)) / PAGE * PAGE, .flags = SPW_ATTACH_SWAP_BYTES,
+		/* p, m, v, and the undo copy of p a persistent overlapped
+		 * optimizer keeps (client/journal.c): 16 bytes a parameter. */
+		.swap_bytes = (state * 4 / 3 + state / 8 + (64u << 20)) / PAGE * PAGE, .flags = SPW_ATTACH_SWAP_BYTES,
 	};
 	/* A checkpoint's copy holds the trainer's ring for as long as it runs. */
 	struct spw_client_opts co = { .size = sizeof(co), .reply_timeout_ms = 600000 };
@@ -392,7 +394,7 @@ static int daemon_start(struct local_daemon *d, const char *swapdir, double mib,
 
 	if (state_dir)
 		snprintf(persist, sizeof(persist), "\"persist\": { \"state_dir\": \"%s\" },", state_dir);
-	snprintf(cfg, sizeof(cfg), config_fmt, region * 2, region, swapdir, (uintmax_t)(mib * 1.25) + 256, persist);
+	snprintf(cfg, sizeof(cfg), config_fmt, region * 2, region, swapdir, (uintmax_t)(mib * 1.5) + 256, persist);
 	return local_daemon_start(d, cfg);
 }
 
