@@ -110,11 +110,19 @@ struct spw__trace *spw__trace_new(const char *path)
 	return t;
 }
 
+/* Appends e to the ring, the oldest overwritten when it is full. Lock held. */
+static void append_locked(struct spw__trace *t, struct event e)
+{
+	t->ev[t->head] = e;
+	t->head = (t->head + 1) % t->cap;
+	if (t->count < t->cap)
+		t->count++;
+}
+
 void spw__trace_span(struct spw__trace *t, enum spw__trace_track track, const char *name, uint64_t t0,
 		     uint64_t t1, uint32_t tensor, uint32_t chunk, uint64_t step)
 {
 	unsigned lane;
-	struct event *e;
 
 	if (t1 < t0)
 		t1 = t0;
@@ -127,12 +135,8 @@ void spw__trace_span(struct spw__trace *t, enum spw__trace_track track, const ch
 	t->lane_end[track][lane] = t1;
 	if (lane + 1 > t->lanes_used[track])
 		t->lanes_used[track] = lane + 1;
-	e = &t->ev[t->head];
-	*e = (struct event){ .name = name, .t0 = t0, .t1 = t1, .step = step, .tensor = tensor, .chunk = chunk,
-			     .tid = tid_of(track, lane) };
-	t->head = (t->head + 1) % t->cap;
-	if (t->count < t->cap)
-		t->count++;
+	append_locked(t, (struct event){ .name = name, .t0 = t0, .t1 = t1, .step = step, .tensor = tensor,
+					 .chunk = chunk, .tid = tid_of(track, lane) });
 	pthread_mutex_unlock(&t->lock);
 }
 
@@ -146,21 +150,15 @@ void spw__trace_span_on(struct spw__trace *t, enum spw__trace_track track, unsig
 	pthread_mutex_lock(&t->lock);
 	if (lane + 1 > t->lanes_used[track])
 		t->lanes_used[track] = lane + 1;
-	t->ev[t->head] = (struct event){ .name = name, .t0 = t0, .t1 = t1, .step = UINT64_MAX, .tensor = tensor,
-					 .chunk = chunk, .tid = tid_of(track, lane) };
-	t->head = (t->head + 1) % t->cap;
-	if (t->count < t->cap)
-		t->count++;
+	append_locked(t, (struct event){ .name = name, .t0 = t0, .t1 = t1, .step = UINT64_MAX, .tensor = tensor,
+					 .chunk = chunk, .tid = tid_of(track, lane) });
 	pthread_mutex_unlock(&t->lock);
 }
 
 void spw__trace_counter(struct spw__trace *t, const char *name, uint64_t ts, uint64_t value)
 {
 	pthread_mutex_lock(&t->lock);
-	t->ev[t->head] = (struct event){ .name = name, .t0 = ts, .t1 = ts, .step = value, .tid = COUNTER_TID };
-	t->head = (t->head + 1) % t->cap;
-	if (t->count < t->cap)
-		t->count++;
+	append_locked(t, (struct event){ .name = name, .t0 = ts, .t1 = ts, .step = value, .tid = COUNTER_TID });
 	pthread_mutex_unlock(&t->lock);
 }
 

@@ -2,11 +2,13 @@
 /*
  * tests/child-io.h: what the tests that run a trainer in a child process
  * (persist-trainer: restart, reconnect, crash, checkpoint) read back: the
- * child's output and exit status, and the state file it wrote.
+ * child's output and exit status, the state file it wrote; and removing a
+ * checkpoint directory.
  */
 #ifndef SPW_TESTS_CHILD_IO_H
 #define SPW_TESTS_CHILD_IO_H
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/types.h>
@@ -51,6 +53,26 @@ static inline void *file_load(const char *path, size_t *n)
 	((char *)buf)[len] = '\0';
 	*n = (size_t)len;
 	return buf;
+}
+
+/* Removes dir and the files in it (a checkpoint: no subdirectories).
+ * rmdir's result; 0 when dir is not there. */
+static inline int dir_remove(const char *dir)
+{
+	char a[1024];
+	struct dirent *e;
+	DIR *dd = opendir(dir);
+
+	if (!dd)
+		return 0;
+	while ((e = readdir(dd))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(a, sizeof(a), "%s/%s", dir, e->d_name);
+		unlink(a);
+	}
+	closedir(dd);
+	return rmdir(dir);
 }
 
 #endif

@@ -31,6 +31,7 @@
 
 #include "client-private.h"
 #include "harness.h"
+#include "child-io.h"
 #include "test.h"
 
 #define MiB (1024u * 1024u)
@@ -90,24 +91,6 @@ static void check_file(const char *dir, uint32_t tensor, uint32_t pages)
 	ASSERT_EQ(fread(buf, 1, 1, f), 0u); /* not a byte more */
 	fclose(f);
 	free(buf);
-}
-
-static void remove_dir(const char *dir)
-{
-	char a[1024];
-	struct dirent *e;
-	DIR *dd = opendir(dir);
-
-	if (!dd)
-		return;
-	while ((e = readdir(dd))) {
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(a, sizeof(a), "%s/%s", dir, e->d_name);
-		unlink(a);
-	}
-	closedir(dd);
-	ASSERT_OK(rmdir(dir));
 }
 
 static long killed[KILLS];
@@ -296,7 +279,7 @@ int main(void)
 			ASSERT_OK(spw_client_restore(c, "kill/v", next, 60, &res));
 			ASSERT_UEQ(res.committed_step, 1);
 			ASSERT_OK(spw_client_drop(c, "kill/v"));
-			remove_dir(next);
+			ASSERT_OK(dir_remove(next));
 		}
 		spw_client_free(c);
 
@@ -337,7 +320,7 @@ int main(void)
 	if (access(next, F_OK) == 0) {
 		ASSERT_OK(spw_client_restore(c, "kill/v", next, 60, NULL));
 		ASSERT_OK(spw_client_drop(c, "kill/v"));
-		remove_dir(next);
+		ASSERT_OK(dir_remove(next));
 	}
 	spw_client_free(c);
 	ask = (struct ask){ .dir = next };
@@ -349,10 +332,10 @@ int main(void)
 	check_file(prev, 0, R_PAGES);
 	check_file(prev, 1, S_PAGES);
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
-	remove_dir(next);
+	ASSERT_OK(dir_remove(next));
 
 	shutdown_during_flush(prev);
-	remove_dir(prev);
+	ASSERT_OK(dir_remove(prev));
 	ASSERT_OK(rmdir(parent));
 	printf("ok\n");
 	return 0;

@@ -193,24 +193,6 @@ static void copy_dir(const char *src, const char *dst)
 	closedir(dd);
 }
 
-static void remove_dir(const char *dir)
-{
-	char a[1024];
-	struct dirent *e;
-	DIR *dd = opendir(dir);
-
-	if (!dd)
-		return;
-	while ((e = readdir(dd))) {
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(a, sizeof(a), "%s/%s", dir, e->d_name);
-		unlink(a);
-	}
-	closedir(dd);
-	rmdir(dir);
-}
-
 /* spillwayctl restore and checkpoint: the same bytes through the command
  * line; its refusal on stderr with a nonzero status. */
 static void through_ctl(spw_client *b, const char *ck1)
@@ -359,7 +341,7 @@ static void hostile(spw_client *c, const char *good, enum hostile how, int err, 
 	ASSERT_CONTAINS(spw_client_last_error(c), what);
 	ASSERT_EQ(pool_used(&r), used);
 	ASSERT_EQ(r, sessions);
-	remove_dir(dir);
+	dir_remove(dir);
 }
 
 int main(void)
