@@ -191,12 +191,17 @@ void raw_session_close(struct raw_session *s)
 
 int raw_register(struct raw_session *s, const char *name, uint64_t bytes, uint32_t *pages)
 {
+	return raw_register_kind(s, name, bytes, "resident", pages);
+}
+
+int raw_register_kind(struct raw_session *s, const char *name, uint64_t bytes, const char *kind, uint32_t *pages)
+{
 	char req[512];
 	cJSON *r;
 	int e;
 
-	snprintf(req, sizeof(req), "{\"type\":\"register\",\"name\":\"%s\",\"bytes\":%llu,\"kind\":\"resident\"}", name,
-		 (unsigned long long)bytes);
+	snprintf(req, sizeof(req), "{\"type\":\"register\",\"name\":\"%s\",\"bytes\":%llu,\"kind\":\"%s\"}", name,
+		 (unsigned long long)bytes, kind);
 	r = raw_request(s->ctl, req);
 	ASSERT_TRUE(r != NULL);
 	e = raw_reply_errno(r);

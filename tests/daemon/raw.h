@@ -62,6 +62,8 @@ void raw_session_close(struct raw_session *s);
 
 /* Registers a resident tensor: returns its id or -errno; *pages if non-NULL. */
 int raw_register(struct raw_session *s, const char *name, uint64_t bytes, uint32_t *pages);
+/* The same with a kind: "resident" or "swappable". */
+int raw_register_kind(struct raw_session *s, const char *name, uint64_t bytes, const char *kind, uint32_t *pages);
 
 /* Producer side of the SQ: queue one entry, publish, ring if asked to. */
 void raw_submit(struct raw_session *s, const struct spw_sqe *sqe);
