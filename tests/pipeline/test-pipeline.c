@@ -28,24 +28,12 @@
 
 #include "harness.h"
 #include "pipeline-fixture.h"
+#include "mlp-fixture.h"
 #include "kernels.h"
 #include "handover.h"
 #include "mlp.h"
 #include "test.h"
 #include "session-figure.h"
-
-#define CHUNK (PAGE / 4)
-#define TILE 16384u     /* the pool's tile: the norm is summed per tile */
-#define BATCH 16
-#define MAXT (2 * (MLP_MAX_HIDDEN_LAYERS + 1))
-
-static const char swap_config[] =
-	"{\n"
-	"  \"socket\": { \"dir\": \"@DIR@\", \"mode\": \"0600\" },\n"
-	"  \"pool\": { \"max_bytes\": \"1GiB\", \"session_max_bytes\": \"256MiB\", \"require_locked\": false },\n"
-	"  \"swap\": { \"dirs\": [ { \"path\": \"@DIR@\", \"max_bytes\": \"256MiB\" } ] },\n"
-	"  \"log\": { \"level\": \"warn\" }\n"
-	"}\n";
 
 struct run_cfg {
 	enum spw_optimizer_mode mode;
@@ -61,8 +49,7 @@ struct run_cfg {
 
 /* What a run leaves: every tensor's state, and how many steps it skipped. */
 struct run_out {
-	int n;
-	float *p[MAXT], *m[MAXT], *v[MAXT];
+	struct mlp_state st;
 	int skipped;
 	double last_norm;
 };
@@ -70,37 +57,6 @@ struct run_out {
 static const struct spw_param_group group = {
 	.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
 };
-
-static struct mlp *model(void)
-{
-	struct mlp_config cfg = { .n_in = 64, .n_hidden = 512, .n_hidden_layers = 2, .n_out = 10,
-				  .max_batch = BATCH };
-	struct mlp *m;
-
-	ASSERT_OK(mlp_create(&cfg, 7, &m));
-	return m;
-}
-
-static void out_alloc(struct run_out *o, const struct mlp_tensor *t, int n)
-{
-	memset(o, 0, sizeof(*o));
-	o->n = n;
-	for (int i = 0; i < n; i++) {
-		o->p[i] = calloc(t[i].count, 4);
-		o->m[i] = calloc(t[i].count, 4);
-		o->v[i] = calloc(t[i].count, 4);
-		ASSERT_TRUE(o->p[i] && o->m[i] && o->v[i]);
-	}
-}
-
-static void out_free(struct run_out *o)
-{
-	for (int i = 0; i < o->n; i++) {
-		free(o->p[i]);
-		free(o->m[i]);
-		free(o->v[i]);
-	}
-}
 
 /* The gradient the trainer hands over: fp32 as backward made it, or fp16
  * of gradient * loss scale (overflowing to inf, as a real fp16 run would). */
@@ -112,24 +68,10 @@ static void to_f16(uint16_t *dst, const float *g, size_t n, float scale)
 
 /* ---- (a) the plain run: torch's AdamW through kernels/ directly ---- */
 
-/* The norm as the pipeline defines it: square sums per tile of each chunk,
- * chunks in (tensor, chunk) order. */
-static void add_sumsq(const struct spw_kernels *k, const float *g, size_t count, double *total)
-{
-	for (size_t c = 0; c < count; c += CHUNK) {
-		size_t n = count - c < CHUNK ? count - c : CHUNK;
-		double s = 0.0;
-
-		for (size_t b = 0; b < n; b += TILE)
-			s += k->sumsq[SPW_DTYPE_F32](g + c + b, n - b < TILE ? n - b : TILE);
-		*total += s;
-	}
-}
-
 static void run_plain(const struct run_cfg *rc, struct run_out *out)
 {
 	const struct spw_kernels *k = spw_kernels();
-	struct mlp *m = model();
+	struct mlp *m = mlp_model();
 	struct mlp_task *task;
 	const struct mlp_tensor *t;
 	float *acc[MAXT], x[BATCH * 64], loss, scale = rc->init_scale;
@@ -138,7 +80,7 @@ static void run_plain(const struct run_cfg *rc, struct run_out *out)
 
 	ASSERT_OK(mlp_task_create(64, 10, 3, &task));
 	t = mlp_tensors(m, &n);
-	out_alloc(out, t, n);
+	mlp_state_alloc(&out->st, t, n);
 	for (int i = 0; i < n; i++)
 		ASSERT_TRUE((acc[i] = calloc(t[i].count, 4)) != NULL);
 	for (int step = 1; step <= rc->steps; step++) {
@@ -198,12 +140,12 @@ static void run_plain(const struct run_cfg *rc, struct run_out *out)
 			struct spw_adamw_consts kc;
 
 			ASSERT_OK(spw_adamw_prepare(&hp, &kc));
-			k->adamw[SPW_DTYPE_F32][SPW_DTYPE_NONE](&kc, t[i].param, out->m[i], out->v[i], acc[i],
+			k->adamw[SPW_DTYPE_F32][SPW_DTYPE_NONE](&kc, t[i].param, out->st.m[i], out->st.v[i], acc[i],
 								NULL, t[i].count);
 		}
 	}
 	for (int i = 0; i < n; i++) {
-		memcpy(out->p[i], t[i].param, t[i].count * 4);
+		memcpy(out->st.p[i], t[i].param, t[i].count * 4);
 		free(acc[i]);
 	}
 	mlp_task_free(task);
@@ -259,7 +201,7 @@ static int run_spillway_from(const struct spw_test_daemon *d, const struct run_c
 			     const struct run_out *from, struct run_out *out)
 {
 	struct trainer tr = { .hv.give = hand_over, .rc = rc, .scale = rc->init_scale };
-	struct mlp *m = model();
+	struct mlp *m = mlp_model();
 	struct mlp_task *task;
 	const struct mlp_tensor *t;
 	spw_client *c = connect_client(d, "pipeline/0", rc->region);
@@ -271,7 +213,7 @@ static int run_spillway_from(const struct spw_test_daemon *d, const struct run_c
 	ASSERT_OK(r);
 	ASSERT_OK(mlp_task_create(64, 10, 3, &task));
 	t = mlp_tensors(m, &n);
-	out_alloc(out, t, n);
+	mlp_state_alloc(&out->st, t, n);
 	/* The model's own arrays serve as the "device" buffers on the host
 	 * backend: the optimizer copies every update back into them. */
 	for (int i = 0; i < n; i++) {
@@ -285,11 +227,11 @@ static int run_spillway_from(const struct spw_test_daemon *d, const struct run_c
 		ASSERT_TRUE((tr.h[i] = malloc(t[i].count * 2)) != NULL);
 	}
 	for (int i = 0; from && i < n; i++) {
-		ASSERT_OK(spw_optimizer_write(tr.opt, tr.id[i], SPW_STATE_PARAM, from->p[i]));
-		ASSERT_OK(spw_optimizer_write(tr.opt, tr.id[i], SPW_STATE_EXP_AVG, from->m[i]));
-		ASSERT_OK(spw_optimizer_write(tr.opt, tr.id[i], SPW_STATE_EXP_AVG_SQ, from->v[i]));
+		ASSERT_OK(spw_optimizer_write(tr.opt, tr.id[i], SPW_STATE_PARAM, from->st.p[i]));
+		ASSERT_OK(spw_optimizer_write(tr.opt, tr.id[i], SPW_STATE_EXP_AVG, from->st.m[i]));
+		ASSERT_OK(spw_optimizer_write(tr.opt, tr.id[i], SPW_STATE_EXP_AVG_SQ, from->st.v[i]));
 		/* The device parameters are the caller's to restore. */
-		memcpy(t[i].param, from->p[i], t[i].count * 4);
+		memcpy(t[i].param, from->st.p[i], t[i].count * 4);
 	}
 	for (int step = first; step <= rc->steps; step++) {
 		struct spw_step_result res = { .size = sizeof(res) };
@@ -314,11 +256,11 @@ static int run_spillway_from(const struct spw_test_daemon *d, const struct run_c
 	}
 	ASSERT_OK(spw_optimizer_sync(tr.opt));
 	for (int i = 0; i < n; i++) {
-		ASSERT_OK(spw_optimizer_read(tr.opt, tr.id[i], SPW_STATE_PARAM, out->p[i]));
-		ASSERT_OK(spw_optimizer_read(tr.opt, tr.id[i], SPW_STATE_EXP_AVG, out->m[i]));
-		ASSERT_OK(spw_optimizer_read(tr.opt, tr.id[i], SPW_STATE_EXP_AVG_SQ, out->v[i]));
+		ASSERT_OK(spw_optimizer_read(tr.opt, tr.id[i], SPW_STATE_PARAM, out->st.p[i]));
+		ASSERT_OK(spw_optimizer_read(tr.opt, tr.id[i], SPW_STATE_EXP_AVG, out->st.m[i]));
+		ASSERT_OK(spw_optimizer_read(tr.opt, tr.id[i], SPW_STATE_EXP_AVG_SQ, out->st.v[i]));
 		/* The device copy is the master, bit for bit (fp32 copy-out). */
-		ASSERT_EQ(memcmp(out->p[i], t[i].param, t[i].count * 4), 0);
+		ASSERT_EQ(memcmp(out->st.p[i], t[i].param, t[i].count * 4), 0);
 	}
 	/* Exact mode keeps a gradient store; each step's first arrival
 	 * rewrites its pages whole, so on the NVMe tier they are pinned for
@@ -357,18 +299,18 @@ static int run_spillway(const struct spw_test_daemon *d, const struct run_cfg *r
 
 static void assert_same(const struct run_out *a, const struct run_out *b, const char *what)
 {
-	struct mlp *m = model();
+	struct mlp *m = mlp_model();
 	const struct mlp_tensor *t;
 	int n;
 
 	t = mlp_tensors(m, &n);
-	ASSERT_EQ(a->n, b->n);
+	ASSERT_EQ(a->st.n, b->st.n);
 	ASSERT_EQ(a->skipped, b->skipped);
 	for (int i = 0; i < n; i++) {
 		size_t bytes = t[i].count * 4;
 
-		if (memcmp(a->p[i], b->p[i], bytes) || memcmp(a->m[i], b->m[i], bytes) ||
-		    memcmp(a->v[i], b->v[i], bytes))
+		if (memcmp(a->st.p[i], b->st.p[i], bytes) || memcmp(a->st.m[i], b->st.m[i], bytes) ||
+		    memcmp(a->st.v[i], b->st.v[i], bytes))
 			TEST_FAIL("%s: tensor %s differs from the reference run", what, t[i].name);
 	}
 	mlp_free(m);
@@ -389,8 +331,8 @@ static int compare(const struct spw_test_daemon *d, struct run_cfg rc, const cha
 		fprintf(stderr, "%s: bit-identical (%d steps, %d skipped, last norm %.6g)\n", what, rc.steps,
 			plain.skipped, plain.last_norm);
 	}
-	out_free(&plain);
-	out_free(&spw);
+	mlp_state_free(&plain.st);
+	mlp_state_free(&spw.st);
 	return r;
 }
 
@@ -455,7 +397,7 @@ static void case_exact(void)
 	run_plain(&rc, &plain);
 	ASSERT_GT(plain.skipped, 0);
 	ASSERT_LT(plain.skipped, rc.steps);
-	out_free(&plain);
+	mlp_state_free(&plain.st);
 	ASSERT_OK(compare(&d, rc, "exact, fp16, dynamic loss scale"));
 	rc.accum = 4;
 	ASSERT_OK(compare(&d, rc, "exact, fp16, dynamic loss scale, accumulation 4"));
@@ -638,7 +580,7 @@ static int resume(const struct spw_test_daemon *d, struct run_cfg rc, int stop, 
 
 	r = run_spillway(d, &rc, &whole);
 	if (r < 0) {
-		out_free(&whole);
+		mlp_state_free(&whole.st);
 		return r;
 	}
 	rc.steps = stop;
@@ -647,9 +589,9 @@ static int resume(const struct spw_test_daemon *d, struct run_cfg rc, int stop, 
 	ASSERT_OK(run_spillway_from(d, &rc, stop + 1, &part, &rest));
 	assert_same(&whole, &rest, what);
 	fprintf(stderr, "%s: resumed after step %d of %d, bit-identical\n", what, stop, steps);
-	out_free(&whole);
-	out_free(&part);
-	out_free(&rest);
+	mlp_state_free(&whole.st);
+	mlp_state_free(&part.st);
+	mlp_state_free(&rest.st);
 	return 0;
 }
 

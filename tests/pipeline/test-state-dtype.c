@@ -43,21 +43,9 @@
 #include "mlp.h"
 #include "q8.h"
 #include "pipeline-fixture.h"
+#include "mlp-fixture.h"
 #include "session-figure.h"
 #include "test.h"
-
-#define CHUNK (PAGE / 4)
-#define TILE 16384u
-#define BATCH 16
-#define MAXT (2 * (MLP_MAX_HIDDEN_LAYERS + 1))
-
-static const char swap_config[] =
-	"{\n"
-	"  \"socket\": { \"dir\": \"@DIR@\", \"mode\": \"0600\" },\n"
-	"  \"pool\": { \"max_bytes\": \"1GiB\", \"session_max_bytes\": \"256MiB\", \"require_locked\": false },\n"
-	"  \"swap\": { \"dirs\": [ { \"path\": \"@DIR@\", \"max_bytes\": \"256MiB\" } ] },\n"
-	"  \"log\": { \"level\": \"warn\" }\n"
-	"}\n";
 
 struct cfg {
 	enum spw_optimizer_mode mode;
@@ -74,41 +62,9 @@ struct cfg {
 /* A run's end: every tensor's master weights and moments (fp32; bf16
  * moments widened), and the loss on the held-out batches. */
 struct out {
-	int n;
-	float *p[MAXT], *m[MAXT], *v[MAXT];
+	struct mlp_state st;
 	double eval_loss;
 };
-
-static struct mlp *model(void)
-{
-	struct mlp_config mc = { .n_in = 64, .n_hidden = 512, .n_hidden_layers = 2, .n_out = 10,
-				 .max_batch = BATCH };
-	struct mlp *m;
-
-	ASSERT_OK(mlp_create(&mc, 7, &m));
-	return m;
-}
-
-static void out_alloc(struct out *o, const struct mlp_tensor *t, int n)
-{
-	memset(o, 0, sizeof(*o));
-	o->n = n;
-	for (int i = 0; i < n; i++) {
-		o->p[i] = calloc(t[i].count, 4);
-		o->m[i] = calloc(t[i].count, 4);
-		o->v[i] = calloc(t[i].count, 4);
-		ASSERT_TRUE(o->p[i] && o->m[i] && o->v[i]);
-	}
-}
-
-static void out_free(struct out *o)
-{
-	for (int i = 0; i < o->n; i++) {
-		free(o->p[i]);
-		free(o->m[i]);
-		free(o->v[i]);
-	}
-}
 
 /* Mean loss over 16 batches the training never sees. */
 static double eval_loss(struct mlp *m, const struct mlp_task *task)
@@ -131,19 +87,6 @@ static struct spw_param_group group_of(const struct cfg *c)
 					 .weight_decay = 0.01f };
 }
 
-/* The norm as the pipeline sums it: per tile of each chunk, chunks in order. */
-static void add_sumsq(const struct spw_kernels *k, const float *g, size_t count, double *total)
-{
-	for (size_t c = 0; c < count; c += CHUNK) {
-		size_t n = count - c < CHUNK ? count - c : CHUNK;
-		double s = 0.0;
-
-		for (size_t b = 0; b < n; b += TILE)
-			s += k->sumsq[SPW_DTYPE_F32](g + c + b, n - b < TILE ? n - b : TILE);
-		*total += s;
-	}
-}
-
 /* The reference: AdamW with bf16 or int8 moments straight from kernels/,
  * whole tensors at once (chunks hold a whole number of int8 blocks, so the
  * blocks are the pipeline's). */
@@ -151,7 +94,7 @@ static void run_plain(const struct cfg *c, struct out *o)
 {
 	const struct spw_kernels *k = spw_kernels();
 	struct spw_param_group g = group_of(c);
-	struct mlp *m = model();
+	struct mlp *m = mlp_model();
 	struct mlp_task *task;
 	const struct mlp_tensor *t;
 	uint16_t *mh[MAXT], *vh[MAXT];
@@ -164,7 +107,7 @@ static void run_plain(const struct cfg *c, struct out *o)
 
 	ASSERT_OK(mlp_task_create(64, 10, 3, &task));
 	t = mlp_tensors(m, &n);
-	out_alloc(o, t, n);
+	mlp_state_alloc(&o->st, t, n);
 	for (int i = 0; i < n; i++) {
 		size_t nb = (t[i].count + SPW_Q8_BLOCK - 1) / SPW_Q8_BLOCK;
 
@@ -202,12 +145,12 @@ static void run_plain(const struct cfg *c, struct out *o)
 		}
 	}
 	for (int i = 0; i < n; i++) {
-		memcpy(o->p[i], t[i].param, t[i].count * 4);
-		k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](o->m[i], mh[i], t[i].count);
-		k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](o->v[i], vh[i], t[i].count);
+		memcpy(o->st.p[i], t[i].param, t[i].count * 4);
+		k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](o->st.m[i], mh[i], t[i].count);
+		k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](o->st.v[i], vh[i], t[i].count);
 		for (size_t j = 0; c->sd == SPW_STATE_INT8 && j < t[i].count; j++) {
-			o->m[i][j] = spw_q8_dec_m(mq[i][j], msc[i][j / SPW_Q8_BLOCK]);
-			o->v[i][j] = spw_q8_dec_v(vq[i][j], vsc[i][j / SPW_Q8_BLOCK]);
+			o->st.m[i][j] = spw_q8_dec_m(mq[i][j], msc[i][j / SPW_Q8_BLOCK]);
+			o->st.v[i][j] = spw_q8_dec_v(vq[i][j], vsc[i][j / SPW_Q8_BLOCK]);
 		}
 		free(mh[i]);
 		free(vh[i]);
@@ -231,7 +174,7 @@ static int run_spillway(const struct spw_test_daemon *d, const struct cfg *c, st
 		.state_dtype = c->sd,
 	};
 	spw_client *cl = connect_client(d, "state/0", c->region);
-	struct mlp *m = model();
+	struct mlp *m = mlp_model();
 	struct mlp_task *task;
 	const struct mlp_tensor *t;
 	spw_optimizer *opt;
@@ -243,7 +186,7 @@ static int run_spillway(const struct spw_test_daemon *d, const struct cfg *c, st
 	ASSERT_OK(spw_optimizer_new(cl, &oo, &opt));
 	ASSERT_OK(mlp_task_create(64, 10, 3, &task));
 	t = mlp_tensors(m, &n);
-	out_alloc(o, t, n);
+	mlp_state_alloc(&o->st, t, n);
 	for (int i = 0; i < n && r == 0; i++) {
 		r = spw_optimizer_add(opt, t[i].name, 0, t[i].count, t[i].param, t[i].param, SPW_TYPE_F32, &id[i]);
 		if (r == -EOPNOTSUPP)
@@ -265,10 +208,10 @@ static int run_spillway(const struct spw_test_daemon *d, const struct cfg *c, st
 	if (r == 0) {
 		ASSERT_OK(spw_optimizer_sync(opt));
 		for (int i = 0; i < n; i++) {
-			ASSERT_OK(spw_optimizer_read(opt, id[i], SPW_STATE_PARAM, o->p[i]));
-			ASSERT_OK(spw_optimizer_read(opt, id[i], SPW_STATE_EXP_AVG, o->m[i]));
-			ASSERT_OK(spw_optimizer_read(opt, id[i], SPW_STATE_EXP_AVG_SQ, o->v[i]));
-			ASSERT_EQ(memcmp(o->p[i], t[i].param, t[i].count * 4), 0);
+			ASSERT_OK(spw_optimizer_read(opt, id[i], SPW_STATE_PARAM, o->st.p[i]));
+			ASSERT_OK(spw_optimizer_read(opt, id[i], SPW_STATE_EXP_AVG, o->st.m[i]));
+			ASSERT_OK(spw_optimizer_read(opt, id[i], SPW_STATE_EXP_AVG_SQ, o->st.v[i]));
+			ASSERT_EQ(memcmp(o->st.p[i], t[i].param, t[i].count * 4), 0);
 		}
 		o->eval_loss = eval_loss(m, task);
 	}
@@ -282,7 +225,7 @@ static int run_spillway(const struct spw_test_daemon *d, const struct cfg *c, st
 
 static void assert_same(const struct out *a, const struct out *b, const char *what)
 {
-	struct mlp *m = model();
+	struct mlp *m = mlp_model();
 	const struct mlp_tensor *t;
 	int n;
 
@@ -290,15 +233,15 @@ static void assert_same(const struct out *a, const struct out *b, const char *wh
 	for (int i = 0; i < n; i++) {
 		size_t bytes = t[i].count * 4;
 
-		if (memcmp(a->p[i], b->p[i], bytes) || memcmp(a->m[i], b->m[i], bytes) ||
-		    memcmp(a->v[i], b->v[i], bytes))
+		if (memcmp(a->st.p[i], b->st.p[i], bytes) || memcmp(a->st.m[i], b->st.m[i], bytes) ||
+		    memcmp(a->st.v[i], b->st.v[i], bytes))
 			TEST_FAIL("%s: tensor %s differs from the plain run over kernels/", what, t[i].name);
 		/* bf16 moments: the low 16 bits of every value read back are 0. */
 		for (size_t j = 0; !strstr(what, "int8") && j < t[i].count; j++) {
 			uint32_t u, w;
 
-			memcpy(&u, &b->m[i][j], 4);
-			memcpy(&w, &b->v[i][j], 4);
+			memcpy(&u, &b->st.m[i][j], 4);
+			memcpy(&w, &b->st.v[i][j], 4);
 			if ((u | w) & 0xffffu)
 				TEST_FAIL("%s: %s moment %zu is not a bf16 value", what, t[i].name, j);
 		}
@@ -317,9 +260,9 @@ static int compare(const struct spw_test_daemon *d, struct cfg c, const char *wh
 		assert_same(&plain, &spw, what);
 		fprintf(stderr, "%s: bit-identical to the plain run over kernels/ (%d steps)\n", what, c.steps);
 	}
-	out_free(&plain);
+	mlp_state_free(&plain.st);
 	if (r == 0)
-		out_free(&spw);
+		mlp_state_free(&spw.st);
 	return r;
 }
 
@@ -607,7 +550,7 @@ static void case_converge(void)
 
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
 	{
-		struct mlp *m = model();
+		struct mlp *m = mlp_model();
 		struct mlp_task *task;
 
 		ASSERT_OK(mlp_task_create(64, 10, 3, &task));
@@ -640,9 +583,9 @@ static void case_converge(void)
 	ASSERT_TRUE(b16.eval_loss <= 1.01 * f32.eval_loss);
 	/* int8 moments: no more than 2% worse. */
 	ASSERT_TRUE(q8.eval_loss <= 1.02 * f32.eval_loss);
-	out_free(&f32);
-	out_free(&b16);
-	out_free(&q8);
+	mlp_state_free(&f32.st);
+	mlp_state_free(&b16.st);
+	mlp_state_free(&q8.st);
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 }
 
