@@ -4,7 +4,7 @@
  * same directory, in the same run.
  *
  *   spillway-bench swap [--json] [--quick] [--dir PATH] [--gib N] [--pairs N]
- *                       [--window N]
+ *                       [--window N] [--sessions N]
  *
  * It starts its own spillwayd (as bench ring does) with one swap directory
  * under --dir (default /var/tmp, the real disk), and for each page size
@@ -17,6 +17,13 @@
  *   fio       ioengine io_uring, direct=1, the same directory, block size =
  *             page size, iodepth = the daemon's queue depth, the same bytes:
  *             a sequential write, then a sequential read.
+ *
+ * With --sessions N, N processes each stream 1/N of the bytes, and every
+ * session starts its write pass with the others and its read pass with
+ * the others too (after all have flushed): a session reading while the
+ * others still write would share the disk with writes, not with its
+ * peers. Fairness is the slowest session's rate over the fastest's, each
+ * over its own pass.
  *
  * The disk is shared and drifts, so the two alternate (spillway first in
  * odd pairs, fio first in even ones) and each ratio is the median of the
@@ -66,7 +73,7 @@ struct pass {
 struct share {
 	int r;
 	double write_bytes, read_bytes, cpu_s;
-	uint64_t w0, w1, r1;
+	uint64_t w0, w1, r0, r1;
 };
 
 /* ---- the daemon's status ---- */
@@ -175,9 +182,22 @@ static int stream(spw_client *c, uint32_t t, uint32_t npages, uint32_t page_size
 	return 0;
 }
 
-/* One session's write then read pass over `total` bytes; with go >= 0 it
- * waits for a byte there (every session starts together) after telling
- * ready. */
+/* Tells ready, then waits for go's byte: every session starts a pass
+ * together. A session that failed tells ready without waiting, so that
+ * the others are not held up by it. */
+static int barrier(int ready, int go, bool wait)
+{
+	char b = 0;
+
+	if (ready < 0)
+		return 0;
+	if (write(ready, &b, 1) != 1 || (wait && read(go, &b, 1) != 1))
+		return -EPIPE;
+	return 0;
+}
+
+/* One session's write then read pass over `total` bytes; with ready >= 0
+ * each pass starts with the other sessions' (barrier()). */
 static void one_session(const struct local_daemon *d, const struct opts *o, uint32_t page_size, const char *name,
 			uint64_t total, int ready, int go, struct share *out)
 {
@@ -187,8 +207,7 @@ static void one_session(const struct local_daemon *d, const struct opts *o, uint
 	spw_client *c = NULL;
 	uint32_t t, npages;
 	unsigned window = o->window;
-	char b = 0;
-	int r;
+	int r, barriers = 0;
 
 	if ((r = spw_client_new(NULL, &c)) < 0 || (r = spw_client_connect(c, d->control)) < 0 ||
 	    (r = spw_client_attach(c, &ao)) < 0 ||
@@ -196,10 +215,9 @@ static void one_session(const struct local_daemon *d, const struct opts *o, uint
 		fprintf(stderr, "bench swap: %s\n", c ? spw_client_last_error(c) : spw_strerror(r));
 		goto out;
 	}
-	if (go >= 0 && (write(ready, &b, 1) != 1 || read(go, &b, 1) != 1)) {
-		r = -EPIPE;
+	barriers++;
+	if ((r = barrier(ready, go, true)) < 0)
 		goto out;
-	}
 	if ((r = tier_figures(d->status, name, &cpu0, &rd0, &wr0, &left)) < 0)
 		goto out;
 	/* More PINs in flight than half the slots would only fail with
@@ -220,6 +238,12 @@ static void one_session(const struct local_daemon *d, const struct opts *o, uint
 			usleep(500);
 	} while (left > 0);
 	out->w1 = now_ns();
+	/* The reads start together too: a session reading while the others
+	 * still write would share the disk with writes, not with its peers. */
+	barriers++;
+	if ((r = barrier(ready, go, true)) < 0)
+		goto out;
+	out->r0 = now_ns();
 	r = stream(c, t, npages, page_size, window, false);
 	if (r < 0)
 		goto out;
@@ -231,6 +255,8 @@ static void one_session(const struct local_daemon *d, const struct opts *o, uint
 	out->cpu_s = cpu1 - cpu0;
 	r = spw_client_detach(c);
 out:
+	while (barriers++ < 2)
+		barrier(ready, go, false);
 	spw_client_free(c);
 	out->r = r;
 }
@@ -286,15 +312,18 @@ static int spillway_pass(const struct local_daemon *d, const struct opts *o, uin
 			}
 			close(res[i][1]);
 		}
-		for (int i = 0; i < n; i++) {
-			char b;
+		/* Two starts: the write passes, then the read passes. */
+		for (int pass = 0; pass < 2; pass++) {
+			for (int i = 0; i < n; i++) {
+				char b;
 
-			if (read(ready[0], &b, 1) != 1)
-				r = -EPIPE;
+				if (read(ready[0], &b, 1) != 1)
+					r = -EPIPE;
+			}
+			for (int i = 0; i < n; i++)
+				if (write(go[1], "g", 1) != 1)
+					r = -EPIPE;
 		}
-		for (int i = 0; i < n; i++)
-			if (write(go[1], "g", 1) != 1)
-				r = -EPIPE;
 		for (int i = 0; i < n; i++) {
 			if (read(res[i][0], &sh[i], sizeof(sh[i])) != sizeof(sh[i]))
 				sh[i].r = -EPIPE;
@@ -310,13 +339,13 @@ static int spillway_pass(const struct local_daemon *d, const struct opts *o, uin
 	for (int i = 0; i < n; i++) {
 		w0 = sh[i].w0 < w0 ? sh[i].w0 : w0;
 		w1 = sh[i].w1 > w1 ? sh[i].w1 : w1;
-		r0 = sh[i].w1 < r0 ? sh[i].w1 : r0;
+		r0 = sh[i].r0 < r0 ? sh[i].r0 : r0;
 		r1 = sh[i].r1 > r1 ? sh[i].r1 : r1;
 		wb += sh[i].write_bytes;
 		rb += sh[i].read_bytes;
 		cpu += sh[i].cpu_s;
 		wr[i] = sh[i].write_bytes / (double)(sh[i].w1 - sh[i].w0);
-		rr[i] = sh[i].read_bytes / (double)(sh[i].r1 - sh[i].w1);
+		rr[i] = sh[i].read_bytes / (double)(sh[i].r1 - sh[i].r0);
 	}
 	out->write_gbs = wb / (double)(w1 - w0);
 	out->read_gbs = rb / (double)(r1 - r0);
