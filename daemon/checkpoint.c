@@ -520,6 +520,11 @@ bool checkpoint_busy(const struct session *s)
 	return s->ckpt != NULL;
 }
 
+bool checkpoint_saving_state(const struct session *s)
+{
+	return s->ckpt && s->ckpt->state;
+}
+
 const char *checkpoint_state(const struct session *s)
 {
 	return !s->ckpt ? "none" : s->ckpt->running ? "copying" : "waiting";

@@ -68,6 +68,9 @@ bool checkpoint_cancel_waiting(struct session *s, int err, const char *why);
 bool checkpoint_also_tell(struct session *s, void (*done)(void *arg, int err), void *arg);
 /* Whether a checkpoint of s waits or copies. */
 bool checkpoint_busy(const struct session *s);
+/* Whether a save of s into persist.state_dir (a flush, the shutdown's)
+ * waits or copies. */
+bool checkpoint_saving_state(const struct session *s);
 /* "none", "waiting" or "copying", for the status document. */
 const char *checkpoint_state(const struct session *s);
 /* A copying checkpoint's bytes written so far and in all (0, 0 when

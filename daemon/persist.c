@@ -109,7 +109,10 @@ bool persist_orphan(struct session *s, const char *why)
 	struct daemon *d = s->d;
 	char a[32];
 
-	if (!s->persistent || d->stopping || !s->pager || !lease_start(s))
+	/* Shutting down, a session whose save into persist.state_dir waits
+	 * or copies stays until it is saved: a client that dies then (inside
+	 * a step's updates, say) leaves an orphan saved as it is. */
+	if (!s->persistent || (d->stopping && !checkpoint_saving_state(s)) || !s->pager || !lease_start(s))
 		return false;
 	/* Pins the dead client held are released once nothing it asked
 	 * for is still on its way; what it wrote into them stays. */

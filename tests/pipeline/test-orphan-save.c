@@ -6,7 +6,7 @@
  * that the next trainer's takeover finishes or redoes the step exactly as
  * it would have without the restart.
  *
- *   test-orphan-save MODE TIER restart|crash
+ *   test-orphan-save MODE TIER restart|crash|shutdown
  *
  * A persist-trainer is killed by the library half way through its 300th
  * journal unit update (SPILLWAY_TEST_KILL_AT_TILE). The status shows the
@@ -17,6 +17,10 @@
  *            persist.state_dir, its manifest naming the open step;
  *   crash    the orphan is flushed (spw_client_flush), then spillwayd is
  *            SIGKILLed: the flush is what comes back.
+ *   shutdown the trainer is stopped (SIGSTOP) inside a step's updates,
+ *            spillwayd gets SIGTERM (its save waits for the commit), then
+ *            the trainer is SIGKILLed: the orphan it leaves is saved as it
+ *            is, and spillwayd exits.
  *
  * A new spillwayd on the same state directory brings the orphan back with
  * the same marks (committed step, step open); a new trainer takes it over
@@ -26,6 +30,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +54,8 @@ static const char *mode, *tier;
 static char state[64] = "/tmp/spw-orphan-XXXXXX";
 static char config[1024];
 
-static pid_t spawn(const char *session, const char *persistent, const char *kill_tile, const char *out, int *fd)
+static pid_t spawn(const char *session, const char *persistent, const char *kill_tile, const char *delay_us,
+		   const char *out, int *fd)
 {
 	const char *exe = getenv("PERSIST_TRAINER");
 	int pfd[2];
@@ -65,6 +71,8 @@ static pid_t spawn(const char *session, const char *persistent, const char *kill
 		close(pfd[1]);
 		if (kill_tile)
 			setenv("SPILLWAY_TEST_KILL_AT_TILE", kill_tile, 1);
+		if (delay_us) /* each unit update takes longer: a step's updates last a while */
+			setenv("SPILLWAY_TEST_TILE_DELAY_US", delay_us, 1);
 		execl(exe, exe, d.control, session, mode, tier, "1", "0", STEPS, "0", persistent, out, (char *)NULL);
 		_exit(127);
 	}
@@ -151,6 +159,32 @@ static double manifest_field(const char *key)
 	return r;
 }
 
+/* Stops the trainer (SIGSTOP) inside a step's updates, after its first
+ * commit: it opened a step, and nothing of it can commit now. A stop
+ * that came after the trainer's last ring entry of a step committed it
+ * is undone (SIGCONT) and tried again. */
+static void stop_inside_updates(pid_t pid, double *committed)
+{
+	char st[64];
+	bool open;
+
+	for (int tries = 0; tries < 1000; tries++) {
+		session_marks(st, sizeof(st), committed, &open);
+		if (*committed < 1 || !open) {
+			usleep(1000);
+			continue;
+		}
+		ASSERT_OK(kill(pid, SIGSTOP));
+		/* What it put on its ring before the stop is served. */
+		usleep(200 * 1000);
+		session_marks(st, sizeof(st), committed, &open);
+		if (open)
+			return;
+		ASSERT_OK(kill(pid, SIGCONT));
+	}
+	TEST_FAIL("the trainer was never stopped inside a step's updates");
+}
+
 static spw_client *connect_daemon(void)
 {
 	spw_client *c;
@@ -165,18 +199,19 @@ int main(int argc, char **argv)
 	char ref[512], run[512], ckpt[512], buf[4096];
 	struct spw_checkpoint_result res = { .size = sizeof(res) };
 	double committed, again;
-	bool open, crash;
+	bool open, crash, shutdown;
 	size_t na, nb;
 	void *a, *b;
 	spw_client *c;
 	int fd;
 	pid_t pid;
 
-	if (argc != 4 || (strcmp(argv[3], "restart") && strcmp(argv[3], "crash")))
-		TEST_FAIL("usage: test-orphan-save overlapped|exact resident|swappable restart|crash");
+	if (argc != 4 || (strcmp(argv[3], "restart") && strcmp(argv[3], "crash") && strcmp(argv[3], "shutdown")))
+		TEST_FAIL("usage: test-orphan-save overlapped|exact resident|swappable restart|crash|shutdown");
 	mode = argv[1];
 	tier = argv[2];
 	crash = !strcmp(argv[3], "crash");
+	shutdown = !strcmp(argv[3], "shutdown");
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!getenv("SPILLWAYD"))
 		SKIP("spillwayd is not built yet");
@@ -192,12 +227,25 @@ int main(int argc, char **argv)
 	snprintf(ckpt, sizeof(ckpt), "%s.ckpt", state);
 
 	/* The uninterrupted run (not persistent: nothing saved). */
-	pid = spawn("os/ref", "0", NULL, ref, &fd);
+	pid = spawn("os/ref", "0", NULL, NULL, ref, &fd);
 	ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), 0);
 
+	if (shutdown) {
+		/* Inside a step's updates when SIGTERM comes: the save waits
+		 * for the commit, which never comes: the trainer dies. */
+		pid = spawn(SESSION, "1", NULL, "2000", run, &fd);
+		stop_inside_updates(pid, &committed);
+		printf("# stopped inside step %.0f's updates\n", committed + 1);
+		ASSERT_OK(kill(d.pid, SIGTERM));
+		usleep(100 * 1000);
+		ASSERT_OK(kill(pid, SIGKILL));
+		ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), -1);
+		ASSERT_EQ(spw_test_daemon_stop(&d), 0); /* it exits once the orphan is saved */
+		goto saved;
+	}
 	/* Killed half way through its 300th unit update: an orphan inside
 	 * a step's updates. */
-	pid = spawn(SESSION, "1", "300", run, &fd);
+	pid = spawn(SESSION, "1", "300", NULL, run, &fd);
 	ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), -1);
 	wait_orphaned(&committed, &open);
 	ASSERT_TRUE(open);
@@ -223,6 +271,7 @@ int main(int argc, char **argv)
 		spw_client_free(c);
 		ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	}
+saved:
 	/* Saved with both marks: the step committed and the one open. */
 	ASSERT_EQ(state_entries(), 1u);
 	ASSERT_EQ(manifest_field("committed_step"), committed);
@@ -235,7 +284,7 @@ int main(int argc, char **argv)
 	ASSERT_TRUE(open);
 
 	/* Taken over as if the daemon had never restarted. */
-	pid = spawn(SESSION, "1", NULL, run, &fd);
+	pid = spawn(SESSION, "1", NULL, NULL, run, &fd);
 	ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), 0);
 	printf("# %s", buf);
 	ASSERT_CONTAINS(buf, " mid-update");
