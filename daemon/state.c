@@ -146,9 +146,8 @@ static void flush_tick(uv_timer_t *t)
 
 	list_for_each_safe(p, n, &d->sessions) {
 		struct session *s = list_entry(p, struct session, link);
-		char *name;
-
 		bool torn = s->orphaned_ns && s->opened_step > s->committed_step && s->opened_step > s->flushed_opened;
+		char *name;
 
 		if (!s->persistent || !s->pager || s->attaching || s->restore || s->ckpt || s->nbad ||
 		    !s->committed_step || (s->committed_step <= s->flushed_step && !torn))

@@ -6,7 +6,7 @@
  * that the next trainer's takeover finishes or redoes the step exactly as
  * it would have without the restart.
  *
- *   test-orphan-save MODE TIER restart|crash|shutdown
+ *   test-orphan-save MODE TIER restart|crash|periodic|shutdown
  *
  * A persist-trainer is killed by the library half way through its 300th
  * journal unit update (SPILLWAY_TEST_KILL_AT_TILE). The status shows the
@@ -17,6 +17,9 @@
  *            persist.state_dir, its manifest naming the open step;
  *   crash    the orphan is flushed (spw_client_flush), then spillwayd is
  *            SIGKILLed: the flush is what comes back.
+ *   periodic persist.flush_interval_s 1 flushes the orphan unasked (its
+ *            state changed since the last flush: a step opened), then
+ *            spillwayd is SIGKILLed;
  *   shutdown the trainer is stopped (SIGSTOP) inside a step's updates,
  *            spillwayd gets SIGTERM (its save waits for the commit), then
  *            the trainer is SIGKILLed: the orphan it leaves is saved as it
@@ -136,6 +139,16 @@ static unsigned state_entries(void)
 	return n;
 }
 
+/* Whether the state directory holds the session's save (a whole one:
+ * it is renamed into place). */
+static bool saved_entry(void)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/%s/manifest.json", state, ENTRY);
+	return access(path, F_OK) == 0;
+}
+
 /* A number of the saved entry's manifest; -1 when it has no such field. */
 static double manifest_field(const char *key)
 {
@@ -199,18 +212,20 @@ int main(int argc, char **argv)
 	char ref[512], run[512], ckpt[512], buf[4096];
 	struct spw_checkpoint_result res = { .size = sizeof(res) };
 	double committed, again;
-	bool open, crash, shutdown;
+	bool open, crash, periodic, shutdown;
 	size_t na, nb;
 	void *a, *b;
 	spw_client *c;
 	int fd;
 	pid_t pid;
 
-	if (argc != 4 || (strcmp(argv[3], "restart") && strcmp(argv[3], "crash") && strcmp(argv[3], "shutdown")))
-		TEST_FAIL("usage: test-orphan-save overlapped|exact resident|swappable restart|crash|shutdown");
+	if (argc != 4 || (strcmp(argv[3], "restart") && strcmp(argv[3], "crash") && strcmp(argv[3], "periodic") &&
+			  strcmp(argv[3], "shutdown")))
+		TEST_FAIL("usage: test-orphan-save overlapped|exact resident|swappable restart|crash|periodic|shutdown");
 	mode = argv[1];
 	tier = argv[2];
 	crash = !strcmp(argv[3], "crash");
+	periodic = !strcmp(argv[3], "periodic");
 	shutdown = !strcmp(argv[3], "shutdown");
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!getenv("SPILLWAYD"))
@@ -220,7 +235,8 @@ int main(int argc, char **argv)
 		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
 		 " \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
 		 " \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"64MiB\"},"
-		 " \"persist\": {\"state_dir\": \"%s\"}, \"log\": {\"level\": \"warn\"}}", state);
+		 " \"persist\": {\"state_dir\": \"%s\"%s}, \"log\": {\"level\": \"warn\"}}", state,
+		 periodic ? ", \"flush_interval_s\": 1" : "");
 	ASSERT_OK(spw_test_daemon_start(&d, config));
 	snprintf(ref, sizeof(ref), "%s.ref.bin", state);
 	snprintf(run, sizeof(run), "%s.run.bin", state);
@@ -260,7 +276,14 @@ int main(int argc, char **argv)
 	ASSERT_CONTAINS(spw_client_last_error(c), "take it over");
 	ASSERT_TRUE(access(ckpt, F_OK) < 0);
 
-	if (crash) {
+	if (periodic) {
+		/* Flushed within a second or two, unasked: the flush of the
+		 * orphan as it is replaces any of a commit point before. */
+		spw_client_free(c);
+		for (int i = 0; i < 1000 && !(saved_entry() && manifest_field("opened_step") == committed + 1); i++)
+			usleep(10 * 1000);
+		spw_test_daemon_kill(&d);
+	} else if (crash) {
 		/* The flush saves the orphan as it is; the crash loses
 		 * nothing after it (nothing changes an orphan's pages). */
 		ASSERT_OK(spw_client_flush(c, SESSION, &res));
