@@ -207,7 +207,7 @@ int spw__region_check(spw_optimizer *o, const char *who, uint64_t nchunks)
 		snprintf(jn, sizeof(jn), ", %u of the update journal (%u of them its done bitmaps)", o->jn.npages + done,
 			 done);
 	/* Within SPW__ERRMSG_MAX with the longest names. */
-	return spw__error(o->c, -ENOMEM,
+	return spw__error(o->c, -ENOSPC,
 			  "%s: session %s's region of %s (%u pages of %u KiB) is too small for this optimizer on the "
 			  "NVMe tier: it needs %u pages (%s) with one chunk in flight, the least: 2 staging, %u of state "
 			  "(p, m, v%s%s%s)%s. Attach with region_bytes of at least %llu (Session(region_bytes=), "

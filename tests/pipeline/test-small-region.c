@@ -83,7 +83,7 @@ static unsigned long long refused(const struct kind *k, unsigned pages)
 	char region[64];
 
 	opts_for(k, &oo);
-	ASSERT_EQ(spw_optimizer_new(c, &oo, &o), -ENOMEM);
+	ASSERT_EQ(spw_optimizer_new(c, &oo, &o), -ENOSPC);
 	msg = spw_client_last_error(c);
 	printf("# %s, %u pages: %s\n", k->name, pages, msg);
 	snprintf(region, sizeof(region), "region of %.2f MiB (%u pages of 64 KiB)", (double)pages * PAGE / (1 << 20),
@@ -117,7 +117,7 @@ static void trains(const struct kind *k, unsigned pages)
 	if (k->persistent) {
 		r = spw_optimizer_add(o, "big", 0, (uint64_t)65536 * (PAGE / 4) + 1, init, dev, SPW_TYPE_F32, &big);
 		printf("# %s, a big add: %s\n", k->name, spw_optimizer_last_error(o));
-		ASSERT_EQ(r, -ENOMEM);
+		ASSERT_EQ(r, -ENOSPC);
 		ASSERT_CONTAINS(spw_optimizer_last_error(o), "add big: session sr/");
 		ASSERT_CONTAINS(spw_optimizer_last_error(o), "(2 of them its done bitmaps)");
 	}
