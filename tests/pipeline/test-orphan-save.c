@@ -126,6 +126,9 @@ static void wait_orphaned(double *committed, bool *open)
 	TEST_FAIL("session %s is not back as an orphan (state \"%s\")", SESSION, st);
 }
 
+/* The saves in the state directory. A daemon killed while a flush
+ * replaced the one before leaves that one beside it as NAME.tmp-PID (the
+ * next start removes it): not counted. */
 static unsigned state_entries(void)
 {
 	DIR *dd = opendir(state);
@@ -134,7 +137,7 @@ static unsigned state_entries(void)
 
 	ASSERT_TRUE(dd != NULL);
 	while ((e = readdir(dd)))
-		n += e->d_name[0] != '.';
+		n += e->d_name[0] != '.' && !strstr(e->d_name, ".tmp-");
 	closedir(dd);
 	return n;
 }
@@ -318,13 +321,13 @@ saved:
 		if (memcmp((float *)a + i, (float *)b + i, 4))
 			TEST_FAIL("element %zu of the state (p, m, v of each tensor in order) differs: %.9g "
 				  "uninterrupted, %.9g across the kill and the %s", i, (double)((float *)a)[i],
-				  (double)((float *)b)[i], crash ? "crash" : "restart");
+				  (double)((float *)b)[i], argv[3]);
 	free(a);
 	free(b);
 
-	/* It detached at its end: its save went with it. */
+	/* It detached at its end: its save went with it, and the start
+	 * removed any temporary a kill left (rmdir: nothing is left). */
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
-	ASSERT_EQ(state_entries(), 0u);
 	unlink(ref);
 	unlink(run);
 	ASSERT_OK(rmdir(state));
