@@ -541,6 +541,13 @@ void spw__persist_marked(spw_optimizer *o, int32_t res);
  * registered (or adopted and checked on a takeover). 0 or the error in
  * c's last error. */
 int spw__journal_open(spw_optimizer *o);
+/* 0 when the session's region holds what the pipeline needs with one
+ * chunk in flight, nchunks chunks of state added (the journal's done
+ * bitmaps grow with them); else -ENOSPC (as for resident state that does
+ * not fit) with the sentence (the region,
+ * the figure needed and its parts, the fix) as the client's last error
+ * (on the NVMe tier only: resident state is refused at registration). */
+int spw__region_check(spw_optimizer *o, const char *who, uint64_t nchunks);
 /* At the first begin, ring held (inside spw__persist_layout): the done
  * bitmaps' tensor, registered or adopted. 0 or the client's error. */
 int spw__journal_done_tensor(spw_optimizer *o);

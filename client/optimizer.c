@@ -168,6 +168,56 @@ void spw__opt_wait_locked(spw_optimizer *o, const char *fmt, ...)
 			      what, o->wait_timeout_ms, o->jobs_open, o->jobs_open == 1 ? "" : "s", o->daemon_pid);
 }
 
+/* Bytes as "1.5 MiB" for a message. */
+static const char *mib(uint64_t bytes, char *buf, size_t len)
+{
+	snprintf(buf, len, "%.2f MiB", (double)bytes / (1 << 20));
+	return buf;
+}
+
+int spw__region_check(spw_optimizer *o, const char *who, uint64_t nchunks)
+{
+	/* On the NVMe tier the state comes and goes through the region's
+	 * slots, and the least the pipeline runs with is one chunk in
+	 * flight (the window never goes below it): its pages of p, m and v,
+	 * of the gradient store (exact mode, or accumulation) and of the
+	 * undo copy (persistent overlapped mode) pinned at once, with its
+	 * two staging pages; an int8 chunk pins its scale page too. Pinned
+	 * for the optimizer's life beside them: the journal's pages and its
+	 * done bitmaps (two bits a unit, on the state's tier). Resident state
+	 * needs no such check: the daemon refuses its registration naming
+	 * the region. */
+	uint32_t slots = (uint32_t)(o->c->region_bytes / o->page_size);
+	uint32_t state = 3 + (o->mode == SPW_OPT_EXACT || o->accum > 1) + (o->mode == SPW_OPT_OVERLAPPED && o->jn.pages);
+	uint32_t q8 = o->state_dtype == SPW_STATE_INT8;
+	uint32_t done = 0, need;
+	char a[32], b[32], jn[96] = "";
+
+	if (o->tier != SPW_TENSOR_SWAPPABLE)
+		return 0;
+	if (o->jn.pages) {
+		uint64_t words = (nchunks * o->jn.units_per_chunk + 63) / 64;
+
+		done = (uint32_t)((2 * (words ? words : 1) * 8 + o->page_size - 1) / o->page_size);
+	}
+	need = o->jn.npages + done + 2 + state + q8;
+	if (slots >= need)
+		return 0;
+	if (o->jn.pages)
+		snprintf(jn, sizeof(jn), ", %u of the update journal (%u of them its done bitmaps)", o->jn.npages + done,
+			 done);
+	/* Within SPW__ERRMSG_MAX with the longest names. */
+	return spw__error(o->c, -ENOSPC,
+			  "%s: session %s's region of %s (%u pages of %u KiB) is too small for this optimizer on the "
+			  "NVMe tier: it needs %u pages (%s) with one chunk in flight, the least: 2 staging, %u of state "
+			  "(p, m, v%s%s%s)%s. Attach with region_bytes of at least %llu (Session(region_bytes=), "
+			  "OffloadAdamW(region_bytes=))", who, o->c->session, mib(o->c->region_bytes, a, sizeof(a)), slots,
+			  o->page_size >> 10, need, mib((uint64_t)need * o->page_size, b, sizeof(b)), state + q8,
+			  o->mode == SPW_OPT_EXACT || o->accum > 1 ? ", grads" : "",
+			  o->mode == SPW_OPT_OVERLAPPED && o->jn.pages ? ", undo copy" : "", q8 ? ", int8 scales" : "", jn,
+			  (unsigned long long)need * o->page_size);
+}
+
 bool spw__group_ok(const struct spw_param_group *g)
 {
 	return isfinite(g->lr) && g->lr >= 0.0f && g->beta1 >= 0.0f && g->beta1 < 1.0f &&
@@ -277,6 +327,11 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	if (w == 0)
 		w = 1;
 	o->window = w;
+	/* Too small a region fails here, naming what it needs, rather than
+	 * at a pin inside a step. */
+	r = spw__region_check(o, "spw_optimizer_new", 0);
+	if (r < 0)
+		goto fail;
 
 	o->groups = calloc(o->ngroups, sizeof(*o->groups));
 	o->lrs = calloc(o->ngroups, sizeof(*o->lrs));

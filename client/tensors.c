@@ -115,6 +115,17 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 	int r;
 
 	nch = (uint32_t)((count + o->chunk_elems - 1) / o->chunk_elems);
+	/* The journal's done bitmaps grow with the chunks: the add that
+	 * makes the region too small says so (spw_optimizer_new checked it
+	 * for one page of them). */
+	if (!frozen) {
+		char who[MAX_NAME + 32];
+
+		snprintf(who, sizeof(who), "add %s", name);
+		r = spw__region_check(o, who, (uint64_t)o->nchunks + nch);
+		if (r < 0)
+			return spw__opt_error(o, r, "%s", spw_client_last_error(o->c));
+	}
 
 	tv = realloc(o->tensors, (o->ntensors + 1) * sizeof(*tv));
 	if (!tv)

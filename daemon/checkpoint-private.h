@@ -60,6 +60,7 @@ struct checkpoint {
 	/* What the worker copies: taken on the loop at the commit point. */
 	char *session;
 	uint64_t step;
+	uint64_t opened;           /* the session's opened step: past step for an orphan saved inside updates */
 	uint32_t scale_bits, good_steps, page_size, lease_s;
 	uint64_t region_bytes, swap_bytes;
 	uint64_t total;            /* the tensors' bytes: what bytes reaches at the end */

@@ -331,10 +331,14 @@ static char *manifest_text(struct checkpoint *ck)
 	if (!m)
 		return NULL;
 	cJSON_AddStringToObject(m, "format", CHECKPOINT_FORMAT);
-	cJSON_AddNumberToObject(m, "version", CHECKPOINT_VERSION);
+	cJSON_AddNumberToObject(m, "version", ck->opened > ck->step ? CHECKPOINT_VERSION_OPEN : CHECKPOINT_VERSION);
 	cJSON_AddStringToObject(m, "session", ck->session);
 	cJSON_AddNumberToObject(m, "uid", ck->uid);
 	cJSON_AddNumberToObject(m, "committed_step", (double)ck->step);
+	/* An orphan saved inside a step's updates: the step its dead client
+	 * opened, which the restore marks open again. */
+	if (ck->opened > ck->step)
+		cJSON_AddNumberToObject(m, "opened_step", (double)ck->opened);
 	cJSON_AddNumberToObject(m, "scale_bits", ck->scale_bits);
 	cJSON_AddNumberToObject(m, "good_steps", ck->good_steps);
 	cJSON_AddNumberToObject(m, "page_size", ck->page_size);

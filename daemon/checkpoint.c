@@ -137,6 +137,34 @@ int checkpoint_open_parent(char *path, const char **base, char *err, size_t errl
 	return fd;
 }
 
+/* Whether ck may start now. At a commit point (no step's updates open)
+ * any checkpoint may. A save into persist.state_dir (a flush, the save
+ * at SIGTERM) of an orphan left inside a step's updates may too, once
+ * its dead client's last requests completed: nothing changes its pages
+ * any more, so a byte-exact copy of every tensor (the tile journal and
+ * the undo copies with the rest) and of both marks comes back as the
+ * same orphan, and the next trainer's takeover finishes or redoes the
+ * step as it would have without the restart. A user's checkpoint never
+ * holds such a mix (it waits, or is refused: checkpoint_request). One
+ * that never committed a step is not worth it (state.c skips it). */
+static bool ck_ready(const struct checkpoint *ck, const struct session *s)
+{
+	if (s->opened_step <= s->committed_step)
+		return true;
+	return ck->state && s->orphaned_ns && !s->owner && !s->settling && s->committed_step > 0;
+}
+
+/* The refusal of a user's checkpoint of an orphan inside updates. */
+static void orphan_refusal(const struct session *s, char *buf, size_t len)
+{
+	snprintf(buf, len, "its client died inside step %" PRIu64 "'s updates, so its state mixes steps %" PRIu64
+		 " and %" PRIu64 " and no commit will come; a checkpoint holds a committed step only: take it over "
+		 "first (a persistent attach of %s: the new optimizer finishes or redoes step %" PRIu64 "), then "
+		 "checkpoint it at its next commit (a flush, spillwayctl flush %s, saves it as it is into "
+		 "persist.state_dir)", s->opened_step, s->committed_step, s->opened_step, s->name, s->opened_step,
+		 s->name);
+}
+
 /* From the copier's thread: a page the loop waited for is copied. */
 static void ck_wake_send(void *arg)
 {
@@ -338,6 +366,7 @@ static void ck_start(struct checkpoint *ck)
 	ck->running = true;
 	ck->t_start = uv_hrtime();
 	ck->step = s->committed_step;
+	ck->opened = s->opened_step > s->committed_step ? s->opened_step : s->committed_step;
 	ck->scale_bits = s->scale_bits;
 	ck->good_steps = s->good_steps;
 	ck->page_size = s->page_size;
@@ -391,6 +420,26 @@ void checkpoint_committed(struct session *s)
 		ck_start(s->ckpt);
 }
 
+void checkpoint_orphaned(struct session *s)
+{
+	struct checkpoint *ck = s->ckpt;
+	char why[512];
+
+	if (!ck || ck->running || s->opened_step <= s->committed_step)
+		return;
+	if (!ck->state) {
+		orphan_refusal(s, why, sizeof(why));
+		checkpoint_cancel_waiting(s, ESTALE, why);
+		return;
+	}
+	if (ck_ready(ck, s)) {
+		log_info("session %s: its client died inside step %" PRIu64 "'s updates; saved in persist.state_dir as "
+			 "it is (committed step %" PRIu64 ", step %" PRIu64 " open)", s->name, s->opened_step,
+			 s->committed_step, s->opened_step);
+		ck_start(ck);
+	}
+}
+
 void checkpoint_session_gone(struct session *s)
 {
 	struct checkpoint *ck = s->ckpt;
@@ -433,8 +482,11 @@ int checkpoint_save(struct session *s, int dirfd, const char *path, void (*done)
 	ck->done_arg = arg;
 	ck->t_ask = uv_hrtime();
 	s->ckpt = ck;
-	if (s->opened_step <= s->committed_step)
+	if (ck_ready(ck, s))
 		ck_start(ck);
+	else if (s->orphaned_ns)
+		log_info("session %s: its dead client's last requests are completing; saved in persist.state_dir "
+			 "once they have", s->name);
 	else
 		log_info("session %s is inside step %" PRIu64 "; it is saved in persist.state_dir at that step's commit",
 			 s->name, s->opened_step);
@@ -466,6 +518,11 @@ bool checkpoint_also_tell(struct session *s, void (*done)(void *arg, int err), v
 bool checkpoint_busy(const struct session *s)
 {
 	return s->ckpt != NULL;
+}
+
+bool checkpoint_saving_state(const struct session *s)
+{
+	return s->ckpt && s->ckpt->state;
 }
 
 const char *checkpoint_state(const struct session *s)
@@ -559,9 +616,9 @@ void checkpoint_request(struct client *c, const cJSON *msg)
 			    "first step", name);
 		return;
 	}
-	if (!s->owner && s->opened_step > s->committed_step) {
-		control_reply_error(c, ESTALE, "checkpoint %s: its client died inside step %" PRIu64 "'s updates; the "
-			    "state mixes two steps and no commit will come", name, s->opened_step);
+	if (!flush && !s->owner && s->opened_step > s->committed_step) {
+		orphan_refusal(s, err, sizeof(err));
+		control_reply_error(c, ESTALE, "checkpoint %s: %s", name, err);
 		return;
 	}
 	ck = calloc(1, sizeof(*ck));
@@ -622,8 +679,9 @@ start:
 	ck->t_ask = uv_hrtime();
 	s->ckpt = ck;
 	ck_set_client(ck, c);
-	if (s->opened_step <= s->committed_step)
+	if (ck_ready(ck, s))
 		ck_start(ck);
 	else
-		log_debug("checkpoint %s: step %" PRIu64 " is open; waiting for its commit", name, s->opened_step);
+		log_debug("checkpoint %s: step %" PRIu64 " is open; waiting for %s", name, s->opened_step,
+			  s->orphaned_ns ? "its dead client's last requests" : "its commit");
 }

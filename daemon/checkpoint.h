@@ -20,6 +20,12 @@ struct session;
 
 #define CHECKPOINT_FORMAT "spillway-checkpoint"
 #define CHECKPOINT_VERSION 1
+/* A save into persist.state_dir of an orphan left inside a step's updates
+ * (its "opened_step" past its "committed_step"): the same format, another
+ * number, so that a reader that does not know the open step (an older
+ * spillwayd, the portable converter) refuses it instead of taking two
+ * steps' mix for the committed one. */
+#define CHECKPOINT_VERSION_OPEN 2
 #define CHECKPOINT_MANIFEST "manifest.json"
 /* The most a manifest may take (a CRC per page: 16 MiB is 1.4 million
  * pages, 5 TiB in pages of 4 MiB). */
@@ -32,6 +38,12 @@ void checkpoint_request(struct client *c, const cJSON *msg);
 /* A COMMIT was marked on s: a checkpoint waiting for one starts now (and
  * the SQ stops being read after this entry). */
 void checkpoint_committed(struct session *s);
+/* s is an orphan now, or its dead client's last requests completed: a
+ * save into the state directory waiting for a commit point that will not
+ * come (the client died inside a step's updates) starts now, the orphan
+ * saved as it is; a checkpoint asked for by a user is refused (a
+ * checkpoint holds a committed step only). */
+void checkpoint_orphaned(struct session *s);
 /* s is being freed: a waiting checkpoint is answered with an error; one
  * copying is told to give up before it renames its directory (the
  * region is about to be released). */
@@ -41,8 +53,9 @@ void checkpoint_session_gone(struct session *s);
 bool checkpoint_defer_detach(struct session *s);
 
 /* A save at shutdown (state.c): a checkpoint of s at its next commit
- * point into path (in dirfd, the state directory), replacing what is
- * there, with no client; done(arg, 0 or -errno) once it ended. Returns 0,
+ * point (an orphan inside a step's updates: at once, as it is) into path
+ * (in dirfd, the state directory), replacing what is there, with no
+ * client; done(arg, 0 or -errno) once it ended. Returns 0,
  * or -ENOMEM (then done never comes). */
 int checkpoint_save(struct session *s, int dirfd, const char *path, void (*done)(void *arg, int err), void *arg);
 /* A checkpoint of s still waiting for its commit point is given up with
@@ -55,6 +68,9 @@ bool checkpoint_cancel_waiting(struct session *s, int err, const char *why);
 bool checkpoint_also_tell(struct session *s, void (*done)(void *arg, int err), void *arg);
 /* Whether a checkpoint of s waits or copies. */
 bool checkpoint_busy(const struct session *s);
+/* Whether a save of s into persist.state_dir (a flush, the shutdown's)
+ * waits or copies. */
+bool checkpoint_saving_state(const struct session *s);
 /* "none", "waiting" or "copying", for the status document. */
 const char *checkpoint_state(const struct session *s);
 /* A copying checkpoint's bytes written so far and in all (0, 0 when

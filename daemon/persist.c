@@ -95,9 +95,11 @@ bool persist_restored(struct session *s)
 
 	if (!lease_start(s))
 		return false;
-	log_info("session %s (uid %u): restored with %s and %u tensors at committed step %llu; kept as an orphan for "
+	log_info("session %s (uid %u): restored with %s and %u tensors at committed step %llu%s; kept as an orphan for "
 		 "%u s: a persistent attach of its name by its uid resumes it", s->name, (unsigned)s->uid,
-		 format_bytes(s->bytes, a, sizeof(a)), s->ntensors, (unsigned long long)s->committed_step, s->lease_s);
+		 format_bytes(s->bytes, a, sizeof(a)), s->ntensors, (unsigned long long)s->committed_step,
+		 s->opened_step > s->committed_step ? " (its client had died inside the next step's updates)" : "",
+		 s->lease_s);
 	status_refresh_soon(s->d);
 	return true;
 }
@@ -107,21 +109,25 @@ bool persist_orphan(struct session *s, const char *why)
 	struct daemon *d = s->d;
 	char a[32];
 
-	if (!s->persistent || d->stopping || !s->pager || !lease_start(s))
+	/* Shutting down, a session whose save into persist.state_dir waits
+	 * or copies stays until it is saved: a client that dies then (inside
+	 * a step's updates, say) leaves an orphan saved as it is. */
+	if (!s->persistent || (d->stopping && !checkpoint_saving_state(s)) || !s->pager || !lease_start(s))
 		return false;
 	/* Pins the dead client held are released once nothing it asked
 	 * for is still on its way; what it wrote into them stays. */
 	s->settling = s->pending > 0;
 	if (!s->settling)
 		pager_unpin_all(s->pager);
-	/* A checkpoint that waited for this step's commit gets none now. */
-	if (s->opened_step > s->committed_step)
-		checkpoint_cancel_waiting(s, ESTALE, "its client died inside the step's updates; no commit will come");
 	log_warn("session %s: client (uid %u, pid %d) %s without detach; kept as an orphan for %u s with %s and %u "
 		 "tensors (committed step %llu%s); attach it again with the same name to resume, or `spillwayctl drop "
 		 "%s`", s->name, (unsigned)s->uid, (int)s->pid, why, s->lease_s, format_bytes(s->bytes, a, sizeof(a)),
 		 s->ntensors, (unsigned long long)s->committed_step,
 		 s->opened_step > s->committed_step ? ", died inside the next step's updates" : "", s->name);
+	/* A checkpoint that waited for this step's commit gets none now: a
+	 * save into persist.state_dir saves the orphan as it is (once its
+	 * pins are released), a user's is refused. */
+	checkpoint_orphaned(s);
 	status_refresh_soon(d);
 	return true;
 }
@@ -136,6 +142,7 @@ void persist_settled(struct session *s)
 	n = pager_unpin_all(s->pager);
 	log_debug("session %s: its dead client's last request completed; released %llu pins", s->name,
 		  (unsigned long long)n);
+	checkpoint_orphaned(s);
 }
 
 void persist_take_over(struct client *c, struct session *s, uint64_t region_bytes, uint32_t page_size,
@@ -325,7 +332,7 @@ void persist_release_all(struct daemon *d)
 			continue;
 		log_warn("shutdown: released orphaned session %s (committed step %llu)%s", s->name,
 			 (unsigned long long)s->committed_step,
-			 d->state_fd >= 0 ? "; persist.state_dir holds it when it held a whole step"
+			 d->state_fd >= 0 ? "; persist.state_dir holds it when it had committed a step"
 					  : "; set persist.state_dir to keep persistent sessions across a restart");
 		session_free(s);
 	}

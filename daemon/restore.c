@@ -64,6 +64,7 @@ struct restore {
 	uid_t owner;            /* the directory's: the data files must be its too */
 	uint64_t t0;
 	uint64_t step;
+	uint64_t opened;        /* past step: an orphan saved inside that step's updates */
 	uint32_t scale_bits, good_steps, page_size, lease_s;
 	uint64_t region_bytes, swap_bytes;
 	struct r_tensor *t;
@@ -178,9 +179,9 @@ static int parse_manifest(struct restore *rs, const cJSON *m, uid_t uid, bool ne
 		snprintf(err, errlen, "%s is not a spillway checkpoint manifest", CHECKPOINT_MANIFEST);
 		return -EINVAL;
 	}
-	if (ver != CHECKPOINT_VERSION) {
-		snprintf(err, errlen, "the checkpoint is of format version %" PRIu64 "; this spillwayd reads version %d",
-			 ver, CHECKPOINT_VERSION);
+	if (ver != CHECKPOINT_VERSION && ver != CHECKPOINT_VERSION_OPEN) {
+		snprintf(err, errlen, "the checkpoint is of format version %" PRIu64 "; this spillwayd reads versions %d "
+			 "and %d", ver, CHECKPOINT_VERSION, CHECKPOINT_VERSION_OPEN);
 		return -EPROTONOSUPPORT;
 	}
 	if (get_uint(m, "uid", UINT32_MAX, &muid) < 0 || (need_uid && muid != uid)) {
@@ -196,6 +197,15 @@ static int parse_manifest(struct restore *rs, const cJSON *m, uid_t uid, bool ne
 	    get_uint(m, "swap_bytes", 1ull << 50, &rs->swap_bytes) < 0) {
 		snprintf(err, errlen, "%s: committed_step, scale_bits, good_steps, page_size, region_bytes or swap_bytes "
 			 "is missing or out of range", CHECKPOINT_MANIFEST);
+		return -EINVAL;
+	}
+	/* Version 2: the save of an orphan whose client died inside a step's
+	 * updates; it comes back with that step open, as it was. */
+	rs->opened = rs->step;
+	if (ver == CHECKPOINT_VERSION_OPEN &&
+	    (get_uint(m, "opened_step", JSON_UINT_MAX, &rs->opened) < 0 || rs->opened <= rs->step)) {
+		snprintf(err, errlen, "%s: version %d names no opened_step past its committed_step", CHECKPOINT_MANIFEST,
+			 CHECKPOINT_VERSION_OPEN);
 		return -EINVAL;
 	}
 	ts = cJSON_GetObjectItemCaseSensitive(m, "tensors");
@@ -458,7 +468,8 @@ static void rs_done(uv_work_t *w, int status)
 		s->nbad = rs->nbad;
 		rs->bad = NULL;
 	}
-	s->committed_step = s->opened_step = rs->step;
+	s->committed_step = rs->step;
+	s->opened_step = rs->opened;
 	s->scale_bits = rs->scale_bits;
 	s->good_steps = rs->good_steps;
 	s->restore = NULL;

@@ -74,6 +74,7 @@ struct session {
 	uint64_t opened_step, committed_step;
 	uint32_t scale_bits, good_steps; /* from the last COMMIT */
 	uint64_t flushed_step;  /* persist.flush_interval_s: the step its last periodic flush was asked at */
+	uint64_t flushed_opened; /* and the step open then: an orphan left inside a later one is flushed again */
 	/* Back from a crash with pages whose CRC failed (restore.c): never
 	 * handed out (a PIN of one fails -EBADMSG), listed in the status. */
 	struct bad_page { uint32_t tensor, page; } *bad;

@@ -136,7 +136,8 @@ static void flushed(void *arg, int err)
 }
 
 /* Every persistent session that committed a step since its last flush is
- * saved into the state directory at its next commit point. */
+ * saved into the state directory at its next commit point; an orphan
+ * left inside a step's updates since its last flush, as it is. */
 static void flush_tick(uv_timer_t *t)
 {
 	struct daemon *d = t->data;
@@ -145,13 +146,15 @@ static void flush_tick(uv_timer_t *t)
 
 	list_for_each_safe(p, n, &d->sessions) {
 		struct session *s = list_entry(p, struct session, link);
+		bool torn = s->orphaned_ns && s->opened_step > s->committed_step && s->opened_step > s->flushed_opened;
 		char *name;
 
 		if (!s->persistent || !s->pager || s->attaching || s->restore || s->ckpt || s->nbad ||
-		    s->committed_step <= s->flushed_step || (!s->owner && s->opened_step > s->committed_step))
+		    !s->committed_step || (s->committed_step <= s->flushed_step && !torn))
 			continue;
 		state_entry_path(d, s->name, path, sizeof(path));
 		s->flushed_step = s->committed_step;
+		s->flushed_opened = s->opened_step;
 		if (!(name = strdup(s->name)) || checkpoint_save(s, d->state_fd, path, flushed, name) < 0) {
 			log_warn("persist.flush_interval_s: session %s: out of memory; not flushed", s->name);
 			free(name);
@@ -197,8 +200,11 @@ bool state_save_all(struct daemon *d, void (*then)(struct daemon *d))
 
 		if (!s->persistent || !s->pager || s->attaching || s->restore)
 			continue;
-		if (s->committed_step == 0 || (!s->owner && s->opened_step > s->committed_step)) {
-			log_warn("shutdown: session %s holds no whole committed step; not saved", s->name);
+		/* An orphan left inside a step's updates is saved as it is
+		 * (checkpoint.c): the next trainer's takeover resumes it as
+		 * if the daemon had never restarted. */
+		if (s->committed_step == 0) {
+			log_warn("shutdown: session %s never committed a step; not saved", s->name);
 			continue;
 		}
 		if (s->nbad) {

@@ -76,6 +76,13 @@ def read_checkpoint(directory):
             m = json.loads(f.read())
     except (OSError, ValueError) as e:
         raise CheckpointError("%s: not a readable spillway checkpoint manifest (%s)" % (path, e)) from e
+    if m.get("format") == "spillway-checkpoint" and m.get("version") == 2:
+        # The save of an orphan whose trainer died inside a step's updates:
+        # two steps' mix, which only a takeover's journal sorts out.
+        raise CheckpointError("%s: a save in persist.state_dir of a session whose trainer died inside step %s's "
+                              "updates (committed step %s): it mixes two steps and is no checkpoint; take the "
+                              "session over (a persistent attach) and checkpoint it at its next commit"
+                              % (path, m.get("opened_step"), m.get("committed_step")))
     if m.get("format") != "spillway-checkpoint" or m.get("version") != 1:
         raise CheckpointError("%s: format %r version %r; this reads spillway-checkpoint version 1"
                               % (path, m.get("format"), m.get("version")))

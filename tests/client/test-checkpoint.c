@@ -11,7 +11,7 @@
  * takeover pins the same bytes back (resident from the region, swappable
  * read from disk through the pager's CRC check). Refused: a session not
  * persistent, or without a committed step; hostile manifests (another
- * version, a CRC list one short, a bad file name, a page size that is
+ * version, version 2 without its opened_step, a CRC list one short, a bad file name, a page size that is
  * none), a truncated data file, a symlink for a data file, a changed byte
  * of a page on disk; none leaves a session or a pool byte behind.
  */
@@ -268,7 +268,7 @@ static void killed_inside_step(spw_client *b, const char *dir)
 	ASSERT_OK(spw_client_drop(b, "raw/dies"));
 }
 
-enum hostile { H_VERSION, H_CRC_SHORT, H_FILE_NAME, H_PAGE_SIZE, H_HUGE, H_TRUNCATE, H_SYMLINK, H_DISK_BYTE };
+enum hostile { H_VERSION, H_OPEN, H_CRC_SHORT, H_FILE_NAME, H_PAGE_SIZE, H_HUGE, H_TRUNCATE, H_SYMLINK, H_DISK_BYTE };
 
 /* A copy of good, made hostile one way; a restore of it is refused with
  * err, the message naming what, and nothing is left. */
@@ -292,6 +292,11 @@ static void hostile(spw_client *c, const char *good, enum hostile how, int err, 
 	t1 = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "tensors"), 1);
 	switch (how) {
 	case H_VERSION:
+		cJSON_ReplaceItemInObject(m, "version", cJSON_CreateNumber(3));
+		break;
+	case H_OPEN:
+		/* Version 2 is the save of an orphan inside a step's
+		 * updates: it must name the step it left open. */
 		cJSON_ReplaceItemInObject(m, "version", cJSON_CreateNumber(2));
 		break;
 	case H_CRC_SHORT:
@@ -461,7 +466,8 @@ int main(void)
 
 	/* Hostile checkpoints. */
 	ASSERT_EQ(pool_used(&sessions), 0.0);
-	hostile(b, ck1, H_VERSION, -EPROTONOSUPPORT, "format version 2");
+	hostile(b, ck1, H_VERSION, -EPROTONOSUPPORT, "format version 3");
+	hostile(b, ck1, H_OPEN, -EINVAL, "version 2 names no opened_step past its committed_step");
 	hostile(b, ck1, H_CRC_SHORT, -EINVAL, "59 CRCs for its 60 pages");
 	hostile(b, ck1, H_FILE_NAME, -EINVAL, "no valid name, kind, file");
 	hostile(b, ck1, H_PAGE_SIZE, -EINVAL, "page_size");

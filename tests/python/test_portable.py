@@ -222,6 +222,23 @@ class RoundTrip(Base):
         self.assertIn("version 2 is int8's", str(e.exception))
 
 
+    def test_orphan_save_refused(self):
+        """A save in persist.state_dir of a session whose trainer died inside
+        a step's updates (manifest version 2, opened_step past
+        committed_step) mixes two steps: to-torch refuses it, saying so and
+        what to do, before it reads a data file."""
+        from spillway.checkpoint import CheckpointError, to_torch
+        torn = os.path.join(self.tmp, "torn-save")
+        os.mkdir(torn)
+        with open(os.path.join(torn, "manifest.json"), "w") as f:
+            json.dump({"format": "spillway-checkpoint", "version": 2, "committed_step": 6, "opened_step": 7,
+                       "page_size": 65536, "tensors": []}, f)
+        with self.assertRaises(CheckpointError) as e:
+            to_torch(torn)
+        self.assertIn("died inside step 7's updates", str(e.exception))
+        self.assertIn("take the session over", str(e.exception))
+
+
 class Torch(Base):
     """The torch file against spillway's own state and a real AdamW;
     damaged pages; the module beside the function."""

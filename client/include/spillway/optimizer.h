@@ -174,7 +174,10 @@ struct spw_optimizer_opts {
  * backend asked for cannot be used (no GPU, or the cuda plugin or the CUDA
  * runtime it needs is missing or of another build: the last-error
  * sentence names the file tried and the fix); -ENOSPC when the region lacks slots for the staging
- * pages; -ENOMEM; or a registration error as spw_tensor_register().
+ * pages or, on the NVMe tier, for one chunk in flight (its pages of state, two staging pages and a
+ * persistent session's update journal: the last-error sentence names the region, the figure
+ * needed and region_bytes; spw_optimizer_add*() refuses the same way a tensor whose chunks
+ * outgrow it); -ENOMEM; or a registration error as spw_tensor_register().
  */
 SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts *opts,
 				 spw_optimizer **ret);
