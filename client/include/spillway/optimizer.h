@@ -102,6 +102,32 @@ enum spw_state_dtype {
 	SPW_STATE_INT8 = 2,
 };
 
+/*
+ * Where SPW_OPT_EXACT keeps the gradients between their hand-over and the
+ * updates at spw_optimizer_end().
+ *
+ * SPW_GRAD_STORE: copied into an fp32 gradient store in the tier (4 bytes
+ * per parameter, what a torch .grad takes again) through staging pages.
+ * SPW_GRAD_BY_REFERENCE: not copied. spw_optimizer_grad_ready() keeps the
+ * address of the caller's gradient and sums its squares there (for the
+ * norm); the updates read it there after spw_optimizer_end(). The caller
+ * leaves every gradient handed over in a step where it is, unchanged,
+ * until the step's updates are done (spw_optimizer_sync(), or
+ * spw_optimizer_wait_params() of its tensor, returns), not only until
+ * spw_optimizer_end(). Same bits as SPW_GRAD_STORE: the same kernels
+ * read the same values. Only where it holds: exact mode, accumulation 1
+ * (accumulating needs a store), the host device (a GPU's gradient is not
+ * host memory the kernels can read) and a session that is not
+ * persistent (a trainer killed inside the updates leaves its gradients
+ * with it, and the step could not be finished at takeover);
+ * spw_optimizer_new() refuses it elsewhere with -EINVAL, naming why.
+ * Either tier.
+ */
+enum spw_grad_store {
+	SPW_GRAD_STORE = 0,
+	SPW_GRAD_BY_REFERENCE = 1,
+};
+
 /* torch.optim.AdamW's per-group hyperparameters. */
 struct spw_param_group {
 	float lr, beta1, beta2, eps, weight_decay;
@@ -159,6 +185,13 @@ struct spw_optimizer_opts {
 	 * the tier and on disk (docs/pipeline.md, State dtypes). Master
 	 * weights are fp32 whatever this says. */
 	enum spw_state_dtype state_dtype;
+	/* Ignored: the tail padding of the struct's version that ends at
+	 * state_dtype. */
+	uint32_t reserved2;
+	/* Added after state_dtype (a caller whose struct ends before it gets
+	 * SPW_GRAD_STORE): where exact mode keeps a step's gradients until
+	 * the norm is known (docs/pipeline.md, Gradients by reference). */
+	enum spw_grad_store grad_store;
 };
 
 /*
