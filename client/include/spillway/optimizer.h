@@ -246,7 +246,8 @@ SPW_EXPORT const char *spw_optimizer_last_error(const spw_optimizer *o);
 /*
  * Adds a parameter tensor of count elements to param group group:
  * registers its fp32 master weights, exp_avg and exp_avg_sq (and an fp32
- * gradient buffer in exact mode or with accumulation) in the session's
+ * gradient buffer in exact mode, unless SPW_GRAD_BY_REFERENCE, or with
+ * accumulation) in the session's
  * tier, cut into chunks of page_size / 4 elements (chunk k of each lives
  * in page k), and writes init (count fp32 values) as the master weights.
  * dev_params is the device buffer of count elements of param_type that
@@ -343,7 +344,8 @@ SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float 
  * that is not the backend's own is ignored and the gradient must be
  * complete at the call. The library reads the gradient asynchronously: leave it
  * unchanged until spw_optimizer_sync_grads() or spw_optimizer_end()
- * returns. Waits while every staging page is busy, which throttles a
+ * returns (with SPW_GRAD_BY_REFERENCE: until the step's updates are done,
+ * see there). Waits while every staging page is busy, which throttles a
  * backward that outruns the CPUs. With accumulation N, each chunk is
  * handed over N times per step, once per micro-batch.
  *
