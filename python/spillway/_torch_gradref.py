@@ -12,9 +12,12 @@ values, so the bits are the store's.
 The price is the contract: every gradient handed over stays alive and
 unchanged until the step's updates are done. OffloadAdamW keeps what it
 handed over (e.handed) until _finish() has waited for them; a gradient
-changed in place before step() is taken back (grad_none, which waits for
-its square sum) and handed over again, as with the store; clip_grad_norm_,
-which ends the step before step(), waits for the updates itself.
+changed in place before step() (another backward accumulating into it,
+GradScaler's unscale_, torch's clip_grad_norm_) is taken back (grad_none,
+which waits for its square sum and drops it: one summed while the change
+was under way is never used) and handed over again, as with the store;
+clip_grad_norm_, which ends the step before step(), waits for the updates
+itself.
 
 SPILLWAY_GRAD_BY_REFERENCE=0 keeps the store."""
 import os
