@@ -211,6 +211,10 @@ static bool admit(spw_optimizer *o)
 			hint_fetch(o, j);
 		else
 			hint_ahead(o, j->ch);
+		/* A job that pins nothing (a gradient's norm by reference)
+		 * has all its pages now. */
+		if (np == 0)
+			spw__opt_start_kernels(o, j);
 		progress = true;
 	}
 	return progress;
@@ -313,6 +317,9 @@ static void kernels_done(spw_optimizer *o, struct job *j)
 			return;
 		}
 	}
+	/* Nothing to unpin: no completion will finish the job. */
+	if (j->unpins_left == 0 && !j->h2d_pending)
+		finish_job(o, j);
 }
 
 static void completion(spw_optimizer *o, const struct spw_completion *cp)

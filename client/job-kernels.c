@@ -39,6 +39,16 @@ static void plan_ops(struct job *j)
 		break;
 	case JOB_GRAD:
 	case JOB_GRAD_ADAM:
+		/* By reference (no store): the norm of the trainer's gradient.
+		 * Its square sum is the stored fp32 copy's: sumsq widens each
+		 * element to fp32 exactly as the cast does, and the tiles and
+		 * lanes are the same. */
+		if (!(j->roles & 1u << R_G)) {
+			if (j->want_norm)
+				*op++ = (struct spw__kernel_op){ .op = SPW_POOL_SUMSQ, .src = j->sgrad,
+								 .src_dtype = j->gdt };
+			break;
+		}
 		/* The first micro-batch overwrites the store: its old contents
 		 * are last step's. */
 		*op++ = (struct spw__kernel_op){ .op = j->first ? SPW_POOL_CAST : SPW_POOL_ACC, .src = j->sgrad,
@@ -49,8 +59,10 @@ static void plan_ops(struct job *j)
 			break;
 		/* fall through */
 	case JOB_ADAM_STORE:
-		adam.src = g;
-		adam.src_dtype = SPW_DTYPE_F32;
+		/* By reference AdamW widens the trainer's gradient itself, to
+		 * the same fp32 values the store would hold. */
+		adam.src = j->roles & 1u << R_G ? g : j->sgrad;
+		adam.src_dtype = j->roles & 1u << R_G ? SPW_DTYPE_F32 : j->gdt;
 		*op++ = adam;
 		break;
 	case JOB_FETCH:

@@ -88,9 +88,11 @@ _Static_assert((int)SPW_STATE_PARAM == R_P && (int)SPW_STATE_EXP_AVG == R_M && (
 
 enum job_kind {
 	JOB_ADAM,       /* gradient in staging -> Adam (overlapped, no accumulation) */
-	JOB_GRAD,       /* gradient in staging -> fp32 store (cast or add), maybe its norm */
+	JOB_GRAD,       /* gradient in staging -> fp32 store (cast or add), maybe its norm;
+			 * by reference: only the norm, of the trainer's gradient, no pins */
 	JOB_GRAD_ADAM,  /* the above, then Adam from the store (overlapped, last micro-batch) */
-	JOB_ADAM_STORE, /* Adam from the store (exact mode, after the norm) */
+	JOB_ADAM_STORE, /* Adam from the store (exact mode, after the norm), or by
+			 * reference from the trainer's gradient */
 	JOB_FETCH,      /* master weights -> cast into a copy page -> the trainer's buffer */
 };
 
@@ -112,7 +114,8 @@ struct job {
 	unsigned roles;                 /* bit per enum role: pages to pin */
 	unsigned npins, pins_back, unpins_left;
 	float *ptr[R__N];
-	const void *sgrad;              /* the staging page holding the gradient */
+	const void *sgrad;              /* the staging page holding the gradient, or the
+					 * trainer's gradient (by reference) */
 	void *scopy;                    /* the staging page for the copy-out */
 	bool h2d_pending;
 	enum spw_dtype cdt;             /* type of the copy-out */
@@ -152,6 +155,9 @@ struct chunk {
 	 * holding this chunk's blocks' scales (role_at). */
 	uint32_t q8_page, q8_slot;
 	double sumsq;           /* this step's gradient square sum (written by the engine) */
+	/* Gradients by reference: this step's gradient of the chunk in the
+	 * trainer's memory (lock), NULL when none; its type is job.gdt. */
+	const void *gref;
 	double *partial;        /* per tile */
 	struct job job;         /* one at a time per chunk */
 };
@@ -201,6 +207,9 @@ struct spw_optimizer {
 	enum spw_state_dtype state_dtype;
 	struct spw_param_group *groups;
 	uint32_t ngroups, accum, window;
+	/* SPW_GRAD_BY_REFERENCE: exact mode reads each gradient where the
+	 * trainer keeps it (chunk.gref); no store, no staging page for it. */
+	bool grad_ref;
 	float clip_coef, max_norm;
 	bool dynamic;
 	struct spw__loss_scale dyn_scale;       /* exact mode's, when dynamic */

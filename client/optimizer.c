@@ -230,6 +230,20 @@ SPW_EXPORT const char *spw_optimizer_last_error(const spw_optimizer *o)
 	return o ? o->errmsg : "no optimizer (NULL)";
 }
 
+/* Why gradients by reference cannot hold with these options (the ones
+ * known before the session and device are), or NULL. */
+static const char *grad_ref_refusal(const struct spw_optimizer_opts *opts)
+{
+	if (opts->mode != SPW_OPT_EXACT)
+		return "needs SPW_OPT_EXACT (overlapped mode runs Adam as each gradient arrives and keeps none)";
+	if (opts->accumulation > 1)
+		return "needs accumulation 1 (micro-batches' gradients are summed into the store)";
+	/* An automatic choice is checked once the device is open. */
+	if (opts->device && strcmp(opts->device, "host") != 0)
+		return "needs the host device (a GPU's gradients are not host memory the CPU kernels can read)";
+	return NULL;
+}
+
 SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts *caller_opts,
 				 spw_optimizer **ret)
 {
@@ -237,8 +251,9 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	struct spw__pool_opts po = { .numa_node = -1 };
 	struct spw_optimizer_opts oo, *opts = &oo;
 	char err[256];
+	const char *why;
 	spw_optimizer *o;
-	uint32_t i, w, spare;
+	uint32_t i, w, spare, gstage;
 	int r;
 
 	if (!c || !caller_opts || !ret)
@@ -251,12 +266,14 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	    opts->ngroups == 0 || opts->ngroups > 65536 ||
 	    (opts->mode != SPW_OPT_OVERLAPPED && opts->mode != SPW_OPT_EXACT) ||
 	    (opts->tier != SPW_TENSOR_RESIDENT && opts->tier != SPW_TENSOR_SWAPPABLE) ||
-	    (unsigned)opts->state_dtype > SPW_STATE_INT8 ||
+	    (unsigned)opts->state_dtype > SPW_STATE_INT8 || (unsigned)opts->grad_store > SPW_GRAD_BY_REFERENCE ||
 	    !(opts->clip_coef >= 0.0f) || !isfinite(opts->clip_coef) || !(opts->max_norm >= 0.0f) ||
 	    !(opts->init_loss_scale >= 0.0f))
-		return c ? spw__error(c, -EINVAL, "spw_optimizer_new: bad options (groups, mode, tier, state_dtype "
-				      "or a coefficient)")
+		return c ? spw__error(c, -EINVAL, "spw_optimizer_new: bad options (groups, mode, tier, state_dtype, "
+				      "grad_store or a coefficient)")
 			 : -EINVAL;
+	if (opts->grad_store == SPW_GRAD_BY_REFERENCE && (why = grad_ref_refusal(opts)))
+		return spw__error(c, -EINVAL, "spw_optimizer_new: grad_store SPW_GRAD_BY_REFERENCE: %s", why);
 	for (i = 0; i < opts->ngroups; i++)
 		if (!spw__group_ok(&opts->groups[i]))
 			return spw__error(c, -EINVAL, "spw_optimizer_new: param group %u: a hyperparameter is out of range", i);
@@ -291,9 +308,18 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	o->k = spw_kernels();
 	atomic_store(&o->st_hints, 1);
 	o->trace = spw__trace_new(c->trace_path);
+	o->grad_ref = opts->grad_store == SPW_GRAD_BY_REFERENCE;
 	r = spw__persist_init(o);
 	if (r < 0)
 		goto fail;
+	/* A trainer killed inside a step's updates takes its gradients with
+	 * it: the takeover finishes the step from the store (journal.c). */
+	if (o->grad_ref && o->persist.on) {
+		r = spw__error(c, -EINVAL, "spw_optimizer_new: grad_store SPW_GRAD_BY_REFERENCE: not on a persistent "
+			       "session (a takeover finishes a step killed inside its updates from the stored "
+			       "gradients, and a dead trainer's own are gone)");
+		goto fail;
+	}
 	po.threads = opts->threads;
 	r = spw__pool_new(&po, &o->pool);
 	if (r < 0) {
@@ -355,6 +381,12 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 		spw__error(c, r, "spw_optimizer_new: %s", err);
 		goto fail;
 	}
+	if (o->grad_ref && strcmp(spw__device_name(o->dev), "host") != 0) {
+		r = spw__error(c, -EINVAL, "spw_optimizer_new: grad_store SPW_GRAD_BY_REFERENCE: needs the host "
+			       "device (the %s device's gradients are not host memory the CPU kernels can read)",
+			       spw__device_name(o->dev));
+		goto fail;
+	}
 	/* Page-locks the region for the cuda backend's DMA; the host backend
 	 * only keeps note. */
 	r = spw__host_register(o->dev, c->region, c->region_bytes);
@@ -372,21 +404,25 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	}
 
 	/* Staging pages stay pinned for the optimizer's life: their
-	 * addresses are where the copy streams read and write. */
-	r = spw__persist_tensor(o, "spw.opt.staging", (uint64_t)2 * w * o->page_size, SPW_TENSOR_RESIDENT,
+	 * addresses are where the copy streams read and write. Gradients by
+	 * reference are read where they are: copy-out pages only. */
+	gstage = o->grad_ref ? 0 : w;
+	r = spw__persist_tensor(o, "spw.opt.staging", (uint64_t)(gstage + w) * o->page_size, SPW_TENSOR_RESIDENT,
 				&o->staging_id);
 	if (r < 0)
 		goto fail;
-	for (i = 0; i < 2 * w; i++) {
+	for (i = 0; i < gstage + w; i++) {
 		r = spw_pin(c, o->staging_id, i, &o->sbuf[i]);
 		if (r < 0)
 			goto fail;
 	}
 	for (i = 0; i < w; i++) {
-		o->gfree[i] = (int)i;
-		o->cfree[i] = (int)(w + i);
+		if (i < gstage)
+			o->gfree[i] = (int)i;
+		o->cfree[i] = (int)(gstage + i);
 	}
-	o->ngfree = o->ncfree = w;
+	o->ngfree = gstage;
+	o->ncfree = w;
 
 	r = pthread_create(&o->engine, NULL, spw__opt_engine_main, o);
 	if (r) {

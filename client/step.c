@@ -146,8 +146,9 @@ static void plan_job(spw_optimizer *o, struct chunk *ch, enum spw_dtype gdt)
 		j->kind = JOB_GRAD_ADAM;
 		j->roles = 1u << R_P | roles_moments(o) | 1u << R_G | (ch->t->has_u ? 1u << R_U : 0);
 	} else {
+		/* By reference (no store): the norm alone, pinning nothing. */
 		j->kind = JOB_GRAD;
-		j->roles = 1u << R_G;
+		j->roles = ch->t->has_g ? 1u << R_G : 0;
 	}
 	j->wait_free = false;
 	j->nhints = 0;
@@ -225,8 +226,9 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 
 		pthread_mutex_lock(&o->lock);
 		/* A chunk takes its next gradient once its last job is done,
-		 * and a free staging page bounds what is in flight. */
-		WAIT_UNTIL(o, !ch->busy && o->ngfree > 0, "grad_ready %s chunk %u: a free staging page",
+		 * and a free staging page bounds what is in flight (none is
+		 * needed by reference). */
+		WAIT_UNTIL(o, !ch->busy && (o->grad_ref || o->ngfree > 0), "grad_ready %s chunk %u: a free staging page",
 			   t->name, k);
 		if ((r = spw__opt_broken_locked(o)) < 0) {
 			pthread_mutex_unlock(&o->lock);
@@ -236,8 +238,14 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 		ch->busy = true;
 		t->none = false;
 		plan_job(o, ch, (enum spw_dtype)type);
-		j->gbuf = o->gfree[--o->ngfree];
-		j->sgrad = o->sbuf[j->gbuf];
+		if (o->grad_ref) {
+			j->gbuf = -1;
+			j->sgrad = (const unsigned char *)grad + (ch->off - t->chunks[first].off) * es;
+			ch->gref = j->sgrad;
+		} else {
+			j->gbuf = o->gfree[--o->ngfree];
+			j->sgrad = o->sbuf[j->gbuf];
+		}
 		/* A chunk taken back by grad_none and handed over again keeps
 		 * its first place. */
 		if (!ch->ordered && o->norder < o->nchunks) {
@@ -251,9 +259,12 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 		pthread_mutex_unlock(&o->lock);
 
 		j->t_d2h = TRACE_NOW(o);
-		r = spw__memcpy_d2h_async(o->dev, (void *)j->sgrad,
-					  (const unsigned char *)grad + (ch->off - t->chunks[first].off) * es,
-					  ch->n * es, o->d2h);
+		/* By reference nothing is copied: the job still goes through
+		 * the d2h stream, after the producer's work. */
+		r = o->grad_ref ? 0
+				: spw__memcpy_d2h_async(o->dev, (void *)j->sgrad,
+							(const unsigned char *)grad + (ch->off - t->chunks[first].off) * es,
+							ch->n * es, o->d2h);
 		if (r >= 0)
 			r = spw__launch_host_fn(o->dev, o->d2h, spw__opt_grad_arrived, j);
 		if (r < 0) {
@@ -264,7 +275,8 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 			pthread_mutex_unlock(&o->lock);
 			return r;
 		}
-		atomic_fetch_add_explicit(&o->st_d2h, ch->n * es, memory_order_relaxed);
+		if (!o->grad_ref)
+			atomic_fetch_add_explicit(&o->st_d2h, ch->n * es, memory_order_relaxed);
 	}
 	return 0;
 }
@@ -335,6 +347,7 @@ SPW_EXPORT int spw_optimizer_grad_none(spw_optimizer *o, uint32_t tensor)
 		}
 		ch->arrivals = 0;
 		ch->sumsq = 0.0;
+		ch->gref = NULL;
 	}
 	t->none = true;
 	pthread_mutex_unlock(&o->lock);
@@ -415,13 +428,15 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 			j->kind = JOB_ADAM_STORE;
 			j->step = o->step;
 			o->persist.mod_left[o->step & 1]++;
-			j->roles = 1u << R_P | roles_moments(o) | 1u << R_G;
+			j->roles = 1u << R_P | roles_moments(o) | (ch->t->has_g ? 1u << R_G : 0);
 			j->wait_free = false;
 			j->nhints = 0;
 			set_copy(ch, j);
 			j->want_norm = false;
 			j->gbuf = -1;
-			j->sgrad = NULL;
+			/* By reference: the gradient grad_ready was given, in
+			 * its own type (j->gdt, from its plan_job). */
+			j->sgrad = o->grad_ref ? ch->gref : NULL;
 			j->consts = tensor_consts(o, ch->t);
 			ch->busy = true;
 			ch->t->pending++;
@@ -432,6 +447,7 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 	for (i = 0; i < o->nchunks; i++) {
 		o->chunks[i]->arrivals = 0;
 		o->chunks[i]->ordered = false;
+		o->chunks[i]->gref = NULL;
 	}
 	/* Hints for the next step follow this step's order: the reverse
 	 * one for exact mode's updates, which come first. */

@@ -156,7 +156,7 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 	*t = (struct tensor){
 		.name = strdup(name), .chunks = calloc(nch, sizeof(*t->chunks)),
 		.group = group, .count = count, .dev = dev_params, .ptype = param_type, .nchunks = nch,
-		.frozen = frozen, .has_g = !frozen && (o->mode == SPW_OPT_EXACT || o->accum > 1),
+		.frozen = frozen, .has_g = !frozen && !o->grad_ref && (o->mode == SPW_OPT_EXACT || o->accum > 1),
 		/* Overlapped updates on a persistent session keep the weights
 		 * they replace until the step commits (journal.c). */
 		.has_u = !frozen && o->mode == SPW_OPT_OVERLAPPED && o->jn.pages,

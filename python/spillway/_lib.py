@@ -81,7 +81,10 @@ class OptimizerOpts(ctypes.Structure):
                 ("wait_timeout_ms", u32),
                 # Later still: a library without it takes the struct only
                 # when state_dtype is 0 (fp32), and refuses others (E2BIG).
-                ("reserved", u32), ("state_dtype", ctypes.c_int)]
+                ("reserved", u32), ("state_dtype", ctypes.c_int),
+                # Later still (a library without it refuses a nonzero one):
+                # exact mode's gradients by reference, GRAD_BY_REFERENCE.
+                ("reserved2", u32), ("grad_store", ctypes.c_int)]
 
 
 # sizeof(struct spw_optimizer_opts) before wait_timeout_ms
@@ -113,6 +116,7 @@ SOCKET_CONTROL, SOCKET_STATUS = 0, 1
 TENSOR_RESIDENT, TENSOR_SWAPPABLE = 0, 1
 TYPE_F32, TYPE_BF16, TYPE_F16 = 0, 1, 2
 OPT_OVERLAPPED, OPT_EXACT = 0, 1
+GRAD_STORE, GRAD_BY_REFERENCE = 0, 1
 STATE_PARAM, STATE_EXP_AVG, STATE_EXP_AVG_SQ = 0, 1, 2
 STATE_F32, STATE_BF16, STATE_INT8 = 0, 1, 2
 ALL_CHUNKS = 0xFFFFFFFF

@@ -8,6 +8,7 @@ import math
 import torch
 
 from . import _lib as L
+from ._torch_gradref import after_early_end
 from ._torch_offload import grad_of
 
 
@@ -117,6 +118,7 @@ class AmpMixin:
         finally:
             self._opt.set_clip(float(self.max_grad_norm or 0.0))
         self._ended = res
+        after_early_end(self)
         if error_if_nonfinite and not math.isfinite(res.grad_norm):
             raise RuntimeError("The total norm of order 2.0 for gradients from `parameters` is "
                                "non-finite, so it cannot be clipped. To disable this error and "

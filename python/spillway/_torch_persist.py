@@ -48,9 +48,10 @@ def session_args(opt):
 
 def state_roles(opt):
     """Full-size state roles a chunk keeps: p, m, v, and the gradient
-    store (exact mode) or, on a persistent session, the overlapped mode's
-    undo copy of p (client/journal.c)."""
-    return 4 if opt.mode == "exact" or opt._persistent else 3
+    store (exact mode, unless by reference: spillway._torch_gradref) or,
+    on a persistent session, the overlapped mode's undo copy of p
+    (client/journal.c)."""
+    return 4 if (opt.mode == "exact" and not getattr(opt, "_grad_ref", False)) or opt._persistent else 3
 
 
 def journal_pages(opt, psz):

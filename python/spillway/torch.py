@@ -43,7 +43,8 @@ import torch
 import torch.optim
 
 from . import Optimizer as _SpwOptimizer, Session, SpillwayError
-from . import _lib as L, _torch_persist as _persist, _checkpoint as _ckpt, _state_dtype, _torch_view as _view
+from . import _lib as L, _torch_persist as _persist, _checkpoint as _ckpt, _state_dtype, _torch_view as _view, \
+    _torch_gradref as _gradref
 from ._torch_persist import RewoundError  # noqa: F401
 from ._torch_amp import AmpMixin
 from ._torch_hooks import make_accumulated_hook as _make_accumulated_hook, \
@@ -289,7 +290,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             pages = _state_dtype.state_pages([e.numel for e in entries], psz, k, self.state_dtype)
         else:
             pages = 4 * win * k
-        pages += 2 * win + 8 + _persist.journal_pages(self, psz)
+        pages += (1 if self._grad_ref else 2) * win + 8 + _persist.journal_pages(self, psz)
         return psz, pages * psz
 
     def _device_name(self, entries):
@@ -312,6 +313,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             return  # offloaded parameters: the store's optimizer (spillway._torch_offload)
         entries = self._entries
         device = self._device_name(entries)
+        self._grad_ref = _gradref.eligible(self, entries)  # no gradient store in the region (exact mode)
         psz, region = self._layout(entries)
         if self._region_bytes:
             region = self._region_bytes
@@ -350,7 +352,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                             max_norm=float(self.max_grad_norm or 0.0),
                             dynamic_loss_scale=self._dynamic, init_loss_scale=self._scale,
                             growth_interval=self._growth_interval if self._dynamic else 0,
-                            window=self._window, threads=self._threads, device=device,
+                            window=self._window, threads=self._threads, device=device, grad_by_reference=self._grad_ref,
                             timeout_ms=self._timeout_ms(), trace=self._trace, state_dtype=self.state_dtype)
         try:
             idx = {e: i for i, e in enumerate(entries)}

@@ -102,6 +102,32 @@ enum spw_state_dtype {
 	SPW_STATE_INT8 = 2,
 };
 
+/*
+ * Where SPW_OPT_EXACT keeps the gradients between their hand-over and the
+ * updates at spw_optimizer_end().
+ *
+ * SPW_GRAD_STORE: copied into an fp32 gradient store in the tier (4 bytes
+ * per parameter, what a torch .grad takes again) through staging pages.
+ * SPW_GRAD_BY_REFERENCE: not copied. spw_optimizer_grad_ready() keeps the
+ * address of the caller's gradient and sums its squares there (for the
+ * norm); the updates read it there after spw_optimizer_end(). The caller
+ * leaves every gradient handed over in a step where it is, unchanged,
+ * until the step's updates are done (spw_optimizer_sync(), or
+ * spw_optimizer_wait_params() of its tensor, returns), not only until
+ * spw_optimizer_end(). Same bits as SPW_GRAD_STORE: the same kernels
+ * read the same values. Only where it holds: exact mode, accumulation 1
+ * (accumulating needs a store), the host device (a GPU's gradient is not
+ * host memory the kernels can read) and a session that is not
+ * persistent (a trainer killed inside the updates leaves its gradients
+ * with it, and the step could not be finished at takeover);
+ * spw_optimizer_new() refuses it elsewhere with -EINVAL, naming why.
+ * Either tier.
+ */
+enum spw_grad_store {
+	SPW_GRAD_STORE = 0,
+	SPW_GRAD_BY_REFERENCE = 1,
+};
+
 /* torch.optim.AdamW's per-group hyperparameters. */
 struct spw_param_group {
 	float lr, beta1, beta2, eps, weight_decay;
@@ -159,6 +185,13 @@ struct spw_optimizer_opts {
 	 * the tier and on disk (docs/pipeline.md, State dtypes). Master
 	 * weights are fp32 whatever this says. */
 	enum spw_state_dtype state_dtype;
+	/* Ignored: the tail padding of the struct's version that ends at
+	 * state_dtype. */
+	uint32_t reserved2;
+	/* Added after state_dtype (a caller whose struct ends before it gets
+	 * SPW_GRAD_STORE): where exact mode keeps a step's gradients until
+	 * the norm is known (docs/pipeline.md, Gradients by reference). */
+	enum spw_grad_store grad_store;
 };
 
 /*
@@ -216,7 +249,8 @@ SPW_EXPORT const char *spw_optimizer_last_error(const spw_optimizer *o);
 /*
  * Adds a parameter tensor of count elements to param group group:
  * registers its fp32 master weights, exp_avg and exp_avg_sq (and an fp32
- * gradient buffer in exact mode or with accumulation) in the session's
+ * gradient buffer in exact mode, unless SPW_GRAD_BY_REFERENCE, or with
+ * accumulation) in the session's
  * tier, cut into chunks of page_size / 4 elements (chunk k of each lives
  * in page k), and writes init (count fp32 values) as the master weights.
  * dev_params is the device buffer of count elements of param_type that
@@ -313,7 +347,8 @@ SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float 
  * that is not the backend's own is ignored and the gradient must be
  * complete at the call. The library reads the gradient asynchronously: leave it
  * unchanged until spw_optimizer_sync_grads() or spw_optimizer_end()
- * returns. Waits while every staging page is busy, which throttles a
+ * returns (with SPW_GRAD_BY_REFERENCE: until the step's updates are done,
+ * see there). Waits while every staging page is busy, which throttles a
  * backward that outruns the CPUs. With accumulation N, each chunk is
  * handed over N times per step, once per micro-batch.
  *
