@@ -308,6 +308,7 @@ struct trial {
 	double ck, wait, stall, cp, ts, step;
 	unsigned stall_steps;
 	uint64_t kernel;
+	uint64_t direct; /* written from memory with O_DIRECT */
 };
 
 /* A, B and C once. */
@@ -347,6 +348,7 @@ static int one_trial(struct trainer *t, const char *dir, unsigned k, struct tria
 	tr->ck = res.seconds;
 	tr->wait = res.wait_seconds;
 	tr->kernel = res.copied_bytes;
+	tr->direct = res.direct_bytes;
 	tr->step = base;
 	tr->stall = 0.0;
 	tr->stall_steps = 0;
@@ -456,8 +458,8 @@ static int bench_size(const char *dir, double mib, unsigned trials, bool json)
 		if (json) {
 			printf("{\"bench\":\"checkpoint\",\"tier\":\"nvme\",\"state_mib\":%.0f,\"trials\":%u,"
 			       "\"step_s\":%.4f,\"checkpoint_s\":%.4f,\"commit_wait_s\":%.4f,\"copied_in_kernel_bytes\":%ju,"
-			       "\"stall_s\":%.4f,\"stall_steps\":%u,\"cp_s\":%.4f,", mib, trials, st, c, w,
-			       (uintmax_t)kernel, s, stall_steps, p);
+			       "\"direct_bytes\":%ju,\"stall_s\":%.4f,\"stall_steps\":%u,\"cp_s\":%.4f,", mib, trials, st, c,
+			       w, (uintmax_t)kernel, (uintmax_t)tr[0].direct, s, stall_steps, p);
 			if (torch)
 				printf("\"torch_save_s\":%.4f,\"torch_save\":\"ran\",", q);
 			else

@@ -110,6 +110,8 @@ static int call(spw_client *c, const char *type, const char *session, const char
 	res.cow_bytes = num(reply, "cow_bytes");
 	res.cow_waits = num(reply, "cow_waits");
 	res.cow_peak_bytes = num(reply, "cow_peak_bytes");
+	res.direct_bytes = num(reply, "direct_bytes");
+	res.buffered_bytes = num(reply, "buffered_bytes");
 	cJSON_Delete(reply);
 	c->errmsg[0] = '\0';
 	if (out)

@@ -82,6 +82,8 @@ struct checkpoint {
 	uv_async_t wake;
 	bool wake_on;              /* wake initialised: ck is freed in its close callback */
 	uint32_t stall_ms;         /* test-only (fault-injection builds): a nap after each page */
+	char *faults;              /* test-only: SPILLWAY_CHECKPOINT_FAULTS, the copier's ring's rules */
+	bool no_direct;            /* test-only: as if the filesystem refused O_DIRECT */
 	uint64_t plan_ns;          /* the plan, on the loop: what the trainer waited for at the commit */
 
 	/* The worker's result. */
@@ -90,11 +92,69 @@ struct checkpoint {
 	char stale[512];           /* temporaries of dead daemons it removed, for the log */
 	uint64_t bytes, copied;    /* written in all (atomic: status reads it while copying); of which
 				    * copied in the kernel */
+	uint64_t direct, buffered; /* and of which written from memory with O_DIRECT, through the page cache */
+	char note[256];            /* why the data files were written buffered, for the log; or empty */
 	uv_work_t work;
 	/* At the end, on the loop. */
 	uint64_t steps_during;     /* steps the session committed while the copy ran */
 	struct pager_snap_stats cow;
 };
+
+/* Sets ck->err and ck->msg, the first failure's (later ones are
+ * dropped); returns ck->err. The copier's thread only. */
+int checkpoint_fail(struct checkpoint *ck, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Progress: the loop reads ck->bytes for the status document. */
+static inline void checkpoint_add_done(struct checkpoint *ck, uint64_t n)
+{
+	__atomic_add_fetch(&ck->bytes, n, __ATOMIC_RELAXED);
+}
+
+/*
+ * checkpoint-direct.c: the data files and their writes from memory, on
+ * the copier's thread. A file is written with O_DIRECT through an
+ * io_uring of the copier's own, several pages in flight, where its
+ * filesystem takes O_DIRECT; through the page cache otherwise.
+ */
+struct ck_writer;
+
+/* A tensor's data file, open for writing. */
+struct ck_out {
+	const struct ck_tensor *t;
+	int fd;            /* without O_DIRECT: copy_file_range, the buffered writes, ftruncate, fsync */
+	int dfd;           /* with O_DIRECT, or -1 */
+	int ring;          /* dfd's index in the writer's ring */
+	unsigned inflight; /* its writes in the ring */
+};
+
+/* A page buffer (page-aligned, page_size bytes) and its write. */
+struct ck_io;
+
+/* The writer of ck's data files in the directory dir (ck->tmp). */
+int ck_writer_new(struct checkpoint *ck, int dir, struct ck_writer **ret);
+/* Waits for every write in flight, then frees. NULL-safe. */
+void ck_writer_free(struct ck_writer *w);
+
+/* t's data file (created already), opened for writing. */
+int ck_out_open(struct ck_writer *w, const struct ck_tensor *t, struct ck_out **ret);
+/* Its writes completed, cut to its tensor's bytes, fsync'd when sync,
+ * closed and freed; the first error (of a write too) is returned. */
+int ck_out_close(struct ck_writer *w, struct ck_out *o, bool sync);
+
+/* A free buffer, once a write in flight completed if none is: NULL when
+ * the copy failed meanwhile (ck->err). */
+struct ck_io *ck_io_get(struct ck_writer *w);
+uint8_t *ck_io_buf(struct ck_io *io);
+/* io back unused. */
+void ck_io_put(struct ck_writer *w, struct ck_io *io);
+/* Page k (entry gi) of o's tensor, len bytes at from (io's buffer, or the
+ * loop's side buffer when saved: pager_snap_copied() once written), to
+ * its offset: submitted (O_DIRECT), or written (buffered). io is the
+ * writer's again once the write is done. Returns 0 or ck->err. */
+int ck_io_write(struct ck_writer *w, struct ck_io *io, struct ck_out *o, uint32_t k, uint64_t gi, const uint8_t *from,
+		size_t len, bool saved);
+/* Every write in flight completed: 0 or ck->err. */
+int ck_writer_drain(struct ck_writer *w);
 
 /* On a threadpool thread: writes ck's directory from its plan, touching
  * only ck and its snapshot (never the session): each page from where the

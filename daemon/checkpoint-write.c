@@ -4,8 +4,10 @@
  * region (through the daemon's own mapping, and safemem), from the side
  * buffer the loop saved it into before the trainer changed it, or from
  * its swap file (copy_file_range where the kernel can); the pages the
- * loop waits for first (pager-snap.c). Then a manifest, fsync of each
- * file and the directory, the rename into place, fsync of the parent.
+ * loop waits for first (pager-snap.c). Pages from memory are written
+ * with O_DIRECT where the filesystem takes it (checkpoint-direct.c).
+ * Then a manifest, fsync of each file and the directory, the rename into
+ * place, fsync of the parent.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -27,8 +29,9 @@
 #include "safemem.h"
 
 /* Worker helpers: each sets ck->err and ck->msg once. */
-static int wfail(struct checkpoint *ck, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int wfail(struct checkpoint *ck, int err, const char *fmt, ...)
+#define wfail checkpoint_fail
+
+int checkpoint_fail(struct checkpoint *ck, int err, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -76,24 +79,6 @@ static int pread_all(int fd, void *buf, size_t n, uint64_t off)
 	return 0;
 }
 
-static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
-{
-	const uint8_t *p = buf;
-
-	while (n) {
-		ssize_t w = pwrite(fd, p, n, (off_t)off);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		p += w;
-		n -= (size_t)w;
-		off += (uint64_t)w;
-	}
-	return 0;
-}
-
 /* n bytes of src at off to dst at at, in the kernel where it can (a
  * reflink on XFS and btrfs); 1 when it cannot (the caller copies). */
 static int copy_range(int src, uint64_t off, int dst, uint64_t at, size_t n)
@@ -115,73 +100,68 @@ static int copy_range(int src, uint64_t off, int dst, uint64_t at, size_t n)
 	return 0;
 }
 
-/* Progress: the loop reads ck->bytes for the status document. */
-static void add_done(struct checkpoint *ck, uint64_t n)
+/* Page k of o's tensor into its file, unless the copier wrote it
+ * already: from where the plan says, or from the loop's side buffer.
+ * Pages go in any order (the loop's first), so each at its own offset. */
+static int copy_page(struct checkpoint *ck, struct ck_writer *w, struct ck_out *o, uint32_t k, bool *kernel_copy)
 {
-	__atomic_add_fetch(&ck->bytes, n, __ATOMIC_RELAXED);
-}
-
-/* Page k of tensor t into its file, unless the copier wrote it already:
- * from where the plan says, or from the loop's side buffer. *fd is the
- * tensor's file, opened here when it is -1. Pages go in any order (the
- * loop's first), so each at its own offset. */
-static int copy_page(struct checkpoint *ck, int dir, int *fd, const struct ck_tensor *t, uint32_t k, uint8_t *buf,
-		     bool *kernel_copy)
-{
+	const struct ck_tensor *t = o->t;
 	uint64_t gi = t->first + k, at = (uint64_t)k * ck->page_size;
 	struct ck_page *pg = &ck->pages[gi];
 	size_t len = t->bytes - at < ck->page_size ? (size_t)(t->bytes - at) : ck->page_size;
-	const uint8_t *saved = NULL, *from = buf;
+	const uint8_t *saved = NULL, *from;
 	enum pager_snap_claim claim = pager_snap_claim(ck->snap, gi, &saved);
+	struct ck_io *io;
+	uint8_t *buf;
 	int r;
 
 	if (claim == PAGER_SNAP_DONE)
 		return 0;
-	if (*fd < 0 && (*fd = openat(dir, t->file, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-		return wfail(ck, errno, "opening %s/%s: %s", ck->tmp, t->file, strerror(errno));
-	if (claim == PAGER_SNAP_SAVED) {
-		from = saved; /* what the slot held at the commit point */
-	} else if (pg->kind == PAGER_SRC_DISK && len == ck->page_size && *kernel_copy) {
-		r = copy_range(ck->srcfd[pg->src], pg->off, *fd, at, len);
+	if (claim != PAGER_SNAP_SAVED && pg->kind == PAGER_SRC_DISK && len == ck->page_size && *kernel_copy) {
+		r = copy_range(ck->srcfd[pg->src], pg->off, o->fd, at, len);
 		if (r < 0)
 			return wfail(ck, r, "copying page %u of tensor %s from swap file %s to %s/%s: %s", k, t->name,
 				     ck->srcpath[pg->src], ck->path, t->file, strerror(-r));
 		if (r == 0) {
 			ck->copied += len;
-			add_done(ck, len);
+			checkpoint_add_done(ck, len);
 			pager_snap_copied(ck->snap, gi);
 			return 0; /* its CRC is the pager's */
 		}
 		*kernel_copy = false;
 	}
+	/* A buffer: once one of the writes in flight is done when none is
+	 * free. The page stays claimed meanwhile (the loop waits, or keeps
+	 * its side buffer). */
+	if (!(io = ck_io_get(w)))
+		return ck->err;
+	from = buf = ck_io_buf(io);
 	if (claim == PAGER_SNAP_SAVED) {
-		/* from = saved */
+		from = saved; /* what the slot held at the commit point */
 	} else if (pg->kind == PAGER_SRC_ZERO) {
 		memset(buf, 0, len);
 	} else if (pg->kind == PAGER_SRC_SLOT) {
 		/* The client can punch its region: through safemem. */
-		if (safemem_copy(buf, ck->map + (size_t)pg->slot * ck->page_size, len) < 0)
-			return wfail(ck, EFAULT, "tensor %s page %u: the session's region could not be read (its client "
-				     "released that memory)", t->name, k);
+		if (safemem_copy(buf, ck->map + (size_t)pg->slot * ck->page_size, len) < 0) {
+			ck_io_put(w, io);
+			return wfail(ck, EFAULT, "tensor %s page %u: the session's region could not be read (its "
+				     "client released that memory)", t->name, k);
+		}
 	} else {
 		r = pread_all(ck->srcfd[pg->src], buf, len, pg->off);
-		if (r < 0)
+		if (r < 0) {
+			ck_io_put(w, io);
 			return wfail(ck, r, "reading page %u of tensor %s from swap file %s: %s", k, t->name,
 				     ck->srcpath[pg->src], strerror(-r));
+		}
 	}
 	/* The source is read (into buf): the loop may change it now, and
 	 * need not wait for the checksum and the write. A side buffer is
-	 * freed by copied(): after its write. */
+	 * handed back once written. */
 	if (claim != PAGER_SNAP_SAVED)
 		pager_snap_copied(ck->snap, gi);
 	pg->crc = crc32c(0, from, len);
-	r = pwrite_all(*fd, from, len, at);
-	if (r < 0)
-		return wfail(ck, r, "writing %s/%s: %s", ck->path, t->file, strerror(-r));
-	add_done(ck, len);
-	if (claim == PAGER_SNAP_SAVED)
-		pager_snap_copied(ck->snap, gi);
-	return 0;
+	return ck_io_write(w, io, o, k, gi, from, len, claim == PAGER_SNAP_SAVED);
 }
 
 /*
@@ -195,50 +175,47 @@ static int copy_page(struct checkpoint *ck, int dir, int *fd, const struct ck_te
 #define PENDING 32
 
 struct pending {
-	int fd[PENDING];
-	const char *file[PENDING];
+	struct ck_out *o[PENDING];
 	unsigned head, n;
 };
 
-/* fsync and close of the oldest pending file. */
-static int pending_sync_one(struct checkpoint *ck, struct pending *q)
+/* The oldest pending file: its writes done, fsync'd and closed. */
+static int pending_sync_one(struct ck_writer *w, struct pending *q)
 {
-	int fd = q->fd[q->head], r = 0;
-	const char *file = q->file[q->head];
+	struct ck_out *o = q->o[q->head];
 
 	q->head = (q->head + 1) % PENDING;
 	q->n--;
-	if (fsync(fd) < 0)
-		r = wfail(ck, errno, "fsync of %s/%s: %s", ck->path, file, strerror(errno));
-	close(fd);
-	return r;
+	return ck_out_close(w, o, true);
 }
 
 /* Every pending file synced (stop at the first error: the copy fails) or,
  * with r already an error, only closed. */
-static int pending_drain(struct checkpoint *ck, struct pending *q, int r)
+static int pending_drain(struct ck_writer *w, struct pending *q, int r)
 {
 	while (q->n) {
 		if (r < 0) {
-			close(q->fd[q->head]);
+			ck_out_close(w, q->o[q->head], false);
 			q->head = (q->head + 1) % PENDING;
 			q->n--;
 		} else {
-			r = pending_sync_one(ck, q);
+			r = pending_sync_one(w, q);
 		}
 	}
 	return r;
 }
 
-static int pending_add(struct checkpoint *ck, struct pending *q, int fd, const char *file)
+static int pending_add(struct ck_writer *w, struct pending *q, struct ck_out *o)
 {
 	int r = 0;
 
-	sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE); /* a start only: fsync checks */
+	/* A start only (fsync checks): what went through the page cache
+	 * (copy_file_range, buffered writes); direct writes are on their
+	 * way already. */
+	sync_file_range(o->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 	if (q->n == PENDING)
-		r = pending_sync_one(ck, q);
-	q->fd[(q->head + q->n) % PENDING] = fd;
-	q->file[(q->head + q->n) % PENDING] = file;
+		r = pending_sync_one(w, q);
+	q->o[(q->head + q->n) % PENDING] = o;
 	q->n++;
 	return r;
 }
@@ -261,48 +238,51 @@ static const struct ck_tensor *tensor_of(const struct checkpoint *ck, uint64_t g
 
 /* The pages the loop waits for (a PIN, a slot, a write-back): before
  * anything else. Only pages ahead of the main pass can still be owed, so
- * each of those tensors' files is fsync'd when the main pass gets there. */
-static int serve_urgent(struct checkpoint *ck, int dir, const struct ck_tensor *cur, int curfd, uint8_t *buf,
-			bool *kernel_copy)
+ * each of those tensors' files is fsync'd when the main pass gets there
+ * (a file opened here is closed once its write is done, unsynced). */
+static int serve_urgent(struct checkpoint *ck, struct ck_writer *w, struct ck_out *cur, bool *kernel_copy)
 {
 	uint64_t gi;
 
 	while ((gi = pager_snap_urgent(ck->snap)) != UINT64_MAX) {
 		const struct ck_tensor *t = tensor_of(ck, gi);
-		int fd = t == cur ? curfd : -1;
-		int r = copy_page(ck, dir, &fd, t, (uint32_t)(gi - t->first), buf, kernel_copy);
+		struct ck_out *o = cur;
+		int r;
 
-		if (fd >= 0 && fd != curfd)
-			close(fd);
+		if (t != cur->t && ck_out_open(w, t, &o) < 0)
+			return ck->err;
+		r = copy_page(ck, w, o, (uint32_t)(gi - t->first), kernel_copy);
+		if (o != cur)
+			r = ck_out_close(w, o, false) < 0 ? ck->err : r;
 		if (r < 0)
 			return r;
 	}
 	return 0;
 }
 
-static int write_tensor(struct checkpoint *ck, int dir, const struct ck_tensor *t, uint8_t *buf, bool *kernel_copy,
+static int write_tensor(struct checkpoint *ck, struct ck_writer *w, const struct ck_tensor *t, bool *kernel_copy,
 			struct pending *q)
 {
-	int fd = openat(dir, t->file, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
-	int r = 0;
+	struct ck_out *o;
+	int r = ck_out_open(w, t, &o);
 
-	if (fd < 0)
-		return wfail(ck, errno, "opening %s/%s: %s", ck->tmp, t->file, strerror(errno));
+	if (r < 0)
+		return r;
 	for (uint32_t k = 0; r == 0 && k < t->npages; k++) {
-		r = serve_urgent(ck, dir, t, fd, buf, kernel_copy);
+		r = serve_urgent(ck, w, o, kernel_copy);
 		/* Pairs with checkpoint_session_gone(): no use copying on. */
 		if (r == 0 && __atomic_load_n(&ck->aborted, __ATOMIC_SEQ_CST))
 			r = wfail(ck, ECANCELED, "the session ended while its pages were being copied");
 		if (r == 0)
-			r = copy_page(ck, dir, &fd, t, k, buf, kernel_copy);
+			r = copy_page(ck, w, o, k, kernel_copy);
 		if (r == 0 && ck->stall_ms)
 			pager_snap_nap(ck->snap, ck->stall_ms);
 	}
 	if (r < 0) {
-		close(fd);
+		ck_out_close(w, o, false);
 		return r;
 	}
-	return pending_add(ck, q, fd, t->file);
+	return pending_add(w, q, o);
 }
 
 /* Every tensor's file, empty: pages the loop waits for may go into any. */
@@ -451,8 +431,8 @@ void checkpoint_write(uv_work_t *w)
 {
 	struct checkpoint *ck = w->data;
 	struct pending q = { .n = 0 };
+	struct ck_writer *wr = NULL;
 	bool kernel_copy = true;
-	uint8_t *buf = NULL;
 	char *text = NULL;
 	int dir = -1, fd = -1;
 
@@ -470,18 +450,18 @@ void checkpoint_write(uv_work_t *w)
 		wfail(ck, errno, "chown of %s: %s", ck->tmp, strerror(errno));
 		goto out;
 	}
-	buf = aligned_alloc(4096, ck->page_size);
-	if (!buf) {
-		wfail(ck, ENOMEM, "out of memory for a page buffer");
-		goto out;
-	}
-	if (create_files(ck, dir) < 0)
+	if (ck_writer_new(ck, dir, &wr) < 0 || create_files(ck, dir) < 0)
 		goto out;
 	for (uint32_t i = 0; i < ck->nt; i++)
-		if (write_tensor(ck, dir, &ck->t[i], buf, &kernel_copy, &q) < 0)
+		if (write_tensor(ck, wr, &ck->t[i], &kernel_copy, &q) < 0)
 			break;
-	if (pending_drain(ck, &q, ck->err) < 0)
+	/* A failure: the writes in flight done before their files close. */
+	if (ck->err)
+		ck_writer_drain(wr);
+	if (pending_drain(wr, &q, ck->err) < 0)
 		goto out;
+	ck_writer_free(wr);
+	wr = NULL;
 	text = manifest_text(ck);
 	if (!text) {
 		wfail(ck, ENOMEM, "out of memory for the manifest");
@@ -518,17 +498,16 @@ void checkpoint_write(uv_work_t *w)
 		wfail(ck, errno, "fsync of the directory holding %s: %s", ck->path, strerror(errno));
 	close(dir);
 	dir = -1;
-	free(buf);
 	free(text);
 	if (fd >= 0)
 		close(fd);
 	return;
 out:
+	ck_writer_free(wr);
 	if (fd >= 0)
 		close(fd);
 	if (dir >= 0)
 		close(dir);
-	free(buf);
 	free(text);
 	remove_tmp(ck);
 }

@@ -75,6 +75,7 @@ static void ck_free(struct checkpoint *ck)
 	if (ck->parent >= 0)
 		close(ck->parent);
 	cJSON_Delete(ck->meta);
+	free(ck->faults);
 	free(ck->session);
 	free(ck->path);
 	free(ck->tmp);
@@ -284,7 +285,7 @@ static void ck_done(uv_work_t *w, int status)
 	struct session *s = ck->s;
 	double secs = (double)(uv_hrtime() - ck->t_start) / 1e9;
 	struct client *c;
-	char a[32], b[32], c2[32];
+	char a[32], b[32], c2[32], d1[32], d2[32];
 	cJSON *o;
 
 	if (status < 0 && !ck->err) {
@@ -318,11 +319,14 @@ static void ck_done(uv_work_t *w, int status)
 			       ck->msg);
 		return;
 	}
-	log_info("checkpoint %s: step %" PRIu64 ", %u tensors, %s in %.3f s (%.0f MB/s; %s copied in the kernel) to "
-		 "%s; the session committed %" PRIu64 " steps meanwhile, its ring waited %.3f s (plan %.3f s), %s "
+	if (ck->note[0] && ck->buffered)
+		log_info("checkpoint %s: its data files were written through the page cache: %s", ck->session, ck->note);
+	log_info("checkpoint %s: step %" PRIu64 ", %u tensors, %s in %.3f s (%.0f MB/s; %s copied in the kernel, %s "
+		 "written with O_DIRECT, %s buffered) to %s; the session committed %" PRIu64 " steps meanwhile, its ring waited %.3f s (plan %.3f s), %s "
 		 "saved for the copy, %" PRIu64 " pages waited for it", ck->session, ck->step, ck->nt,
 		 format_bytes(ck->bytes, a, sizeof(a)), secs, secs > 0 ? (double)ck->bytes / secs / 1e6 : 0.0,
-		 format_bytes(ck->copied, b, sizeof(b)), ck->path, ck->steps_during,
+		 format_bytes(ck->copied, b, sizeof(b)), format_bytes(ck->direct, d1, sizeof(d1)),
+		 format_bytes(ck->buffered, d2, sizeof(d2)), ck->path, ck->steps_during,
 		 (double)(ck->plan_ns + ck->cow.held_ns) / 1e9, (double)ck->plan_ns / 1e9,
 		 format_bytes(ck->cow.saved_bytes, c2, sizeof(c2)), ck->cow.waits);
 	c = ck->c;
@@ -338,6 +342,10 @@ static void ck_done(uv_work_t *w, int status)
 		cJSON_AddNumberToObject(o, "bytes", (double)ck->bytes);
 		cJSON_AddNumberToObject(o, "bytes_total", (double)ck->total);
 		cJSON_AddNumberToObject(o, "copied_bytes", (double)ck->copied);
+		/* The rest, written from memory: with O_DIRECT, or through the
+		 * page cache where the filesystem refuses it (tmpfs). */
+		cJSON_AddNumberToObject(o, "direct_bytes", (double)ck->direct);
+		cJSON_AddNumberToObject(o, "buffered_bytes", (double)ck->buffered);
 		cJSON_AddNumberToObject(o, "seconds", secs);
 		cJSON_AddNumberToObject(o, "wait_seconds", (double)(ck->t_start - ck->t_ask) / 1e9);
 		/* Copy-on-write: what the trainer paid, and what it did meanwhile. */
@@ -378,6 +386,12 @@ static void ck_start(struct checkpoint *ck)
 	 * pages it has not reached. */
 	if (getenv("SPILLWAY_CHECKPOINT_STALL_MS"))
 		ck->stall_ms = (uint32_t)strtoul(getenv("SPILLWAY_CHECKPOINT_STALL_MS"), NULL, 10);
+	/* Test-only: faults of the copier's O_DIRECT writes (uring.h's
+	 * rules, counted over every checkpoint of the daemon), and a
+	 * filesystem that refuses O_DIRECT. */
+	if (getenv("SPILLWAY_CHECKPOINT_FAULTS"))
+		ck->faults = strdup(getenv("SPILLWAY_CHECKPOINT_FAULTS"));
+	ck->no_direct = getenv("SPILLWAY_CHECKPOINT_NO_DIRECT") != NULL;
 #endif
 	r = ck_plan(ck, err, sizeof(err));
 	if (r == 0) {

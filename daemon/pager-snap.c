@@ -199,7 +199,9 @@ static bool save(struct pager *p, struct pager_snap *sn, struct snap_page *e)
 	pthread_mutex_lock(&sn->lock);
 	buf = sn->nspare ? sn->spare[--sn->nspare] : NULL;
 	pthread_mutex_unlock(&sn->lock);
-	if (!buf && !(buf = malloc(sn->page_size)))
+	/* Aligned: the copier writes it to its data file with O_DIRECT
+	 * (page sizes are multiples of 4 KiB). */
+	if (!buf && !(buf = aligned_alloc(4096, sn->page_size)))
 		return false;
 	/* The slot is the client's memory: a punched page fails the save,
 	 * and the copier's read of it will fail the checkpoint. */

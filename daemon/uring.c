@@ -56,6 +56,7 @@ struct uring {
 	struct fault_rule faults[16];
 	unsigned nfaults;
 	uint64_t seen[2]; /* requests seen per op, for fault matching */
+	uint64_t *count;  /* where they are counted: seen, or counters several rings share (uring_faults) */
 
 	struct uring_stats st;
 };
@@ -133,7 +134,8 @@ static uint8_t fault_for(struct uring *u, struct uring_req *req)
 
 	if (req->op == URING_FSYNC)
 		return FAULT_NONE;
-	n = ++u->seen[req->op];
+	/* Atomic: the counters may be shared with rings of other threads. */
+	n = __atomic_add_fetch(&u->count[req->op], 1, __ATOMIC_RELAXED);
 	for (unsigned i = 0; i < u->nfaults; i++) {
 		const struct fault_rule *f = &u->faults[i];
 		if (f->op == req->op && (n == f->nth || (f->and_later && n > f->nth))) {
@@ -156,6 +158,7 @@ int uring_new(unsigned queue_depth, bool sqpoll, unsigned max_files, unsigned ma
 	if (!u)
 		return -ENOMEM;
 	u->evfd = -1;
+	u->count = u->seen;
 	u->depth = queue_depth;
 	u->max_files = max_files;
 	u->max_bufs = max_buffers;
@@ -220,6 +223,24 @@ fail_alloc:
 	free(u->bufs);
 	free(u);
 	return r;
+}
+
+int uring_faults(struct uring *u, const char *spec, uint64_t *seen)
+{
+#if SPW_FAULT_INJECTION
+	int r;
+
+	u->nfaults = 0;
+	r = parse_faults(u, spec);
+	if (r < 0)
+		u->nfaults = 0;
+	u->count = seen ? seen : u->seen;
+	return r;
+#else
+	(void)u;
+	(void)seen;
+	return spec && *spec ? -EOPNOTSUPP : 0;
+#endif
 }
 
 struct uring *uring_free(struct uring *u)

@@ -95,6 +95,15 @@ struct uring_stats {
 int uring_new(unsigned queue_depth, bool sqpoll, unsigned max_files, unsigned max_buffers, struct uring **ret);
 struct uring *uring_free(struct uring *u);
 
+/* Fault injection (test-only): the ring's rules become spec's (the
+ * syntax above; none when spec is NULL or empty), and each op's requests
+ * are counted in seen[URING_READ] and seen[URING_WRITE], counters that
+ * several rings on several threads may share (atomically), or in the
+ * ring's own when seen is NULL. Returns 0; -EINVAL for a bad spec (the
+ * ring then has no rules); -EOPNOTSUPP for a spec in a build without
+ * fault injection. */
+int uring_faults(struct uring *u, const char *spec, uint64_t *seen);
+
 /* Becomes readable when completions are waiting: poll it, then uring_reap(). */
 int uring_eventfd(const struct uring *u);
 

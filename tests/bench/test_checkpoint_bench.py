@@ -30,7 +30,7 @@ class CheckpointBench(unittest.TestCase):
         self.assertEqual((ck["bench"], ck["tier"], ck["state_mib"], ck["trials"]), ("checkpoint", "nvme", 8, 2))
         for k in ("checkpoint_s", "cp_s", "step_s"):
             self.assertGreater(ck[k], 0, k)
-        for k in ("commit_wait_s", "stall_s", "copied_in_kernel_bytes"):
+        for k in ("commit_wait_s", "stall_s", "copied_in_kernel_bytes", "direct_bytes"):
             self.assertGreaterEqual(ck[k], 0, k)
         self.assertIsInstance(ck["stall_steps"], int)
         self.assertGreaterEqual(ck["stall_steps"], 0)

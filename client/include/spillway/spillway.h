@@ -335,6 +335,10 @@ struct spw_checkpoint_result {
 	uint64_t cow_peak_bytes;     /* of which held at once, at most (never above checkpoint.cow_bytes) */
 	uint64_t cow_waits;          /* pages whose change waited for the copy (checkpoint.cow_bytes spent,
 				      * or the copy was reading them) */
+	/* Checkpoint: how the pages not copied in the kernel were written
+	 * (bytes = copied_bytes + direct_bytes + buffered_bytes): */
+	uint64_t direct_bytes;       /* with O_DIRECT, from page-aligned buffers through io_uring */
+	uint64_t buffered_bytes;     /* through the page cache: the filesystem refuses O_DIRECT, or is tmpfs */
 };
 
 /* How long spw_client_checkpoint() and spw_client_restore() wait for

@@ -1,0 +1,330 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test-checkpoint-direct: how a checkpoint writes the pages it holds in
+ * memory (issue 11): with O_DIRECT through the copier's io_uring where
+ * the filesystem takes it, through the page cache where it does not.
+ *
+ * A persistent session of four tensors in its region (so that every page
+ * is written from memory and none copied from a swap file): one of whole
+ * pages, one whose last page holds 5000 bytes, one of 100 bytes, and a
+ * swappable one. Each checkpoint's files must hold exactly the tensors'
+ * bytes (a tail is written padded to 4 KiB and the file cut back), and a
+ * restore must accept every CRC and pin the same bytes back.
+ *
+ *   - on the test's directory (a local disk, ext4 or XFS): every byte is
+ *     written direct (the result's direct_bytes), with two writes cut
+ *     short by fault injection and continued;
+ *   - on /dev/shm (tmpfs): every byte buffered (buffered_bytes);
+ *   - an injected EIO from the 4th write of the second flush into
+ *     persist.state_dir on: that flush fails naming tensor, page and
+ *     file, the first flush stays whole in the state directory, no
+ *     temporary is left; a checkpoint to a new directory fails the same
+ *     way and leaves nothing; the session trains on;
+ *   - a daemon whose filesystem refuses O_DIRECT (simulated:
+ *     SPILLWAY_CHECKPOINT_NO_DIRECT, as an EINVAL at open): buffered,
+ *     the same bytes.
+ * The faults need a fault-injection build; without one only the first two
+ * run. The daemon's directory is under $TMPDIR (/tmp): a disk, not tmpfs.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <spillway/spillway.h>
+
+#include "client-private.h"
+#include "config.h"
+#include "harness.h"
+#include "child-io.h"
+#include "test.h"
+
+#define PAGE (256u * 1024u)
+#define REGION (8ull * 1024 * 1024)
+#define NT 4
+
+/* The tensors: 13 pages in all, each written by one request. */
+static const struct {
+	const char *name;
+	uint64_t bytes;
+	bool swappable;
+} tensors[NT] = {
+	{ "a", 5ull * PAGE, false },
+	{ "tail", 2ull * PAGE + 5000, false },
+	{ "small", 100, false },
+	{ "s", 4ull * PAGE, true },
+};
+#define WRITES_PER_CHECKPOINT 13
+#define TOTAL_BYTES (11ull * PAGE + 5000 + 100)
+
+static struct spw_test_daemon d;
+static uint32_t ids[NT];
+
+static uint8_t pattern(uint32_t tensor, uint64_t byte, uint8_t version)
+{
+	return (uint8_t)(tensor * 131u + byte * 7u + (byte >> 12) + version * 101u);
+}
+
+static spw_client *connect_client(void)
+{
+	spw_client *c = NULL;
+
+	ASSERT_OK(spw_client_new(NULL, &c));
+	ASSERT_OK(spw_client_connect(c, d.control));
+	return c;
+}
+
+static uint32_t npages(uint32_t t)
+{
+	return (uint32_t)((tensors[t].bytes + PAGE - 1) / PAGE);
+}
+
+static uint32_t page_len(uint32_t t, uint32_t page)
+{
+	uint64_t left = tensors[t].bytes - (uint64_t)page * PAGE;
+
+	return left < PAGE ? (uint32_t)left : PAGE;
+}
+
+/* Every page of every tensor of version v, as step `step`. */
+static void train_step(spw_client *c, uint64_t step, uint8_t v)
+{
+	ASSERT_OK(spw__mark_sync(c, SPW_MARK_OPEN, step));
+	for (uint32_t t = 0; t < NT; t++)
+		for (uint32_t p = 0; p < npages(t); p++) {
+			uint8_t *b;
+
+			ASSERT_OK(spw_pin(c, ids[t], p, (void **)&b));
+			for (uint32_t i = 0; i < page_len(t, p); i++)
+				b[i] = pattern(t, (uint64_t)p * PAGE + i, v);
+			ASSERT_OK(spw_unpin(c, ids[t], p, SPW_DIRTY));
+		}
+	ASSERT_OK(spw__mark_sync(c, SPW_MARK_COMMIT, step));
+}
+
+/* dir's data files hold exactly the tensors' bytes of version v. */
+static void check_files(const char *dir, uint8_t v)
+{
+	for (uint32_t t = 0; t < NT; t++) {
+		char path[512];
+		uint8_t *b;
+		size_t n;
+
+		snprintf(path, sizeof(path), "%s/t%05u.bin", dir, t);
+		b = file_load(path, &n);
+		ASSERT_UEQ(n, tensors[t].bytes);
+		for (size_t k = 0; k < n; k++)
+			if (b[k] != pattern(t, k, v))
+				TEST_FAIL("%s byte %zu: %u, expected %u", path, k, b[k], pattern(t, k, v));
+		free(b);
+	}
+}
+
+/* A restore of dir gives a session whose pages are those of version v. */
+static void check_restore(spw_client *c, const char *dir, uint8_t v)
+{
+	spw_client *r = connect_client();
+	struct spw_attach_opts a = { .size = sizeof(a), .session = "raw/back", .region_bytes = REGION,
+				     .page_size = PAGE, .persistent = true, .lease_s = 60 };
+
+	ASSERT_OK(spw_client_restore(c, "raw/back", dir, 60, NULL));
+	ASSERT_OK(spw_client_attach(r, &a));
+	for (uint32_t t = 0; t < NT; t++) {
+		uint32_t id;
+
+		ASSERT_OK(spw_tensor_adopt(r, tensors[t].name, tensors[t].bytes,
+					   tensors[t].swappable ? SPW_TENSOR_SWAPPABLE : SPW_TENSOR_RESIDENT, &id, NULL));
+		for (uint32_t p = 0; p < npages(t); p++) {
+			uint8_t *b;
+
+			ASSERT_OK(spw_pin(r, id, p, (void **)&b));
+			for (uint32_t i = 0; i < page_len(t, p); i++)
+				if (b[i] != pattern(t, (uint64_t)p * PAGE + i, v))
+					TEST_FAIL("restored %s page %u byte %u", tensors[t].name, p, i);
+			ASSERT_OK(spw_unpin(r, id, p, SPW_CLEAN));
+		}
+	}
+	ASSERT_OK(spw_client_detach(r)); /* ends the restored session */
+	spw_client_free(r);
+}
+
+static void attach_and_register(spw_client *c)
+{
+	struct spw_attach_opts a = { .size = sizeof(a), .session = "raw/d", .region_bytes = REGION, .page_size = PAGE,
+				     .persistent = true, .lease_s = 60 };
+
+	ASSERT_OK(spw_client_attach(c, &a));
+	for (uint32_t t = 0; t < NT; t++)
+		ASSERT_OK(spw_tensor_register(c, tensors[t].name, tensors[t].bytes,
+					      tensors[t].swappable ? SPW_TENSOR_SWAPPABLE : SPW_TENSOR_RESIDENT, &ids[t],
+					      NULL));
+}
+
+static void print_res(const char *what, const struct spw_checkpoint_result *res)
+{
+	printf("# %s: %llu bytes: %llu direct, %llu buffered, %llu copied in the kernel\n", what,
+	       (unsigned long long)res->bytes, (unsigned long long)res->direct_bytes,
+	       (unsigned long long)res->buffered_bytes, (unsigned long long)res->copied_bytes);
+}
+
+/* No "<base>.tmp-" entry in dir. */
+static void no_temporary(const char *dir, const char *base)
+{
+	struct dirent *e;
+	DIR *dd = opendir(dir);
+
+	ASSERT_TRUE(dd != NULL);
+	while ((e = readdir(dd)))
+		if (!strncmp(e->d_name, base, strlen(base)) && strstr(e->d_name, ".tmp-"))
+			TEST_FAIL("%s/%s left behind", dir, e->d_name);
+	closedir(dd);
+}
+
+static const char *config(char *buf, size_t len, const char *state)
+{
+	snprintf(buf, len,
+		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
+		 " \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
+		 " \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"64MiB\"},"
+		 " \"persist\": {\"state_dir\": \"%s\"}, \"log\": {\"level\": \"info\"}}", state);
+	return buf;
+}
+
+/* Direct on the local disk (two writes cut short on the way), buffered on
+ * tmpfs, and an injected EIO failing a flush and a checkpoint cleanly. */
+static void direct_tmpfs_and_faults(void)
+{
+	struct spw_checkpoint_result res = { .size = sizeof(res) };
+	char state[256], entry[300], ck1[512], ck2[512], shm[64], shm_ck[128], cfg[1024];
+	spw_client *c, *b;
+	uint8_t *p;
+
+	/* Writes 2 and 7 of the first checkpoint cut in half (continued
+	 * for the rest); from the 4th write of the third checkpoint (the
+	 * second flush) on, every write fails with EIO. */
+	if (SPW_FAULT_INJECTION)
+		setenv("SPILLWAY_CHECKPOINT_FAULTS", "write:short@2,write:short@7,write:eio@30+", 1);
+	snprintf(state, sizeof(state), "/tmp/spw-direct-state-%d", (int)getpid());
+	ASSERT_OK(spw_test_daemon_start(&d, config(cfg, sizeof(cfg), state)));
+	unsetenv("SPILLWAY_CHECKPOINT_FAULTS");
+	snprintf(entry, sizeof(entry), "%s/raw+d", state);
+	snprintf(ck1, sizeof(ck1), "%s/ck1", d.dir);
+	snprintf(ck2, sizeof(ck2), "%s/ck2", d.dir);
+
+	c = connect_client();
+	b = connect_client();
+	attach_and_register(c);
+	train_step(c, 1, 1);
+
+	/* The local disk: every byte from memory, with O_DIRECT. */
+	ASSERT_OK(spw_client_checkpoint(b, "raw/d", ck1, &res));
+	print_res("checkpoint on the test's directory", &res);
+	ASSERT_UEQ(res.bytes, TOTAL_BYTES);
+	ASSERT_UEQ(res.copied_bytes, 0);
+	ASSERT_UEQ(res.direct_bytes, TOTAL_BYTES);
+	ASSERT_UEQ(res.buffered_bytes, 0);
+	check_files(ck1, 1);
+	check_restore(b, ck1, 1);
+
+	/* tmpfs: the same bytes through the page cache (no ring writes). */
+	snprintf(shm, sizeof(shm), "/dev/shm/spw-direct-XXXXXX");
+	ASSERT_TRUE(mkdtemp(shm) != NULL);
+	snprintf(shm_ck, sizeof(shm_ck), "%s/ck", shm);
+	ASSERT_OK(spw_client_checkpoint(b, "raw/d", shm_ck, &res));
+	print_res("checkpoint on /dev/shm", &res);
+	ASSERT_UEQ(res.direct_bytes, 0);
+	ASSERT_UEQ(res.buffered_bytes, TOTAL_BYTES);
+	check_files(shm_ck, 1);
+	check_restore(b, shm_ck, 1);
+	ASSERT_OK(dir_remove(shm_ck));
+	ASSERT_OK(rmdir(shm));
+	if (!SPW_FAULT_INJECTION) {
+		printf("# built without fault_injection: no short writes, no failed flush\n");
+		goto out;
+	}
+
+	/* The first flush (writes 14 to 26): whole, in the state directory. */
+	ASSERT_OK(spw_client_flush(b, "raw/d", &res));
+	ASSERT_UEQ(res.direct_bytes, TOTAL_BYTES);
+	check_files(entry, 1);
+
+	/* Step 2, and its flush fails at write 30: named, and the first
+	 * flush is what the state directory holds, whole. */
+	train_step(c, 2, 2);
+	ASSERT_EQ(spw_client_flush(b, "raw/d", &res), -EIO);
+	printf("# the second flush: %s\n", spw_client_last_error(b));
+	ASSERT_CONTAINS(spw_client_last_error(b), "writing page ");
+	ASSERT_CONTAINS(spw_client_last_error(b), " of tensor ");
+	ASSERT_CONTAINS(spw_client_last_error(b), "/raw+d/t0000");
+	ASSERT_CONTAINS(spw_client_last_error(b), "Input/output error");
+	check_files(entry, 1);
+	check_restore(b, entry, 1);
+	no_temporary(state, "raw+d");
+
+	/* A checkpoint into a new directory: refused the same way, nothing
+	 * under its name nor a temporary beside it. */
+	ASSERT_EQ(spw_client_checkpoint(b, "raw/d", ck2, &res), -EIO);
+	ASSERT_CONTAINS(spw_client_last_error(b), "/ck2/t0000");
+	ASSERT_NE(access(ck2, F_OK), 0);
+	no_temporary(d.dir, "ck2");
+
+	/* The session trains on, at step 2. */
+	ASSERT_OK(spw_pin(c, ids[1], 2, (void **)&p));
+	for (uint32_t i = 0; i < 5000; i++)
+		if (p[i] != pattern(1, 2ull * PAGE + i, 2))
+			TEST_FAIL("tail page 2 byte %u after the failed checkpoints", i);
+	ASSERT_OK(spw_unpin(c, ids[1], 2, SPW_CLEAN));
+out:
+	ASSERT_OK(spw_client_detach(c)); /* ends the session and removes its flush */
+	spw_client_free(c);
+	spw_client_free(b);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	ASSERT_OK(dir_remove(state));
+}
+
+/* A filesystem that refuses O_DIRECT (EINVAL at open, simulated): the
+ * files are written through the page cache, the same bytes. */
+static void refused(void)
+{
+	struct spw_checkpoint_result res = { .size = sizeof(res) };
+	char state[256], ck[512], cfg[1024];
+	spw_client *c, *b;
+
+	setenv("SPILLWAY_CHECKPOINT_NO_DIRECT", "1", 1);
+	snprintf(state, sizeof(state), "/tmp/spw-direct-state-%d", (int)getpid());
+	ASSERT_OK(spw_test_daemon_start(&d, config(cfg, sizeof(cfg), state)));
+	unsetenv("SPILLWAY_CHECKPOINT_NO_DIRECT");
+	snprintf(ck, sizeof(ck), "%s/ck", d.dir);
+	c = connect_client();
+	b = connect_client();
+	attach_and_register(c);
+	train_step(c, 1, 3);
+	ASSERT_OK(spw_client_checkpoint(b, "raw/d", ck, &res));
+	print_res("checkpoint, O_DIRECT refused", &res);
+	ASSERT_UEQ(res.direct_bytes, 0);
+	ASSERT_UEQ(res.buffered_bytes, TOTAL_BYTES);
+	check_files(ck, 3);
+	check_restore(b, ck, 3);
+	ASSERT_OK(spw_client_detach(c));
+	spw_client_free(c);
+	spw_client_free(b);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	dir_remove(state);
+}
+
+int main(void)
+{
+	if (!getenv("SPILLWAYD"))
+		SKIP("spillwayd is not built yet");
+	direct_tmpfs_and_faults();
+	if (SPW_FAULT_INJECTION)
+		refused();
+	printf("ok\n");
+	return 0;
+}
