@@ -24,7 +24,10 @@
  *     SPILLWAY_CHECKPOINT_NO_DIRECT, as an EINVAL at open): buffered,
  *     the same bytes.
  * The faults need a fault-injection build; without one only the first two
- * run. The daemon's directory is under $TMPDIR (/tmp): a disk, not tmpfs.
+ * run. The daemon's directory and the state directory go to the first of
+ * /tmp and /var/tmp that is not tmpfs (TMPDIR set for the daemon); with
+ * neither on a disk the direct path cannot be shown here and the test
+ * says so and fails, rather than pass on the buffered path alone.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -34,6 +37,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -196,6 +201,23 @@ static const char *config(char *buf, size_t len, const char *state)
 	return buf;
 }
 
+/* The first of /tmp and /var/tmp on a filesystem that takes O_DIRECT
+ * for real (not tmpfs or ramfs, whose "direct" I/O is the page cache). */
+static const char *disk_tmp(void)
+{
+	static const char *const dirs[] = { "/tmp", "/var/tmp" };
+	struct statfs f;
+
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
+		if (statfs(dirs[i], &f) == 0 && f.f_type != TMPFS_MAGIC && f.f_type != RAMFS_MAGIC &&
+		    access(dirs[i], W_OK) == 0)
+			return dirs[i];
+	fprintf(stderr, "test-checkpoint-direct: neither /tmp nor /var/tmp is on a disk filesystem: the O_DIRECT "
+			"path cannot be exercised here\n");
+	ASSERT_TRUE(false);
+	return NULL;
+}
+
 /* Direct on the local disk (two writes cut short on the way), buffered on
  * tmpfs, and an injected EIO failing a flush and a checkpoint cleanly. */
 static void direct_tmpfs_and_faults(void)
@@ -210,7 +232,7 @@ static void direct_tmpfs_and_faults(void)
 	 * second flush) on, every write fails with EIO. */
 	if (SPW_FAULT_INJECTION)
 		setenv("SPILLWAY_CHECKPOINT_FAULTS", "write:short@2,write:short@7,write:eio@30+", 1);
-	snprintf(state, sizeof(state), "/tmp/spw-direct-state-%d", (int)getpid());
+	snprintf(state, sizeof(state), "%s/spw-direct-state-%d", disk_tmp(), (int)getpid());
 	ASSERT_OK(spw_test_daemon_start(&d, config(cfg, sizeof(cfg), state)));
 	unsetenv("SPILLWAY_CHECKPOINT_FAULTS");
 	snprintf(entry, sizeof(entry), "%s/raw+d", state);
@@ -297,7 +319,7 @@ static void refused(void)
 	spw_client *c, *b;
 
 	setenv("SPILLWAY_CHECKPOINT_NO_DIRECT", "1", 1);
-	snprintf(state, sizeof(state), "/tmp/spw-direct-state-%d", (int)getpid());
+	snprintf(state, sizeof(state), "%s/spw-direct-state-%d", disk_tmp(), (int)getpid());
 	ASSERT_OK(spw_test_daemon_start(&d, config(cfg, sizeof(cfg), state)));
 	unsetenv("SPILLWAY_CHECKPOINT_NO_DIRECT");
 	snprintf(ck, sizeof(ck), "%s/ck", d.dir);
@@ -322,6 +344,8 @@ int main(void)
 {
 	if (!getenv("SPILLWAYD"))
 		SKIP("spillwayd is not built yet");
+	/* The daemon's directory (the checkpoints' parent) on that disk too. */
+	setenv("TMPDIR", disk_tmp(), 1);
 	direct_tmpfs_and_faults();
 	if (SPW_FAULT_INJECTION)
 		refused();
