@@ -21,7 +21,10 @@ class CheckpointResult(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("committed_step", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
                 ("copied_bytes", ctypes.c_uint64), ("seconds", ctypes.c_double),
                 ("wait_seconds", ctypes.c_double), ("tensors", ctypes.c_uint32), ("lease_s", ctypes.c_uint32),
-                ("bytes_total", ctypes.c_uint64)]
+                ("bytes_total", ctypes.c_uint64), ("stall_seconds", ctypes.c_double),
+                ("steps_during_copy", ctypes.c_uint64), ("cow_bytes", ctypes.c_uint64),
+                ("cow_peak_bytes", ctypes.c_uint64), ("cow_waits", ctypes.c_uint64),
+                ("direct_bytes", ctypes.c_uint64), ("buffered_bytes", ctypes.c_uint64)]
 
 
 _PROTOS = {
@@ -72,8 +75,10 @@ def _call(verb, name, directory, socket, lease, meta=None):
         lib.spw_client_free(c)
     return {"committed_step": res.committed_step, "tensors": res.tensors, "bytes": res.bytes,
             "bytes_total": res.bytes_total,
-            "copied_bytes": res.copied_bytes, "seconds": res.seconds, "wait_seconds": res.wait_seconds,
-            "lease_s": res.lease_s}
+            "copied_bytes": res.copied_bytes, "direct_bytes": res.direct_bytes,
+            "buffered_bytes": res.buffered_bytes, "seconds": res.seconds, "wait_seconds": res.wait_seconds,
+            "stall_seconds": res.stall_seconds, "steps_during_copy": res.steps_during_copy,
+            "cow_bytes": res.cow_bytes, "lease_s": res.lease_s}
 
 
 def checkpoint(session_name, dir, socket=None, meta=None):
@@ -82,8 +87,12 @@ def checkpoint(session_name, dir, socket=None, meta=None):
     waits while the pages are copied. meta: a dict kept in the manifest
     as "client" (OffloadAdamW.save_checkpoint puts its parameters' names
     and shapes and its param groups there). Returns a dict:
-    committed_step, tensors, bytes, bytes_total, copied_bytes, seconds,
-    wait_seconds. Raises SpillwayError (errno EEXIST, EPERM, ENOENT, ...)
+    committed_step, tensors, bytes, bytes_total, seconds, wait_seconds; how
+    the bytes went (bytes = copied_bytes + direct_bytes + buffered_bytes:
+    copied in the kernel from swap files, written from memory with
+    O_DIRECT, or through the page cache where the filesystem takes no
+    O_DIRECT); and what the trainer felt: stall_seconds, steps_during_copy,
+    cow_bytes (pages saved aside before the trainer changed them). Raises SpillwayError (errno EEXIST, EPERM, ENOENT, ...)
     with the daemon's sentence.
 
     `python -m spillway.checkpoint to-torch DIR OUT.pt` converts the

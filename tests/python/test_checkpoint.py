@@ -74,6 +74,16 @@ class CheckpointTest(unittest.TestCase):
         with self.assertRaises(spillway.SpillwayError) as e:
             spillway.restore("py/ckrest-" + tier, ck, socket=self.d.control)
         self.assertEqual(e.exception.errno, errno.EEXIST)
+        # A checkpoint of the restored orphan: every byte accounted for by
+        # how it was written (resident pages from memory, direct on this
+        # disk; swap pages copied in the kernel).
+        c = spillway.checkpoint("py/ckrest-" + tier, ck + "-again", socket=self.d.control)
+        self.assertEqual(c["committed_step"], AT)
+        self.assertEqual(c["bytes"], c["copied_bytes"] + c["direct_bytes"] + c["buffered_bytes"])
+        if tier == "cpu":
+            self.assertEqual(c["copied_bytes"], 0)
+            self.assertGreater(c["direct_bytes"] + c["buffered_bytes"], 0)
+        self.assertEqual(c["stall_seconds"], c["stall_seconds"])  # a number, not NaN
         out = self.run_worker("py/ckrest-" + tier, tier, True, rest)
         self.assertTrue(out.startswith("resumed %d\n" % AT), out)
         self.same(ref, rest)
