@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tests/child-io.h: what the tests that run a trainer in a child process
- * (persist-trainer: restart, reconnect, crash, checkpoint) read back: the
- * child's output and exit status, the state file it wrote; and removing a
- * checkpoint directory.
+ * (persist-trainer: restart, reconnect, crash, checkpoint, the storms)
+ * need: starting it, reading back its output, exit status and the state
+ * file it wrote; and removing a checkpoint directory.
  */
 #ifndef SPW_TESTS_CHILD_IO_H
 #define SPW_TESTS_CHILD_IO_H
@@ -16,6 +16,52 @@
 #include <unistd.h>
 
 #include "test.h"
+
+/* persist-trainer's command line (tests/pipeline/persist-trainer.c says
+ * what each means); a NULL field takes the value in brackets. */
+struct trainer_args {
+	const char *socket, *session;
+	const char *mode;       /* [exact] */
+	const char *tier;
+	const char *accum;      /* [1] */
+	const char *fp16;       /* [0] */
+	const char *steps;
+	const char *pause_us;   /* [0] between steps */
+	const char *persistent; /* "1" or "0" */
+	const char *out;        /* where it writes its final state */
+	const char *env[8];     /* "NAME=value" set in the child only; NULL ends the list */
+	int stderr_too;         /* its stderr into the pipe as well */
+};
+
+/* Starts $PERSIST_TRAINER with a; what it prints comes on *fd (read it
+ * with child_reap()). */
+static inline pid_t trainer_spawn(const struct trainer_args *a, int *fd)
+{
+	const char *exe = getenv("PERSIST_TRAINER");
+	int pfd[2];
+	pid_t pid;
+
+	ASSERT_TRUE(exe != NULL);
+	ASSERT_OK(pipe(pfd));
+	pid = fork();
+	ASSERT_TRUE(pid >= 0);
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		if (a->stderr_too)
+			dup2(pfd[1], 2);
+		close(pfd[0]);
+		close(pfd[1]);
+		for (int i = 0; i < 8 && a->env[i]; i++)
+			putenv((char *)a->env[i]);
+		execl(exe, exe, a->socket, a->session, a->mode ? a->mode : "exact", a->tier, a->accum ? a->accum : "1",
+		      a->fp16 ? a->fp16 : "0", a->steps, a->pause_us ? a->pause_us : "0", a->persistent, a->out,
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+	*fd = pfd[0];
+	return pid;
+}
 
 /* Reads what the child printed on fd (until it closes) into buf, closes
  * fd and waits for the child: its exit status, -1 when a signal ended it. */

@@ -51,36 +51,22 @@ static const char *tier, *fp16 = "0", *mode = "exact", *cow_bytes;
 /* Runs the trainer to its end; returns what it printed. */
 static char *train(const char *session, const char *persistent, const char *out, const char *ckpt_dir)
 {
-	const char *exe = getenv("PERSIST_TRAINER");
 	static char buf[4096];
-	size_t got = 0;
-	int pfd[2], st;
-	ssize_t n;
+	char dir[512];
+	struct trainer_args a = { .socket = d.control, .session = session, .mode = mode, .tier = tier, .fp16 = fp16,
+				  .steps = STEPS, .persistent = persistent, .out = out };
+	int fd, st;
 	pid_t pid;
 
-	ASSERT_TRUE(exe != NULL);
-	ASSERT_OK(pipe(pfd));
-	pid = fork();
-	ASSERT_TRUE(pid >= 0);
-	if (pid == 0) {
-		dup2(pfd[1], 1);
-		close(pfd[0]);
-		close(pfd[1]);
-		if (ckpt_dir) {
-			setenv("PERSIST_CHECKPOINT_AT", CKPT_AT, 1);
-			setenv("PERSIST_CHECKPOINT_DIR", ckpt_dir, 1);
-		}
-		execl(exe, exe, d.control, session, mode, tier, "1", fp16, STEPS, "0", persistent, out, (char *)NULL);
-		_exit(127);
+	if (ckpt_dir) {
+		snprintf(dir, sizeof(dir), "PERSIST_CHECKPOINT_DIR=%s", ckpt_dir);
+		a.env[0] = "PERSIST_CHECKPOINT_AT=" CKPT_AT;
+		a.env[1] = dir;
 	}
-	close(pfd[1]);
-	while ((n = read(pfd[0], buf + got, sizeof(buf) - 1 - got)) > 0)
-		got += (size_t)n;
-	buf[got] = '\0';
-	close(pfd[0]);
-	ASSERT_EQ(waitpid(pid, &st, 0), pid);
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-		TEST_FAIL("the trainer of %s failed (status 0x%x); it printed: %s", session, st, buf);
+	pid = trainer_spawn(&a, &fd);
+	st = child_reap(pid, fd, buf, sizeof(buf));
+	if (st != 0)
+		TEST_FAIL("the trainer of %s failed (exit %d); it printed: %s", session, st, buf);
 	return buf;
 }
 

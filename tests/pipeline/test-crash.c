@@ -51,28 +51,15 @@ static char config[1024];
 static pid_t spawn(const char *session, const char *persistent, const char *pause_us, const char *flush_at,
 		   const char *out, int *fd)
 {
-	const char *exe = getenv("PERSIST_TRAINER");
-	int pfd[2];
-	pid_t pid;
+	char flush[64];
+	struct trainer_args a = { .socket = d.control, .session = session, .tier = tier, .steps = STEPS,
+				  .pause_us = pause_us, .persistent = persistent, .out = out, .stderr_too = 1 };
 
-	ASSERT_TRUE(exe != NULL);
-	ASSERT_OK(pipe(pfd));
-	pid = fork();
-	ASSERT_TRUE(pid >= 0);
-	if (pid == 0) {
-		dup2(pfd[1], 1);
-		dup2(pfd[1], 2);
-		close(pfd[0]);
-		close(pfd[1]);
-		if (flush_at)
-			setenv("PERSIST_FLUSH_AT", flush_at, 1);
-		execl(exe, exe, d.control, session, "exact", tier, "1", "0", STEPS, pause_us, persistent, out,
-		      (char *)NULL);
-		_exit(127);
+	if (flush_at) {
+		snprintf(flush, sizeof(flush), "PERSIST_FLUSH_AT=%s", flush_at);
+		a.env[0] = flush;
 	}
-	close(pfd[1]);
-	*fd = pfd[0];
-	return pid;
+	return trainer_spawn(&a, fd);
 }
 
 /* One line of what the trainer prints (stdout and stderr). */

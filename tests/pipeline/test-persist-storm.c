@@ -30,6 +30,7 @@
 #include <spillway/spillway.h>
 
 #include "harness.h"
+#include "child-io.h"
 #include "session-figure.h"
 #include "test.h"
 
@@ -50,37 +51,26 @@ static long now_ms(void)
 
 static pid_t spawn(const char *session, const char *persistent, const char *out, int *out_fd)
 {
-	const char *exe = getenv("PERSIST_TRAINER");
-	char delay[32], threads[16];
-	int pfd[2];
-	pid_t pid;
+	char kill_at[64], delay[64], threads[32];
+	struct trainer_args a = { .socket = d.control, .session = session, .mode = mode, .tier = tier, .accum = accum,
+				  .fp16 = fp16, .steps = STEPS, .pause_us = PAUSE_US, .persistent = persistent,
+				  .out = out };
+	int n = 0;
 
-	ASSERT_TRUE(exe != NULL);
-	ASSERT_OK(pipe(pfd));
-	pid = fork();
-	ASSERT_TRUE(pid >= 0);
-	if (pid == 0) {
-		dup2(pfd[1], 1);
-		close(pfd[0]);
-		close(pfd[1]);
-		if (kill_tile)
-			setenv("SPILLWAY_TEST_KILL_AT_TILE", kill_tile, 1);
-		/* Tile updates take longer, so that a fair share of the
-		 * random kills lands inside them (a few percent otherwise, in
-		 * exact mode; one step's updates follow accum backwards). */
-		snprintf(delay, sizeof(delay), "%d", 60 * atoi(accum));
-		setenv("SPILLWAY_TEST_TILE_DELAY_US", delay, 1);
-		/* Each trainer of the storm has 1 to 3 pool threads: one
-		 * taking over a journal of another size resumes as well. */
-		snprintf(threads, sizeof(threads), "%d", 1 + rand() % 3);
-		setenv("PERSIST_THREADS", threads, 1);
-		execl(exe, exe, d.control, session, mode, tier, accum, fp16, STEPS, PAUSE_US, persistent, out,
-		      (char *)NULL);
-		_exit(127);
+	if (kill_tile) {
+		snprintf(kill_at, sizeof(kill_at), "SPILLWAY_TEST_KILL_AT_TILE=%s", kill_tile);
+		a.env[n++] = kill_at;
 	}
-	close(pfd[1]);
-	*out_fd = pfd[0];
-	return pid;
+	/* Tile updates take longer, so that a fair share of the random kills
+	 * lands inside them (a few percent otherwise, in exact mode; one
+	 * step's updates follow accum backwards). */
+	snprintf(delay, sizeof(delay), "SPILLWAY_TEST_TILE_DELAY_US=%d", 60 * atoi(accum));
+	a.env[n++] = delay;
+	/* Each trainer of the storm has 1 to 3 pool threads: one taking over
+	 * a journal of another size resumes as well. */
+	snprintf(threads, sizeof(threads), "PERSIST_THREADS=%d", 1 + rand() % 3);
+	a.env[n++] = threads;
+	return trainer_spawn(&a, out_fd);
 }
 
 /* Waits for pid; returns its exit status, or -1 when a signal ended it.

@@ -38,26 +38,11 @@ static char sock[128], config[1024];
 
 static pid_t spawn(const char *session, const char *persistent, const char *socket, const char *out, int *fd)
 {
-	const char *exe = getenv("PERSIST_TRAINER");
-	int pfd[2];
-	pid_t pid;
+	struct trainer_args a = { .socket = socket, .session = session, .tier = tier, .steps = STEPS,
+				  .pause_us = "20000", .persistent = persistent, .out = out,
+				  .env = { "PERSIST_RECONNECT_MS=30000" } };
 
-	ASSERT_TRUE(exe != NULL);
-	ASSERT_OK(pipe(pfd));
-	pid = fork();
-	ASSERT_TRUE(pid >= 0);
-	if (pid == 0) {
-		dup2(pfd[1], 1);
-		close(pfd[0]);
-		close(pfd[1]);
-		setenv("PERSIST_RECONNECT_MS", "30000", 1);
-		execl(exe, exe, socket, session, "exact", tier, "1", "0", STEPS, "20000", persistent, out,
-		      (char *)NULL);
-		_exit(127);
-	}
-	close(pfd[1]);
-	*fd = pfd[0];
-	return pid;
+	return trainer_spawn(&a, fd);
 }
 
 static double committed(const char *name)

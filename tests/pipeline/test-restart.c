@@ -39,25 +39,10 @@ static char config[1024];
 
 static pid_t spawn(const char *session, const char *persistent, const char *pause_us, const char *out, int *fd)
 {
-	const char *exe = getenv("PERSIST_TRAINER");
-	int pfd[2];
-	pid_t pid;
+	struct trainer_args a = { .socket = d.control, .session = session, .mode = mode, .tier = tier,
+				  .steps = STEPS, .pause_us = pause_us, .persistent = persistent, .out = out };
 
-	ASSERT_TRUE(exe != NULL);
-	ASSERT_OK(pipe(pfd));
-	pid = fork();
-	ASSERT_TRUE(pid >= 0);
-	if (pid == 0) {
-		dup2(pfd[1], 1);
-		close(pfd[0]);
-		close(pfd[1]);
-		execl(exe, exe, d.control, session, mode, tier, "1", "0", STEPS, pause_us, persistent, out,
-		      (char *)NULL);
-		_exit(127);
-	}
-	close(pfd[1]);
-	*fd = pfd[0];
-	return pid;
+	return trainer_spawn(&a, fd);
 }
 
 /* A number of the session's entry in the status document (-1: no such
