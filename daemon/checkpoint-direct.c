@@ -31,6 +31,7 @@
 
 #include "checkpoint-private.h"
 #include "uring.h"
+#include "util/fdio.h"
 
 /* What O_DIRECT wants aligned (offset, length, memory): 4 KiB serves
  * every logical block size in use; a device that wants more refuses a
@@ -68,24 +69,6 @@ struct ck_writer {
 /* Fault injection: the copier's writes counted over every checkpoint of
  * the daemon, so that a rule can pick one of the second checkpoint's. */
 static uint64_t fault_seen[2];
-
-static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
-{
-	const uint8_t *p = buf;
-
-	while (n) {
-		ssize_t w = pwrite(fd, p, n, (off_t)off);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		p += w;
-		n -= (size_t)w;
-		off += (uint64_t)w;
-	}
-	return 0;
-}
 
 static void buffered_from_now(struct ck_writer *w, const char *why)
 {
@@ -312,7 +295,7 @@ static void written(struct uring_req *req, int res)
 		 * than DIO_ALIGN): this page through the page cache, and the
 		 * files opened after it. */
 		buffered_from_now(w, "the filesystem refused an O_DIRECT write (EINVAL)");
-		res = pwrite_all(io->o->fd, req->addr, io->len, req->off);
+		res = fd_pwrite_all(io->o->fd, req->addr, io->len, req->off);
 		direct = false;
 	}
 	io_done(w, io, res, direct);
@@ -331,7 +314,7 @@ int ck_io_write(struct ck_writer *w, struct ck_io *io, struct ck_out *o, uint32_
 	io->len = (uint32_t)len;
 	io->saved = saved;
 	if (o->dfd < 0) {
-		io_done(w, io, pwrite_all(o->fd, from, len, at), false);
+		io_done(w, io, fd_pwrite_all(o->fd, from, len, at), false);
 		return ck->err;
 	}
 	if (n != len) {

@@ -25,6 +25,7 @@
 #include "checkpoint-private.h"
 #include "checkpoint.h"
 #include "util/crc32c.h"
+#include "util/fdio.h"
 #include "pager.h"
 #include "safemem.h"
 
@@ -42,41 +43,6 @@ int checkpoint_fail(struct checkpoint *ck, int err, const char *fmt, ...)
 	va_end(ap);
 	ck->err = err < 0 ? err : -err;
 	return ck->err;
-}
-
-static int write_all(int fd, const void *buf, size_t n)
-{
-	const uint8_t *p = buf;
-
-	while (n) {
-		ssize_t w = write(fd, p, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-static int pread_all(int fd, void *buf, size_t n, uint64_t off)
-{
-	uint8_t *p = buf;
-
-	while (n) {
-		ssize_t r = pread(fd, p, n, (off_t)off);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -EIO;
-		p += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
 }
 
 /* n bytes of src at off to dst at at, in the kernel where it can (a
@@ -148,7 +114,7 @@ static int copy_page(struct checkpoint *ck, struct ck_writer *w, struct ck_out *
 				     "client released that memory)", t->name, k);
 		}
 	} else {
-		r = pread_all(ck->srcfd[pg->src], buf, len, pg->off);
+		r = fd_pread_all(ck->srcfd[pg->src], buf, len, pg->off);
 		if (r < 0) {
 			ck_io_put(w, io);
 			return wfail(ck, r, "reading page %u of tensor %s from swap file %s: %s", k, t->name,
@@ -469,7 +435,7 @@ void checkpoint_write(uv_work_t *w)
 	}
 	fd = openat(dir, CHECKPOINT_MANIFEST, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0 || (geteuid() == 0 && !ck->state && fchown(fd, ck->uid, ck->gid) < 0) ||
-	    write_all(fd, text, strlen(text)) < 0 ||
+	    fd_write_all(fd, text, strlen(text)) < 0 ||
 	    fsync(fd) < 0) {
 		wfail(ck, errno ? errno : EIO, "writing %s/%s: %s", ck->path, CHECKPOINT_MANIFEST, strerror(errno));
 		goto out;

@@ -27,6 +27,7 @@
 #include "control-conn.h"
 #include "control.h"
 #include "util/crc32c.h"
+#include "util/fdio.h"
 #include "daemon.h"
 #include "dataplane.h"
 #include "log.h"
@@ -346,20 +347,13 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 	for (uint32_t i = 0; r == 0 && i < t->npages; i++) {
 		struct r_page *pg = &rs->pages[t->first + i];
 		uint64_t at = (uint64_t)i * rs->page_size;
-		size_t len = t->bytes - at < rs->page_size ? (size_t)(t->bytes - at) : rs->page_size, got = 0;
+		size_t len = t->bytes - at < rs->page_size ? (size_t)(t->bytes - at) : rs->page_size;
 		uint32_t crc;
 
-		while (got < len) {
-			ssize_t n = pread(fd, buf + got, len - got, (off_t)(at + got));
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0) {
-				close(fd);
-				return wfail(rs, n < 0 ? errno : EIO, "reading %s/%s: %s", rs->path, t->file,
-					     n < 0 ? strerror(errno) : "short file");
-			}
-			got += (size_t)n;
+		if ((r = fd_pread_all(fd, buf, len, at)) < 0) {
+			close(fd);
+			return wfail(rs, r, "reading %s/%s: %s", rs->path, t->file,
+				     r == -EIO ? "short file" : strerror(-r));
 		}
 		crc = crc32c(0, buf, len);
 		if (crc != t->crc[i] && rs->startup && rs->nbad < RESTORE_BAD_MAX) {
@@ -395,17 +389,10 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 		}
 		memset(buf + len, 0, rs->page_size - len);
 		pg->pcrc = crc32c(0, buf, rs->page_size);
-		for (size_t put = 0; put < rs->page_size;) {
-			ssize_t n = pwrite(pg->fd, buf + put, rs->page_size - put, (off_t)(pg->off + put));
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0) {
-				r = wfail(rs, n < 0 ? errno : EIO, "tensor %s page %u: writing swap file %s: %s", t->name,
-					  i, pg->path, n < 0 ? strerror(errno) : "short write");
-				break;
-			}
-			put += (size_t)n;
+		if ((r = fd_pwrite_all(pg->fd, buf, rs->page_size, pg->off)) < 0) {
+			r = wfail(rs, r, "tensor %s page %u: writing swap file %s: %s", t->name, i, pg->path,
+				  r == -EIO ? "short write" : strerror(-r));
+			break;
 		}
 		__atomic_add_fetch(&rs->bytes, len, __ATOMIC_RELAXED);
 	}
