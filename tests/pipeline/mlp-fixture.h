@@ -19,15 +19,6 @@
 #define BATCH 16
 #define MAXT (2 * (MLP_MAX_HIDDEN_LAYERS + 1))
 
-/* A daemon with a swap directory, for the NVMe tier's runs. */
-static const char swap_config[] =
-	"{\n"
-	"  \"socket\": { \"dir\": \"@DIR@\", \"mode\": \"0600\" },\n"
-	"  \"pool\": { \"max_bytes\": \"1GiB\", \"session_max_bytes\": \"256MiB\", \"require_locked\": false },\n"
-	"  \"swap\": { \"dirs\": [ { \"path\": \"@DIR@\", \"max_bytes\": \"256MiB\" } ] },\n"
-	"  \"log\": { \"level\": \"warn\" }\n"
-	"}\n";
-
 /* Every tensor's master weights and moments after a run, as fp32. */
 struct mlp_state {
 	int n;

@@ -14,6 +14,15 @@
 
 #define PAGE (64u << 10)
 
+/* A daemon with a swap directory, for the NVMe tier's runs. */
+static const char swap_config[] __attribute__((unused)) =
+	"{\n"
+	"  \"socket\": { \"dir\": \"@DIR@\", \"mode\": \"0600\" },\n"
+	"  \"pool\": { \"max_bytes\": \"1GiB\", \"session_max_bytes\": \"256MiB\", \"require_locked\": false },\n"
+	"  \"swap\": { \"dirs\": [ { \"path\": \"@DIR@\", \"max_bytes\": \"256MiB\" } ] },\n"
+	"  \"log\": { \"level\": \"warn\" }\n"
+	"}\n";
+
 static inline spw_client *connect_client(const struct spw_test_daemon *d, const char *session, uint64_t region)
 {
 	struct spw_attach_opts a = { .size = sizeof(a), .session = session, .region_bytes = region,

@@ -40,14 +40,6 @@
 #define STEPS 5
 #define WINDOW 2u
 
-static const char swap_config[] =
-	"{\n"
-	"  \"socket\": { \"dir\": \"@DIR@\", \"mode\": \"0600\" },\n"
-	"  \"pool\": { \"max_bytes\": \"1GiB\", \"session_max_bytes\": \"256MiB\", \"require_locked\": false },\n"
-	"  \"swap\": { \"dirs\": [ { \"path\": \"@DIR@\", \"max_bytes\": \"256MiB\" } ] },\n"
-	"  \"log\": { \"level\": \"warn\" }\n"
-	"}\n";
-
 static const struct spw_param_group group = {
 	.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
 };
