@@ -7,7 +7,7 @@ what clip_grad_norm_ returned, or "-"), and at the end "reconnects N"
 (opt.reconnects) and saves the model's and the optimizer's state_dict to
 OUT.
 
-    ride_worker.py SOCKET SESSION VARIANT TIER STEPS PERSISTENT OUT [PAUSE:K]
+    ride_worker.py SOCKET SESSION VARIANT TIER STEPS PERSISTENT OUT [PAUSE:K [flush:F]]
 
 VARIANT: clip (backward, opt.clip_grad_norm_(1.0), opt.step()), scaler
 (GradScaler: scaler.scale(loss).backward(), scaler.step(opt), the
@@ -24,13 +24,17 @@ goes on with the call PAUSE names, which meets the daemon gone:
   step        just before opt.step() / scaler.step(opt) (after
               clip_grad_norm_ ended the step)
   scaler      just before scaler.step(opt) (variant scaler)
+
+flush:F: opt.flush() after step F ("flushed S"); a RewoundError (the
+daemon came back from a kill -9 at the flushed step) sends the loop back
+there ("rewound S"), the GradScaler to its state_dict of then.
 """
 import sys
 
 import spwtest  # noqa: F401  (import path)
 import torch
 import torch.nn as nn
-from spillway.torch import OffloadAdamW
+from spillway.torch import OffloadAdamW, RewoundError
 from test_amp import CpuGradScaler
 
 
@@ -64,6 +68,7 @@ def pause_inside_clip(opt, step):
 def main():
     sock, session, variant, tier, steps, persistent, out = sys.argv[1:8]
     where, at = (sys.argv[8].split(":") + ["0"])[:2] if len(sys.argv) > 8 else ("", "0")
+    flush_at = int(sys.argv[9].split(":")[1]) if len(sys.argv) > 9 else 0
     at, steps = int(at), int(steps)
     torch.set_num_threads(1)
     m = model()
@@ -71,7 +76,10 @@ def main():
     opt = OffloadAdamW(m.named_parameters(), lr=1e-2, mode="exact", tier=tier, socket=sock,
                        page_size=64 << 10, **kw)
     scaler = CpuGradScaler(init_scale=2.0 ** 10, growth_interval=3) if variant != "clip" else None
-    for step in range(1, steps + 1):
+    flushed_scaler = None
+    step = 0
+    while step < steps:
+        step += 1
         x, y = batch(step)
         opt.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(m(x), y)
@@ -79,20 +87,33 @@ def main():
         if variant == "scaler-clip":
             scaler.unscale_(opt)
         norm = "-"
-        if variant != "scaler":
-            if step == at and where == "clip":
+        try:
+            if variant != "scaler":
+                if step == at and where == "clip":
+                    pause(step)
+                if step == at and where == "in-clip":
+                    pause_inside_clip(opt, step)
+                norm = repr(float(opt.clip_grad_norm_(1.0)))
+            if step == at and where in ("step", "scaler"):
                 pause(step)
-            if step == at and where == "in-clip":
-                pause_inside_clip(opt, step)
-            norm = repr(float(opt.clip_grad_norm_(1.0)))
-        if step == at and where in ("step", "scaler"):
-            pause(step)
-        if scaler:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
+            if scaler:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
+        except RewoundError as e:
+            # The daemon came back at the last flush: the loop goes back
+            # there, and so does the GradScaler (the trainer's state).
+            if scaler:
+                scaler.update()
+                scaler.load_state_dict(flushed_scaler)
+            print("rewound %d" % e.resumed_step, flush=True)
+            step = e.resumed_step
+            continue
         print("step %d norm %s" % (step, norm), flush=True)
+        if step == flush_at:
+            print("flushed %d" % opt.flush(), flush=True)
+            flushed_scaler = scaler.state_dict() if scaler else None
     print("reconnects %d" % getattr(opt, "reconnects", 0), flush=True)
     torch.save({"model": m.state_dict(), "opt": opt.state_dict(),
                 "scale": float(scaler.get_scale()) if scaler else 1.0}, out)
