@@ -18,6 +18,7 @@ test_amp's CpuGradScaler (torch 1.13's is CUDA-only).
 PAUSE:K: at step K the trainer stops at PAUSE, prints "paused K" and
 waits for a line on stdin (the test restarts the daemon meanwhile), then
 goes on with the call PAUSE names, which meets the daemon gone:
+  backward    just before backward (its hooks hand gradients over)
   clip        just before opt.clip_grad_norm_ (after backward)
   in-clip     inside opt.clip_grad_norm_, the gradients handed over and
               the step not yet ended
@@ -83,6 +84,8 @@ def main():
         x, y = batch(step)
         opt.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(m(x), y)
+        if step == at and where == "backward":
+            pause(step)
         (scaler.scale(loss) if scaler else loss).backward()
         if variant == "scaler-clip":
             scaler.unscale_(opt)

@@ -85,6 +85,14 @@ class RideThrough(Restarts):
         finally:
             self.assertEqual(d.stop(), 0)
 
+    def test_backward_then_clip(self):
+        # The hooks meet the daemon gone (or not: the library may notice
+        # it only at end); clip_grad_norm_ rides it out either way.
+        self.ride("clip", "backward")
+
+    def test_backward_then_scaler_step(self):
+        self.ride("scaler", "backward")
+
     def test_before_clip(self):
         self.ride("clip", "clip")
 
