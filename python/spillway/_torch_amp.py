@@ -2,12 +2,16 @@
 """Clipping and loss scaling of OffloadAdamW: clip_grad_norm_, its own
 dynamic loss scale, and torch.cuda.amp.GradScaler's optimizer side
 (_step_supports_amp_scaling: GradScaler.step calls step(grad_scaler=...)
-and leaves unscaling, the inf/nan check and the skip to the optimizer)."""
+and leaves unscaling, the inf/nan check and the skip to the optimizer).
+Each rides out a daemon restart as step() does (spillway._torch_persist.ride):
+the step is redone in the taken-over session from p.grad, clipped to the
+same max_norm and scaled by the same GradScaler scale, or found committed."""
 import math
 
 import torch
 
-from . import _lib as L
+from . import _lib as L, _torch_persist as _persist
+from ._torch_persist import RewoundError
 from ._torch_gradref import after_early_end
 from ._torch_offload import grad_of
 
@@ -61,27 +65,56 @@ class AmpMixin:
             if not unscaled:
                 raise RuntimeError("OffloadAdamW: clip_grad_norm_() ran on gradients GradScaler had "
                                    "not unscaled; call scaler.unscale_(opt) before it")
-            self._check_since_end("clip_grad_norm_()")
-            self._finish(self._ended)
+            self._finish_clipped()
             return
-        if found_inf:
-            # unscale_ found inf/nan: torch skips the step. Whatever was
-            # handed over is dropped, and nothing is left half-open.
-            if self._in_step:
-                for e in self._entries:
-                    self._grad_none(e)
-                self._finish(self._end())
-            return
-        if not self._in_step and all(grad_of(self, e) is None for e in self._entries):
-            scaler_record(scaler, self, False)
-            return
+
+        def work():
+            if found_inf:
+                # unscale_ found inf/nan: torch skips the step. Whatever was
+                # handed over is dropped, and nothing is left half-open.
+                if self._in_step:
+                    for e in self._entries:
+                        self._grad_none(e)
+                    self._finish(self._end())
+                return
+            if not self._in_step and all(grad_of(self, e) is None for e in self._entries):
+                scaler_record(scaler, self, False)
+                return
+            self._open_step()
+            self._settle()
+            self._opt.set_loss_scale(1.0 if unscaled else scaler_scale(scaler))
+            res = self._end()
+            if not unscaled:
+                scaler_record(scaler, self, res.nonfinite)
+            self._finish(res)
+        try:
+            done = _persist.ride(self, work)
+        except RewoundError:
+            if not unscaled:
+                scaler_record(scaler, self, False)  # so that scaler.update() may run before the loop goes back
+            raise
+        if done is _persist.COMMITTED and not unscaled:
+            scaler_record(scaler, self, False)  # committed, so not skipped (a skipped one is redone)
+
+    def _end_clipped(self, max_norm):
+        """Begins the step (unless backward did), settles the gradients and
+        ends it clipped to max_norm; returns the StepResult."""
         self._open_step()
         self._settle()
-        self._opt.set_loss_scale(1.0 if unscaled else scaler_scale(scaler))
-        res = self._end()
-        if not unscaled:
-            scaler_record(scaler, self, res.nonfinite)
-        self._finish(res)
+        self._opt.set_clip(max_norm)
+        try:
+            return self._end()
+        finally:
+            self._opt.set_clip(float(self.max_grad_norm or 0.0))
+
+    def _finish_clipped(self):
+        """step() after clip_grad_norm_ ended the step: waits for its
+        updates. After a daemon restart meanwhile the step is redone in the
+        taken-over session from p.grad, clipped to the same max_norm (the
+        same gradients give the same norm), or found committed."""
+        self._check_since_end("clip_grad_norm_()")
+        res, max_norm = self._ended, self._ended_max_norm
+        _persist.ride(self, lambda: self._finish(res), lambda: self._finish(self._end_clipped(max_norm)))
 
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm, norm_type=2.0, error_if_nonfinite=False):
@@ -110,14 +143,13 @@ class AmpMixin:
         dev = self._entries[0].p.device
         if not self._in_step and all(grad_of(self, e) is None for e in self._entries):
             return torch.zeros((), device=dev)
-        self._open_step()
-        self._settle()
-        self._opt.set_clip(max_norm)
-        try:
-            res = self._end()
-        finally:
-            self._opt.set_clip(float(self.max_grad_norm or 0.0))
-        self._ended = res
+        res = _persist.ride(self, lambda: self._end_clipped(max_norm))  # redone after a daemon restart
+        if res is _persist.COMMITTED:
+            raise RuntimeError("OffloadAdamW.clip_grad_norm_: spillwayd went away and came back with step %d "
+                               "committed, the step this call was ending, so its gradient norm is lost; the "
+                               "model's parameters hold that step's weights: go on with the data of step %d "
+                               "(without step())" % (self._step_no, self._step_no + 1))
+        self._ended, self._ended_max_norm = res, max_norm
         after_early_end(self)
         if error_if_nonfinite and not math.isfinite(res.grad_norm):
             raise RuntimeError("The total norm of order 2.0 for gradients from `parameters` is "

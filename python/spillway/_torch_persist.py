@@ -180,11 +180,16 @@ def _recover(opt, err, n):
     raise RewoundError(opt.resumed_step, n, err)
 
 
-def step(opt):
-    """OffloadAdamW.step()'s work (begin, the gradients, end, the wait for
-    the parameters), riding out a daemon restart when persistent=True with
-    reconnect > 0: each time the daemon goes away the session is taken over
-    again and the step redone from p.grad, or found already committed."""
+COMMITTED = object()  # ride(): the step was committed before the daemon went
+
+
+def ride(opt, work, redo=None):
+    """work() (a step's work, or what is left of it) riding out a daemon
+    restart when persistent=True with reconnect > 0: each time the daemon
+    goes away under it the session is taken over again and redo() (work()
+    when None) runs in it, from p.grad. Returns what the last run
+    returned, or COMMITTED when the step was committed before the daemon
+    went (it is not redone); otherwise RewoundError."""
     while True:
         n = opt._step_no + 1
         try:
@@ -192,15 +197,24 @@ def step(opt):
             if gone is not None:
                 opt._gone = None
                 raise gone
-            opt._open_step()
-            opt._settle()
-            opt._finish(opt._end())
-            return
+            return work()
         except SpillwayError as err:
             if not went_away(opt, err):
                 raise
             if not _recover(opt, err, n):
-                return
+                return COMMITTED
+            work = redo or work
+
+
+def step(opt):
+    """OffloadAdamW.step()'s work (begin, the gradients, end, the wait for
+    the parameters), redone from p.grad after a daemon restart or found
+    already committed (ride)."""
+    def work():
+        opt._open_step()
+        opt._settle()
+        opt._finish(opt._end())
+    ride(opt, work)
 
 
 def hook_failed(opt, err):

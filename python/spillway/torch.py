@@ -106,7 +106,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     persistent (with session="name"): the state outlives a trainer that
     dies, for lease seconds (None: 900); the next OffloadAdamW of that name
     resumes it from opt.resumed_step (docs/persistent.md); a daemon restart under
-    step() is ridden out for reconnect seconds (0: never; else RewoundError).
+    step(), clip_grad_norm_() or GradScaler.step(opt) is ridden out for reconnect
+    seconds (0: never; else RewoundError).
 
     params may also be (name, tensor) pairs, e.g. model.named_parameters(),
     so that errors and spillway's status name them. Parameters with
@@ -723,9 +724,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         if grad_scaler is not None:
             self._step_scaled(grad_scaler)
             return loss
-        if self._ended is not None:
-            self._check_since_end("clip_grad_norm_()")
-            self._finish(self._ended)
+        if self._ended is not None:  # clip_grad_norm_ ended the step; a restart: redone with its max_norm
+            self._finish_clipped()
             return loss
         if not self._in_step and all(_grad_of(self, e) is None for e in self._entries):
             return loss  # as torch: no gradient, nothing to do
