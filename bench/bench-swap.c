@@ -364,16 +364,21 @@ static int spillway_pass(const struct local_daemon *d, const struct opts *o, uin
 /* ---- fio ---- */
 
 /* fio over `jobs` jobs, each `bytes` in a file of its own in dir (fio
- * names them), reported together. */
-static int fio_run(const char *dir, const char *rw, uint32_t bs, uint64_t bytes, int jobs, double *gbs)
+ * names them): all their bytes over the longest job's time (as the
+ * sessions' aggregate is counted), and the slowest job's rate over the
+ * fastest's (the drive's own fairness, to hold the sessions' against). */
+static int fio_run(const char *dir, const char *rw, uint32_t bs, uint64_t bytes, int jobs, double *gbs,
+		   double *fairness)
 {
-	char cmd[PATH_MAX + 512], buf[65536];
-	cJSON *doc, *job;
-	int st;
+	char cmd[PATH_MAX + 512], buf[1 << 18];
+	bool w = !strcmp(rw, "write");
+	double bw[64] = { 0 }, io = 0, ms = 0;
+	cJSON *doc, *all;
+	int st, n;
 
 	snprintf(cmd, sizeof(cmd),
 		 "fio --name=spw --ioengine=io_uring --direct=1 --rw=%s --bs=%u --iodepth=%u --size=%llu "
-		 "--directory=%s --numjobs=%d --group_reporting --output-format=json 2>/dev/null",
+		 "--directory=%s --numjobs=%d --output-format=json 2>/dev/null",
 		 rw, bs, DEPTH, (unsigned long long)bytes, dir, jobs);
 	st = command_output(cmd, buf, sizeof(buf));
 	if (st < 0)
@@ -384,12 +389,22 @@ static int fio_run(const char *dir, const char *rw, uint32_t bs, uint64_t bytes,
 	}
 	/* fio may print notes before the JSON. */
 	doc = cJSON_Parse(strchr(buf, '{') ? strchr(buf, '{') : buf);
-	job = doc ? cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "jobs"), 0) : NULL;
-	if (!job) {
+	all = doc ? cJSON_GetObjectItemCaseSensitive(doc, "jobs") : NULL;
+	n = cJSON_GetArraySize(all);
+	if (n != jobs || n > 64) {
 		cJSON_Delete(doc);
 		return -EPROTO;
 	}
-	*gbs = jnum(job, !strcmp(rw, "write") ? "write.bw_bytes" : "read.bw_bytes") / 1e9;
+	for (int i = 0; i < n; i++) {
+		const cJSON *job = cJSON_GetArrayItem(all, i);
+		double t = jnum(job, w ? "write.runtime" : "read.runtime");
+
+		bw[i] = jnum(job, w ? "write.bw_bytes" : "read.bw_bytes");
+		io += jnum(job, w ? "write.io_bytes" : "read.io_bytes");
+		ms = t > ms ? t : ms;
+	}
+	*gbs = ms > 0 ? io / (ms / 1e3) / 1e9 : 0;
+	*fairness = min_over_max(bw, n);
 	cJSON_Delete(doc);
 	return 0;
 }
@@ -400,9 +415,9 @@ static int fio_pass(const char *dir, const struct opts *o, uint32_t page_size, s
 	char file[PATH_MAX];
 	int r;
 
-	r = fio_run(dir, "write", page_size, each, o->sessions, &out->write_gbs);
+	r = fio_run(dir, "write", page_size, each, o->sessions, &out->write_gbs, &out->write_fairness);
 	if (r == 0)
-		r = fio_run(dir, "read", page_size, each, o->sessions, &out->read_gbs);
+		r = fio_run(dir, "read", page_size, each, o->sessions, &out->read_gbs, &out->read_fairness);
 	for (int i = 0; i < o->sessions; i++) {
 		snprintf(file, sizeof(file), "%s/spw.%d.0", dir, i);
 		unlink(file);
@@ -489,7 +504,7 @@ int bench_swap(int argc, char **argv)
 		       o.gib / 4, o.pairs, o.window, DEPTH, dir);
 	bench_progress_init(&pg, "swap", (unsigned)(o.pairs * (int)(sizeof(page_sizes) / sizeof(page_sizes[0]))));
 	for (size_t k = 0; k < sizeof(page_sizes) / sizeof(page_sizes[0]); k++) {
-		double sw[64], sr[64], fw[64], fr[64], wr[64], rr[64], wf[64], rf[64], cpu = 0, gb = 0;
+		double sw[64], sr[64], fw[64], fr[64], wr[64], rr[64], wf[64], rf[64], fwf[64], frf[64], cpu = 0, gb = 0;
 
 		for (int i = 0; i < o.pairs; i++) {
 			struct pass s = { 0 }, f = { 0 };
@@ -509,6 +524,8 @@ int bench_swap(int argc, char **argv)
 			rr[i] = f.read_gbs > 0 ? s.read_gbs / f.read_gbs : 0;
 			wf[i] = s.write_fairness;
 			rf[i] = s.read_fairness;
+			fwf[i] = f.write_fairness;
+			frf[i] = f.read_fairness;
 			cpu += s.cpu_s;
 			gb += s.bytes / 1e9;
 			bench_progress_step(&pg, "spillway/fio pair");
@@ -519,13 +536,15 @@ int bench_swap(int argc, char **argv)
 			       "\"window\":%u,\"queue_depth\":%u,\"write_fairness\":%.3f,\"read_fairness\":%.3f,"
 			       "\"write_gbytes_per_s\":%.3f,\"read_gbytes_per_s\":%.3f,"
 			       "\"fio_write_gbytes_per_s\":%.3f,\"fio_read_gbytes_per_s\":%.3f,\"write_ratio\":%.3f,"
-			       "\"read_ratio\":%.3f,\"daemon_cpu_s_per_gbyte\":%.4f}\n",
+			       "\"read_ratio\":%.3f,\"fio_write_fairness\":%.3f,\"fio_read_fairness\":%.3f,"
+			       "\"daemon_cpu_s_per_gbyte\":%.4f}\n",
 			       page_sizes[k], o.gib * 1.073741824, o.sessions, o.pairs, o.window, DEPTH,
 			       o.sessions > 1 ? bench_median(wf, (size_t)o.pairs) : 1.0,
 			       o.sessions > 1 ? bench_median(rf, (size_t)o.pairs) : 1.0, bench_median(sw, (size_t)o.pairs),
 			       bench_median(sr, (size_t)o.pairs), bench_median(fw, (size_t)o.pairs),
 			       bench_median(fr, (size_t)o.pairs), bench_median(wr, (size_t)o.pairs),
-			       bench_median(rr, (size_t)o.pairs), gb > 0 ? cpu / gb : 0);
+			       bench_median(rr, (size_t)o.pairs), bench_median(fwf, (size_t)o.pairs),
+			       bench_median(frf, (size_t)o.pairs), gb > 0 ? cpu / gb : 0);
 		else
 			printf("%u MiB pages: spillway/fio write %.2f, read %.2f (medians of %d pairs); daemon %.3f CPU s "
 			       "per GB\n",
