@@ -292,6 +292,9 @@ struct spw_optimizer {
 		 * over with that step open): settled (journal.c) before the
 		 * state is read, written or stepped. */
 		uint64_t torn;
+		/* The step spw_optimizer_write opened (SPW_MARK_BY_WRITE) until
+		 * its first update marks it open again as an update's. */
+		uint64_t write_opened;
 		bool settled;           /* journal.c's takeover work is done */
 		bool redo;              /* overlapped: step torn is being redone (trainer) */
 	} persist;

@@ -240,10 +240,15 @@ int spw__persist_open_write(spw_optimizer *o)
 	pthread_mutex_unlock(&o->lock);
 	if (step <= o->persist.opened)
 		return 0;
-	/* The engine is parked: the ring is ours until release. */
-	r = spw__mark_sync(o->c, SPW_MARK_OPEN, step);
-	if (r == 0)
+	/* The engine is parked: the ring is ours until release. Marked as a
+	 * write's: a kill before the step's first update leaves a state
+	 * partly overwritten, which the daemon then releases at the next
+	 * attach instead of handing it over (docs/persistent.md). */
+	r = spw__mark_open_write(o->c, step);
+	if (r == 0) {
 		o->persist.opened = step;
+		o->persist.write_opened = step;
+	}
 	return r;
 }
 
@@ -262,8 +267,22 @@ static void mark_sent(spw_optimizer *o, uint64_t commit_step)
 
 bool spw__persist_open(spw_optimizer *o, const struct job *j)
 {
-	if (!o->persist.on || !job_updates(j->kind) || j->step <= o->persist.opened)
+	if (!o->persist.on || !job_updates(j->kind))
 		return true;
+	if (j->step <= o->persist.opened && j->step != o->persist.write_opened)
+		return true;
+	if (j->step == o->persist.write_opened) {
+		/* The first update of the step a write opened: the write
+		 * returned whole, and from here the journal covers the step
+		 * (begin wrote its record; exact mode planned it at end). */
+		if (o->hints_inflight + o->ring_reserved + 1 > o->ring_cap || !mark_room(o))
+			return false;
+		if (spw__submit_mark(o->c, SPW_MARK_OPEN, j->step, 0, 0, UD_MARK) < 0)
+			return false;
+		mark_sent(o, 0);
+		o->persist.write_opened = 0;
+		return true;
+	}
 	/* One step open at a time: a takeover then knows that every step
 	 * before the open one is whole, and journal.c's records by step
 	 * parity hold the open step's. */

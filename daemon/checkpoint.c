@@ -367,6 +367,7 @@ static void ck_start(struct checkpoint *ck)
 	ck->t_start = uv_hrtime();
 	ck->step = s->committed_step;
 	ck->opened = s->opened_step > s->committed_step ? s->opened_step : s->committed_step;
+	ck->opened_by_write = ck->opened > s->committed_step && s->write_step == ck->opened;
 	ck->scale_bits = s->scale_bits;
 	ck->good_steps = s->good_steps;
 	ck->page_size = s->page_size;

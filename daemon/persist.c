@@ -219,6 +219,10 @@ int persist_adopt(struct session *s, const char *name, uint64_t bytes, bool swap
 int32_t persist_mark(struct session *s, const struct spw_sqe *sqe)
 {
 	if (sqe->flags == SPW_MARK_OPEN) {
+		/* A write's OPEN, or the first update of the step it opened
+		 * (the write was whole: the journal covers the rest). */
+		if (sqe->arg > s->opened_step || (sqe->arg == s->opened_step && !sqe->page))
+			s->write_step = sqe->page == SPW_MARK_BY_WRITE ? sqe->arg : 0;
 		if (sqe->arg > s->opened_step)
 			s->opened_step = sqe->arg;
 		return 0;
@@ -242,6 +246,8 @@ int32_t persist_mark(struct session *s, const struct spw_sqe *sqe)
 	s->last_commit_ns = now;
 	s->skipped_steps += sqe->page >> 31;
 	s->committed_step = sqe->arg;
+	if (sqe->arg >= s->write_step)
+		s->write_step = 0;
 	s->scale_bits = sqe->tensor;
 	s->good_steps = sqe->page;
 	checkpoint_committed(s);
