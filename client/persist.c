@@ -228,6 +228,16 @@ out:
 	return r;
 }
 
+void spw__persist_first_step(spw_optimizer *o, uint64_t step)
+{
+	/* Nothing is in flight before the first begin (a write's OPEN is
+	 * answered); the daemon's marks follow at this step's OPEN and
+	 * COMMIT (it takes a client's count as it comes). */
+	pthread_mutex_lock(&o->lock);
+	o->persist.committed = o->persist.ended = o->persist.acked = step - 1;
+	pthread_mutex_unlock(&o->lock);
+}
+
 int spw__persist_open_write(spw_optimizer *o)
 {
 	uint64_t step;
