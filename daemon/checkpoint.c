@@ -157,6 +157,13 @@ static bool ck_ready(const struct checkpoint *ck, const struct session *s)
 /* The refusal of a user's checkpoint of an orphan inside updates. */
 static void orphan_refusal(const struct session *s, char *buf, size_t len)
 {
+	if (s->write_step == s->opened_step) {
+		snprintf(buf, len, "its client died inside spw_optimizer_write (load_state_dict) with step %" PRIu64
+			 " open, so its state is partly overwritten and holds no step: there is nothing to checkpoint; "
+			 "a persistent attach of %s starts anew (nothing resumed), and the trainer loads its checkpoint "
+			 "again", s->opened_step, s->name);
+		return;
+	}
 	snprintf(buf, len, "its client died inside step %" PRIu64 "'s updates, so its state mixes steps %" PRIu64
 		 " and %" PRIu64 " and no commit will come; a checkpoint holds a committed step only: take it over "
 		 "first (a persistent attach of %s: the new optimizer finishes or redoes step %" PRIu64 "), then "

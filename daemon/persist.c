@@ -98,7 +98,9 @@ bool persist_restored(struct session *s)
 	log_info("session %s (uid %u): restored with %s and %u tensors at committed step %llu%s; kept as an orphan for "
 		 "%u s: a persistent attach of its name by its uid resumes it", s->name, (unsigned)s->uid,
 		 format_bytes(s->bytes, a, sizeof(a)), s->ntensors, (unsigned long long)s->committed_step,
-		 s->opened_step > s->committed_step ? " (its client had died inside the next step's updates)" : "",
+		 s->opened_step > s->committed_step && s->write_step == s->opened_step
+		 ? " (its client had died inside spw_optimizer_write: the next attach starts anew)"
+		 : s->opened_step > s->committed_step ? " (its client had died inside the next step's updates)" : "",
 		 s->lease_s);
 	status_refresh_soon(s->d);
 	return true;
@@ -123,7 +125,10 @@ bool persist_orphan(struct session *s, const char *why)
 		 "tensors (committed step %llu%s); attach it again with the same name to resume, or `spillwayctl drop "
 		 "%s`", s->name, (unsigned)s->uid, (int)s->pid, why, s->lease_s, format_bytes(s->bytes, a, sizeof(a)),
 		 s->ntensors, (unsigned long long)s->committed_step,
-		 s->opened_step > s->committed_step ? ", died inside the next step's updates" : "", s->name);
+		 s->opened_step > s->committed_step && s->write_step == s->opened_step
+		 ? ", died inside spw_optimizer_write (load_state_dict): its state is partly overwritten, and the next "
+		   "attach starts anew"
+		 : s->opened_step > s->committed_step ? ", died inside the next step's updates" : "", s->name);
 	/* A checkpoint that waited for this step's commit gets none now: a
 	 * save into persist.state_dir saves the orphan as it is (once its
 	 * pins are released), a user's is refused. */

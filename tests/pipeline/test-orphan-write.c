@@ -12,7 +12,7 @@
  * own state (weights halved, moments scaled: PERSIST_LOAD_AT) and is
  * killed by the library after the 30th of its about 75 pages written
  * (SPILLWAY_TEST_KILL_AT_WRITE_PAGE). The status shows the orphan with
- * step 6 open. Then
+ * step 6 open; a checkpoint of it is refused, naming the write. Then
  *
  *   direct   a new trainer attaches: accepted (before, spw_optimizer_new
  *            refused it, -ESTALE, until spillwayctl drop), as a fresh
@@ -199,6 +199,20 @@ int main(int argc, char **argv)
 	ASSERT_EQ(committed, 5.0);
 	ASSERT_TRUE(open);
 	printf("# killed with step 6 open (%s)\n", update ? "inside its updates" : "inside the load's writes");
+	if (!update) {
+		/* It holds no step: a checkpoint of it is refused, saying why. */
+		struct spw_checkpoint_result res = { .size = sizeof(res) };
+		char ckpt[512];
+		spw_client *c;
+
+		snprintf(ckpt, sizeof(ckpt), "%s.ckdir", state);
+		ASSERT_OK(spw_client_new(NULL, &c));
+		ASSERT_OK(spw_client_connect(c, d.control));
+		ASSERT_EQ(spw_client_checkpoint(c, SESSION, ckpt, &res), -ESTALE);
+		ASSERT_CONTAINS(spw_client_last_error(c), "inside spw_optimizer_write");
+		ASSERT_TRUE(access(ckpt, F_OK) < 0);
+		spw_client_free(c);
+	}
 
 	if (restart) {
 		/* Saved as it is, opened by the write; back the same. */
