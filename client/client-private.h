@@ -133,6 +133,8 @@ int spw__submit_mark(spw_client *c, uint8_t flags, uint64_t step, uint32_t scale
 /* The same for an OPEN, waiting for the daemon's answer (the caller owns
  * the ring). 0 or the error, described. */
 int spw__mark_sync(spw_client *c, uint8_t flags, uint64_t step);
+/* An OPEN of step by spw_optimizer_write (SPW_MARK_BY_WRITE), answered. */
+int spw__mark_open_write(spw_client *c, uint64_t step);
 
 /* Sleeps until a completion is ready, extra_fd (>= 0) is readable, or
  * timeout_ms passes (< 0: no limit), watching for the daemon's hangup as

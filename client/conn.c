@@ -470,6 +470,8 @@ static void persist_from_reply(spw_client *c, const cJSON *reply)
 		p->tensors = 0;
 	if (json_u64(reply, "committed_step", &step) == 0)
 		p->committed_step = step;
+	if (json_u64(reply, "released_write_step", &step) == 0)
+		p->released_write_step = step;
 	c->damaged_tensor[0] = '\0';
 	if (json_u32(reply, "damaged_pages", &p->damaged_pages) < 0 || json_u32(reply, "damaged_page", &c->damaged_page) < 0)
 		p->damaged_pages = 0;
@@ -696,6 +698,7 @@ SPW_EXPORT int spw_client_info(const spw_client *c, struct spw_session_info *inf
 	all.good_steps = c->persist.good_steps;
 	all.skipped = c->persist.skipped;
 	all.damaged_pages = c->persist.damaged_pages;
+	all.released_write_step = c->persist.released_write_step;
 	return spw__info_out(info, &all, sizeof(all), SPW__SESSION_INFO_SIZE_VER0,
 			     "struct spw_session_info", NULL, 0);
 }

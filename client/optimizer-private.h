@@ -301,6 +301,9 @@ struct spw_optimizer {
 		 * over with that step open): settled (journal.c) before the
 		 * state is read, written or stepped. */
 		uint64_t torn;
+		/* The step spw_optimizer_write opened (SPW_MARK_BY_WRITE) until
+		 * its first update marks it open again as an update's. */
+		uint64_t write_opened;
 		bool settled;           /* journal.c's takeover work is done */
 		bool redo;              /* overlapped: step torn is being redone (trainer) */
 	} persist;
@@ -539,6 +542,9 @@ bool spw__persist_open(spw_optimizer *o, const struct job *j);
 /* spw_optimizer_write, ring held: OPEN of the next step before the
  * state is written outside a step. 0 or -errno. */
 int spw__persist_open_write(spw_optimizer *o);
+/* begin of a fresh optimizer's first step on a persistent session: the
+ * marks count from it. */
+void spw__persist_first_step(spw_optimizer *o, uint64_t step);
 /* Engine: sends COMMIT once an ended step's updates are all done. */
 void spw__persist_commit(spw_optimizer *o);
 /* Engine: a MARK's completion. */

@@ -228,6 +228,16 @@ out:
 	return r;
 }
 
+void spw__persist_first_step(spw_optimizer *o, uint64_t step)
+{
+	/* Nothing is in flight before the first begin (a write's OPEN is
+	 * answered); the daemon's marks follow at this step's OPEN and
+	 * COMMIT (it takes a client's count as it comes). */
+	pthread_mutex_lock(&o->lock);
+	o->persist.committed = o->persist.ended = o->persist.acked = step - 1;
+	pthread_mutex_unlock(&o->lock);
+}
+
 int spw__persist_open_write(spw_optimizer *o)
 {
 	uint64_t step;
@@ -240,10 +250,15 @@ int spw__persist_open_write(spw_optimizer *o)
 	pthread_mutex_unlock(&o->lock);
 	if (step <= o->persist.opened)
 		return 0;
-	/* The engine is parked: the ring is ours until release. */
-	r = spw__mark_sync(o->c, SPW_MARK_OPEN, step);
-	if (r == 0)
+	/* The engine is parked: the ring is ours until release. Marked as a
+	 * write's: a kill before the step's first update leaves a state
+	 * partly overwritten, which the daemon then releases at the next
+	 * attach instead of handing it over (docs/persistent.md). */
+	r = spw__mark_open_write(o->c, step);
+	if (r == 0) {
 		o->persist.opened = step;
+		o->persist.write_opened = step;
+	}
 	return r;
 }
 
@@ -262,8 +277,22 @@ static void mark_sent(spw_optimizer *o, uint64_t commit_step)
 
 bool spw__persist_open(spw_optimizer *o, const struct job *j)
 {
-	if (!o->persist.on || !job_updates(j->kind) || j->step <= o->persist.opened)
+	if (!o->persist.on || !job_updates(j->kind))
 		return true;
+	if (j->step <= o->persist.opened && j->step != o->persist.write_opened)
+		return true;
+	if (j->step == o->persist.write_opened) {
+		/* The first update of the step a write opened: the write
+		 * returned whole, and from here the journal covers the step
+		 * (begin wrote its record; exact mode planned it at end). */
+		if (o->hints_inflight + o->ring_reserved + 1 > o->ring_cap || !mark_room(o))
+			return false;
+		if (spw__submit_mark(o->c, SPW_MARK_OPEN, j->step, 0, 0, UD_MARK) < 0)
+			return false;
+		mark_sent(o, 0);
+		o->persist.write_opened = 0;
+		return true;
+	}
 	/* One step open at a time: a takeover then knows that every step
 	 * before the open one is whole, and journal.c's records by step
 	 * parity hold the open step's. */

@@ -94,8 +94,15 @@ SPW_EXPORT int spw_client_reconnect(spw_client *c, uint32_t wait_ms)
 		/* A new, empty session of the name: the old one did not
 		 * survive (a daemon without persist.state_dir, a kill -9,
 		 * its lease ended). It is not worth keeping. */
+		uint64_t w = c->persist.released_write_step;
+
 		spw_client_detach(c);
 		c->again.size = 0;
+		if (w)
+			return spw__error(c, -ENOENT, "reconnect %s: spillwayd went away while spw_optimizer_write "
+					  "(load_state_dict) overwrote the session's state (step %llu open), so the state "
+					  "it kept was partly overwritten and has been released; start again from a "
+					  "checkpoint", c->session, (unsigned long long)w);
 		return spw__error(c, -ENOENT, "reconnect %s: spillwayd at %s no longer holds the session's state (a "
 				  "restart without persist.state_dir, a kill of the daemon before any flush, or its "
 				  "lease ended); start again from a checkpoint", c->session, path);

@@ -490,6 +490,17 @@ int spw__mark_sync(spw_client *c, uint8_t flags, uint64_t step)
 				    (unsigned long long)step, spw_strerror(res)) : 0;
 }
 
+int spw__mark_open_write(spw_client *c, uint64_t step)
+{
+	int32_t res = 0;
+	int r = sync_op_arg(c, SPW_OP_MARK, SPW_MARK_OPEN, 0, SPW_MARK_BY_WRITE, step, &res);
+
+	if (r < 0)
+		return r;
+	return res < 0 ? spw__error(c, res, "session %s: marking step %llu open for a write: %s", c->session,
+				    (unsigned long long)step, spw_strerror(res)) : 0;
+}
+
 static int op_error(spw_client *c, const char *what, uint32_t tensor, uint32_t page, int res)
 {
 	return spw__error(c, res, "session %s: %s tensor %u page %u: %s", c->session, what, tensor, page,

@@ -4,7 +4,10 @@
  * (spw_optimizer_read / spw_optimizer_write).
  */
 #include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "optimizer-private.h"
 
@@ -165,6 +168,18 @@ static int put_page(spw_optimizer *o, const struct tensor *t, unsigned ro, uint3
 	return r < 0 ? r : r2;
 }
 
+/* Tests only: SPILLWAY_TEST_KILL_AT_WRITE_PAGE=K kills the process after
+ * the K-th page this process wrote through spw_optimizer_write (counted
+ * across calls), as a SIGKILL in the middle of load_state_dict would. */
+static void test_kill_at_write_page(void)
+{
+	static _Atomic long pages;
+	const char *k = getenv("SPILLWAY_TEST_KILL_AT_WRITE_PAGE");
+
+	if (k && atomic_fetch_add(&pages, 1) + 1 == atol(k))
+		kill(getpid(), SIGKILL);
+}
+
 SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor, enum spw_optimizer_state which,
 				   const float *in)
 {
@@ -189,6 +204,7 @@ SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor, enum spw_o
 
 		if (which == SPW_STATE_PARAM || ch->zeroed) {
 			r = put_page(o, t, which, k, in + ch->off, ch->n);
+			test_kill_at_write_page();
 			continue;
 		}
 		/* A chunk never updated would have both moments zeroed by its
@@ -200,6 +216,7 @@ SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor, enum spw_o
 			r = put_page(o, t, which, k, in + ch->off, ch->n);
 		if (r >= 0)
 			ch->zeroed = true;
+		test_kill_at_write_page();
 	}
 	spw__opt_ring_release(o);
 	if (r < 0)

@@ -69,6 +69,11 @@ SPW_EXPORT int spw_optimizer_begin(spw_optimizer *o, uint64_t step, const float 
 				      "(spw_optimizer_resumed_step() + 1)", (uintmax_t)step,
 				      (uintmax_t)o->persist.resumed_step,
 				      (uintmax_t)(o->persist.resumed_step + (o->c->persist.skipped ? 0 : 1)));
+	/* A fresh optimizer on a persistent session counts from the step it
+	 * begins first (a trainer that loaded a checkpoint goes on from its
+	 * step): the steps before it are not waited for. */
+	if (!o->started && o->persist.on && !o->persist.resumed && !o->persist.torn)
+		spw__persist_first_step(o, step);
 	/* The layout checked or recorded; a session taken over inside a
 	 * step's updates put right (journal.c). */
 	if (!o->started && (r = spw__journal_settle(o)) < 0)

@@ -61,6 +61,7 @@ struct checkpoint {
 	char *session;
 	uint64_t step;
 	uint64_t opened;           /* the session's opened step: past step for an orphan saved inside updates */
+	bool opened_by_write;      /* and spw_optimizer_write opened it (session.h write_step) */
 	uint32_t scale_bits, good_steps, page_size, lease_s;
 	uint64_t region_bytes, swap_bytes;
 	uint64_t total;            /* the tensors' bytes: what bytes reaches at the end */

@@ -285,6 +285,10 @@ static char *manifest_text(struct checkpoint *ck)
 	 * opened, which the restore marks open again. */
 	if (ck->opened > ck->step)
 		cJSON_AddNumberToObject(m, "opened_step", (double)ck->opened);
+	/* Opened by spw_optimizer_write: the restored orphan is released at
+	 * its next attach, as the orphan itself would be (control.c). */
+	if (ck->opened > ck->step && ck->opened_by_write)
+		cJSON_AddBoolToObject(m, "opened_by_write", true);
 	cJSON_AddNumberToObject(m, "scale_bits", ck->scale_bits);
 	cJSON_AddNumberToObject(m, "good_steps", ck->good_steps);
 	cJSON_AddNumberToObject(m, "page_size", ck->page_size);

@@ -158,6 +158,13 @@ static bool ck_ready(const struct checkpoint *ck, const struct session *s)
 /* The refusal of a user's checkpoint of an orphan inside updates. */
 static void orphan_refusal(const struct session *s, char *buf, size_t len)
 {
+	if (s->write_step == s->opened_step) {
+		snprintf(buf, len, "its client died inside spw_optimizer_write (load_state_dict) with step %" PRIu64
+			 " open, so its state is partly overwritten and holds no step: there is nothing to checkpoint; "
+			 "a persistent attach of %s starts anew (nothing resumed), and the trainer loads its checkpoint "
+			 "again", s->opened_step, s->name);
+		return;
+	}
 	snprintf(buf, len, "its client died inside step %" PRIu64 "'s updates, so its state mixes steps %" PRIu64
 		 " and %" PRIu64 " and no commit will come; a checkpoint holds a committed step only: take it over "
 		 "first (a persistent attach of %s: the new optimizer finishes or redoes step %" PRIu64 "), then "
@@ -375,6 +382,7 @@ static void ck_start(struct checkpoint *ck)
 	ck->t_start = uv_hrtime();
 	ck->step = s->committed_step;
 	ck->opened = s->opened_step > s->committed_step ? s->opened_step : s->committed_step;
+	ck->opened_by_write = ck->opened > s->committed_step && s->write_step == ck->opened;
 	ck->scale_bits = s->scale_bits;
 	ck->good_steps = s->good_steps;
 	ck->page_size = s->page_size;

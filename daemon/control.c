@@ -205,6 +205,7 @@ static void do_attach(struct client *c, const cJSON *msg)
 	const struct config *cfg = d->cfg;
 	const char *name;
 	uint64_t bytes = 0, page_size = cfg->session_page_size, swap = 0, lease_s = PERSIST_LEASE_DEFAULT_S;
+	uint64_t released_write = 0;
 	bool persistent = false;
 	int have_swap, have_lease;
 	char err[768], a[32];
@@ -285,6 +286,22 @@ static void do_attach(struct client *c, const cJSON *msg)
 			    "(session names are owned per uid)", name);
 		return;
 	}
+	if (other && other->orphaned_ns && persistent && other->write_step &&
+	    other->write_step == other->opened_step && other->opened_step > other->committed_step) {
+		/* Its client died while spw_optimizer_write overwrote the state
+		 * (load_state_dict): some of it is the new state, the rest the
+		 * old one, and no journal says which. Resuming it would train
+		 * on that mix: the new trainer starts anew, as after a session
+		 * that never committed, and is told why (released_write_step). */
+		log_info("attach %s: the orphaned session's last client died inside spw_optimizer_write "
+			 "(load_state_dict) after step %llu, so its state is partly overwritten; released, and "
+			 "attached anew (nothing resumed: write the state again in full)", name,
+			 (unsigned long long)other->committed_step);
+		released_write = other->write_step;
+		state_forget(other);
+		session_free(other);
+		other = NULL;
+	}
 	if (other && other->orphaned_ns && persistent && other->committed_step == 0 &&
 	    (other->opened_step > 0 || other->ntensors == 0)) {
 		/* Empty, or its optimizer began but never committed a step:
@@ -339,6 +356,7 @@ static void do_attach(struct client *c, const cJSON *msg)
 	s->pid = c->pid;
 	s->persistent = persistent;
 	s->lease_s = (uint32_t)lease_s;
+	s->released_write_step = released_write;
 	c->attaching = true;
 	control_client_watch(c);
 }
@@ -400,6 +418,8 @@ void control_attach_reply(struct client *c, struct session *s, bool reattached)
 	cJSON_AddBoolToObject(o, "step_open", s->opened_step > s->committed_step);
 	cJSON_AddNumberToObject(o, "scale_bits", s->scale_bits);
 	cJSON_AddNumberToObject(o, "good_steps", s->good_steps);
+	if (s->released_write_step)
+		cJSON_AddNumberToObject(o, "released_write_step", (double)s->released_write_step);
 	if (s->nbad) {
 		/* Back from a crash with pages that failed their CRC: the
 		 * optimizer refuses to adopt it, naming the first. */

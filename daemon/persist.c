@@ -98,7 +98,9 @@ bool persist_restored(struct session *s)
 	log_info("session %s (uid %u): restored with %s and %u tensors at committed step %llu%s; kept as an orphan for "
 		 "%u s: a persistent attach of its name by its uid resumes it", s->name, (unsigned)s->uid,
 		 format_bytes(s->bytes, a, sizeof(a)), s->ntensors, (unsigned long long)s->committed_step,
-		 s->opened_step > s->committed_step ? " (its client had died inside the next step's updates)" : "",
+		 s->opened_step > s->committed_step && s->write_step == s->opened_step
+		 ? " (its client had died inside spw_optimizer_write: the next attach starts anew)"
+		 : s->opened_step > s->committed_step ? " (its client had died inside the next step's updates)" : "",
 		 s->lease_s);
 	status_refresh_soon(s->d);
 	return true;
@@ -123,7 +125,10 @@ bool persist_orphan(struct session *s, const char *why)
 		 "tensors (committed step %llu%s); attach it again with the same name to resume, or `spillwayctl drop "
 		 "%s`", s->name, (unsigned)s->uid, (int)s->pid, why, s->lease_s, format_bytes(s->bytes, a, sizeof(a)),
 		 s->ntensors, (unsigned long long)s->committed_step,
-		 s->opened_step > s->committed_step ? ", died inside the next step's updates" : "", s->name);
+		 s->opened_step > s->committed_step && s->write_step == s->opened_step
+		 ? ", died inside spw_optimizer_write (load_state_dict): its state is partly overwritten, and the next "
+		   "attach starts anew"
+		 : s->opened_step > s->committed_step ? ", died inside the next step's updates" : "", s->name);
 	/* A checkpoint that waited for this step's commit gets none now: a
 	 * save into persist.state_dir saves the orphan as it is (once its
 	 * pins are released), a user's is refused. */
@@ -219,6 +224,10 @@ int persist_adopt(struct session *s, const char *name, uint64_t bytes, bool swap
 int32_t persist_mark(struct session *s, const struct spw_sqe *sqe)
 {
 	if (sqe->flags == SPW_MARK_OPEN) {
+		/* A write's OPEN, or the first update of the step it opened
+		 * (the write was whole: the journal covers the rest). */
+		if (sqe->arg > s->opened_step || (sqe->arg == s->opened_step && !sqe->page))
+			s->write_step = sqe->page == SPW_MARK_BY_WRITE ? sqe->arg : 0;
 		if (sqe->arg > s->opened_step)
 			s->opened_step = sqe->arg;
 		return 0;
@@ -242,6 +251,8 @@ int32_t persist_mark(struct session *s, const struct spw_sqe *sqe)
 	s->last_commit_ns = now;
 	s->skipped_steps += sqe->page >> 31;
 	s->committed_step = sqe->arg;
+	if (sqe->arg >= s->write_step)
+		s->write_step = 0;
 	s->scale_bits = sqe->tensor;
 	s->good_steps = sqe->page;
 	checkpoint_committed(s);

@@ -66,6 +66,7 @@ struct restore {
 	uint64_t t0;
 	uint64_t step;
 	uint64_t opened;        /* past step: an orphan saved inside that step's updates */
+	bool opened_by_write;   /* and spw_optimizer_write opened it (session.h write_step) */
 	uint32_t scale_bits, good_steps, page_size, lease_s;
 	uint64_t region_bytes, swap_bytes;
 	struct r_tensor *t;
@@ -208,6 +209,16 @@ static int parse_manifest(struct restore *rs, const cJSON *m, uid_t uid, bool ne
 		snprintf(err, errlen, "%s: version %d names no opened_step past its committed_step", CHECKPOINT_MANIFEST,
 			 CHECKPOINT_VERSION_OPEN);
 		return -EINVAL;
+	}
+	{
+		const cJSON *w = cJSON_GetObjectItemCaseSensitive(m, "opened_by_write");
+
+		if (w && (!cJSON_IsBool(w) || ver != CHECKPOINT_VERSION_OPEN)) {
+			snprintf(err, errlen, "%s: opened_by_write is not true or false, or not in a version %d save",
+				 CHECKPOINT_MANIFEST, CHECKPOINT_VERSION_OPEN);
+			return -EINVAL;
+		}
+		rs->opened_by_write = w && cJSON_IsTrue(w);
 	}
 	ts = cJSON_GetObjectItemCaseSensitive(m, "tensors");
 	if (!cJSON_IsArray(ts) || cJSON_GetArraySize(ts) == 0 || cJSON_GetArraySize(ts) > 1 << 20) {
@@ -457,6 +468,7 @@ static void rs_done(uv_work_t *w, int status)
 	}
 	s->committed_step = rs->step;
 	s->opened_step = rs->opened;
+	s->write_step = rs->opened_by_write ? rs->opened : 0;
 	s->scale_bits = rs->scale_bits;
 	s->good_steps = rs->good_steps;
 	s->restore = NULL;

@@ -72,6 +72,13 @@ struct session {
 	/* SPW_OP_MARK: the last step opened and the last committed. The
 	 * state is one whole step's while opened_step <= committed_step. */
 	uint64_t opened_step, committed_step;
+	/* The open step when spw_optimizer_write opened it and no update of
+	 * it has begun (SPW_MARK_BY_WRITE), else 0: its client dying then
+	 * leaves the state partly overwritten, which nothing can resume. */
+	uint64_t write_step;
+	/* Attached anew in place of an orphan released for its write_step
+	 * (control.c): that step, for the attach reply; else 0. */
+	uint64_t released_write_step;
 	uint32_t scale_bits, good_steps; /* from the last COMMIT */
 	uint64_t flushed_step;  /* persist.flush_interval_s: the step its last periodic flush was asked at */
 	uint64_t flushed_opened; /* and the step open then: an orphan left inside a later one is flushed again */

@@ -51,10 +51,10 @@ int spw_sqe_check(const struct spw_sqe *sqe)
 		break;
 	case SPW_OP_MARK:
 		/* One of OPEN, COMMIT and STATS, for a step from 1; an OPEN
-		 * carries no scale. */
+		 * carries no scale, only who opened the step (page). */
 		if ((sqe->flags != SPW_MARK_OPEN && sqe->flags != SPW_MARK_COMMIT && sqe->flags != SPW_MARK_STATS) ||
 		    sqe->arg == 0 ||
-		    (sqe->flags == SPW_MARK_OPEN && (sqe->tensor || sqe->page)))
+		    (sqe->flags == SPW_MARK_OPEN && (sqe->tensor || sqe->page > SPW_MARK_BY_WRITE)))
 			return -EINVAL;
 		break;
 	default:

@@ -59,6 +59,12 @@ enum spw_op {
  * daemon keeps the last of each for a persistent session's next client. */
 #define SPW_MARK_OPEN   (1u << 0)
 #define SPW_MARK_COMMIT (1u << 1)
+/* An OPEN's page: 0 when a step's updates open it; SPW_MARK_BY_WRITE
+ * when spw_optimizer_write does (the state is being overwritten, not
+ * updated: a client that dies then leaves a state no journal can put
+ * right). An OPEN of the same step with page 0 later says the write
+ * was whole (the step's updates began). */
+#define SPW_MARK_BY_WRITE 1u
 /* Before a COMMIT, the step's figures only the client knows, for status and
  * metrics: the step in arg, the clip coefficient's float bits in tensor,
  * the optimizer kernels' CPU microseconds since the last COMMIT in page.

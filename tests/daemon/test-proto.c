@@ -199,7 +199,13 @@ static void test_sqe_check(void)
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
 	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .flags = SPW_MARK_OPEN | SPW_MARK_COMMIT, .arg = 1 };
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
-	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .flags = SPW_MARK_OPEN, .arg = 1, .page = 1 };
+	/* An OPEN's page says who opened the step: an update (0) or
+	 * spw_optimizer_write (SPW_MARK_BY_WRITE); nothing else. */
+	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .flags = SPW_MARK_OPEN, .arg = 1, .page = SPW_MARK_BY_WRITE };
+	ASSERT_OK(spw_sqe_check(&s));
+	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .flags = SPW_MARK_OPEN, .arg = 1, .page = 2 };
+	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
+	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .flags = SPW_MARK_OPEN, .arg = 1, .tensor = 1 };
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
 	s = (struct spw_sqe){ .opcode = SPW_OP_MARK, .arg = 1 };
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);

@@ -20,7 +20,8 @@ static bool valid_by_the_rules(const struct spw_sqe *e)
 		return false;
 	if (e->opcode == SPW_OP_MARK)
 		return e->arg != 0 && (e->flags == SPW_MARK_COMMIT || e->flags == SPW_MARK_STATS ||
-				       (e->flags == SPW_MARK_OPEN && e->tensor == 0 && e->page == 0));
+				       (e->flags == SPW_MARK_OPEN && e->tensor == 0 &&
+					(e->page == 0 || e->page == SPW_MARK_BY_WRITE)));
 	if (e->arg)
 		return false;
 	if (e->opcode == SPW_OP_PIN)

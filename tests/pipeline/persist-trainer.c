@@ -31,6 +31,18 @@
  * optimizer on the session taken over, and the run goes on from the
  * daemon's last commit ("went away: ERROR" and "reconnected S" printed).
  *
+ * With PERSIST_LOAD_AT=W and PERSIST_LOAD_FILE=PATH, after step W the
+ * trainer loads a state into the optimizer as load_state_dict would: it
+ * reads every tensor's master weights and moments, makes another state of
+ * them (weights halved, moments scaled), saves that to PATH (the
+ * checkpoint it loads) and writes it with spw_optimizer_write, then goes
+ * on with step W + 1 ("loaded W" printed). Started with nothing resumed
+ * while PATH exists, it does what a trainer's restart code does: it
+ * loads PATH again in full and goes on from W + 1 ("reloaded W"; and
+ * "released write S" when spillwayd released the session because the
+ * trainer before died inside spw_optimizer_write with step S open).
+ * SPILLWAY_TEST_KILL_AT_WRITE_PAGE=K kills it in the K-th page written.
+ *
  * A trainer that took over a session left inside a step's updates prints
  * "resumed N mid-update". With SPILLWAY_TEST_KILL_AT_TILE=K in the
  * environment the library kills it inside its K-th tile update;
@@ -150,6 +162,57 @@ static uint64_t setup(struct trainer *tr, spw_client *c, const struct spw_optimi
 	return step;
 }
 
+/* Writes PATH's state (p, m, v of each tensor in order) into the
+ * optimizer, and its weights into the trainer's "device" weights. */
+static void load_file(struct trainer *tr, const struct mlp_tensor *t, int n, const char *path)
+{
+	FILE *f = fopen(path, "rb");
+
+	if (!f)
+		fail("load", "cannot open PERSIST_LOAD_FILE");
+	for (int i = 0; i < n; i++) {
+		float *buf = malloc(t[i].count * 4);
+
+		for (int w = SPW_STATE_PARAM; w <= SPW_STATE_EXP_AVG_SQ; w++) {
+			if (!buf || fread(buf, 4, t[i].count, f) != t[i].count)
+				fail("load", "short PERSIST_LOAD_FILE");
+			if (spw_optimizer_write(tr->opt, tr->id[i], (enum spw_optimizer_state)w, buf) < 0)
+				fail("write", spw_optimizer_last_error(tr->opt));
+			if (w == SPW_STATE_PARAM)
+				memcpy(t[i].param, buf, t[i].count * 4);
+		}
+		free(buf);
+	}
+	fclose(f);
+}
+
+/* After step W: another state made of the optimizer's (weights halved,
+ * moments scaled), saved to path, then loaded. */
+static void save_and_load(struct trainer *tr, const struct mlp_tensor *t, int n, const char *path)
+{
+	static const float k[3] = { 0.5f, 0.5f, 0.25f };
+	FILE *f = fopen(path, "wb");
+
+	if (!f)
+		fail("load", "cannot create PERSIST_LOAD_FILE");
+	for (int i = 0; i < n; i++) {
+		float *buf = malloc(t[i].count * 4);
+
+		for (int w = SPW_STATE_PARAM; w <= SPW_STATE_EXP_AVG_SQ; w++) {
+			if (!buf || spw_optimizer_read(tr->opt, tr->id[i], (enum spw_optimizer_state)w, buf) < 0)
+				fail("read", buf ? spw_optimizer_last_error(tr->opt) : "out of memory");
+			for (size_t e = 0; e < t[i].count; e++)
+				buf[e] *= k[w];
+			if (fwrite(buf, 4, t[i].count, f) != t[i].count)
+				fail("load", "cannot write PERSIST_LOAD_FILE");
+		}
+		free(buf);
+	}
+	if (fclose(f) != 0)
+		fail("load", "cannot write PERSIST_LOAD_FILE");
+	load_file(tr, t, n, path);
+}
+
 /* PERSIST_RECONNECT_MS set: the daemon went away (a restart) in step's
  * call what; the session is taken over again in this process, and the
  * step to go on with is returned (the daemon's last commit + 1). */
@@ -184,7 +247,8 @@ int main(int argc, char **argv)
 	struct mlp_task *task;
 	struct mlp *m;
 	spw_client *c = NULL;
-	uint64_t accum, steps, pause_us, step, ckpt_at = 0, flush_at = 0;
+	uint64_t accum, steps, pause_us, step, ckpt_at = 0, flush_at = 0, load_at = 0;
+	const char *load_path = getenv("PERSIST_LOAD_FILE");
 	struct ckpt_job ck = { 0 };
 	bool ck_started = false;
 	float x[BATCH * 64], loss;
@@ -209,6 +273,8 @@ int main(int argc, char **argv)
 		ckpt_at = strtoull(getenv("PERSIST_CHECKPOINT_AT"), NULL, 10);
 		ck = (struct ckpt_job){ .socket = argv[1], .session = argv[2], .dir = getenv("PERSIST_CHECKPOINT_DIR") };
 	}
+	if (getenv("PERSIST_LOAD_AT") && load_path)
+		load_at = strtoull(getenv("PERSIST_LOAD_AT"), NULL, 10);
 	if (getenv("PERSIST_FLUSH_AT"))
 		flush_at = strtoull(getenv("PERSIST_FLUSH_AT"), NULL, 10);
 	/* PERSIST_THREADS: the pool's threads (2 by default); a trainer
@@ -250,6 +316,18 @@ int main(int argc, char **argv)
 		printf("resumed %llu%s\n", (unsigned long long)step - 1, info.step_open ? " mid-update" : "");
 		fflush(stdout);
 	}
+	if (info.released_write_step) {
+		printf("released write %llu\n", (unsigned long long)info.released_write_step);
+		fflush(stdout);
+	}
+	if (step == 1 && load_at && access(load_path, F_OK) == 0) {
+		/* Nothing resumed, and the run had loaded a checkpoint: the
+		 * restart code loads it again. */
+		load_file(&tr, t, n, load_path);
+		step = load_at + 1;
+		printf("reloaded %llu\n", (unsigned long long)load_at);
+		fflush(stdout);
+	}
 again:
 	while (step <= steps) {
 		struct spw_step_result res = { .size = sizeof(res) };
@@ -274,6 +352,11 @@ again:
 			continue;
 		}
 		tr.scale = res.next_loss_scale;
+		if (step == load_at) {
+			save_and_load(&tr, t, n, load_path);
+			printf("loaded %llu\n", (unsigned long long)step);
+			fflush(stdout);
+		}
 		if (step == flush_at) {
 			/* From a client of its own: the trainer's engine
 			 * watches the trainer's client's socket. */

@@ -17,9 +17,17 @@ opt.flush() after step K ("flushed S"); a RewoundError (the daemon came
 back from a crash at the flushed step) sends the loop back there
 ("rewound S").
 
+load:K:PATH: after step K the optimizer state is saved to PATH with its
+moments halved (another checkpoint), then loaded (opt.load_state_dict,
+"loaded K"); started with nothing resumed while PATH exists, the worker
+does what a restart script does: it loads PATH again and goes on from
+step K + 1 ("reloaded K"). SPILLWAY_TEST_KILL_AT_WRITE_PAGE=N in the
+environment kills it inside that load.
+
 Exit status 3: the session was left mid-update (ESTALE), nothing resumed.
 """
 import errno
+import os
 import sys
 import time
 
@@ -58,15 +66,24 @@ def main():
         if e.errno == errno.ESTALE:
             print("stale: %s" % e, file=sys.stderr)
             sys.stdout.flush()
-            import os
             os._exit(3)
         raise
     if opt.resumed_step:
         print("resumed %d" % opt.resumed_step, flush=True)
     if extra.startswith("flush:"):
         return flushing(m, opt, steps, int(extra.split(":")[1]), out)
+    first = opt.resumed_step + 1
+    load_at, load_path = (int(extra.split(":")[1]), extra.split(":", 2)[2]) if extra.startswith("load:") \
+        else (0, None)
+    if load_at and not opt.resumed_step and os.path.exists(load_path):
+        # Nothing resumed: the restart code loads the checkpoint.
+        ck = torch.load(load_path)
+        m.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        first = load_at + 1
+        print("reloaded %d" % load_at, flush=True)
     # The three lines a trainer needs: start after the committed step.
-    for step in range(opt.resumed_step + 1, steps + 1):
+    for step in range(first, steps + 1):
         if extra == "raise5" and step == 5:
             raise RuntimeError("a bug in the training loop")
         x, y = batch(step)
@@ -74,6 +91,13 @@ def main():
         nn.functional.cross_entropy(m(x), y).backward()
         opt.step()
         print("step %d" % step, flush=True)
+        if step == load_at:
+            sd = opt.state_dict()
+            for st in sd["state"].values():
+                st["exp_avg"] = st["exp_avg"] * 0.5
+            torch.save({"model": m.state_dict(), "opt": sd}, load_path)
+            opt.load_state_dict(torch.load(load_path)["opt"])
+            print("loaded %d" % step, flush=True)
         if extra.startswith("ckpt:") and step == int(extra.split(":")[1]):
             r = opt.save_checkpoint(extra.split(":", 2)[2])
             print("checkpoint %d" % r["committed_step"], flush=True)

@@ -116,6 +116,40 @@ class PersistTest(unittest.TestCase):
         self.assertTrue(out.startswith("resumed %d" % (6 if mode == "exact" else 5)), out)
         self.same_state(ref, run)
 
+    def kill_inside_load(self, mode, tier):
+        """The trainer loads a checkpoint after step 5 (opt.load_state_dict)
+        and is killed by the library after the 5th of the 8 moment tensors
+        it writes (SPILLWAY_TEST_KILL_AT_WRITE_PAGE). The next trainer
+        attaches (no refusal, no spillwayctl drop), finds nothing resumed
+        (resumed_step 0), loads the checkpoint again as its restart code
+        says, and ends bit-identical to an uninterrupted run that did the
+        same load."""
+        ref, run = (os.path.join(self.tmp, "l%s-%s-%s.pt" % (w, mode, tier)) for w in ("ref", "run"))
+        ref_ck, run_ck = ref + ".ckpt", run + ".ckpt"
+        session = "py/load-%s-%s" % (mode, tier)
+        rc, out, err = self.finish(self.spawn("py/lref-%s-%s" % (mode, tier), mode, tier, False, ref,
+                                              "load:5:" + ref_ck))
+        self.assertEqual(rc, 0, err)
+        self.assertIn("loaded 5", out)
+        rc, out, err = self.finish(self.spawn(session, mode, tier, True, run, "load:5:" + run_ck,
+                                              env={"SPILLWAY_TEST_KILL_AT_WRITE_PAGE": "5"}))
+        self.assertEqual(rc, -signal.SIGKILL, err)
+        self.assertIn("step 5", out)
+        self.assertNotIn("loaded", out)  # it died inside the load
+        st = {s["name"]: s for s in spillway.status(self.d.control)["sessions"]}
+        self.assertEqual(st[session]["state"], "orphaned")
+        rc, out, err = self.finish(self.spawn(session, mode, tier, True, run, "load:5:" + run_ck))
+        self.assertEqual(rc, 0, err)
+        self.assertNotIn("resumed", out)  # nothing resumed: opt.resumed_step is 0
+        self.assertTrue(out.startswith("reloaded 5"), out)
+        self.same_state(ref, run)
+
+    def test_kill_inside_load_exact_cpu(self):
+        self.kill_inside_load("exact", "cpu")
+
+    def test_kill_inside_load_overlapped_nvme(self):
+        self.kill_inside_load("overlapped", "nvme")
+
     def test_kill_inside_update_overlapped_cpu(self):
         self.kill_inside_update("overlapped", "cpu")
 

@@ -225,8 +225,8 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
  * first spw_optimizer_begin() checks the layout (modes, groups, every
  * tensor's name, size, group and type) against the one left, refusing
  * with -ESTALE and the first difference. spw_optimizer_new() refuses with
- * -ESTALE a session whose trainer died inside a step's updates (its state
- * mixes two steps). Read the master weights back with
+ * -ESTALE a session whose trainer died inside a step's updates and whose
+ * update journal cannot put it right (docs/persistent.md). Read the master weights back with
  * spw_optimizer_read(SPW_STATE_PARAM) to restore the device parameters.
  *
  * Returns the committed step the adopted state holds (0 when the
@@ -563,6 +563,12 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor,
  * tensor has only SPW_STATE_PARAM) or a NULL in; -EBUSY while a step is
  * open; the pin's error (the state may then be partly written: write it
  * again); or the broken optimizer's error.
+ *
+ * On a persistent session a trainer killed inside a write, or after one
+ * before the next step's first update, leaves a state partly overwritten:
+ * the next persistent attach releases it and starts a fresh session
+ * (spw_session_info.released_write_step names the step; nothing is
+ * resumed): write the state again in full, and begin with its step + 1.
  */
 SPW_EXPORT int spw_optimizer_write(spw_optimizer *o, uint32_t tensor,
 				   enum spw_optimizer_state which, const float *in);

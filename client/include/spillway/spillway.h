@@ -265,6 +265,14 @@ struct spw_session_info {
 	uint32_t damaged_pages; /* reattached after a daemon crash: pages whose CRC failed; they are
 				 * never handed out (a pin fails -EBADMSG) and spw_optimizer_new
 				 * refuses the session: load the last checkpoint */
+	uint32_t reserved3;
+	/* Added after damaged_pages: a kill inside spw_optimizer_write. */
+	uint64_t released_write_step; /* persistent, not reattached: the orphan of this name was
+				       * released at this attach because its last client died
+				       * inside spw_optimizer_write (load_state_dict) when it had
+				       * opened this step, its state partly overwritten; this is a
+				       * fresh session (nothing resumed): write the state again in
+				       * full. 0: none */
 };
 
 /*
