@@ -60,28 +60,20 @@ static char config[1024];
 static pid_t spawn(const char *session, const char *persistent, const char *kill_tile, const char *delay_us,
 		   const char *out, int *fd)
 {
-	const char *exe = getenv("PERSIST_TRAINER");
-	int pfd[2];
-	pid_t pid;
+	char kill_at[64], delay[64];
+	struct trainer_args a = { .socket = d.control, .session = session, .mode = mode, .tier = tier,
+				  .steps = STEPS, .persistent = persistent, .out = out };
+	int n = 0;
 
-	ASSERT_TRUE(exe != NULL);
-	ASSERT_OK(pipe(pfd));
-	pid = fork();
-	ASSERT_TRUE(pid >= 0);
-	if (pid == 0) {
-		dup2(pfd[1], 1);
-		close(pfd[0]);
-		close(pfd[1]);
-		if (kill_tile)
-			setenv("SPILLWAY_TEST_KILL_AT_TILE", kill_tile, 1);
-		if (delay_us) /* each unit update takes longer: a step's updates last a while */
-			setenv("SPILLWAY_TEST_TILE_DELAY_US", delay_us, 1);
-		execl(exe, exe, d.control, session, mode, tier, "1", "0", STEPS, "0", persistent, out, (char *)NULL);
-		_exit(127);
+	if (kill_tile) {
+		snprintf(kill_at, sizeof(kill_at), "SPILLWAY_TEST_KILL_AT_TILE=%s", kill_tile);
+		a.env[n++] = kill_at;
 	}
-	close(pfd[1]);
-	*fd = pfd[0];
-	return pid;
+	if (delay_us) { /* each unit update takes longer: a step's updates last a while */
+		snprintf(delay, sizeof(delay), "SPILLWAY_TEST_TILE_DELAY_US=%s", delay_us);
+		a.env[n++] = delay;
+	}
+	return trainer_spawn(&a, fd);
 }
 
 /* The session's entry in the status document: its state into st (""

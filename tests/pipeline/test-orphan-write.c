@@ -62,28 +62,17 @@ static char config[1024], loadfile[512];
 static pid_t spawn(const char *session, const char *persistent, const char *kill_env, const char *kill_at,
 		   const char *out, int *fd)
 {
-	const char *exe = getenv("PERSIST_TRAINER");
-	int pfd[2];
-	pid_t pid;
+	char file[600], kill[128];
+	struct trainer_args a = { .socket = d.control, .session = session, .mode = mode, .tier = tier,
+				  .steps = STEPS, .persistent = persistent, .out = out,
+				  .env = { "PERSIST_LOAD_AT=" LOAD_AT, file } };
 
-	ASSERT_TRUE(exe != NULL);
-	ASSERT_OK(pipe(pfd));
-	pid = fork();
-	ASSERT_TRUE(pid >= 0);
-	if (pid == 0) {
-		dup2(pfd[1], 1);
-		close(pfd[0]);
-		close(pfd[1]);
-		setenv("PERSIST_LOAD_AT", LOAD_AT, 1);
-		setenv("PERSIST_LOAD_FILE", loadfile, 1);
-		if (kill_env)
-			setenv(kill_env, kill_at, 1);
-		execl(exe, exe, d.control, session, mode, tier, "1", "0", STEPS, "0", persistent, out, (char *)NULL);
-		_exit(127);
+	snprintf(file, sizeof(file), "PERSIST_LOAD_FILE=%s", loadfile);
+	if (kill_env) {
+		snprintf(kill, sizeof(kill), "%s=%s", kill_env, kill_at);
+		a.env[2] = kill;
 	}
-	close(pfd[1]);
-	*fd = pfd[0];
-	return pid;
+	return trainer_spawn(&a, fd);
 }
 
 /* The session's status entry: its state ("" when there is none), its
