@@ -9,8 +9,11 @@
 #ifndef SPW_TESTS_SESSION_FIGURE_H
 #define SPW_TESTS_SESSION_FIGURE_H
 
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 #include <spillway/spillway.h>
@@ -60,6 +63,50 @@ static inline double status_figure(const char *status_path, const char *path)
 	cJSON_Delete(doc);
 	free(json);
 	return v;
+}
+
+/* The session's state ("orphaned", "attached"...; "" when there is no
+ * such session), its committed step (-1: none) and whether a step is open. */
+static inline void session_marks(const char *status_path, const char *session, char *st, size_t stlen,
+				 double *committed, bool *open)
+{
+	char *json = NULL;
+	cJSON *doc, *s;
+
+	st[0] = '\0';
+	*committed = -1;
+	*open = false;
+	ASSERT_OK(spw_status_fetch(status_path, &json));
+	doc = cJSON_Parse(json);
+	free(json);
+	ASSERT_TRUE(doc != NULL);
+	cJSON_ArrayForEach(s, cJSON_GetObjectItem(doc, "sessions")) {
+		const cJSON *n = cJSON_GetObjectItem(s, "name");
+
+		if (cJSON_IsString(n) && !strcmp(n->valuestring, session)) {
+			snprintf(st, stlen, "%s", cJSON_GetObjectItem(s, "state")->valuestring);
+			*committed = cJSON_GetObjectItem(s, "committed_step")->valuedouble;
+			*open = cJSON_IsTrue(cJSON_GetObjectItem(s, "step_open"));
+		}
+	}
+	cJSON_Delete(doc);
+}
+
+/* Waits (up to 5 s) for the session to be an orphan (after its trainer's
+ * kill, or after a daemon start: the restore loads it first); its marks
+ * then. */
+static inline void session_wait_orphaned(const char *status_path, const char *session, double *committed,
+					 bool *open)
+{
+	char st[64];
+
+	for (int i = 0; i < 500; i++) {
+		session_marks(status_path, session, st, sizeof(st), committed, open);
+		if (!strcmp(st, "orphaned"))
+			return;
+		usleep(10 * 1000);
+	}
+	TEST_FAIL("session %s is not an orphan (state \"%s\")", session, st);
 }
 
 #endif

@@ -46,6 +46,7 @@
 
 #include "harness.h"
 #include "child-io.h"
+#include "session-figure.h"
 #include "test.h"
 
 #define STEPS "40"
@@ -74,48 +75,6 @@ static pid_t spawn(const char *session, const char *persistent, const char *kill
 		a.env[n++] = delay;
 	}
 	return trainer_spawn(&a, fd);
-}
-
-/* The session's entry in the status document: its state into st (""
- * when there is no such session), its committed step and whether a step
- * is open. */
-static void session_marks(char *st, size_t stlen, double *committed, bool *open)
-{
-	char *json = NULL;
-	cJSON *doc, *s;
-
-	st[0] = '\0';
-	*committed = -1;
-	*open = false;
-	ASSERT_OK(spw_status_fetch(d.status, &json));
-	doc = cJSON_Parse(json);
-	free(json);
-	ASSERT_TRUE(doc != NULL);
-	cJSON_ArrayForEach(s, cJSON_GetObjectItem(doc, "sessions")) {
-		const cJSON *n = cJSON_GetObjectItem(s, "name");
-
-		if (cJSON_IsString(n) && !strcmp(n->valuestring, SESSION)) {
-			snprintf(st, stlen, "%s", cJSON_GetObjectItem(s, "state")->valuestring);
-			*committed = cJSON_GetObjectItem(s, "committed_step")->valuedouble;
-			*open = cJSON_IsTrue(cJSON_GetObjectItem(s, "step_open"));
-		}
-	}
-	cJSON_Delete(doc);
-}
-
-/* Waits (up to 5 s) for the session to be an orphan again after a
- * daemon start (the restore loads it first). */
-static void wait_orphaned(double *committed, bool *open)
-{
-	char st[64];
-
-	for (int i = 0; i < 500; i++) {
-		session_marks(st, sizeof(st), committed, open);
-		if (!strcmp(st, "orphaned"))
-			return;
-		usleep(10 * 1000);
-	}
-	TEST_FAIL("session %s is not back as an orphan (state \"%s\")", SESSION, st);
 }
 
 /* The saves in the state directory. A daemon killed while a flush
@@ -177,7 +136,7 @@ static void stop_inside_updates(pid_t pid, double *committed)
 	bool open;
 
 	for (int tries = 0; tries < 1000; tries++) {
-		session_marks(st, sizeof(st), committed, &open);
+		session_marks(d.status, SESSION, st, sizeof(st), committed, &open);
 		if (*committed < 1 || !open) {
 			usleep(1000);
 			continue;
@@ -185,7 +144,7 @@ static void stop_inside_updates(pid_t pid, double *committed)
 		ASSERT_OK(kill(pid, SIGSTOP));
 		/* What it put on its ring before the stop is served. */
 		usleep(200 * 1000);
-		session_marks(st, sizeof(st), committed, &open);
+		session_marks(d.status, SESSION, st, sizeof(st), committed, &open);
 		if (open)
 			return;
 		ASSERT_OK(kill(pid, SIGCONT));
@@ -258,7 +217,7 @@ int main(int argc, char **argv)
 	 * a step's updates. */
 	pid = spawn(SESSION, "1", "300", NULL, run, &fd);
 	ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), -1);
-	wait_orphaned(&committed, &open);
+	session_wait_orphaned(d.status, SESSION, &committed, &open);
 	ASSERT_TRUE(open);
 	ASSERT_TRUE(committed >= 1);
 	printf("# killed inside step %.0f's updates\n", committed + 1);
@@ -297,7 +256,7 @@ saved:
 
 	/* Back as the same orphan: same committed step, step still open. */
 	ASSERT_OK(spw_test_daemon_start(&d, config));
-	wait_orphaned(&again, &open);
+	session_wait_orphaned(d.status, SESSION, &again, &open);
 	ASSERT_EQ(again, committed);
 	ASSERT_TRUE(open);
 

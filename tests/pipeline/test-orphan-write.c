@@ -45,6 +45,7 @@
 
 #include "harness.h"
 #include "child-io.h"
+#include "session-figure.h"
 #include "test.h"
 
 #define STEPS "12"
@@ -73,47 +74,6 @@ static pid_t spawn(const char *session, const char *persistent, const char *kill
 		a.env[2] = kill;
 	}
 	return trainer_spawn(&a, fd);
-}
-
-/* The session's status entry: its state ("" when there is none), its
- * committed step and whether a step is open. */
-static void session_marks(char *st, size_t stlen, double *committed, bool *open)
-{
-	char *json = NULL;
-	cJSON *doc, *s;
-
-	st[0] = '\0';
-	*committed = -1;
-	*open = false;
-	ASSERT_OK(spw_status_fetch(d.status, &json));
-	doc = cJSON_Parse(json);
-	free(json);
-	ASSERT_TRUE(doc != NULL);
-	cJSON_ArrayForEach(s, cJSON_GetObjectItem(doc, "sessions")) {
-		const cJSON *n = cJSON_GetObjectItem(s, "name");
-
-		if (cJSON_IsString(n) && !strcmp(n->valuestring, SESSION)) {
-			snprintf(st, stlen, "%s", cJSON_GetObjectItem(s, "state")->valuestring);
-			*committed = cJSON_GetObjectItem(s, "committed_step")->valuedouble;
-			*open = cJSON_IsTrue(cJSON_GetObjectItem(s, "step_open"));
-		}
-	}
-	cJSON_Delete(doc);
-}
-
-/* Waits (up to 5 s) for the session to be an orphan (after a kill, or
- * after a daemon start: the restore loads it first). */
-static void wait_orphaned(double *committed, bool *open)
-{
-	char st[64];
-
-	for (int i = 0; i < 500; i++) {
-		session_marks(st, sizeof(st), committed, open);
-		if (!strcmp(st, "orphaned"))
-			return;
-		usleep(10 * 1000);
-	}
-	TEST_FAIL("session %s is not an orphan (state \"%s\")", SESSION, st);
 }
 
 /* The saved entry's manifest field key: 1 true, 0 false or absent. */
@@ -184,7 +144,7 @@ int main(int argc, char **argv)
 	ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), -1);
 	if (!update)
 		ASSERT_TRUE(strstr(buf, "loaded") == NULL); /* it died inside the load */
-	wait_orphaned(&committed, &open);
+	session_wait_orphaned(d.status, SESSION, &committed, &open);
 	ASSERT_EQ(committed, 5.0);
 	ASSERT_TRUE(open);
 	printf("# killed with step 6 open (%s)\n", update ? "inside its updates" : "inside the load's writes");
@@ -208,7 +168,7 @@ int main(int argc, char **argv)
 		ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 		ASSERT_EQ(manifest_flag("opened_by_write"), 1);
 		ASSERT_OK(spw_test_daemon_start(&d, config));
-		wait_orphaned(&committed, &open);
+		session_wait_orphaned(d.status, SESSION, &committed, &open);
 		ASSERT_EQ(committed, 5.0);
 		ASSERT_TRUE(open);
 	}
