@@ -92,19 +92,26 @@ kill -KILL "$demo_train_pid" 2>/dev/null || true
 wait "$demo_train_pid" 2>/dev/null || true
 say "killed (kill -9) after step $(wc -l <"$demo_dir/run.losses"); the daemon keeps the session, orphaned:"
 build-demo/client/spillwayctl status | sed -n '/^SESSION/,/^$/p' || true
-# The orphan's state as files: a checkpoint written by the daemon (no
-# byte through a trainer), against cp of the same files.
-say "checkpoint: spillwayctl checkpoint demo/resume $demo_dir/ckpt"
+say "restart: the same command"
+# Wherever the kill landed (inside a step's updates too: the journal
+# repairs a torn tile and the step is finished or redone), it goes on.
+"${demo_resume[@]}" &
+demo_train_pid=$!
+# While it trains: its state as files, written by the daemon at the next
+# commit point (no byte through the trainer, which trains on while the
+# pages are copied), against cp of the same files.
+for _ in $(seq 1 1200); do
+	[ "$(cat "$demo_dir/run.losses" 2>/dev/null | wc -l)" -ge 36 ] && break
+	sleep 0.05
+done
+say "checkpoint while it trains: spillwayctl checkpoint demo/resume $demo_dir/ckpt"
 build-demo/client/spillwayctl checkpoint demo/resume "$demo_dir/ckpt" || true
 if [ -d "$demo_dir/ckpt" ]; then
 	demo_t0=$(date +%s%N)
 	cp -r "$demo_dir/ckpt" "$demo_dir/ckpt-cp" && sync -f "$demo_dir/ckpt-cp"
 	say "for comparison, cp -r of those files and sync: $(( ($(date +%s%N) - demo_t0) / 1000000 )) ms"
 fi
-say "restart: the same command"
-# Wherever the kill landed (inside a step's updates too: the journal
-# repairs a torn tile and the step is finished or redone), it goes on.
-"${demo_resume[@]}" && demo_rc=0 || demo_rc=$?
+wait "$demo_train_pid" && demo_rc=0 || demo_rc=$?
 if [ "$demo_rc" -ne 0 ]; then
 	echo "the resumed train-mlp failed with status $demo_rc" >&2
 	exit 1
