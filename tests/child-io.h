@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -99,6 +100,38 @@ static inline void *file_load(const char *path, size_t *n)
 	((char *)buf)[len] = '\0';
 	*n = (size_t)len;
 	return buf;
+}
+
+/* The daemon config the persist-trainer tests share: 64 MiB sessions, a
+ * swap directory in the daemon's own dir, persist.state_dir at state
+ * (with flush_interval_s 1 when periodic). Returns buf. */
+static inline const char *persist_config(char *buf, size_t len, const char *state, int periodic)
+{
+	snprintf(buf, len,
+		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
+		 " \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
+		 " \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"64MiB\"},"
+		 " \"persist\": {\"state_dir\": \"%s\"%s}, \"log\": {\"level\": \"warn\"}}",
+		 state, periodic ? ", \"flush_interval_s\": 1" : "");
+	return buf;
+}
+
+/* Two trainers' state files (persist-trainer's: fp32 p, m and v of each
+ * tensor in order) hold the same bits; otherwise the test fails naming
+ * the first element that differs. what: the second run ("across the
+ * restart"). */
+static inline void state_files_same(const char *ref, const char *run, const char *what)
+{
+	size_t na, nb;
+	float *a = file_load(ref, &na), *b = file_load(run, &nb);
+
+	ASSERT_EQ(na, nb);
+	for (size_t i = 0; i < na / 4; i++)
+		if (memcmp(&a[i], &b[i], 4))
+			TEST_FAIL("element %zu of the state (p, m, v of each tensor in order) differs: %.9g uninterrupted, "
+				  "%.9g %s", i, (double)a[i], (double)b[i], what);
+	free(a);
+	free(b);
 }
 
 /* Removes dir and the files in it (a checkpoint: no subdirectories).

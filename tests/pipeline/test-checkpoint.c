@@ -72,16 +72,7 @@ static char *train(const char *session, const char *persistent, const char *out,
 
 static void same_state(const char *a_path, const char *b_path, const char *what)
 {
-	size_t na, nb;
-	float *a = file_load(a_path, &na), *b = file_load(b_path, &nb);
-
-	ASSERT_EQ(na, nb);
-	for (size_t i = 0; i < na / 4; i++)
-		if (memcmp(&a[i], &b[i], 4))
-			TEST_FAIL("%s: element %zu of the state (p, m, v of each tensor) differs: %.9g uninterrupted, %.9g",
-				  what, i, (double)a[i], (double)b[i]);
-	free(a);
-	free(b);
+	state_files_same(a_path, b_path, what);
 }
 
 static spw_client *connect_client(void)

@@ -167,16 +167,7 @@ static double flushed_step(const char *entry)
 
 static void same_state(const char *ref, const char *run)
 {
-	size_t na, nb;
-	float *a = file_load(ref, &na), *b = file_load(run, &nb);
-
-	ASSERT_EQ(na, nb);
-	for (size_t i = 0; i < na / 4; i++)
-		if (memcmp(a + i, b + i, 4))
-			TEST_FAIL("element %zu of the state differs: %.9g uninterrupted, %.9g across the crash", i,
-				  (double)a[i], (double)b[i]);
-	free(a);
-	free(b);
+	state_files_same(ref, run, "across the crash");
 }
 
 /* The first moment tensor (".exp_avg") of the entry's manifest with two
@@ -238,11 +229,7 @@ int main(int argc, char **argv)
 	if (!getenv("SPILLWAYD"))
 		SKIP("spillwayd is not built yet");
 	ASSERT_TRUE(mkdtemp(state) != NULL);
-	snprintf(config, sizeof(config),
-		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
-		 " \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
-		 " \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"64MiB\"},"
-		 " \"persist\": {\"state_dir\": \"%s\"}, \"log\": {\"level\": \"warn\"}}", state);
+	persist_config(config, sizeof(config), state, 0);
 	snprintf(ref, sizeof(ref), "%s.ref.bin", state);
 	snprintf(run, sizeof(run), "%s.run.bin", state);
 	/* persist-trainer's geometry: an attach of another is refused. */
@@ -325,12 +312,7 @@ int main(int argc, char **argv)
 
 	/* Flushed every second without being asked; killed once a flush
 	 * holds step 5: back at the last flush's step. */
-	snprintf(config, sizeof(config),
-		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
-		 " \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
-		 " \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"64MiB\"},"
-		 " \"persist\": {\"state_dir\": \"%s\", \"flush_interval_s\": 1}, \"log\": {\"level\": \"warn\"}}",
-		 state);
+	persist_config(config, sizeof(config), state, 1);
 	ASSERT_OK(spw_test_daemon_start(&d, config));
 	pid = spawn("cr/per", "1", "100000", NULL, run, &fd);
 	for (int i = 0; i < 2000 && flushed_step("cr+per") < 5; i++)

@@ -167,8 +167,7 @@ int main(int argc, char **argv)
 	struct spw_checkpoint_result res = { .size = sizeof(res) };
 	double committed, again;
 	bool open, crash, periodic, shutdown;
-	size_t na, nb;
-	void *a, *b;
+	char what[96];
 	spw_client *c;
 	int fd;
 	pid_t pid;
@@ -185,12 +184,7 @@ int main(int argc, char **argv)
 	if (!getenv("SPILLWAYD"))
 		SKIP("spillwayd is not built yet");
 	ASSERT_TRUE(mkdtemp(state) != NULL);
-	snprintf(config, sizeof(config),
-		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
-		 " \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
-		 " \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"64MiB\"},"
-		 " \"persist\": {\"state_dir\": \"%s\"%s}, \"log\": {\"level\": \"warn\"}}", state,
-		 periodic ? ", \"flush_interval_s\": 1" : "");
+	persist_config(config, sizeof(config), state, periodic);
 	ASSERT_OK(spw_test_daemon_start(&d, config));
 	snprintf(ref, sizeof(ref), "%s.ref.bin", state);
 	snprintf(run, sizeof(run), "%s.run.bin", state);
@@ -265,16 +259,8 @@ saved:
 	ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), 0);
 	printf("# %s", buf);
 	ASSERT_CONTAINS(buf, " mid-update");
-	a = file_load(ref, &na);
-	b = file_load(run, &nb);
-	ASSERT_EQ(na, nb);
-	for (size_t i = 0; i < na / 4; i++)
-		if (memcmp((float *)a + i, (float *)b + i, 4))
-			TEST_FAIL("element %zu of the state (p, m, v of each tensor in order) differs: %.9g "
-				  "uninterrupted, %.9g across the kill and the %s", i, (double)((float *)a)[i],
-				  (double)((float *)b)[i], argv[3]);
-	free(a);
-	free(b);
+	snprintf(what, sizeof(what), "across the kill (%s)", argv[3]);
+	state_files_same(ref, run, what);
 
 	/* It detached at its end: its save went with it, and the start
 	 * removed any temporary a kill left (rmdir: nothing is left). */

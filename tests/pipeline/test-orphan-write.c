@@ -101,8 +101,7 @@ int main(int argc, char **argv)
 	char ref[512], run[512], buf[4096];
 	double committed;
 	bool open, restart, update;
-	size_t na, nb;
-	void *a, *b;
+	char what[96];
 	int fd;
 	pid_t pid;
 
@@ -116,11 +115,7 @@ int main(int argc, char **argv)
 	if (!getenv("SPILLWAYD"))
 		SKIP("spillwayd is not built yet");
 	ASSERT_TRUE(mkdtemp(state) != NULL);
-	snprintf(config, sizeof(config),
-		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
-		 " \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
-		 " \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"64MiB\"},"
-		 " \"persist\": {\"state_dir\": \"%s\"}, \"log\": {\"level\": \"warn\"}}", state);
+	persist_config(config, sizeof(config), state, 0);
 	ASSERT_OK(spw_test_daemon_start(&d, config));
 	snprintf(ref, sizeof(ref), "%s.ref.bin", state);
 	snprintf(run, sizeof(run), "%s.run.bin", state);
@@ -187,16 +182,8 @@ int main(int argc, char **argv)
 		ASSERT_CONTAINS(buf, "released write 6");
 		ASSERT_CONTAINS(buf, "reloaded " LOAD_AT);
 	}
-	a = file_load(ref, &na);
-	b = file_load(run, &nb);
-	ASSERT_EQ(na, nb);
-	for (size_t i = 0; i < na / 4; i++)
-		if (memcmp((float *)a + i, (float *)b + i, 4))
-			TEST_FAIL("element %zu of the state (p, m, v of each tensor in order) differs: %.9g "
-				  "uninterrupted, %.9g across the kill (%s)", i, (double)((float *)a)[i],
-				  (double)((float *)b)[i], argv[3]);
-	free(a);
-	free(b);
+	snprintf(what, sizeof(what), "across the kill (%s)", argv[3]);
+	state_files_same(ref, run, what);
 
 	/* It detached at its end: nothing is left in the state directory. */
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);

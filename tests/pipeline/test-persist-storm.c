@@ -80,36 +80,12 @@ static int mid_count;
 
 static int reap(pid_t pid, int fd, int *resumed)
 {
-	char buf[256];
-	ssize_t got;
-	int st;
+	char buf[4096];
+	int st = child_reap(pid, fd, buf, sizeof(buf));
 
-	ASSERT_EQ(waitpid(pid, &st, 0), pid);
-	got = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (got > 0) {
-		buf[got] = '\0';
-		*resumed += strstr(buf, "resumed ") != NULL;
-		mid_count += strstr(buf, " mid-update") != NULL;
-	}
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static void load(const char *path, float **buf, size_t *n)
-{
-	FILE *f = fopen(path, "rb");
-	long len;
-
-	ASSERT_TRUE(f != NULL);
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	ASSERT_TRUE(len > 0 && len % 4 == 0);
-	*buf = malloc((size_t)len);
-	ASSERT_TRUE(*buf != NULL);
-	ASSERT_EQ(fread(*buf, 1, (size_t)len, f), (size_t)len);
-	fclose(f);
-	*n = (size_t)len / 4;
+	*resumed += strstr(buf, "resumed ") != NULL;
+	mid_count += strstr(buf, " mid-update") != NULL;
+	return st;
 }
 
 static void drop(const char *session)
@@ -140,8 +116,6 @@ int main(int argc, char **argv)
 	char ref_out[512], storm_out[512];
 	long ref_ms;
 	int kills_wanted, kills = 0, resumed = 0, stale = 0, fd, st, ignored = 0;
-	float *a, *b;
-	size_t na, nb;
 	unsigned seed;
 	pid_t pid;
 
@@ -220,15 +194,7 @@ int main(int argc, char **argv)
 	 * refused). */
 	ASSERT_TRUE(mid_count >= (kills_wanted >= 20 ? kills_wanted / 20 : 1));
 
-	load(ref_out, &a, &na);
-	load(storm_out, &b, &nb);
-	ASSERT_EQ(na, nb);
-	for (size_t i = 0; i < na; i++)
-		if (memcmp(&a[i], &b[i], 4))
-			TEST_FAIL("element %zu of the state (p, m, v of each tensor in order) differs: %.9g uninterrupted, "
-				  "%.9g after the kills", i, (double)a[i], (double)b[i]);
-	free(a);
-	free(b);
+	state_files_same(ref_out, storm_out, "after the kills");
 
 	/* Nothing left behind: the last trainer detached. */
 	ASSERT_EQ(status_figure(d.status, "sessions"), 0.0);

@@ -80,16 +80,10 @@ static void point_socket(void)
 
 static void same_state(const char *ref, const char *run)
 {
-	size_t na, nb;
-	float *a = file_load(ref, &na), *b = file_load(run, &nb);
+	char what[600];
 
-	ASSERT_EQ(na, nb);
-	for (size_t i = 0; i < na / 4; i++)
-		if (memcmp(a + i, b + i, 4))
-			TEST_FAIL("%s: element %zu of the state differs: %.9g uninterrupted, %.9g across the restart",
-				  run, i, (double)a[i], (double)b[i]);
-	free(a);
-	free(b);
+	snprintf(what, sizeof(what), "across the restart (%s)", run);
+	state_files_same(ref, run, what);
 }
 
 /* spw_client_reconnect()'s refusals: a session not persistent (-EINVAL),
@@ -153,11 +147,7 @@ int main(int argc, char **argv)
 	ASSERT_TRUE(mkdtemp(state) != NULL);
 	ASSERT_TRUE(mkdtemp(link_dir) != NULL);
 	snprintf(sock, sizeof(sock), "%s/control.sock", link_dir);
-	snprintf(config, sizeof(config),
-		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
-		 " \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
-		 " \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"64MiB\"},"
-		 " \"persist\": {\"state_dir\": \"%s\"}, \"log\": {\"level\": \"warn\"}}", state);
+	persist_config(config, sizeof(config), state, 0);
 	ASSERT_OK(spw_test_daemon_start(&d, config));
 	point_socket();
 	snprintf(ref, sizeof(ref), "%s.ref.bin", state);

@@ -111,8 +111,6 @@ int main(int argc, char **argv)
 {
 	char ref[512], run[512], buf[4096], entry[256], st[64];
 	unsigned long long step;
-	size_t na, nb;
-	void *a, *b;
 	double committed = 0;
 	int fd, rc;
 	pid_t pid;
@@ -127,11 +125,7 @@ int main(int argc, char **argv)
 	if (!getenv("SPILLWAYD"))
 		SKIP("spillwayd is not built yet");
 	ASSERT_TRUE(mkdtemp(state) != NULL);
-	snprintf(config, sizeof(config),
-		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
-		 " \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
-		 " \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"64MiB\"},"
-		 " \"persist\": {\"state_dir\": \"%s\"}, \"log\": {\"level\": \"warn\"}}", state);
+	persist_config(config, sizeof(config), state, 0);
 	ASSERT_OK(spw_test_daemon_start(&d, config));
 	snprintf(ref, sizeof(ref), "%s.ref.bin", state);
 	snprintf(run, sizeof(run), "%s.run.bin", state);
@@ -174,15 +168,7 @@ int main(int argc, char **argv)
 	ASSERT_EQ(rc, 0);
 	ASSERT_TRUE(strstr(buf, "resumed ") != NULL);
 	ASSERT_EQ(strtoull(strstr(buf, "resumed ") + 8, NULL, 10), step);
-	a = file_load(ref, &na);
-	b = file_load(run, &nb);
-	ASSERT_EQ(na, nb);
-	for (size_t i = 0; i < na / 4; i++)
-		if (memcmp((float *)a + i, (float *)b + i, 4))
-			TEST_FAIL("element %zu of the state differs: %.9g uninterrupted, %.9g across the restart", i,
-				  (double)((float *)a)[i], (double)((float *)b)[i]);
-	free(a);
-	free(b);
+	state_files_same(ref, run, "across the restart");
 	/* It detached at its end: its save went, nothing to save. */
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	ASSERT_EQ(state_entries(NULL, 0), 0u);
