@@ -418,9 +418,13 @@ static void test_hostile(void)
 
 /* Real disk traffic, then its latency histogram: a swappable tensor of
  * twice the free slots, every page written (evictions write back), then
- * the first ones read back. Every request lands in exactly one bucket:
- * the buckets only grow with le, +Inf equals the count, and the count is
- * at least the requests the traffic forced. */
+ * every page read again. Which pages the pager keeps is its policy's
+ * business (it may keep the first ones, depending on when write-back
+ * finished); what the traffic forces is not: 24 dirty pages through 12
+ * slots make 12 evictions, each a completed write, and 24 pages read
+ * through 12 slots find at most 12 still there. Every request lands in
+ * exactly one bucket: the buckets only grow with le and +Inf equals the
+ * count. */
 static void swap_latency(struct raw_session *s)
 {
 	static const char *const le[] = { "0.0001", "0.0005", "0.001", "0.005", "0.01", "0.05", "0.25", "1", "+Inf" };
@@ -435,7 +439,7 @@ static void swap_latency(struct raw_session *s)
 		ASSERT_GE(raw_op(s, SPW_OP_PIN, 0, (uint32_t)tid, p), 0);
 		ASSERT_EQ(raw_op(s, SPW_OP_UNPIN, SPW_UNPIN_DIRTY, (uint32_t)tid, p), 0);
 	}
-	for (uint32_t p = 0; p < 4; p++) {
+	for (uint32_t p = 0; p < pages; p++) {
 		ASSERT_GE(raw_op(s, SPW_OP_PIN, 0, (uint32_t)tid, p), 0);
 		ASSERT_EQ(raw_op(s, SPW_OP_UNPIN, 0, (uint32_t)tid, p), 0);
 	}
@@ -446,9 +450,7 @@ static void swap_latency(struct raw_session *s)
 
 		snprintf(series, sizeof(series), "spillway_swap_io_seconds_count{session=\"job/metrics-0\",op=\"%s\"}", op);
 		count = value_of(text, series);
-		/* 12 slots are free for 24 dirty pages: at least 12 write-backs;
-		 * pages 0-3 were among the evicted, so at least 4 reads. */
-		ASSERT_GE(count, w ? 12 : 4);
+		ASSERT_GE(count, 12);
 		for (size_t i = 0; i < sizeof(le) / sizeof(le[0]); i++) {
 			snprintf(series, sizeof(series),
 				 "spillway_swap_io_seconds_bucket{session=\"job/metrics-0\",op=\"%s\",le=\"%s\"}", op, le[i]);
