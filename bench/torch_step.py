@@ -47,8 +47,10 @@ One JSON line per configuration (with --json):
                       (trainer_shmem_bytes of it)
   torch_rss_bytes     the torch.optim.AdamW trainer's VmRSS
   daemon_region_bytes the session's pinned region in spillwayd
+  daemon_region_held_bytes  what of it holds memory: a resident tensor's
+                      last page keeps only its bytes (rounded up to 4 KiB)
   daemon_locked_bytes the same when the daemon could mlock it, else 0
-  footprint_bytes     trainer_rss - trainer_shmem + daemon_region: the
+  footprint_bytes     trainer_rss - trainer_shmem + daemon_region_held: the
                       memory the configuration holds, the shared region
                       counted once; compare with torch_rss_bytes
 plus the configuration (model shape, params, threads, load average).
@@ -292,13 +294,16 @@ def worker(a, cfg):
             m = proc_status()
             res = {"rss": m.get("VmRSS", 0), "hwm": m.get("VmHWM", 0),
                    "threads_cpu_s": _threads_cpu(),
-                   "shmem": m.get("RssShmem", 0), "region": 0, "locked": False}
+                   "shmem": m.get("RssShmem", 0), "region": 0, "region_held": 0, "locked": False}
             if cfg["kind"] != "torch":
                 import spillway
                 st = spillway.status(socket) if socket else spillway.status()
                 for s in st.get("sessions", []):
                     if s.get("name") == session:
                         res["region"] = int(s.get("region_bytes", 0))
+                        # What of it holds memory (the unused tails of
+                        # resident pages are given back); older daemons: all.
+                        res["region_held"] = int(s.get("region_resident_bytes", res["region"]))
                         res["locked"] = bool(s.get("locked"))
                 res["daemon_pid"] = st.get("pid")
             answer(res)
@@ -544,7 +549,7 @@ def main(argv):
     for i, c in enumerate(cfgs):
         m = mems[i]
         step = median(times[i])
-        footprint = m["rss"] - m["shmem"] + m["region"]
+        footprint = m["rss"] - m["shmem"] + m["region_held"]
         row = {
             "bench": "torch",
             "optimizer": "torch.optim.AdamW" if c["kind"] == "torch" else "OffloadAdamW",
@@ -572,6 +577,7 @@ def main(argv):
             "trainer_shmem_bytes": m["shmem"],
             "torch_rss_bytes": torch_rss,
             "daemon_region_bytes": m["region"],
+            "daemon_region_held_bytes": m["region_held"],
             "daemon_locked_bytes": m["region"] if m["locked"] else 0,
             "footprint_bytes": footprint,
             "footprint_vs_torch": round(footprint / torch_rss, 3) if torch_rss else None,

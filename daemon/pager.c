@@ -367,6 +367,21 @@ void pager_step(struct pager *p)
 
 /* Tensors. */
 
+/* Zeros slot s for a resident page that holds used bytes. Past them, to
+ * the end of the page, nothing is ever read or written for the tensor (a
+ * tensor's last page, for a bias, a norm's weight: most of a page), so
+ * that part goes back to the kernel rather than being zeroed: no memory
+ * sits in a slot for nothing. Anyone who touches it later reads zeros and
+ * gets memory back, as with a zeroed page. */
+static int resident_zero(struct pager *p, uint32_t s, uint64_t used)
+{
+	uint64_t keep = (used + 4095) & ~(uint64_t)4095, off = (uint64_t)s * p->c.page_size;
+
+	if (keep < p->c.page_size && p->c.discard && p->c.discard(p->c.ctx, off + keep, p->c.page_size - keep) == 0)
+		return safemem_zero(slot_addr(p, s), keep);
+	return safemem_zero(slot_addr(p, s), p->c.page_size);
+}
+
 int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swappable, uint32_t *id,
 		     uint32_t *npages, char *err, size_t errlen)
 {
@@ -476,7 +491,7 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 	/* A resident page starts as zeros. The slot is client memory: through
 	 * safemem, so a region punched under us fails this register alone. */
 	for (uint32_t i = 0; !swappable && i < n; i++) {
-		if (safemem_zero(slot_addr(p, t->pages[i].slot), p->c.page_size) < 0) {
+		if (resident_zero(p, t->pages[i].slot, i + 1 < n ? p->c.page_size : bytes - (uint64_t)i * p->c.page_size) < 0) {
 			int r2 = pager_region_gone(p, "register", &t->pages[i]);
 
 			snprintf(err, errlen, "%s", pager_last_error(p));

@@ -126,6 +126,11 @@ struct pager_config {
 	/* Runs j->fn elsewhere and j->done on this thread later (or both at
 	 * once, in order, when it cannot). NULL: both inline. */
 	void (*offload)(void *ctx, struct pager_job *j);
+	/* Gives len bytes of the region at offset off (4 KiB aligned) back to
+	 * the kernel: they read as zeros from then on, and take memory again
+	 * only when touched. The unused tail of a resident tensor's last page
+	 * goes this way. NULL, or a failure, zero-fills instead. */
+	int (*discard)(void *ctx, uint64_t off, uint64_t len);
 	void *ctx;
 };
 

@@ -194,6 +194,17 @@ static void session_offload(void *ctx, struct pager_job *j)
 	}
 }
 
+/* The pager's unused tails of resident pages, punched out of the region's
+ * memfd. Not on hugetlb (a hole there is a whole hugepage). */
+static int session_discard(void *ctx, uint64_t off, uint64_t len)
+{
+	struct session *s = ctx;
+
+	if (s->region->hugepages || off + len > s->region->bytes)
+		return -EINVAL;
+	return safemem_punch(s->region->fd, off, len);
+}
+
 /* The pager's I/O into the session's I/O log (spw-ring.h), which the
  * client reads for its timeline. The rings are the daemon's mapping; a
  * client scribbling over the log only garbles its own timeline. */
@@ -251,6 +262,7 @@ static int pager_create(struct session *s, char *err, size_t errlen)
 		.io_event = session_io_event,
 		.gauges = session_gauges,
 		.offload = session_offload,
+		.discard = session_discard,
 		.ctx = s,
 	};
 	char perr[640];
