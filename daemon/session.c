@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include "control.h"
 #include "daemon.h"
@@ -567,6 +568,15 @@ bool session_page_bad(const struct session *s, uint32_t tensor, uint32_t page)
 		if (s->bad[i].tensor == tensor && s->bad[i].page == page)
 			return true;
 	return false;
+}
+
+int64_t session_region_held(const struct session *s)
+{
+	struct stat st;
+
+	if (!s->region || fstat(s->region->fd, &st) < 0)
+		return -1;
+	return (int64_t)st.st_blocks * 512;
 }
 
 const char *session_tensor_name(const struct session *s, uint32_t id)

@@ -179,6 +179,10 @@ void control_unregister_done(struct session *s, uint32_t id);
 void session_tensor_removed(void *ctx, uint32_t id);
 /* The tensor's name, or NULL for an unknown id. */
 const char *session_tensor_name(const struct session *s, uint32_t id);
+
+/* Bytes of s's region that hold memory now (its memfd's blocks: less than
+ * the region by the tails pager.c gave back); -1 while there is none. */
+int64_t session_region_held(const struct session *s);
 /* Whether page of tensor failed its CRC when s came back from a crash
  * (s->bad): such a page is never handed out. */
 bool session_page_bad(const struct session *s, uint32_t tensor, uint32_t page);

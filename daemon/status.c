@@ -13,7 +13,6 @@
 #include <unistd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include <cjson/cJSON.h>
@@ -249,12 +248,8 @@ static cJSON *session_json(const struct session *s)
 	cJSON_AddNumberToObject(o, "region_ready_bytes", (double)region_ready_bytes(&s->ropts));
 	/* What of it holds memory now: the unused tails of resident tensors'
 	 * last pages were given back (pager.c, resident_zero()). */
-	if (s->region) {
-		struct stat rs;
-
-		if (fstat(s->region->fd, &rs) == 0)
-			cJSON_AddNumberToObject(o, "region_resident_bytes", (double)rs.st_blocks * 512.0);
-	}
+	if (session_region_held(s) >= 0)
+		cJSON_AddNumberToObject(o, "region_resident_bytes", (double)session_region_held(s));
 	cJSON_AddNumberToObject(o, "page_size", s->page_size);
 	cJSON_AddNumberToObject(o, "slots", s->nslots);
 	if (s->pager)

@@ -517,6 +517,8 @@ int main(void)
 	snprintf(series, sizeof(series), "spillway_session_region_bytes{session=\"job/metrics-0\",uid=\"%u\"}",
 		 (unsigned)getuid());
 	ASSERT_TRUE(value_of(text, series) == 16 * MiB);
+	/* All of it holds memory: "w" is whole pages (test-tails has the tails). */
+	ASSERT_TRUE(value_of(text, "spillway_session_region_resident_bytes{session=\"job/metrics-0\"}") == 16 * MiB);
 	ASSERT_TRUE(value_of(text, "spillway_ring_ops_total{session=\"job/metrics-0\",op=\"pin\"}") == pins);
 	ASSERT_TRUE(value_of(text, "spillway_ring_ops_total{session=\"job/metrics-0\",op=\"unpin\"}") == pins);
 	ASSERT_TRUE(value_of(text, "spillway_ring_ops_total{session=\"job/metrics-0\",op=\"step\"}") == 1);
