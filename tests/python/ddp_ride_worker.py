@@ -20,6 +20,10 @@ on stdin (the test restarts the daemon meanwhile), then goes on:
            after the first bucket was handed over to spillway; the next
            bucket's hand-over meets the daemon gone ("gone in bucket" when
            one did: the hand-over failed inside the future's callback)
+  first    inside backward, in the first all-reduce future's callback
+           before its bucket is handed over (nothing of step K is in
+           spillway yet, in either mode); that hand-over meets the
+           daemon gone
   step     after backward, just before opt.step()
 
 flush:F: opt.flush() after step F ("flushed S"): the test kills the daemon
@@ -56,14 +60,16 @@ def pause(step):
 def count_buckets(opt, at, where):
     """Wraps spillway._torch_ddp.bucket_ready (which the comm hook's
     callback looks up at each call): counts the buckets handed over this
-    step, pauses after the first one of step `at` (where == "bucket"),
-    and notes a hand-over that met the daemon gone."""
+    step, pauses before (where == "first") or after (where == "bucket")
+    the first one of step `at`, and notes a hand-over that raised."""
     real = ddp_hook.bucket_ready
     seen = {"n": 0, "gone": False}
 
     def wrapped(o, state, params, grads):
         if o is not opt or getattr(o, "_gone", None) is not None:
             return real(o, state, params, grads)
+        if seen["n"] == 0 and where == "first" and o._step_no + 1 == at:
+            pause(at)
         try:
             real(o, state, params, grads)
         except Exception:

@@ -15,6 +15,10 @@ and lets both ranks go on:
   bucket's updates ran before the pause, so step AT is open and a SIGTERM
   would wait for its commit: there the daemon is killed (kill -9) after
   each rank's opt.flush() at step AT - 1 instead;
+- inside backward, in the first all-reduce future's callback before its
+  bucket is handed over (overlapped mode; nothing of step AT is open, so
+  a SIGTERM saves step AT - 1 at once): that hand-over meets the daemon
+  gone;
 - after backward, before step(): step() meets the daemon gone.
 
 Each rank ends with a model and an optimizer state_dict torch.equal to an
@@ -122,7 +126,7 @@ class RideDdp(Restarts):
             outs = self.finish(ps, errs, "go\n")
             for r, out in enumerate(outs):
                 self.assertIn("reconnects 1\n", out, "rank %d: %s" % (r, self.err(errs[r])))
-                if where == "bucket":
+                if where in ("first", "bucket"):
                     # The restart was met where it was meant to be: in a
                     # bucket's hand-over, inside the future's callback.
                     self.assertIn("gone in bucket\n", out, "rank %d" % r)
@@ -144,6 +148,11 @@ class RideDdp(Restarts):
         # never reach) and save nothing. A kill -9 after a flush at AT - 1
         # brings the sessions back at AT - 1, and step AT is redone.
         self.ride("overlapped", "bucket", flush=AT - 1)
+
+    def test_overlapped_first_bucket(self):
+        # Paused before the first bucket's hand-over: nothing of step AT
+        # is open, so the SIGTERM saves step AT - 1 at once.
+        self.ride("overlapped", "first")
 
     def test_exact_before_step(self):
         self.ride("exact", "step")
