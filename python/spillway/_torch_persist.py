@@ -147,9 +147,13 @@ class RewoundError(RuntimeError):
 
 def went_away(opt, err):
     """Whether err is the daemon going away under a persistent optimizer
-    that rides restarts out (reconnect > 0)."""
+    that rides restarts out (reconnect > 0). Its session may be one
+    OffloadAdamW made or a Session passed in: check() holds a passed-in
+    Session to persistent=True, and _recover reconnects that very object
+    (Session.reconnect), so the caller's handle stays valid."""
+    s = getattr(opt, "_session", None)
     return (getattr(opt, "_persistent", False) and getattr(opt, "_reconnect", 0) > 0
-            and getattr(opt, "_own_session", False) and err.errno in (errno.ECONNRESET, errno.EPIPE))
+            and s is not None and s.persistent and err.errno in (errno.ECONNRESET, errno.EPIPE))
 
 
 def _recover(opt, err, n):
