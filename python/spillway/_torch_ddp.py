@@ -17,11 +17,23 @@ exact mode, an error in overlapped mode.
 
 For gradient accumulation under DDP use ddp_model.no_sync() for all but
 the last micro-batch, as with any optimizer: only the last one reduces.
+
+A daemon restart rides out under DDP as under the backward hooks
+(persistent=True, reconnect > 0; spillway._torch_persist): a hand-over
+that meets spillwayd gone inside an all-reduce future's callback does not
+fail the future (DDP would raise it out of backward); the callback keeps
+it for step(), the later buckets are not handed over, DDP goes on writing
+the averages into .grad, and step() (or clip_grad_norm_, GradScaler.step)
+reconnects and redoes the step from .grad: the same average on every
+rank, so the ranks stay equal.
 """
 import threading
 import weakref
 
 import torch
+
+from . import SpillwayError
+from ._torch_persist import hook_failed
 
 
 class DdpState:
@@ -74,14 +86,27 @@ def _comm_hook(state, bucket):
         opt = state.opt()
         if opt is not None:
             with state.lock:
-                bucket_ready(opt, state, params, grads)
+                try:
+                    bucket_ready(opt, state, params, grads)
+                except SpillwayError as err:
+                    # An exception here would fail the future, and DDP's
+                    # finalize would raise it out of backward (torch wraps
+                    # it: "Got the following error when running the
+                    # callback"), leaving the reducer mid-iteration. The
+                    # daemon gone under a persistent optimizer is kept for
+                    # step() instead, which reconnects and redoes the step
+                    # from p.grad: DDP still writes the averages there.
+                    if not hook_failed(opt, err):
+                        raise
         return out
     return fut.then(reduced)
 
 
 def bucket_ready(opt, state, params, grads):
-    """Hands each parameter's averaged slice of a bucket over (lock held)."""
-    if opt._opt is None or opt._failed:
+    """Hands each parameter's averaged slice of a bucket over (lock held).
+    Nothing more once a hand-over met the daemon gone this step (step()
+    reconnects and takes every gradient from p.grad)."""
+    if opt._opt is None or opt._failed or getattr(opt, "_gone", None) is not None:
         return
     for p, g in zip(params, grads):
         e = opt._entry_of(p)

@@ -147,9 +147,13 @@ class RewoundError(RuntimeError):
 
 def went_away(opt, err):
     """Whether err is the daemon going away under a persistent optimizer
-    that rides restarts out (reconnect > 0)."""
+    that rides restarts out (reconnect > 0). Its session may be one
+    OffloadAdamW made or a Session passed in: check() holds a passed-in
+    Session to persistent=True, and _recover reconnects that very object
+    (Session.reconnect), so the caller's handle stays valid."""
+    s = getattr(opt, "_session", None)
     return (getattr(opt, "_persistent", False) and getattr(opt, "_reconnect", 0) > 0
-            and getattr(opt, "_own_session", False) and err.errno in (errno.ECONNRESET, errno.EPIPE))
+            and s is not None and s.persistent and err.errno in (errno.ECONNRESET, errno.EPIPE))
 
 
 def _recover(opt, err, n):
@@ -163,6 +167,12 @@ def _recover(opt, err, n):
         opt._opt.close()
         opt._opt = None
     opt._failed, opt._in_step, opt._ended, opt._begun = None, False, None, None
+    ddp = getattr(opt, "_ddp", None)
+    if ddp is not None:
+        # DDP's hand-overs of this backward (spillway._torch_ddp) went to
+        # the dead daemon's optimizer; the redo takes p.grad, DDP's average.
+        with ddp.lock:
+            ddp.handed = []
     try:
         opt._session.reconnect(opt._reconnect)
         for e in opt._entries:
@@ -218,8 +228,10 @@ def step(opt):
 
 
 def hook_failed(opt, err):
-    """A backward hook's hand-over met the daemon gone: kept for step()
-    (True), which reconnects; the gradients stay in p.grad."""
+    """A backward hook's hand-over (or, under DDP, the all-reduce future's:
+    spillway._torch_ddp) met the daemon gone: kept for step() (True),
+    which reconnects; the gradients stay in p.grad (under DDP, the
+    average: DDP writes it there after the all-reduce either way)."""
     if not went_away(opt, err):
         return False
     opt._gone, opt._failed = err, None

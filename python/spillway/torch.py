@@ -103,11 +103,11 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     the daemon may take before it raises (None: the library's default).
     page_size, region_bytes, window, threads: tuning (see spillway.h).
     state_dtype: 'fp32', 'bf16' or 'int8' moments in the tiers (docs/pipeline.md).
-    persistent (with session="name"): the state outlives a trainer that
-    dies, for lease seconds (None: 900); the next OffloadAdamW of that name
-    resumes it from opt.resumed_step (docs/persistent.md); a daemon restart under
-    step(), clip_grad_norm_() or GradScaler.step(opt) is ridden out for reconnect
-    seconds (0: never; else RewoundError).
+    persistent (session="name", or a Session(persistent=True) reconnected in place):
+    the state outlives a trainer that dies, for lease seconds (None: 900); the next
+    OffloadAdamW of that name resumes it from opt.resumed_step (docs/persistent.md);
+    a daemon restart under step(), clip_grad_norm_(), GradScaler.step(opt), backward
+    (attach_ddp too) is ridden out for reconnect seconds (0: never; else RewoundError).
 
     params may also be (name, tensor) pairs, e.g. model.named_parameters(),
     so that errors and spillway's status name them. Parameters with

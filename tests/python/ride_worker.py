@@ -7,7 +7,7 @@ what clip_grad_norm_ returned, or "-"), and at the end "reconnects N"
 (opt.reconnects) and saves the model's and the optimizer's state_dict to
 OUT.
 
-    ride_worker.py SOCKET SESSION VARIANT TIER STEPS PERSISTENT OUT [PAUSE:K [flush:F]]
+    ride_worker.py SOCKET SESSION VARIANT TIER STEPS PERSISTENT OUT [PAUSE:K [flush:F]] [given-session]
 
 VARIANT: clip (backward, opt.clip_grad_norm_(1.0), opt.step()), scaler
 (GradScaler: scaler.scale(loss).backward(), scaler.step(opt), the
@@ -29,12 +29,21 @@ goes on with the call PAUSE names, which meets the daemon gone:
 flush:F: opt.flush() after step F ("flushed S"); a RewoundError (the
 daemon came back from a kill -9 at the flushed step) sends the loop back
 there ("rewound S"), the GradScaler to its state_dict of then.
+
+given-session (with PERSISTENT 1): the worker makes the session itself,
+spillway.Session(SESSION, persistent=True), and passes it to OffloadAdamW
+(session=); at the end it prints "given session committed N reattached R"
+from that very object's info(), which holds what its last attach found:
+after a restart, the takeover (R 1) at the step the daemon saved (the
+optimizer's session is that object: the caller's handle was reconnected
+in place).
 """
 import sys
 
 import spwtest  # noqa: F401  (import path)
 import torch
 import torch.nn as nn
+import spillway
 from spillway.torch import OffloadAdamW, RewoundError
 from test_amp import CpuGradScaler
 
@@ -68,12 +77,21 @@ def pause_inside_clip(opt, step):
 
 def main():
     sock, session, variant, tier, steps, persistent, out = sys.argv[1:8]
-    where, at = (sys.argv[8].split(":") + ["0"])[:2] if len(sys.argv) > 8 else ("", "0")
-    flush_at = int(sys.argv[9].split(":")[1]) if len(sys.argv) > 9 else 0
+    where, at, flush_at, given = "", 0, 0, None
+    for arg in sys.argv[8:]:
+        if arg.startswith("flush:"):
+            flush_at = int(arg.split(":")[1])
+        elif arg == "given-session":
+            given = spillway.Session(session, region_bytes=8 << 20, page_size=64 << 10, socket=sock,
+                                     swap_bytes=0 if tier == "cpu" else None, persistent=True, lease_s=120)
+        else:
+            where, at = arg.split(":")
     at, steps = int(at), int(steps)
     torch.set_num_threads(1)
     m = model()
     kw = dict(session=session, persistent=True, lease=120) if persistent == "1" else {}
+    if given is not None:
+        kw = dict(session=given, persistent=True)  # the Session's own lease_s
     opt = OffloadAdamW(m.named_parameters(), lr=1e-2, mode="exact", tier=tier, socket=sock,
                        page_size=64 << 10, **kw)
     scaler = CpuGradScaler(init_scale=2.0 ** 10, growth_interval=3) if variant != "clip" else None
@@ -118,9 +136,16 @@ def main():
             print("flushed %d" % opt.flush(), flush=True)
             flushed_scaler = scaler.state_dict() if scaler else None
     print("reconnects %d" % getattr(opt, "reconnects", 0), flush=True)
+    if given is not None:
+        info = given.info()
+        assert opt.session is given
+        print("given session committed %d reattached %d" % (info["committed_step"], info["reattached"]),
+              flush=True)
     torch.save({"model": m.state_dict(), "opt": opt.state_dict(),
                 "scale": float(scaler.get_scale()) if scaler else 1.0}, out)
     opt.close()
+    if given is not None:
+        given.close()
 
 
 if __name__ == "__main__":

@@ -11,7 +11,10 @@ same gradient norm from every clip_grad_norm_ (the one of the redone step
 included), and says it reconnected once. After a kill -9 instead, the
 session comes back at the trainer's last opt.flush(): at the step before,
 the step is redone in place as well; at an earlier one, the call raises
-RewoundError and the trainer's loop goes back there.
+RewoundError and the trainer's loop goes back there. The same with a
+spillway.Session(persistent=True) the trainer made and passed in
+(session=): the optimizer reconnects that very object, whose info() then
+says the session was taken over.
 """
 import os
 import subprocess
@@ -37,10 +40,11 @@ class RideThrough(Restarts):
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
 
-    def ride(self, variant, where, tier="cpu", flush=0):
+    def ride(self, variant, where, tier="cpu", flush=0, given=False):
         """flush: the trainer flushes after that step and the daemon is
         killed (kill -9: no save) instead of stopped; the next one brings
-        the session back at the flushed step."""
+        the session back at the flushed step. given: the trainer passes a
+        spillway.Session(persistent=True) of its own making to OffloadAdamW."""
         d = spwtest.Daemon(swap=True, extra=self.extra, sock_dir=self.sock)
         ref = os.path.join(self.tmp, "ref.pt")
         p = self.spawn_worker(d.control, "pyride/ref", variant, tier, False, ref)
@@ -48,7 +52,8 @@ class RideThrough(Restarts):
         self.assertEqual(p.returncode, 0, err)
         run = os.path.join(self.tmp, "run.pt")
         q = self.spawn_worker(d.control, "pyride/run", variant, tier, True, run,
-                              "%s:%d" % (where, AT), *(["flush:%d" % flush] if flush else []))
+                              "%s:%d" % (where, AT), *(["flush:%d" % flush] if flush else []),
+                              *(["given-session"] if given else []))
         lines = []
         while True:
             line = q.stdout.readline()
@@ -71,6 +76,13 @@ class RideThrough(Restarts):
             out, err = q.communicate("go\n", timeout=120)
             self.assertEqual(q.returncode, 0, err)
             self.assertIn("reconnects 1", out, err)
+            if given:
+                # The caller's Session object was reconnected in place: its
+                # info() is the takeover's, at the step the daemon saved.
+                took = [s.split() for s in out.splitlines() if s.startswith("given session")]
+                self.assertEqual(len(took), 1, out)
+                self.assertEqual(took[0][4:], ["reattached", "1"])
+                self.assertIn(int(took[0][3]), (AT - 1, AT))
             out = lines + out.splitlines(True)
             rewound = flush and flush < AT - 1  # else step AT is redone in place
             self.assertEqual([s for s in out if s.startswith("rewound")], ["rewound %d\n" % flush] if rewound else [])
@@ -114,6 +126,13 @@ class RideThrough(Restarts):
     def test_scaler_step_after_clip(self):
         self.ride("scaler-clip", "step")
 
+    # A Session the trainer made (persistent=True) and passed in rides
+    # out the restart as one OffloadAdamW made: reconnected in place.
+    def test_given_session_backward(self):
+        self.ride("clip", "backward", given=True)
+
+    def test_given_session_step_after_clip(self):
+        self.ride("clip", "step", given=True)
 
     # A kill -9 after a flush at step AT - 1: the step AT that
     # clip_grad_norm_ ended is redone inside step() (or scaler.step(opt)),
