@@ -379,6 +379,11 @@ static int k_persist_state_dir(struct perr *e, struct config *c, const cJSON *v,
  * commit point) of every persistent session that committed since its last
  * one; 0 is off. At most a week. */
 LIMIT_UINT(k_persist_flush_interval, persist_flush_interval_s, 0, 7u * 24u * 3600u)
+
+/* persist.commit_wait_s: a step of a big model on NVMe takes minutes, and
+ * a session not at a commit point when SIGTERM comes is saved only once
+ * its trainer reaches one. At most a day; 0 saves only what is at one. */
+LIMIT_UINT(k_persist_commit_wait, persist_commit_wait_s, 0, 24u * 3600u)
 static int k_checkpoint_cow_bytes(struct perr *e, struct config *c, const cJSON *v, const char *key)
 {
 	char d[96];
@@ -411,7 +416,8 @@ const struct section cfg_sections[] = {
 			 { "hello_timeout_ms", k_limits_hello_timeout }, { "ring_ops_per_s", k_limits_ring_ops },
 			 { "lease_max_s", k_limits_lease_max }) },
 	{ "metrics", KEYS({ "listen", k_metrics_listen }, { "allow_remote", k_metrics_allow_remote }) },
-	{ "persist", KEYS({ "state_dir", k_persist_state_dir }, { "flush_interval_s", k_persist_flush_interval }) },
+	{ "persist", KEYS({ "state_dir", k_persist_state_dir }, { "flush_interval_s", k_persist_flush_interval },
+			 { "commit_wait_s", k_persist_commit_wait }) },
 	{ "checkpoint", KEYS({ "cow_bytes", k_checkpoint_cow_bytes }) },
 };
 

@@ -88,6 +88,7 @@ static int set_defaults(struct perr *e, struct config *c)
 	c->session_max_tensors = CONFIG_DEFAULT_MAX_TENSORS;
 	c->session_max_garbage = CONFIG_DEFAULT_MAX_GARBAGE;
 	c->ring_poll_us = CONFIG_DEFAULT_POLL_US;
+	c->persist_commit_wait_s = CONFIG_DEFAULT_COMMIT_WAIT_S;
 	c->log_level = LOG_LVL_INFO;
 	c->swap_queue_depth = 32;
 	c->swap_sqpoll = false;

@@ -23,6 +23,7 @@ enum config_hugepages {
 #define CONFIG_MAX_SWAP_DIRS   16
 #define CONFIG_MAX_FILE_BYTES  (1024 * 1024)
 #define CONFIG_DEFAULT_POLL_US 50u
+#define CONFIG_DEFAULT_COMMIT_WAIT_S 120u
 #define CONFIG_DEFAULT_MAX_TENSORS 65536u
 #define CONFIG_DEFAULT_MAX_GARBAGE 1000u
 #define CONFIG_DEFAULT_SWAP_SESSION_BYTES (4ull << 30)
@@ -92,6 +93,10 @@ struct config {
 	/* persist.flush_interval_s: seconds between flushes of each persistent
 	 * session into persist.state_dir (state.c); 0 (the default) is off. */
 	uint32_t persist_flush_interval_s;
+	/* persist.commit_wait_s: at SIGTERM, how long a persistent session
+	 * inside a step's updates is served on for its commit point, the
+	 * point its save is taken at (state.c); past it, not saved. */
+	uint32_t persist_commit_wait_s;
 
 	/* checkpoint.cow_bytes: side-buffer bytes a checkpoint's copy-on-write
 	 * may hold at once (0: every change of a page not yet copied waits

@@ -3,7 +3,9 @@
  * persist.state_dir: persistent sessions across a daemon restart. At
  * SIGTERM each persistent session is checkpointed into the state
  * directory at its next commit point (checkpoint.c; the shutdown waits
- * for those, at most STATE_COMMIT_WAIT_MS for a commit point to come);
+ * for those, at most persist.commit_wait_s for a commit point to come,
+ * and keeps the service manager's stop timeout from running out while
+ * the saves make progress);
  * at start each checkpoint found there is restored as an orphan
  * (restore.c), its lease counted from the start. The same save, while the
  * daemon runs, is a flush: asked for by the session's client (FLUSH,
@@ -22,17 +24,26 @@
 #include "checkpoint.h"
 #include "daemon.h"
 #include "log.h"
+#include "notify.h"
 #include "safedir.h"
 #include "session.h"
 #include "state.h"
 
-#define STATE_COMMIT_WAIT_MS 10000
+/* While saving at shutdown: every EXTEND_TICK_MS, EXTEND_TIMEOUT_USEC
+ * (systemd >= 236) of EXTEND_US, so a save of 100 GiB is not killed by
+ * TimeoutStopSec; not once the saves made no progress for STALL_TICKS. */
+#define EXTEND_TICK_MS 5000
+#define EXTEND_US 30000000ull
+#define STALL_TICKS 12
 
 static unsigned saving;
 static bool starting;
 static uv_timer_t flush_timer;
 static bool flush_timer_on;
 static uv_timer_t *wait_timer;
+static uv_timer_t *extend_timer;
+static uint64_t extend_done;
+static unsigned extend_stalled;
 static void (*then_fn)(struct daemon *d);
 static struct daemon *then_d;
 
@@ -72,12 +83,57 @@ static void run_then(uv_timer_t *t)
 		fn(then_d);
 }
 
+/* The shutdown's saves, for the service manager: how far they are, and
+ * more time while they get on (a save waiting for a commit point is
+ * bounded by the wait timer; a stalled drive is not, so no more time
+ * once nothing moved for STALL_TICKS). */
+static void extend_tick(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+	uint64_t done = 0, total = 0, a, b;
+	unsigned waiting = 0;
+	char line[512], ext[64], copied[96], wait[96], x[32], y[32];
+	struct list *p, *n;
+
+	list_for_each_safe(p, n, &d->sessions) {
+		const struct session *s = list_entry(p, struct session, link);
+
+		if (!checkpoint_saving_state(s))
+			continue;
+		checkpoint_progress(s, &a, &b);
+		done += a;
+		total += b;
+		waiting += !strcmp(checkpoint_state(s), "waiting");
+	}
+	extend_stalled = done > extend_done || waiting ? 0 : extend_stalled + 1;
+	extend_done = done;
+	if (extend_stalled == STALL_TICKS)
+		log_warn("shutdown: the saves into persist.state_dir made no progress in %d s; the service manager's "
+			 "stop timeout runs again", STALL_TICKS * EXTEND_TICK_MS / 1000);
+	snprintf(ext, sizeof(ext), "EXTEND_TIMEOUT_USEC=%llu\n", EXTEND_US);
+	snprintf(copied, sizeof(copied), "%s of %s copied", format_bytes(done, x, sizeof(x)),
+		 format_bytes(total, y, sizeof(y)));
+	snprintf(wait, sizeof(wait), "%u waiting for a commit point (persist.commit_wait_s)", waiting);
+	snprintf(line, sizeof(line), "%sSTATUS=shutdown: saving %u persistent session%s into persist.state_dir: %s%s%s",
+		 extend_stalled < STALL_TICKS ? ext : "", saving, saving == 1 ? "" : "s", total ? copied : "",
+		 total && waiting ? ", " : "", waiting ? wait : "");
+	notify_send(line);
+}
+
+static void extend_stop(void)
+{
+	if (extend_timer)
+		uv_close((uv_handle_t *)extend_timer, timer_freed);
+	extend_timer = NULL;
+}
+
 /* The last save ended: the teardown runs from the loop, not from inside
  * whatever ended it (a session being freed, say). */
 static void finish(void)
 {
 	if (saving || starting || !then_fn)
 		return;
+	extend_stop();
 	if (wait_timer)
 		uv_timer_start(wait_timer, run_then, 0, 0);
 	else
@@ -116,8 +172,9 @@ static void waited(uv_timer_t *t)
 		struct session *s = list_entry(p, struct session, link);
 
 		if (checkpoint_cancel_waiting(s, ECANCELED, "no commit point came in time"))
-			log_warn("shutdown: session %s reached no commit point in %d s (step %llu open); not saved",
-				 s->name, STATE_COMMIT_WAIT_MS / 1000, (unsigned long long)s->opened_step);
+			log_warn("shutdown: session %s reached no commit point in %u s (step %llu open); not saved "
+				 "(persist.commit_wait_s)",
+				 s->name, d->cfg->persist_commit_wait_s, (unsigned long long)s->opened_step);
 	}
 	starting = false;
 	finish();
@@ -248,7 +305,15 @@ bool state_save_all(struct daemon *d, void (*then)(struct daemon *d))
 	if (wait_timer) {
 		uv_timer_init(&d->loop, wait_timer);
 		wait_timer->data = d;
-		uv_timer_start(wait_timer, waited, STATE_COMMIT_WAIT_MS, 0);
+		uv_timer_start(wait_timer, waited, (uint64_t)d->cfg->persist_commit_wait_s * 1000u, 0);
+	}
+	extend_timer = malloc(sizeof(*extend_timer));
+	if (extend_timer) {
+		uv_timer_init(&d->loop, extend_timer);
+		extend_timer->data = d;
+		extend_done = 0;
+		extend_stalled = 0;
+		uv_timer_start(extend_timer, extend_tick, 0, EXTEND_TICK_MS);
 	}
 	return true;
 }

@@ -11,8 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/time.h>
 #include <time.h>
 
@@ -113,7 +115,22 @@ bool raw_wait_eof(int fd, int timeout_ms)
 	return false;
 }
 
+static int attach(const char *control, const char *name, uint64_t bytes, uint32_t page_size, bool persistent,
+		  struct raw_session *s);
+
 int raw_attach(const char *control, const char *name, uint64_t bytes, uint32_t page_size, struct raw_session *s)
+{
+	return attach(control, name, bytes, page_size, false, s);
+}
+
+int raw_attach_persistent(const char *control, const char *name, uint64_t bytes, uint32_t page_size,
+			  struct raw_session *s)
+{
+	return attach(control, name, bytes, page_size, true, s);
+}
+
+static int attach(const char *control, const char *name, uint64_t bytes, uint32_t page_size, bool persistent,
+		  struct raw_session *s)
 {
 	char req[512];
 	unsigned nfds = SPW_ATTACH_NFDS;
@@ -126,11 +143,12 @@ int raw_attach(const char *control, const char *name, uint64_t bytes, uint32_t p
 		s->fds[i] = -1;
 	s->ctl = raw_connect_hello(control);
 	if (page_size)
-		snprintf(req, sizeof(req), "{\"type\":\"attach\",\"session\":\"%s\",\"region_bytes\":%llu,\"page_size\":%u}",
-			 name, (unsigned long long)bytes, page_size);
+		snprintf(req, sizeof(req),
+			 "{\"type\":\"attach\",\"session\":\"%s\",\"region_bytes\":%llu,\"page_size\":%u%s}", name,
+			 (unsigned long long)bytes, page_size, persistent ? ",\"persistent\":true" : "");
 	else
-		snprintf(req, sizeof(req), "{\"type\":\"attach\",\"session\":\"%s\",\"region_bytes\":%llu}", name,
-			 (unsigned long long)bytes);
+		snprintf(req, sizeof(req), "{\"type\":\"attach\",\"session\":\"%s\",\"region_bytes\":%llu%s}", name,
+			 (unsigned long long)bytes, persistent ? ",\"persistent\":true" : "");
 	ASSERT_OK(raw_send(s->ctl, req));
 	r = raw_recv(s->ctl, s->fds, &nfds, NULL);
 	ASSERT_TRUE(r != NULL);
@@ -399,4 +417,68 @@ int raw_count_fds(pid_t pid)
 			n++;
 	closedir(d);
 	return n;
+}
+
+/* The service manager's side: a child drains $NOTIFY_SOCKET into a pipe as
+ * systemd would (promptly: the datagram queue is short and sd_notify
+ * blocks when it is full), and the test reads the pipe. */
+int raw_notify_listen(char *path, size_t len, pid_t *reader)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0), p[2];
+
+	ASSERT_OK(fd);
+	snprintf(path, len, "/tmp/spw-notify-%d.sock", (int)getpid());
+	unlink(path);
+	strcpy(sa.sun_path, path);
+	ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+	*reader = fork();
+	ASSERT_GE(*reader, 0);
+	if (*reader == 0) {
+		char buf[512];
+
+		/* Never outlive the test (an abort would leave meson's pipe open). */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(p[0]);
+		for (;;) {
+			ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+			if (n > 0) {
+				buf[n++] = '\n';
+				if (write(p[1], buf, (size_t)n) < 0)
+					_exit(0);
+			}
+		}
+	}
+	close(p[1]);
+	close(fd);
+	return p[0];
+}
+
+/* Waits up to timeout_ms for a notification containing needle. */
+bool raw_notify_wait(int fd, const char *needle, int timeout_ms)
+{
+	static char seen[65536];
+	static size_t len;
+
+	for (int waited = 0; waited < timeout_ms; waited += 10) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 10) == 1) {
+			ssize_t n = read(fd, seen + len, sizeof(seen) - 1 - len);
+			if (n > 0)
+				len += (size_t)n;
+			seen[len] = '\0';
+			if (len > sizeof(seen) / 2) { /* keep the tail */
+				memmove(seen, seen + len - 1024, 1024);
+				len = 1024;
+			}
+		}
+		if (strstr(seen, needle)) {
+			/* consume it: later waits look for newer messages */
+			len = 0;
+			seen[0] = '\0';
+			return true;
+		}
+	}
+	return false;
 }

@@ -58,6 +58,9 @@ struct raw_session {
 /* Connects, hellos, attaches and maps. Returns 0, or -errno from the
  * daemon's error reply (message copied into s->message). */
 int raw_attach(const char *control, const char *name, uint64_t bytes, uint32_t page_size, struct raw_session *s);
+/* The same with "persistent": true (lease_s: the daemon's default). */
+int raw_attach_persistent(const char *control, const char *name, uint64_t bytes, uint32_t page_size,
+			  struct raw_session *s);
 void raw_session_close(struct raw_session *s);
 
 /* Registers a resident tensor: returns its id or -errno; *pages if non-NULL. */
@@ -102,5 +105,13 @@ void raw_guard(struct spw_test_daemon *d);
 
 /* Open descriptors of a process (from /proc/pid/fd). */
 int raw_count_fds(pid_t pid);
+
+/* The service manager's side of sd_notify: binds a datagram socket (its
+ * path into path, for $NOTIFY_SOCKET) drained by a child (*reader) into
+ * a pipe whose read end it returns. raw_notify_wait() waits up to
+ * timeout_ms for a notification containing needle, consuming what it
+ * read up to there. */
+int raw_notify_listen(char *path, size_t len, pid_t *reader);
+bool raw_notify_wait(int fd, const char *needle, int timeout_ms);
 
 #endif

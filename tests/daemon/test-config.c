@@ -105,6 +105,8 @@ static const struct bad bad[] = {
 	{ "{\"persist\": {\"flush_interval_s\": 604801}}", "persist.flush_interval_s", "out of range" },
 	{ "{\"persist\": {\"flush_interval_s\": \"60\"}}", "persist.flush_interval_s", "wrong type" },
 	{ "{\"persist\": {\"flush_interval_s\": 60}}", "persist.flush_interval_s (60 s)", "persist.state_dir, which is not set" },
+	{ "{\"persist\": {\"commit_wait_s\": 86401}}", "persist.commit_wait_s", "out of range" },
+	{ "{\"persist\": {\"commit_wait_s\": true}}", "persist.commit_wait_s", "wrong type" },
 	{ "{\"checkpoint\": {\"cow_bytes\": \"2TiB\"}}", "checkpoint.cow_bytes", "more than 1 TiB" },
 	{ "{\"checkpoint\": {\"cow_bytes\": -1}}", "checkpoint.cow_bytes", "non-negative" },
 	{ "{\"checkpoint\": {\"cow_bytes\": \"lots\"}}", "checkpoint.cow_bytes", "not a size" },
@@ -237,7 +239,8 @@ static void test_defaults_and_good(void)
 		" \"ring\": {\"poll_us\": 0}, \"log\": {\"level\": \"debug\"},"
 		" \"swap\": {\"dirs\": [{\"path\": \"/var/lib/spillway\", \"max_bytes\": \"64GiB\"}], \"queue_depth\": 64,"
 		"          \"sqpoll\": true, \"prefetch_window\": 4, \"session_bytes\": \"16GiB\"},"
-		" \"persist\": {\"state_dir\": \"/var/lib/spillway/state\", \"flush_interval_s\": 300},"
+		" \"persist\": {\"state_dir\": \"/var/lib/spillway/state\", \"flush_interval_s\": 300,"
+		"          \"commit_wait_s\": 900},"
 		" \"checkpoint\": {\"cow_bytes\": 0}}";
 	struct config *c = NULL;
 	char err[1024] = "";
@@ -256,6 +259,7 @@ static void test_defaults_and_good(void)
 	ASSERT_UEQ(c->swap_session_bytes, 4ull << 30);
 	ASSERT_TRUE(c->persist_state_dir == NULL);
 	ASSERT_EQ(c->persist_flush_interval_s, 0u);
+	ASSERT_EQ(c->persist_commit_wait_s, CONFIG_DEFAULT_COMMIT_WAIT_S);
 	ASSERT_UEQ(c->checkpoint_cow_bytes, 256ull << 20);
 	c = config_free(c);
 
@@ -279,6 +283,7 @@ static void test_defaults_and_good(void)
 	ASSERT_UEQ(c->swap_session_bytes, 16ull << 30);
 	ASSERT_STREQ(c->persist_state_dir, "/var/lib/spillway/state");
 	ASSERT_EQ(c->persist_flush_interval_s, 300u);
+	ASSERT_EQ(c->persist_commit_wait_s, 900u);
 	ASSERT_UEQ(c->checkpoint_cow_bytes, 0);
 	config_free(c);
 	config_free(NULL);

@@ -30,67 +30,6 @@
 
 #define MiB (1024u * 1024u)
 
-/* The service manager's side: a child drains $NOTIFY_SOCKET into a pipe as
- * systemd would (promptly: the datagram queue is short and sd_notify
- * blocks when it is full), and the test reads the pipe. */
-static int notify_listen(char *path, size_t len, pid_t *reader)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0), p[2];
-
-	ASSERT_OK(fd);
-	snprintf(path, len, "/tmp/spw-notify-%d.sock", (int)getpid());
-	unlink(path);
-	strcpy(sa.sun_path, path);
-	ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
-	*reader = fork();
-	ASSERT_GE(*reader, 0);
-	if (*reader == 0) {
-		char buf[512];
-		close(p[0]);
-		for (;;) {
-			ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
-			if (n > 0) {
-				buf[n++] = '\n';
-				if (write(p[1], buf, (size_t)n) < 0)
-					_exit(0);
-			}
-		}
-	}
-	close(p[1]);
-	close(fd);
-	return p[0];
-}
-
-/* Waits up to timeout_ms for a notification containing needle. */
-static bool notify_wait(int fd, const char *needle, int timeout_ms)
-{
-	static char seen[65536];
-	static size_t len;
-
-	for (int waited = 0; waited < timeout_ms; waited += 10) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		if (poll(&p, 1, 10) == 1) {
-			ssize_t n = read(fd, seen + len, sizeof(seen) - 1 - len);
-			if (n > 0)
-				len += (size_t)n;
-			seen[len] = '\0';
-			if (len > sizeof(seen) / 2) { /* keep the tail */
-				memmove(seen, seen + len - 1024, 1024);
-				len = 1024;
-			}
-		}
-		if (strstr(seen, needle)) {
-			/* consume it: later waits look for newer messages */
-			len = 0;
-			seen[0] = '\0';
-			return true;
-		}
-	}
-	return false;
-}
-
 static double status_num(struct spw_test_daemon *d, const char *path)
 {
 	cJSON *st = raw_status(d->status);
@@ -247,15 +186,15 @@ static void test_main_daemon(void)
 	pid_t reader;
 	int nfd;
 
-	nfd = notify_listen(path, sizeof(path), &reader);
+	nfd = raw_notify_listen(path, sizeof(path), &reader);
 	setenv("NOTIFY_SOCKET", path, 1);
 	setenv("WATCHDOG_USEC", "200000", 1);
 	raw_guard(&d);
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
 	unsetenv("NOTIFY_SOCKET");
 	unsetenv("WATCHDOG_USEC");
-	ASSERT_TRUE(notify_wait(nfd, "READY=1", 5000));
-	ASSERT_TRUE(notify_wait(nfd, "WATCHDOG=1", 5000));
+	ASSERT_TRUE(raw_notify_wait(nfd, "READY=1", 5000));
+	ASSERT_TRUE(raw_notify_wait(nfd, "WATCHDOG=1", 5000));
 
 	test_killed_client(&d);
 	test_leave_while_attaching(&d);
@@ -270,7 +209,7 @@ static void test_main_daemon(void)
 	}
 	ASSERT_TRUE(raw_wait_eof(idle.ctl, 1000));
 	raw_session_close(&idle);
-	ASSERT_TRUE(notify_wait(nfd, "STOPPING=1", 2000));
+	ASSERT_TRUE(raw_notify_wait(nfd, "STOPPING=1", 2000));
 	kill(reader, SIGKILL);
 	waitpid(reader, NULL, 0);
 	close(nfd);
