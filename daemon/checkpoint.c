@@ -329,11 +329,12 @@ static void ck_done(uv_work_t *w, int status)
 	if (ck->note[0] && ck->buffered)
 		log_info("checkpoint %s: its data files were written through the page cache: %s", ck->session, ck->note);
 	log_info("checkpoint %s: step %" PRIu64 ", %u tensors, %s in %.3f s (%.0f MB/s; %s copied in the kernel, %s "
-		 "written with O_DIRECT, %s buffered) to %s; the session committed %" PRIu64 " steps meanwhile, its ring waited %.3f s (plan %.3f s), %s "
-		 "saved for the copy, %" PRIu64 " pages waited for it", ck->session, ck->step, ck->nt,
-		 format_bytes(ck->bytes, a, sizeof(a)), secs, secs > 0 ? (double)ck->bytes / secs / 1e6 : 0.0,
-		 format_bytes(ck->copied, b, sizeof(b)), format_bytes(ck->direct, d1, sizeof(d1)),
-		 format_bytes(ck->buffered, d2, sizeof(d2)), ck->path, ck->steps_during,
+		 "written with O_DIRECT, %s buffered) to %s; the session committed %" PRIu64 " step%s meanwhile, its ring "
+		 "waited %.3f s (plan %.3f s), %s saved for the copy, %" PRIu64 " pages waited for it",
+		 ck->session, ck->step, ck->nt, format_bytes(ck->bytes, a, sizeof(a)), secs,
+		 secs > 0 ? (double)ck->bytes / secs / 1e6 : 0.0, format_bytes(ck->copied, b, sizeof(b)),
+		 format_bytes(ck->direct, d1, sizeof(d1)), format_bytes(ck->buffered, d2, sizeof(d2)), ck->path,
+		 ck->steps_during, ck->steps_during == 1 ? "" : "s",
 		 (double)(ck->plan_ns + ck->cow.held_ns) / 1e9, (double)ck->plan_ns / 1e9,
 		 format_bytes(ck->cow.saved_bytes, c2, sizeof(c2)), ck->cow.waits);
 	c = ck->c;
