@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TEST_FAIL(...)                                                          \
 	do {                                                                    \
@@ -74,6 +75,21 @@
 		if (!h_ || !strstr(h_, n_))                                                  \
 			TEST_FAIL("\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)", n_); \
 	} while (0)
+
+/* Milliseconds on CLOCK_MONOTONIC. For a check that holds only while a
+ * window is open (an injected stall holds a request for its milliseconds
+ * from submission on): read before the window opens and again after the
+ * check, it tells whether the check fell inside the window; when it did
+ * not, the machine was too slow to tell anything and the test runs again
+ * with a longer window. Never for an upper bound on how long something
+ * took: any such bound fails on a slow enough machine. */
+static inline double test_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 #define TEST_SKIP_CODE 77
 #define SKIP(...)                                        \

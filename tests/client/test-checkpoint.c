@@ -129,6 +129,20 @@ static void checkpoint_field(const char *name, char *out, size_t len)
 	cJSON_Delete(doc);
 }
 
+/* Waits (up to 10 s) for the session's checkpoint state to be want. */
+static void wait_checkpoint(const char *name, const char *want)
+{
+	char field[32];
+
+	for (int i = 0; i < 1000; i++) {
+		checkpoint_field(name, field, sizeof(field));
+		if (!strcmp(field, want))
+			return;
+		usleep(10 * 1000);
+	}
+	TEST_FAIL("session %s: its checkpoint never showed \"%s\" (last: \"%s\")", name, want, field);
+}
+
 static double pool_used(int *sessions)
 {
 	char *json = NULL;
@@ -256,8 +270,10 @@ static void killed_inside_step(spw_client *b, const char *dir)
 	ASSERT_EQ(read(pfd[0], &ch, 1), 1);
 	close(pfd[0]);
 	ASSERT_OK(pthread_create(&th, NULL, ask_thread, &ask));
-	usleep(100 * 1000);
-	ASSERT_EQ(ask.done, 0); /* waiting for COMMIT 2 */
+	/* The kill must come while the checkpoint waits for COMMIT 2: for
+	 * as long as the request takes to get there. */
+	wait_checkpoint("raw/dies", "waiting");
+	ASSERT_EQ(ask.done, 0);
 	kill(pid, SIGKILL);
 	ASSERT_EQ(waitpid(pid, &st, 0), pid);
 	pthread_join(th, NULL);
@@ -400,6 +416,7 @@ int main(void)
 	ASSERT_OK(spw__mark_sync(a, SPW_MARK_OPEN, 2));
 	ask = (struct ask){ .session = "raw/a", .dir = ck1 };
 	ASSERT_OK(pthread_create(&th, NULL, ask_thread, &ask));
+	wait_checkpoint("raw/a", "waiting");
 	usleep(200 * 1000);
 	ASSERT_EQ(ask.done, 0);
 	checkpoint_field("raw/a", field, sizeof(field));

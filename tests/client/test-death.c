@@ -45,7 +45,9 @@ static spw_client *open_session(const char *name)
 	return c;
 }
 
-#define ASSERT_FAST(t0) ASSERT_LT((now_s() - (t0)) * 1000, 1500) /* ms */
+/* Noticed, not timed out: well inside the 30 s reply timeout (a tighter
+ * bound would fail a loaded machine, not a hang). */
+#define ASSERT_FAST(t0) ASSERT_LT((now_s() - (t0)) * 1000, 10000) /* ms */
 
 /* Blocked in spw_reap without a timeout when the daemon is killed. */
 static void test_blocked_call(void)
@@ -123,7 +125,10 @@ static void test_next_call(void)
  * every later call fails at once. The daemon itself goes on. */
 static void test_stopped_daemon(void)
 {
-	struct spw_client_opts o = { .size = sizeof(o), .reply_timeout_ms = 300 };
+	/* Not much less: the connect, attach and register before the stop
+	 * run under the same timeout, and a loaded machine may keep a running
+	 * daemon from answering for a while. */
+	struct spw_client_opts o = { .size = sizeof(o), .reply_timeout_ms = 2000 };
 	struct spw_attach_opts a = { .size = sizeof(a), .session = "job/stopped", .region_bytes = 8u << 20 };
 	spw_client *c = NULL;
 	uint32_t t;
@@ -137,7 +142,7 @@ static void test_stopped_daemon(void)
 	ASSERT_EQ(spw_pin(c, t, 0, NULL), -ETIMEDOUT);
 	fprintf(stderr, "pin on a stopped daemon: %s\n", spw_client_last_error(c));
 	ASSERT_CONTAINS(spw_client_last_error(c), "job/stopped");
-	ASSERT_CONTAINS(spw_client_last_error(c), "300 ms");
+	ASSERT_CONTAINS(spw_client_last_error(c), "2000 ms");
 	ASSERT_EQ(kill(d.pid, SIGCONT), 0);
 	ASSERT_EQ(spw_nop(c), -ETIMEDOUT);
 	c = spw_client_free(c);

@@ -128,6 +128,17 @@ static void trainer_dies(const char *name, uint64_t bytes, uint32_t lease_s, uin
 	killed_after(trainer_body, &tr);
 }
 
+/* trainer_dies(), then waits until the daemon shows the session orphaned:
+ * it ends the connection when its loop reads the hang-up, in its own time. */
+static void trainer_died(const char *name, uint64_t bytes, uint32_t lease_s, uint8_t seed)
+{
+	double committed;
+	bool open;
+
+	trainer_dies(name, bytes, lease_s, seed);
+	session_wait_orphaned(d.status, name, &committed, &open);
+}
+
 /* The session's "state" in the status document, or "" when it is gone. */
 static void session_state(const char *name, char *out, size_t len)
 {
@@ -168,7 +179,7 @@ static void test_take_over(void)
 	char state[32];
 	uint32_t t;
 
-	trainer_dies("job/rank0", 8 * MiB, 600, 11);
+	trainer_died("job/rank0", 8 * MiB, 600, 11);
 	session_state("job/rank0", state, sizeof(state));
 	ASSERT_STREQ(state, "orphaned");
 	ASSERT_TRUE(session_figure(d.status, "job/rank0", "lease_left_s") > 590);
@@ -235,7 +246,7 @@ static void test_other_uid(void)
 		printf("# not root: the other-uid refusals are not exercised\n");
 		return;
 	}
-	trainer_dies("job/rank1", 8 * MiB, 600, 22);
+	trainer_died("job/rank1", 8 * MiB, 600, 22);
 	pid = fork();
 	ASSERT_TRUE(pid >= 0);
 	if (pid == 0) {
@@ -276,7 +287,7 @@ static void test_drop_and_caps(void)
 
 	/* Orphans count against the pool: a new attach that needs their
 	 * memory is refused naming them, never given it silently. */
-	trainer_dies("job/big", 48 * MiB, 600, 33);
+	trainer_died("job/big", 48 * MiB, 600, 33);
 	o = connect_client();
 	ASSERT_EQ(attach(o, "job/new", 56 * MiB, false, 0), -ENOSPC);
 	ASSERT_CONTAINS(spw_client_last_error(o), "job/big");
@@ -303,7 +314,7 @@ static void test_ctl(void)
 	int st;
 
 	ASSERT_TRUE(ctl != NULL);
-	trainer_dies("job/ctl", 8 * MiB, 600, 55);
+	trainer_died("job/ctl", 8 * MiB, 600, 55);
 	snprintf(cmd, sizeof(cmd), "%s --socket-dir %s status 2>&1", ctl, d.dir);
 	st = command_output(cmd, out, sizeof(out));
 	ASSERT_EQ(WEXITSTATUS(st), 0);
@@ -338,10 +349,14 @@ static void test_ctl_trace(void)
 	snprintf(file, sizeof(file), "%s/io.json", d.dir);
 	ASSERT_OK(spw_client_attach(c, &a));
 	ASSERT_OK(spw_tensor_register(c, "w", 4 * PAGE, SPW_TENSOR_SWAPPABLE, &t, NULL));
-	snprintf(cmd, sizeof(cmd), "%s --socket-dir %s trace job/traced --seconds 1.5 -o %s 2>&1", ctl, d.dir, file);
+	snprintf(cmd, sizeof(cmd), "%s --socket-dir %s trace job/traced --seconds 3 -o %s 2>&1", ctl, d.dir, file);
 	p = popen(cmd, "r");
 	ASSERT_TRUE(p != NULL);
-	usleep(300 * 1000); /* the capture starts from the log's tail then */
+	/* The capture starts from the log's tail when spillwayctl says so (a
+	 * fixed wait for that is too short on a loaded machine); the PINs
+	 * below take milliseconds of its 3 s. */
+	ASSERT_TRUE(fgets(out, sizeof(out), p) != NULL);
+	ASSERT_CONTAINS(out, "job/traced's disk I/O for 3 s");
 	/* One slot for four pages: every PIN after the first evicts. */
 	for (int round = 0; round < 3; round++)
 		for (uint32_t k = 0; k < 4; k++) {

@@ -27,7 +27,8 @@ static struct spw_test_daemon d;
 static atomic_bool done;
 
 struct readings {
-	unsigned attaching, between, attached;
+	unsigned attaching, between;
+	atomic_uint attached; /* the main thread waits for the first */
 	double last;
 };
 
@@ -54,7 +55,7 @@ static void *watch(void *arg)
 				rd->between += ready > 0 && ready < REGION;
 			} else {
 				ASSERT_TRUE(ready == REGION);
-				rd->attached++;
+				atomic_fetch_add(&rd->attached, 1);
 			}
 		}
 		cJSON_Delete(st);
@@ -76,12 +77,16 @@ int main(void)
 		" \"log\": {\"level\": \"warn\"}}"));
 	ASSERT_EQ(pthread_create(&t, NULL, watch, &rd), 0);
 	ASSERT_OK(raw_attach(d.control, "job/big", (uint64_t)REGION, 4u << 20, &s));
-	usleep(20000);
+	/* Until the watcher has read the session attached too (a fixed
+	 * sleep here is not enough on a loaded machine: one status request
+	 * under ASan can take longer). */
+	for (int i = 0; i < 1000 && atomic_load(&rd.attached) == 0; i++)
+		usleep(10000);
 	atomic_store(&done, true);
 	ASSERT_EQ(pthread_join(t, NULL), 0);
 	fprintf(stderr, "status readings: %u attaching (%u part way), %u attached\n", rd.attaching, rd.between,
-		rd.attached);
-	ASSERT_GT(rd.attached, 0);
+		atomic_load(&rd.attached));
+	ASSERT_GT(atomic_load(&rd.attached), 0);
 
 	st = raw_status(d.status);
 	ASSERT_TRUE(raw_num(raw_status_session(st, "job/big"), "region_ready_bytes") == REGION);

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,30 +208,84 @@ static double sessions_listed(const char *name)
 	return v;
 }
 
-static void test_kill_while_stalled(void)
-{
-	struct raw_session b;
-	pid_t child;
-	int t;
+/* The stalled write's window. A check that holds only while the write is
+ * held (the orphan, its files and its share of the pool, the ring busy)
+ * is made with HELD(): false where the test fails when the hold surely
+ * still lasted (the clock read before the write went out says so); where
+ * the hold may have ended (a slow or loaded machine took longer than the
+ * hold to get there) the run can tell nothing, HELD() is false, and the
+ * test abandons the run and runs it again with a longer hold. */
+static double stall_t0;
+static unsigned stall_ms;
 
-	start("write:stall=5000@1");
+static bool held(bool ok, const char *what, int line)
+{
+	if (ok)
+		return true;
+	if (test_now_ms() - stall_t0 < stall_ms)
+		TEST_FAIL("line %d: %s failed while the stalled write was still held", line, what);
+	fprintf(stderr, "line %d: %s failed, but only after the %u ms hold may have ended: this run tells nothing\n",
+		line, what, stall_ms);
+	return false;
+}
+
+#define HELD(cond) held((cond), #cond, __LINE__)
+
+/* Starts the daemon with write 1 held for ms; the window opens now. */
+static void start_stalled(unsigned ms)
+{
+	char faults[64];
+
+	snprintf(faults, sizeof(faults), "write:stall=%u@1", ms);
+	start(faults);
+	stall_ms = ms;
+	stall_t0 = test_now_ms();
+}
+
+/* Runs one of the tests below with holds from ms on, doubled while a run
+ * could tell nothing (at most three runs). */
+static void with_hold(bool (*run)(unsigned ms), unsigned ms, const char *name)
+{
+	for (int tries = 0; !run(ms); tries++, ms *= 2) {
+		if (tries == 2)
+			TEST_FAIL("%s: three runs (the last with a %u ms hold) were all too slow to tell anything", name,
+				  ms);
+		fprintf(stderr, "%s: again with a %u ms hold\n", name, ms * 2);
+	}
+}
+
+static bool kill_while_stalled(unsigned hold_ms)
+{
+	struct raw_session b, c;
+	pid_t child;
+	int t, r;
+
+	start_stalled(hold_ms);
 	child = stalled_client("drain/a");
-	ASSERT_TRUE(ring_busy() >= 1); /* the held write */
+	if (!HELD(ring_busy() >= 1)) /* the held write */
+		goto late_child;
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
 	ASSERT_TRUE(wait_for(sessions_listed, "drain/a", 0, 3000));
 	/* Ended, not waited for: the write is still out, the orphan holds
 	 * its files and its region's place in the pool. */
-	ASSERT_EQ(status_num("pool.draining_sessions"), 1);
-	ASSERT_TRUE(ring_busy() >= 1);
-	ASSERT_UEQ(all_swap_files(), 2);
-	ASSERT_EQ(status_num("pool.used_bytes"), 4.0 * MiB);
+	if (!HELD(status_num("pool.draining_sessions") == 1) || !HELD(ring_busy() >= 1) ||
+	    !HELD(all_swap_files() == 2) || !HELD(status_num("pool.used_bytes") == 4.0 * MiB))
+		goto late;
 	ASSERT_CONTAINS(read_log(), "ended with disk I/O in flight");
 
 	/* A new session works meanwhile, on files of its own. */
 	ASSERT_OK(raw_attach(d.control, "drain/b", 4 * MiB, PAGE, &b));
-	ASSERT_UEQ(all_swap_files(), 4);
-	ASSERT_EQ(status_num("pool.draining_sessions"), 1);
+	if (!HELD(all_swap_files() == 4) || !HELD(status_num("pool.draining_sessions") == 1))
+		goto late_b;
+	/* The orphan's region still counts against its uid's share. */
+	r = raw_attach(d.control, "drain/c", 2 * MiB, PAGE, &c);
+	if (r == 0)
+		raw_session_close(&c);
+	if (!HELD(r == -EDQUOT))
+		goto late_b;
+	ASSERT_CONTAINS(c.message, "limits.region_bytes_per_uid");
+	ASSERT_CONTAINS(c.message, "hold 8.0 MiB");
 	t = reg(&b, "w", 8ull * MiB);
 	ASSERT_GE(t, 0);
 	for (uint32_t i = 0; i < 8; i++)
@@ -238,26 +293,17 @@ static void test_kill_while_stalled(void)
 	ASSERT_EQ(raw_op(&b, SPW_OP_FLUSH, 0, 0, 0), 0);
 	for (uint32_t i = 0; i < 8; i++)
 		read_page(&b, t, i, 100 + i);
-	/* The orphan's region still counts against its uid's share. */
-	{
-		struct raw_session c;
-
-		ASSERT_EQ(raw_attach(d.control, "drain/c", 2 * MiB, PAGE, &c), -EDQUOT);
-		ASSERT_CONTAINS(c.message, "limits.region_bytes_per_uid");
-		ASSERT_CONTAINS(c.message, "hold 8.0 MiB");
-	}
+	/* All of it while the write was held. */
+	if (!HELD(status_num("pool.draining_sessions") == 1))
+		goto late_b;
 
 	/* The late write lands in the orphan's file; then the orphan goes. */
-	ASSERT_TRUE(wait_for(status_num, "pool.draining_sessions", 0, 15000));
+	ASSERT_TRUE(wait_for(status_num, "pool.draining_sessions", 0, (int)hold_ms + 15000));
 	ASSERT_UEQ(all_swap_files(), 2);
 	ASSERT_EQ(status_num("pool.used_bytes"), 4.0 * MiB);
 	ASSERT_CONTAINS(read_log(), "its last disk request completed");
-	{
-		struct raw_session c;
-
-		ASSERT_OK(raw_attach(d.control, "drain/c", 2 * MiB, PAGE, &c));
-		raw_session_close(&c);
-	}
+	ASSERT_OK(raw_attach(d.control, "drain/c", 2 * MiB, PAGE, &c));
+	raw_session_close(&c);
 	/* b's pages 0-3 come from its disk file again: untouched. */
 	for (uint32_t i = 0; i < 8; i++)
 		read_page(&b, t, i, 100 + i);
@@ -268,28 +314,72 @@ static void test_kill_while_stalled(void)
 	unlink(logpath);
 	ASSERT_UEQ(all_swap_files(), 0);
 	fprintf(stderr, "kill while stalled: orphan drained, new session bit-exact\n");
+	return true;
+
+late_child:
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	goto late;
+late_b:
+	raw_session_close(&b);
+late:
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	unlink(logpath);
+	ASSERT_UEQ(all_swap_files(), 0);
+	return false;
+}
+
+static void test_kill_while_stalled(void)
+{
+	with_hold(kill_while_stalled, 5000, "kill while stalled");
 }
 
 /* SIGTERM while a session's write is held: the daemon ends the session,
  * keeps the loop going until the write lands, removes the files and exits
- * 0. */
-static void test_stop_while_stalled(void)
+ * 0. Its log says it waited; without that line, a daemon that exited
+ * before the hold ended left with the write still out (the failure this
+ * is for), and one that exited later may only have seen SIGTERM after the
+ * write landed (a loaded machine): that run tells nothing. */
+static bool stop_while_stalled(unsigned hold_ms)
 {
 	struct raw_session s;
+	double exited;
 	int t;
 
-	start("write:stall=1500@1");
+	start_stalled(hold_ms);
 	ASSERT_OK(raw_attach(d.control, "drain/term", 4 * MiB, PAGE, &s));
 	t = reg(&s, "x", 8ull * MiB);
 	ASSERT_GE(t, 0);
 	write_page(&s, t, 0, 1);
-	ASSERT_TRUE(ring_busy() >= 1);
+	if (!HELD(ring_busy() >= 1)) {
+		raw_session_close(&s);
+		ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+		unlink(logpath);
+		return false;
+	}
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
-	ASSERT_CONTAINS(read_log(), "for disk I/O in flight");
+	exited = test_now_ms() - stall_t0;
+	if (!strstr(read_log(), "for disk I/O in flight")) {
+		if (exited < hold_ms)
+			TEST_FAIL("spillwayd exited %.0f ms into the %u ms hold of a write, without waiting for it",
+				  exited, hold_ms);
+		fprintf(stderr, "stop while stalled: SIGTERM may have come after the write landed; this run tells "
+			"nothing\n");
+		raw_session_close(&s);
+		unlink(logpath);
+		ASSERT_UEQ(all_swap_files(), 0);
+		return false;
+	}
 	ASSERT_CONTAINS(read_log(), "stopped cleanly");
 	unlink(logpath);
 	ASSERT_UEQ(all_swap_files(), 0);
 	raw_session_close(&s);
+	return true;
+}
+
+static void test_stop_while_stalled(void)
+{
+	with_hold(stop_while_stalled, 1500, "stop while stalled");
 }
 
 static double tensors_of(const char *name)
@@ -305,31 +395,38 @@ static double tensors_of(const char *name)
 /* UNREGISTER of a tensor whose write-behind is held: the tensor is dying,
  * the loop goes on (status answers with the write still out, another
  * session's ring works), and the reply comes when the write lands. */
-static void test_unregister_while_stalled(void)
+static bool unregister_while_stalled(unsigned hold_ms)
 {
 	struct raw_session s, o;
+	struct pollfd p;
 	char req[128];
 	cJSON *r;
 	int t, to;
 
-	start("write:stall=3000@1");
+	start_stalled(hold_ms);
 	ASSERT_OK(raw_attach(d.control, "drain/unreg", 4 * MiB, PAGE, &s));
 	t = reg(&s, "x", 8ull * MiB);
 	ASSERT_GE(t, 0);
 	write_page(&s, t, 0, 1);
-	ASSERT_TRUE(ring_busy() >= 1);
+	if (!HELD(ring_busy() >= 1))
+		goto late_s;
 	snprintf(req, sizeof(req), "{\"type\":\"unregister\",\"tensor\":%d}", t);
 	ASSERT_OK(raw_send(s.ctl, req));
 	/* Not waited for inside the loop: */
-	ASSERT_TRUE(ring_busy() >= 1);
-	ASSERT_EQ(tensors_of("drain/unreg"), 1);
+	if (!HELD(ring_busy() >= 1) || !HELD(tensors_of("drain/unreg") == 1))
+		goto late_s;
 	ASSERT_OK(raw_attach(d.control, "drain/other", 2 * MiB, PAGE, &o));
 	to = raw_register(&o, "r", MiB, NULL);
 	ASSERT_GE(to, 0);
 	ASSERT_GE(raw_op(&o, SPW_OP_PIN, 0, (uint32_t)to, 0), 0);
 	ASSERT_EQ(raw_op(&o, SPW_OP_UNPIN, 0, (uint32_t)to, 0), 0);
-	ASSERT_TRUE(ring_busy() >= 1);
+	if (!HELD(ring_busy() >= 1)) {
+		raw_session_close(&o);
+		goto late_s;
+	}
 	/* The reply, once the write landed. */
+	p = (struct pollfd){ .fd = s.ctl, .events = POLLIN };
+	ASSERT_EQ(poll(&p, 1, (int)hold_ms + 30000), 1);
 	r = raw_recv(s.ctl, NULL, NULL, NULL);
 	ASSERT_EQ(raw_reply_errno(r), 0);
 	cJSON_Delete(r);
@@ -346,6 +443,19 @@ static void test_unregister_while_stalled(void)
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 	unlink(logpath);
 	ASSERT_UEQ(all_swap_files(), 0);
+	return true;
+
+late_s:
+	raw_session_close(&s);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	unlink(logpath);
+	ASSERT_UEQ(all_swap_files(), 0);
+	return false;
+}
+
+static void test_unregister_while_stalled(void)
+{
+	with_hold(unregister_while_stalled, 3000, "unregister while stalled");
 }
 
 /* The status reads the swap directories' figures from a cache the timer

@@ -165,11 +165,19 @@ static void test_reload(struct spw_test_daemon *d)
 	usleep(200000);
 	ASSERT_EQ(status_num(d, "config.poll_us"), 7);
 
-	/* socket.dir cannot move while running: the sockets stay put. */
+	/* socket.dir cannot move while running: the sockets stay put. The
+	 * reload shows in poll_us going back to its default (a fixed sleep
+	 * before looking is not enough on a loaded machine). */
 	write_config(d, "{\"socket\": {\"dir\": \"/tmp\"}, \"pool\": {\"max_bytes\": \"1GiB\", \"session_max_bytes\": \"256MiB\","
 			" \"require_locked\": false}, \"log\": {\"level\": \"debug\"}}");
 	ASSERT_EQ(kill(d->pid, SIGHUP), 0);
-	usleep(200000);
+	seen = false;
+	for (int waited = 0; waited < 3000 && !seen; waited += 10) {
+		seen = status_num(d, "config.poll_us") == 50;
+		if (!seen)
+			usleep(10000);
+	}
+	ASSERT_TRUE(seen);
 	{
 		cJSON *st = raw_status(d->status);
 		ASSERT_STREQ(cJSON_GetObjectItem(cJSON_GetObjectItem(st, "config"), "socket_dir")->valuestring, d->dir);

@@ -104,7 +104,7 @@ int main(void)
 		 " \"pool\": {\"max_bytes\": \"256MiB\", \"require_locked\": false},"
 		 " \"swap\": {\"dirs\": [{\"path\": \"%s\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"6MiB\"},"
 		 " \"limits\": {\"sessions_per_uid\": 2, \"connections_per_uid\": 5, \"region_bytes_per_uid\": \"6MiB\","
-		 "   \"swap_bytes_per_uid\": \"8MiB\", \"hello_timeout_ms\": 300},"
+		 "   \"swap_bytes_per_uid\": \"8MiB\", \"hello_timeout_ms\": 2000},"
 		 " \"log\": {\"level\": \"info\"}}", dir);
 	raw_guard(&d);
 	ASSERT_OK(spw_test_daemon_start(&d, cfg));
@@ -135,11 +135,15 @@ int main(void)
 	ASSERT_EQ(raw_reply_errno(r), 0);
 	cJSON_Delete(r);
 
-	/* No hello within limits.hello_timeout_ms: told so, then closed. */
+	/* No hello within limits.hello_timeout_ms: told so, then closed.
+	 * Every other connection here says hello as soon as it is made, so
+	 * the deadline is long enough that no scheduling delay between the
+	 * two makes it late (with 300 ms, a client or daemon held off the CPU
+	 * that long between connect and hello was timed out). */
 	late = spw_test_connect(d.control);
 	ASSERT_OK(late);
 	r = raw_recv(late, NULL, NULL, NULL);
-	refused(r, ETIMEDOUT, "no hello within 300 ms", "limits.hello_timeout_ms");
+	refused(r, ETIMEDOUT, "no hello within 2000 ms", "limits.hello_timeout_ms");
 	ASSERT_TRUE(raw_wait_eof(late, 3000));
 	close(late);
 	/* Connections per uid: fa and fc are open, three more fit. */

@@ -654,7 +654,10 @@ static void case_death(void)
 	if (r == 0)
 		r = spw_optimizer_end(o, &res);
 	ASSERT_EQ(r, -ECONNRESET);
-	ASSERT_LT(now_s() - t0, 1.5);
+	/* Noticed the hang-up, not a timeout: well inside the 60 s of the
+	 * default wait_timeout_ms (a tighter bound would fail a loaded
+	 * machine, not a hang). */
+	ASSERT_LT(now_s() - t0, 20.0);
 	ASSERT_CONTAINS(spw_optimizer_last_error(o), "spillwayd closed the connection");
 	/* Broken for good, and says so at once. */
 	ASSERT_EQ(spw_optimizer_begin(o, 2, NULL, 0.0f), -ECONNRESET);

@@ -3,9 +3,9 @@
  * test-reconnect: two trainers ride through a daemon restart in their own
  * processes (issue 11, spw_client_reconnect). Two persist-trainers with
  * PERSIST_RECONNECT_MS train on persistent sessions of one spillwayd with
- * persist.state_dir; SIGTERM once both committed 10 steps: each gets the
- * "closed the connection" error, and while the daemon is down keeps
- * dialling. A new spillwayd on the same state directory (and, through a
+ * persist.state_dir; SIGTERM once both committed 10 steps (the first one
+ * there waits, stopped, for the other): each gets the "closed the
+ * connection" error, and while the daemon is down keeps dialling. A new spillwayd on the same state directory (and, through a
  * symlink the trainers dial, the same socket path) restores both; each
  * trainer takes its session over, goes on from its saved step, and ends
  * bit-identical to an uninterrupted run: the same pids, never restarted.
@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,19 @@ static const char *tier;
 static char state[64] = "/tmp/spw-state-XXXXXX";
 static char link_dir[64] = "/tmp/spw-sock-XXXXXX";
 static char sock[128], config[1024];
+
+/* The trainers of the run, SIGKILLed if the test fails: one held with
+ * SIGSTOP would otherwise stay, holding meson's output pipe. */
+static pid_t trainers[2];
+
+static void kill_trainers(int sig)
+{
+	for (int k = 0; k < 2; k++)
+		if (trainers[k] > 0)
+			kill(trainers[k], SIGKILL);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
 
 static pid_t spawn(const char *session, const char *persistent, const char *socket, const char *out, int *fd)
 {
@@ -136,7 +150,8 @@ int main(int argc, char **argv)
 {
 	static const char *const names[2] = { "rc/a", "rc/b" };
 	char ref[512], run[2][512], buf[2][4096];
-	int fd[2], rc;
+	bool stopped[2] = { false, false };
+	int fd[2], rc, st = -1;
 	pid_t pid[2];
 
 	if (argc != 2)
@@ -157,12 +172,33 @@ int main(int argc, char **argv)
 
 	for (int k = 0; k < 2; k++) {
 		snprintf(run[k], sizeof(run[k]), "%s.run%d.bin", state, k);
-		pid[k] = spawn(names[k], "1", sock, run[k], &fd[k]);
+		pid[k] = trainers[k] = spawn(names[k], "1", sock, run[k], &fd[k]);
 	}
-	for (int i = 0; i < 2000 && (committed(names[0]) < 10 || committed(names[1]) < 10); i++)
+	signal(SIGABRT, kill_trainers);
+	/* Each trainer is stopped (SIGSTOP) once it committed 10 steps, until
+	 * the other is there too: one that got far ahead (the other started
+	 * late on a loaded machine) must not finish its 60 steps before the
+	 * restart. */
+	for (int i = 0; i < 2000 && !(stopped[0] && stopped[1]); i++) {
+		for (int k = 0; k < 2; k++)
+			if (!stopped[k] && committed(names[k]) >= 10) {
+				ASSERT_EQ(kill(pid[k], SIGSTOP), 0);
+				stopped[k] = true;
+			}
 		usleep(10 * 1000);
-	ASSERT_TRUE(committed(names[0]) >= 10 && committed(names[1]) >= 10);
-	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	}
+	for (int k = 0; k < 2; k++)
+		if (!stopped[k])
+			TEST_FAIL("%s did not commit 10 steps (committed %.0f)", names[k], committed(names[k]));
+	/* SIGTERM, and the trainers go on: the daemon goes away under them
+	 * as they train. */
+	ASSERT_EQ(kill(d.pid, SIGTERM), 0);
+	for (int k = 0; k < 2; k++)
+		ASSERT_EQ(kill(pid[k], SIGCONT), 0);
+	ASSERT_EQ(waitpid(d.pid, &st, 0), d.pid);
+	ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	d.pid = -1;
+	spw_test_daemon_cleanup(&d);
 	/* Down a while: the trainers keep dialling a socket that is gone. */
 	usleep(300 * 1000);
 	for (int k = 0; k < 2; k++)
@@ -175,6 +211,7 @@ int main(int argc, char **argv)
 
 		rc = child_reap(pid[k], fd[k], buf[k], sizeof(buf[k]));
 		printf("# %s: %s", names[k], buf[k]);
+		trainers[k] = 0;
 		ASSERT_EQ(rc, 0);
 		ASSERT_CONTAINS(buf[k], "went away: ");
 		ASSERT_CONTAINS(buf[k], "closed the connection");

@@ -37,7 +37,7 @@ int main(void)
 	};
 	struct spw_optimizer_opts oo = {
 		.size = sizeof(oo), .mode = SPW_OPT_EXACT, .tier = SPW_TENSOR_RESIDENT, .groups = &group,
-		.ngroups = 1, .threads = 2, .window = 2, .device = "host", .wait_timeout_ms = 500,
+		.ngroups = 1, .threads = 2, .window = 2, .device = "host", .wait_timeout_ms = 2000,
 	};
 	struct spw_step_result res = { .size = sizeof(res) };
 	static float init[N], dev[N], g[N];
@@ -72,15 +72,18 @@ int main(void)
 		r = spw_optimizer_sync(o);
 	fprintf(stderr, "after %.2f s: %d, %s\n", now_s() - t0, r, spw_optimizer_last_error(o));
 	ASSERT_EQ(r, -ETIMEDOUT);
-	ASSERT_TRUE(now_s() - t0 < 5.0);
+	/* Bounded: the timeout and some; not a hang. (2 s, not less: the
+	 * first step runs under the same timeout, and a loaded machine may
+	 * keep a running daemon from answering for a while.) */
+	ASSERT_TRUE(now_s() - t0 < 20.0);
 	snprintf(pid, sizeof(pid), "pid %d", (int)d.pid);
 	ASSERT_CONTAINS(spw_optimizer_last_error(o), pid);
-	ASSERT_CONTAINS(spw_optimizer_last_error(o), "no progress for 500 ms");
+	ASSERT_CONTAINS(spw_optimizer_last_error(o), "no progress for 2000 ms");
 	/* broken from now on, at once */
 	ASSERT_EQ(spw_optimizer_sync(o), -ETIMEDOUT);
 	t0 = now_s();
 	spw_optimizer_free(o);
-	ASSERT_TRUE(now_s() - t0 < 5.0);
+	ASSERT_TRUE(now_s() - t0 < 20.0);
 	ASSERT_EQ(kill(d.pid, SIGCONT), 0);
 	spw_client_free(c);
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);

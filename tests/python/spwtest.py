@@ -107,6 +107,20 @@ class Daemon:
             shutil.rmtree(self.swapdir, ignore_errors=True)
 
 
+def wait_orphaned(control, name, timeout=10.0):
+    """The status entry of session name once it is an orphan: its client
+    died (or left without detaching), and the daemon ends a connection when
+    it reads its hang-up, in its own time. The last entry after timeout
+    seconds, for the caller's assertion to show (its state "(none)" when
+    the session is not listed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        entry = next((s for s in spillway.status(control)["sessions"] if s["name"] == name), None)
+        if (entry and entry["state"] == "orphaned") or time.monotonic() > deadline:
+            return entry or {"name": name, "state": "(none)"}
+        time.sleep(0.01)
+
+
 def swappable_supported(d):
     """Whether the daemon takes swappable tensors (the NVMe tier is on)."""
     s = spillway.Session("probe/swap", region_bytes=1 << 20, page_size=64 << 10, socket=d.control)

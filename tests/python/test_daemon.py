@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """OffloadAdamW when spillwayd stops answering or dies.
 
-- SIGSTOP: with timeout=1 (seconds), the training step fails with
+- SIGSTOP: with timeout=2 (seconds), the training step fails with
   SpillwayError(ETIMEDOUT) in bounded time, the message naming what was
   waited for and the daemon's pid; close() is bounded too; state_dict()
   then says what is lost; after SIGCONT the daemon shuts down cleanly.
@@ -39,7 +39,10 @@ class Trouble(unittest.TestCase):
         stopped = False
         try:
             m = model()
-            opt = OffloadAdamW(m.named_parameters(), mode="exact", timeout=1.0, window=1,
+            # 2 s, not less: the step before SIGSTOP runs under the same
+            # timeout, and a loaded machine may keep a running daemon from
+            # answering for a while.
+            opt = OffloadAdamW(m.named_parameters(), mode="exact", timeout=2.0, window=1,
                                page_size=64 << 10, socket=d.control)
             train_step(m, opt)
             os.kill(d.proc.pid, signal.SIGSTOP)
@@ -48,17 +51,17 @@ class Trouble(unittest.TestCase):
             with self.assertRaises(spillway.SpillwayError) as cm:
                 train_step(m, opt)
             took = time.monotonic() - t0
-            self.assertLess(took, 10.0)
+            self.assertLess(took, 20.0)  # bounded: the timeout and some, not a hang
             self.assertEqual(cm.exception.errno, errno.ETIMEDOUT)
             msg = str(cm.exception)
             self.assertIn("pid %d" % d.proc.pid, msg)
-            self.assertIn("no progress for 1000 ms", msg)
+            self.assertIn("no progress for 2000 ms", msg)
             with self.assertRaises(RuntimeError) as cm:
                 opt.state_dict()
             self.assertIn("lost", str(cm.exception))
             t0 = time.monotonic()
             opt.close()
-            self.assertLess(time.monotonic() - t0, 10.0)
+            self.assertLess(time.monotonic() - t0, 20.0)
             print("stopped daemon: failed after %.2f s: %s" % (took, msg))
         finally:
             if stopped:

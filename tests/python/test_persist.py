@@ -106,7 +106,7 @@ class PersistTest(unittest.TestCase):
         rc, _, err = self.finish(self.spawn(session, mode, tier, True, run,
                                             env={"SPILLWAY_TEST_KILL_AT_TILE": "22"}))
         self.assertEqual(rc, -signal.SIGKILL, err)
-        st = {s["name"]: s for s in spillway.status(self.d.control)["sessions"]}
+        st = {session: spwtest.wait_orphaned(self.d.control, session)}
         self.assertEqual(st[session]["state"], "orphaned")
         self.assertEqual(st[session]["committed_step"], 5)
         self.assertTrue(st[session]["step_open"])
@@ -136,7 +136,7 @@ class PersistTest(unittest.TestCase):
         self.assertEqual(rc, -signal.SIGKILL, err)
         self.assertIn("step 5", out)
         self.assertNotIn("loaded", out)  # it died inside the load
-        st = {s["name"]: s for s in spillway.status(self.d.control)["sessions"]}
+        st = {session: spwtest.wait_orphaned(self.d.control, session)}
         self.assertEqual(st[session]["state"], "orphaned")
         rc, out, err = self.finish(self.spawn(session, mode, tier, True, run, "load:5:" + run_ck))
         self.assertEqual(rc, 0, err)
@@ -172,7 +172,7 @@ class PersistTest(unittest.TestCase):
         rc, _, err = self.finish(self.spawn(session, "exact", "cpu", True, run, "raise5"))
         self.assertEqual(rc, 1)
         self.assertIn("a bug in the training loop", err)
-        st = {s["name"]: s for s in spillway.status(self.d.control)["sessions"]}
+        st = {session: spwtest.wait_orphaned(self.d.control, session)}
         self.assertEqual(st[session]["state"], "orphaned")
         self.assertEqual(st[session]["committed_step"], 4)
         rc, out, err = self.finish(self.spawn(session, "exact", "cpu", True, run))
@@ -191,7 +191,7 @@ class PersistTest(unittest.TestCase):
             p.stdout.readline()
         p.send_signal(signal.SIGKILL)
         self.finish(p)
-        st = {s["name"]: s for s in spillway.status(self.d.control)["sessions"]}
+        st = {session: spwtest.wait_orphaned(self.d.control, session)}
         self.assertEqual(st[session]["state"], "orphaned")
         before = st[session]["committed_step"]
         self.assertGreater(before, 0)

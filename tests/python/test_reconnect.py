@@ -11,7 +11,9 @@ the cpu tier and in overlapped mode (the daemon goes away under backward's
 hooks) on the nvme tier.
 """
 import os
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,6 +58,38 @@ class Restarts(unittest.TestCase):
 
 class ReconnectTest(Restarts):
 
+    def stop_at(self, ps, step):
+        """Reads each trainer's output as it comes and stops it (SIGSTOP)
+        once it printed "step STEP", so that none gets far ahead while the
+        other is still starting (on a loaded machine one may start seconds
+        after the other: importing torch, attaching): one that finished its
+        STEPS before the restart would have nothing to ride through."""
+        want = b"step %d" % step
+        left = {q.stdout.fileno(): q for q in ps}
+        seen = {fd: b"" for fd in left}
+        deadline = time.monotonic() + 120
+        while left:
+            wait = deadline - time.monotonic()
+            self.assertGreater(wait, 0, "the trainers did not all reach step %d" % step)
+            ready, _, _ = select.select(list(left), [], [], wait)
+            for fd in ready:
+                data = os.read(fd, 65536)
+                if not data:
+                    q = left[fd]
+                    q.wait()
+                    self.fail("a trainer ended (status %d) before step %d: %s" % (q.returncode, step,
+                                                                                   q.stderr.read()))
+                seen[fd] += data
+                if want in seen[fd].split(b"\n")[:-1]:
+                    os.kill(left.pop(fd).pid, signal.SIGSTOP)
+
+    @staticmethod
+    def kill_all(ps):
+        for q in ps:
+            if q.poll() is None:
+                q.kill()  # a stopped one too
+                q.wait()
+
     def run_tier(self, tier, mode):
         d = spwtest.Daemon(swap=True, extra=self.extra, sock_dir=self.sock)
         ref = os.path.join(self.tmp, "ref.pt")
@@ -64,10 +98,15 @@ class ReconnectTest(Restarts):
         self.assertEqual(p.returncode, 0, err)
         runs = [os.path.join(self.tmp, "run%d.pt" % k) for k in range(2)]
         ps = [self.spawn(d.control, "pyrc/%s%d" % (tier, k), tier, True, runs[k], mode) for k in range(2)]
-        for q in ps:  # each past its fifth step
-            for _ in range(5):
-                self.assertTrue(q.stdout.readline().startswith("step"))
-        self.assertEqual(d.stop(), 0)
+        self.addCleanup(self.kill_all, ps)
+        self.stop_at(ps, 5)  # each past its fifth step, held there
+        # SIGTERM, and the trainers go on: the daemon goes away under them
+        # as they train. (Its stop() would send a second SIGTERM.)
+        d.proc.send_signal(signal.SIGTERM)
+        for q in ps:
+            os.kill(q.pid, signal.SIGCONT)
+        self.assertEqual(d.proc.wait(60), 0)
+        d.cleanup()
         time.sleep(0.3)  # down a while: the trainers keep dialling
         for q in ps:
             if q.poll() is not None:

@@ -256,7 +256,7 @@ class StateDtype(unittest.TestCase):
         r = subprocess.run([sys.executable, "-c", child], cwd=HERE, capture_output=True, text=True,
                            timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
-        st = {s["name"]: s for s in spillway.status(self.d.control)["sessions"]}
+        st = {session: spwtest.wait_orphaned(self.d.control, session)}
         self.assertEqual(st[session]["state"], "orphaned")
         before = st[session]["committed_step"]
         self.assertGreater(before, 0)

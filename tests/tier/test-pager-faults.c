@@ -252,18 +252,26 @@ static void test_short(void)
  * its own (so the late write cannot land in them: the orphan's file
  * indexes stay registered); when the held write completes, the orphan
  * goes, files and all, and the new pager's data is intact. Under ASan a
- * late completion touching freed memory would abort. */
-static void test_stall_orphan(void)
+ * late completion touching freed memory would abort.
+ *
+ * That the new pager's I/O went on while the write was held shows only
+ * if it all ended within the hold; when it did not (a slow disk), the
+ * run says nothing of that and returns false, and the caller runs it
+ * again with a longer hold. */
+static bool stall_orphan_once(unsigned hold_ms)
 {
 	struct fx f;
 	struct pager *p2;
 	uint32_t t, t2, n;
-	char err[256];
+	char err[256], faults[64];
+	double t0, seen;
 	int s;
 
-	setup(&f, "write:stall=1500@1", "job/stall", 4, &t);
+	snprintf(faults, sizeof(faults), "write:stall=%u@1", hold_ms);
+	setup(&f, faults, "job/stall", 4, &t);
 	s = fx_pin(&f, t, 0);
 	fx_fill(fx_slot(&f, s), PAGE, SEED(7, 0, 0));
+	t0 = test_now_ms(); /* the held write goes out after this */
 	ASSERT_OK(pager_unpin(f.p, t, 0, true)); /* write-behind: write 1, held */
 	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_WRITING);
 	f.p = pager_free(f.p);
@@ -280,8 +288,15 @@ static void test_stall_orphan(void)
 		ASSERT_OK(pager_unpin(p2, t2, i, true));
 	}
 	ASSERT_EQ(fx_flush(&f, p2), 0);
-	/* The held write is still out while the new pager worked. */
-	ASSERT_GE(uring_busy(f.u), 1);
+	seen = test_now_ms() - t0;
+	/* Within the hold, the held write is still out while the new pager
+	 * worked. */
+	if (seen < hold_ms)
+		ASSERT_GE(uring_busy(f.u), 1);
+	while (uring_busy(f.u) && test_now_ms() - t0 < hold_ms + 30000.0) {
+		ASSERT_GE(uring_wait(f.u, 10), 0);
+		pager_room_kick();
+	}
 	fx_drain(&f);
 	/* The orphan went with its last request: only the new pager's files. */
 	ASSERT_UEQ(fx_files_in(f.dir[0]) + fx_files_in(f.dir[1]), 2);
@@ -294,6 +309,20 @@ static void test_stall_orphan(void)
 	}
 	f.p = p2;
 	fx_teardown(&f);
+	return seen < hold_ms;
+}
+
+static void test_stall_orphan(void)
+{
+	unsigned hold = 1500;
+
+	while (!stall_orphan_once(hold)) {
+		fprintf(stderr, "stall orphan: the new pager's I/O outlasted the %u ms hold; again with %u ms\n", hold,
+			hold * 4);
+		hold *= 4;
+		if (hold > 24000)
+			TEST_FAIL("16 page writes and a flush never fit in a 24 s hold: the disk under /var/tmp is not usable");
+	}
 }
 
 /* A drive that fails every read, with read-ahead on: a page whose read
@@ -332,18 +361,26 @@ static void test_readahead_failing_drive(void)
  * retried, and neither the FLUSH that waited for it nor one that comes
  * while the tensor still drains (its other write is stalled) is failed by
  * data nobody is owed any more. (Found by fuzz-pager: both FLUSHes failed
- * with the dead tensor's -ENOSPC.) */
-static void test_write_error_unregistered(void)
+ * with the dead tensor's -ENOSPC.)
+ *
+ * "While the tensor still drains" is while page 1's write is held: when
+ * the machine was too slow to get there within the hold, the run says
+ * nothing of it and returns false, and the caller runs it again with a
+ * longer hold. */
+static bool write_error_unregistered_once(unsigned hold_ms)
 {
 	struct fx f;
 	uint32_t t, keep, n;
-	char err[256];
+	char err[256], faults[96];
 	uint64_t ud1, ud2;
+	double t0, seen;
 
-	fx_setup(&f, "write:enospc@1,write:stall=300@2", 1, PAGE, SLOTS, DEPTH);
+	snprintf(faults, sizeof(faults), "write:enospc@1,write:stall=%u@2", hold_ms);
+	fx_setup(&f, faults, 1, PAGE, SLOTS, DEPTH);
 	f.p = fx_pager(&f, "job/wu", (uint64_t)64 * PAGE, 0, DEPTH);
 	ASSERT_OK(pager_tensor_add(f.p, "params", (uint64_t)2 * PAGE, true, &t, &n, err, sizeof(err)));
 	ASSERT_OK(pager_tensor_add(f.p, "other", (uint64_t)2 * PAGE, true, &keep, &n, err, sizeof(err)));
+	t0 = test_now_ms(); /* page 1's held write goes out after this */
 	for (uint32_t i = 0; i < 2; i++) {
 		int s = fx_pin(&f, t, i);
 
@@ -354,9 +391,12 @@ static void test_write_error_unregistered(void)
 	ud1 = fx_ud(&f);
 	ASSERT_EQ(pager_flush(f.p, ud1), PAGER_PENDING); /* page 0's write fails, page 1's stalls */
 	ASSERT_EQ(pager_tensor_remove(f.p, t), PAGER_PENDING);
-	for (int i = 0; i < 5; i++)
-		ASSERT_GE(uring_wait(f.u, 10), 0); /* page 0's failure, well before page 1's write */
-	ASSERT_UEQ(uring_busy(f.u), 1);
+	/* Page 0's failure comes back at once; page 1's write is held. */
+	while (uring_busy(f.u) > 1 && test_now_ms() - t0 < hold_ms)
+		ASSERT_GE(uring_wait(f.u, 10), 0);
+	seen = test_now_ms() - t0;
+	if (seen < hold_ms)
+		ASSERT_UEQ(uring_busy(f.u), 1);
 	ud2 = fx_ud(&f);
 	ASSERT_EQ(pager_flush(f.p, ud2), PAGER_PENDING);
 	ASSERT_EQ(fx_wait(&f, ud1), 0);
@@ -364,23 +404,44 @@ static void test_write_error_unregistered(void)
 	fx_drain(&f);
 	ASSERT_EQ(pager_page_state(f.p, t, 0), -EINVAL); /* gone */
 	fx_teardown(&f);
+	return seen < hold_ms;
+}
+
+static void test_write_error_unregistered(void)
+{
+	unsigned hold = 300;
+
+	while (!write_error_unregistered_once(hold)) {
+		fprintf(stderr, "write error unregistered: page 0's failure came back after the %u ms hold; again "
+			"with %u ms\n", hold, hold * 4);
+		hold *= 4;
+		if (hold > 4800)
+			TEST_FAIL("an injected write error never came back within a 4.8 s hold");
+	}
 }
 
 /* A page whose write failed for good, of a tensor being unregistered
  * (another of its writes still stalled): a FLUSH that starts meanwhile is
- * not failed by it. */
-static void test_flush_ignores_unregistered_failure(void)
+ * not failed by it.
+ *
+ * Page 0's retries take their backoffs (50 + 200 + 800 ms) before it is
+ * FAILED; page 1's write must still be held then. When the machine was
+ * too slow for that, the run says nothing and returns false, and the
+ * caller runs it again with a longer hold. */
+static bool flush_ignores_once(unsigned hold_ms)
 {
 	struct fx f;
 	uint32_t t, o, n, ud[2];
-	char err[256];
-	int i;
+	char err[256], faults[96];
+	double t0;
 
 	/* Page 0's write and its retries fail; page 1's (the 2nd) stalls. */
-	fx_setup(&f, "write:stall=5000@2,write:enospc@1+", 1, PAGE, SLOTS, DEPTH);
+	snprintf(faults, sizeof(faults), "write:stall=%u@2,write:enospc@1+", hold_ms);
+	fx_setup(&f, faults, 1, PAGE, SLOTS, DEPTH);
 	f.p = fx_pager(&f, "job/wf", (uint64_t)64 * PAGE, 0, DEPTH);
 	ASSERT_OK(pager_tensor_add(f.p, "params", (uint64_t)2 * PAGE, true, &t, &n, err, sizeof(err)));
 	ASSERT_OK(pager_tensor_add(f.p, "other", (uint64_t)SLOTS * PAGE, true, &o, &n, err, sizeof(err)));
+	t0 = test_now_ms(); /* page 1's held write goes out after this */
 	for (uint32_t k = 0; k < 2; k++) {
 		int s = fx_pin(&f, t, k);
 
@@ -395,9 +456,19 @@ static void test_flush_ignores_unregistered_failure(void)
 		ud[k] = (uint32_t)fx_ud(&f);
 		ASSERT_EQ(pager_pin(f.p, o, SLOTS - 2 + (uint32_t)k, ud[k]), PAGER_PENDING);
 	}
-	for (i = 0; i < 400 && pager_page_state(f.p, t, 0) != PAGER_FAILED; i++)
+	while (pager_page_state(f.p, t, 0) != PAGER_FAILED && test_now_ms() - t0 < hold_ms + 30000.0)
 		ASSERT_GE(uring_wait(f.u, 10), 0);
 	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_FAILED);
+	if (test_now_ms() - t0 >= hold_ms) {
+		/* Page 1's write may have landed: nothing to tell. */
+		ASSERT_GE(fx_wait(&f, ud[0]), 0);
+		ASSERT_GE(fx_wait(&f, ud[1]), 0);
+		for (uint32_t k = 0; k < SLOTS; k++)
+			ASSERT_OK(pager_unpin(f.p, o, k, false));
+		fx_drain(&f);
+		fx_teardown(&f);
+		return false;
+	}
 	ASSERT_EQ(pager_page_state(f.p, t, 1), PAGER_WRITING); /* still stalled */
 	ASSERT_EQ(pager_tensor_remove(f.p, t), PAGER_PENDING);
 	ASSERT_EQ(fx_flush(&f, f.p), 0);
@@ -407,6 +478,20 @@ static void test_flush_ignores_unregistered_failure(void)
 		ASSERT_OK(pager_unpin(f.p, o, k, false));
 	fx_drain(&f);
 	fx_teardown(&f);
+	return true;
+}
+
+static void test_flush_ignores_unregistered_failure(void)
+{
+	unsigned hold = 5000;
+
+	while (!flush_ignores_once(hold)) {
+		fprintf(stderr, "flush ignores unregistered failure: page 0's retries outlasted the %u ms hold; again "
+			"with %u ms\n", hold, hold * 2);
+		hold *= 2;
+		if (hold > 10000)
+			TEST_FAIL("a failing write's retries (1.05 s of backoff) never ended within a 10 s hold");
+	}
 }
 
 int main(void)
