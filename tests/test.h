@@ -11,6 +11,7 @@
 #define SPW_TEST_H
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,21 @@ static inline double test_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* The rerun itself: once(hold_ms) until it says its checks fell inside
+ * the window, the hold times factor each time; past max_ms the test
+ * fails, saying what never fit (what: a sentence's subject). */
+static inline void test_with_longer_holds(bool (*once)(unsigned hold_ms), unsigned hold_ms, unsigned factor,
+					  unsigned max_ms, const char *what)
+{
+	while (!once(hold_ms)) {
+		fprintf(stderr, "%s: not inside the %u ms hold; again with %u ms\n", what, hold_ms, hold_ms * factor);
+		hold_ms *= factor;
+		if (hold_ms > max_ms)
+			TEST_FAIL("%s: never inside a hold of up to %u ms: the disk under the swap dir is not usable",
+				  what, hold_ms / factor);
+	}
 }
 
 #define TEST_SKIP_CODE 77

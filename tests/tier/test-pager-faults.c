@@ -314,15 +314,8 @@ static bool stall_orphan_once(unsigned hold_ms)
 
 static void test_stall_orphan(void)
 {
-	unsigned hold = 1500;
-
-	while (!stall_orphan_once(hold)) {
-		fprintf(stderr, "stall orphan: the new pager's I/O outlasted the %u ms hold; again with %u ms\n", hold,
-			hold * 4);
-		hold *= 4;
-		if (hold > 24000)
-			TEST_FAIL("16 page writes and a flush never fit in a 24 s hold: the disk under /var/tmp is not usable");
-	}
+	test_with_longer_holds(stall_orphan_once, 1500, 4, 24000,
+			       "stall orphan: the new pager's 16 writes and a flush");
 }
 
 /* A drive that fails every read, with read-ahead on: a page whose read
@@ -409,15 +402,8 @@ static bool write_error_unregistered_once(unsigned hold_ms)
 
 static void test_write_error_unregistered(void)
 {
-	unsigned hold = 300;
-
-	while (!write_error_unregistered_once(hold)) {
-		fprintf(stderr, "write error unregistered: page 0's failure came back after the %u ms hold; again "
-			"with %u ms\n", hold, hold * 4);
-		hold *= 4;
-		if (hold > 4800)
-			TEST_FAIL("an injected write error never came back within a 4.8 s hold");
-	}
+	test_with_longer_holds(write_error_unregistered_once, 300, 4, 4800,
+			       "write error unregistered: page 0's injected failure");
 }
 
 /* A page whose write failed for good, of a tensor being unregistered
@@ -483,15 +469,8 @@ static bool flush_ignores_once(unsigned hold_ms)
 
 static void test_flush_ignores_unregistered_failure(void)
 {
-	unsigned hold = 5000;
-
-	while (!flush_ignores_once(hold)) {
-		fprintf(stderr, "flush ignores unregistered failure: page 0's retries outlasted the %u ms hold; again "
-			"with %u ms\n", hold, hold * 2);
-		hold *= 2;
-		if (hold > 10000)
-			TEST_FAIL("a failing write's retries (1.05 s of backoff) never ended within a 10 s hold");
-	}
+	test_with_longer_holds(flush_ignores_once, 5000, 2, 10000,
+			       "flush ignores unregistered failure: page 0's retries (1.05 s of backoff)");
 }
 
 int main(void)

@@ -257,15 +257,8 @@ static bool stall_once(unsigned hold_ms)
 
 static void test_stall(void)
 {
-	unsigned hold = 300;
-
-	while (!stall_once(hold)) {
-		fprintf(stderr, "stall: the other writes took longer than the %u ms hold; again with %u ms\n", hold,
-			hold * 4);
-		hold *= 4;
-		if (hold > 20000)
-			TEST_FAIL("two 256 KiB writes never landed within a 19 s hold: the disk under /var/tmp is not usable");
-	}
+	test_with_longer_holds(stall_once, 300, 4, 20000,
+			       "stall: the two other 256 KiB writes");
 }
 
 static void test_crc32c(void)
