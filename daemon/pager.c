@@ -372,12 +372,17 @@ void pager_step(struct pager *p)
  * tensor's last page, for a bias, a norm's weight: most of a page), so
  * that part goes back to the kernel rather than being zeroed: no memory
  * sits in a slot for nothing. Anyone who touches it later reads zeros and
- * gets memory back, as with a zeroed page. */
+ * gets memory back, as with a zeroed page. Not while the region is
+ * registered with io_uring as fixed buffers (a session with swap): the
+ * registration holds the pages it pinned, so a punched page would live on
+ * under the ring, and a later swap write from that slot would send the old
+ * page's bytes to disk. */
 static int resident_zero(struct pager *p, uint32_t s, uint64_t used)
 {
 	uint64_t keep = (used + 4095) & ~(uint64_t)4095, off = (uint64_t)s * p->c.page_size;
 
-	if (keep < p->c.page_size && p->c.discard && p->c.discard(p->c.ctx, off + keep, p->c.page_size - keep) == 0)
+	if (keep < p->c.page_size && p->c.discard && p->bufreg < 0 &&
+	    p->c.discard(p->c.ctx, off + keep, p->c.page_size - keep) == 0)
 		return safemem_zero(slot_addr(p, s), keep);
 	return safemem_zero(slot_addr(p, s), p->c.page_size);
 }
@@ -648,8 +653,11 @@ int pager_new(const struct pager_config *c, char *err, size_t errlen, struct pag
 		p->ndisk_free = p->ndisk;
 	}
 	/* Fixed buffers save pinning the pages on every request; without
-	 * them plain reads and writes work as well. */
-	p->bufreg = uring_buffer_register(c->uring, c->region, (size_t)c->nslots * c->page_size);
+	 * them plain reads and writes work as well. A session without swap
+	 * does no I/O through the ring, and its region's pages may be given
+	 * back (resident_zero()), which registered buffers forbid. */
+	if (c->swap_bytes)
+		p->bufreg = uring_buffer_register(c->uring, c->region, (size_t)c->nslots * c->page_size);
 	*ret = p;
 	return 0;
 

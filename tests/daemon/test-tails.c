@@ -87,6 +87,53 @@ static void unregister(struct raw_session *s, int tid)
 	cJSON_Delete(r);
 }
 
+/* A session with swap keeps its tails: its region is registered with
+ * io_uring as fixed buffers, which hold the pages they pinned, so a
+ * punched page would live on under the ring and a swap write from that
+ * slot would send stale bytes to disk. The slot of an unregistered tail
+ * carries swappable pages that go to disk and come back intact. */
+static void with_swap(void)
+{
+	char dir[64] = "/var/tmp/spw-tails-XXXXXX", cfg[512];
+	struct raw_session s;
+	uint32_t pages = 0;
+	int bias, sw;
+
+	ASSERT_TRUE(mkdtemp(dir) != NULL);
+	snprintf(cfg, sizeof(cfg),
+		 "{\"socket\": {\"dir\": \"@DIR@\"}, \"pool\": {\"max_bytes\": \"64MiB\", \"require_locked\": false,"
+		 " \"hugepages\": \"never\"}, \"swap\": {\"dirs\": [{\"path\": \"%s\", \"max_bytes\": \"64MiB\"}],"
+		 " \"session_bytes\": \"32MiB\"}}",
+		 dir);
+	ASSERT_OK(spw_test_daemon_start(&d, cfg));
+	raw_guard(&d);
+	ASSERT_OK(raw_attach(d.control, "job/tails", REGION, PAGE, &s));
+	bias = raw_register(&s, "bias", 5000, &pages);
+	ASSERT_GE(bias, 0);
+	ASSERT_UEQ(held(&s), REGION);
+	unregister(&s, bias);
+	/* Twice the slots: every page is written back and read again. */
+	sw = raw_register_kind(&s, "sw", 2 * REGION, "swappable", &pages);
+	ASSERT_GE(sw, 0);
+	for (int pass = 0; pass < 2; pass++)
+		for (uint32_t i = 0; i < pages; i++) {
+			int32_t slot = raw_op(&s, SPW_OP_PIN, 0, (uint32_t)sw, i);
+			uint8_t *p;
+
+			ASSERT_GE(slot, 0);
+			p = s.region + (uint64_t)slot * PAGE;
+			if (pass == 0)
+				memset(p, (int)(i + 1), PAGE);
+			else
+				for (uint64_t b = 0; b < PAGE; b += 4096)
+					ASSERT_EQ(p[b], (uint8_t)(i + 1));
+			ASSERT_EQ(raw_op(&s, SPW_OP_UNPIN, pass == 0 ? SPW_UNPIN_DIRTY : 0, (uint32_t)sw, i), 0);
+		}
+	raw_session_close(&s);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	ASSERT_EQ(rmdir(dir), 0);
+}
+
 int main(void)
 {
 	struct raw_session s;
@@ -147,6 +194,7 @@ int main(void)
 
 	raw_session_close(&s);
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	with_swap();
 	printf("ok\n");
 	return 0;
 }
