@@ -302,8 +302,8 @@ def worker(a, cfg):
                     if s.get("name") == session:
                         res["region"] = int(s.get("region_bytes", 0))
                         # What of it holds memory (the unused tails of
-                        # resident pages are given back); older daemons: all.
-                        res["region_held"] = int(s.get("region_resident_bytes", res["region"]))
+                        # resident pages are given back).
+                        res["region_held"] = int(s["region_resident_bytes"])
                         res["locked"] = bool(s.get("locked"))
                 res["daemon_pid"] = st.get("pid")
             answer(res)

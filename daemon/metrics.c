@@ -204,10 +204,13 @@ static void session_families(struct mtext *t, const struct snap *sn, size_t n)
 	mtext_family(t, "spillway_session_region_resident_bytes", "gauge",
 		     "Bytes of the session's region that hold memory: the region less the unused tails of resident "
 		     "tensors' last pages, which the daemon gives back.");
-	for (size_t i = 0; i < n; i++)
-		if (session_region_held(sn[i].s) >= 0)
-			mtext_sample(t, "spillway_session_region_resident_bytes", (double)session_region_held(sn[i].s),
-				     "session", sn[i].s->name, NULL);
+	for (size_t i = 0; i < n; i++) {
+		int64_t held = session_region_held(sn[i].s);
+
+		if (held >= 0)
+			mtext_sample(t, "spillway_session_region_resident_bytes", (double)held, "session", sn[i].s->name,
+				     NULL);
+	}
 	mtext_family(t, "spillway_session_tensors", "gauge", "Tensors registered by the session.");
 	for (size_t i = 0; i < n; i++)
 		mtext_sample(t, "spillway_session_tensors", sn[i].s->ntensors, "session", sn[i].s->name, NULL);

@@ -496,7 +496,9 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 	/* A resident page starts as zeros. The slot is client memory: through
 	 * safemem, so a region punched under us fails this register alone. */
 	for (uint32_t i = 0; !swappable && i < n; i++) {
-		if (resident_zero(p, t->pages[i].slot, i + 1 < n ? p->c.page_size : bytes - (uint64_t)i * p->c.page_size) < 0) {
+		uint64_t used = i + 1 < n ? p->c.page_size : bytes - (uint64_t)i * p->c.page_size;
+
+		if (resident_zero(p, t->pages[i].slot, used) < 0) {
 			int r2 = pager_region_gone(p, "register", &t->pages[i]);
 
 			snprintf(err, errlen, "%s", pager_last_error(p));

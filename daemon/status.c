@@ -193,6 +193,7 @@ static cJSON *session_json(const struct session *s)
 {
 	cJSON *o = cJSON_CreateObject(), *ring;
 	struct pager_stats st = { 0 };
+	int64_t held;
 
 	cJSON_AddStringToObject(o, "name", s->name);
 	cJSON_AddNumberToObject(o, "uid", s->uid);
@@ -248,8 +249,8 @@ static cJSON *session_json(const struct session *s)
 	cJSON_AddNumberToObject(o, "region_ready_bytes", (double)region_ready_bytes(&s->ropts));
 	/* What of it holds memory now: the unused tails of resident tensors'
 	 * last pages were given back (pager.c, resident_zero()). */
-	if (session_region_held(s) >= 0)
-		cJSON_AddNumberToObject(o, "region_resident_bytes", (double)session_region_held(s));
+	if ((held = session_region_held(s)) >= 0)
+		cJSON_AddNumberToObject(o, "region_resident_bytes", (double)held);
 	cJSON_AddNumberToObject(o, "page_size", s->page_size);
 	cJSON_AddNumberToObject(o, "slots", s->nslots);
 	if (s->pager)

@@ -76,6 +76,14 @@ PY
 # Kill and resume: the same run on a persistent session, SIGKILLed half
 # way; a new trainer of the same session name takes the state over from
 # spillwayd and goes on after the last committed step.
+# Waits (at most a minute) until the resumable run has logged $1 losses.
+demo_wait_losses() {
+	for _ in $(seq 1 1200); do
+		[ "$(cat "$demo_dir/run.losses" 2>/dev/null | wc -l)" -ge "$1" ] && break
+		sleep 0.05
+	done
+}
+
 say "kill and resume: the same 60 steps with --persistent --session demo/resume, SIGKILLed half way"
 # A persistent overlapped optimizer also keeps an update journal and an
 # undo copy of the weights it updates (docs/persistent.md): 10 MiB of region.
@@ -84,10 +92,7 @@ demo_resume=(build-demo/examples/train-mlp "${demo_args[@]}" --region-bytes $((1
 	     --losses "$demo_dir/run.losses")
 "${demo_resume[@]}" &
 demo_train_pid=$!
-for _ in $(seq 1 1200); do
-	[ "$(cat "$demo_dir/run.losses" 2>/dev/null | wc -l)" -ge 30 ] && break
-	sleep 0.05
-done
+demo_wait_losses 30
 kill -KILL "$demo_train_pid" 2>/dev/null || true
 wait "$demo_train_pid" 2>/dev/null || true
 say "killed (kill -9) after step $(wc -l <"$demo_dir/run.losses"); the daemon keeps the session, orphaned:"
@@ -100,10 +105,7 @@ demo_train_pid=$!
 # While it trains: its state as files, written by the daemon at the next
 # commit point (no byte through the trainer, which trains on while the
 # pages are copied), against cp of the same files.
-for _ in $(seq 1 1200); do
-	[ "$(cat "$demo_dir/run.losses" 2>/dev/null | wc -l)" -ge 36 ] && break
-	sleep 0.05
-done
+demo_wait_losses 36
 say "checkpoint while it trains: spillwayctl checkpoint demo/resume $demo_dir/ckpt"
 build-demo/client/spillwayctl checkpoint demo/resume "$demo_dir/ckpt" || true
 if [ -d "$demo_dir/ckpt" ]; then

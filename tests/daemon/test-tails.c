@@ -5,15 +5,19 @@
  * model (a few KiB each, pages of 128 KiB or more) that is most of the
  * page, times p, m and v. The daemon gives that tail back to the kernel
  * at register. Seen here through the region's memfd (its allocated
- * blocks) and status' region_resident_bytes: each resident tensor keeps
- * its bytes rounded up to 4 KiB; the tail reads as zeros like a zeroed
- * page, takes memory again when written, and a slot that comes back to a
- * new tensor is zeroed whole, whatever the last one left there.
+ * blocks), status' region_resident_bytes and its Prometheus series: each
+ * resident tensor keeps its bytes rounded up to 4 KiB; the tail reads as
+ * zeros like a zeroed page, takes memory again when written, and a slot
+ * that comes back to a new tensor is zeroed whole, whatever the last one
+ * left there.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include "harness.h"
 #include "raw.h"
@@ -45,6 +49,32 @@ static uint64_t held_by_status(void)
 	v = (uint64_t)raw_num(ss, "region_resident_bytes");
 	cJSON_Delete(st);
 	return v;
+}
+
+/* The same in a scrape of metrics.listen (a unix socket in d's dir). */
+static uint64_t held_by_metrics(void)
+{
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+	static const char series[] = "\nspillway_session_region_resident_bytes{session=\"job/tails\"} ";
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	static char text[1 << 20];
+	size_t len = 0;
+	ssize_t r;
+	char *at;
+	int fd;
+
+	ASSERT_LT(snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/metrics.sock", d.dir), (int)sizeof(sa.sun_path));
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ASSERT_EQ(write(fd, req, sizeof(req) - 1), (ssize_t)sizeof(req) - 1);
+	while ((r = read(fd, text + len, sizeof(text) - 1 - len)) > 0)
+		len += (size_t)r;
+	close(fd);
+	text[len] = '\0';
+	at = strstr(text, series);
+	ASSERT_TRUE(at != NULL);
+	return strtoull(at + sizeof(series) - 1, NULL, 10);
 }
 
 /* The slot the daemon gave page `page` of tensor tid (a PIN says it). */
@@ -144,7 +174,8 @@ int main(void)
 
 	ASSERT_OK(spw_test_daemon_start(&d, "{\"socket\": {\"dir\": \"@DIR@\"},"
 					    " \"pool\": {\"max_bytes\": \"64MiB\", \"require_locked\": false,"
-					    " \"hugepages\": \"never\"}}"));
+					    " \"hugepages\": \"never\"},"
+					    " \"metrics\": {\"listen\": \"@DIR@/metrics.sock\"}}"));
 	raw_guard(&d);
 	ASSERT_OK(raw_attach(d.control, "job/tails", REGION, PAGE, &s));
 	/* The region is prefaulted (or locked) whole at attach. */
@@ -159,6 +190,7 @@ int main(void)
 	h = held(&s);
 	ASSERT_UEQ(h, h0 - (PAGE - 8 * KiB));
 	ASSERT_UEQ(held_by_status(), h);
+	ASSERT_UEQ(held_by_metrics(), h);
 	/* The kept part zeroed, the tail a hole that reads as zeros (read
 	 * with pread: a load through a shared mapping would fill the hole). */
 	tail = slot_of(&s, bias, 0);

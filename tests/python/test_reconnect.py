@@ -46,6 +46,20 @@ class Restarts(unittest.TestCase):
                                  "1" if persistent else "0", out, "slow"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
+    def restart(self, d, kill=False):
+        """Stops d (SIGTERM: it saves its persistent sessions; kill: a
+        kill -9, after which only what was flushed comes back), keeps it
+        down a moment, and returns a new daemon on the same state
+        directory and socket path."""
+        if kill:
+            d.proc.kill()
+            d.proc.wait()
+            d.cleanup()
+        else:
+            self.assertEqual(d.stop(), 0)
+        time.sleep(0.3)  # down a while
+        return spwtest.Daemon(swap=True, extra=self.extra, sock_dir=self.sock)
+
     def same(self, ref, run):
         a, b = torch.load(ref), torch.load(run)
         for key, v in a["model"].items():

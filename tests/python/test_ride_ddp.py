@@ -28,7 +28,6 @@ and says it reconnected once.
 import os
 import subprocess
 import sys
-import time
 import unittest
 
 import spwtest
@@ -114,13 +113,7 @@ class RideDdp(Restarts):
         if flush:
             for r in range(WORLD):
                 self.assertIn("flushed %d\n" % flush, lines[r])
-            d.proc.kill()
-            d.proc.wait()
-            d.cleanup()
-        else:
-            self.assertEqual(d.stop(), 0)
-        time.sleep(0.3)  # down a while
-        d = spwtest.Daemon(swap=True, extra=self.extra, sock_dir=self.sock)
+        d = self.restart(d, kill=bool(flush))
         try:
             outs = self.finish(ps, errs, "go\n")
             for r, out in enumerate(outs):

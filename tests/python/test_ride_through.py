@@ -19,7 +19,6 @@ says the session was taken over.
 import os
 import subprocess
 import sys
-import time
 import unittest
 
 import spwtest
@@ -65,13 +64,7 @@ class RideThrough(Restarts):
         self.assertEqual(line.split(), ["paused", str(AT)])
         if flush:
             self.assertIn("flushed %d\n" % flush, lines)
-            d.proc.kill()
-            d.proc.wait()
-            d.cleanup()
-        else:
-            self.assertEqual(d.stop(), 0)
-        time.sleep(0.3)  # down a while
-        d = spwtest.Daemon(swap=True, extra=self.extra, sock_dir=self.sock)
+        d = self.restart(d, kill=bool(flush))
         try:
             out, err = q.communicate("go\n", timeout=120)
             self.assertEqual(q.returncode, 0, err)
