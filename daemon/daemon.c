@@ -281,6 +281,11 @@ static int swap_remove_stale(struct daemon *d)
 			log_error("%s", err);
 			return r;
 		}
+		r = swap_dir_probe_direct(swap_lock_dirfd(swap_locks[i]), d->swap_dirs[i].path, err, sizeof(err));
+		if (r < 0) {
+			log_error("%s", err);
+			return r;
+		}
 		swap_lock_remove_stale(swap_locks[i]);
 		d->swap_dirs[i].fd = swap_lock_dirfd(swap_locks[i]);
 		d->swap_dirs[i].have_fd = true;

@@ -41,6 +41,31 @@ int64_t swap_dir_used(const char *dir)
 	return r < 0 ? r : (int64_t)bytes;
 }
 
+static void no_direct(const char *dir, char *err, size_t errlen)
+{
+	snprintf(err, errlen,
+		 "swap dir %s: the filesystem refuses O_DIRECT (ramfs does, and tmpfs before Linux 6.6); "
+		 "put this swap.dirs entry on a filesystem on the NVMe drive",
+		 dir);
+}
+
+int swap_dir_probe_direct(int dirfd, const char *dir, char *err, size_t errlen)
+{
+	static const char probe[] = ".spillway-direct-probe";
+	int fd = openat(dirfd, probe, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600), r = -errno;
+
+	if (fd >= 0) {
+		close(fd);
+		unlinkat(dirfd, probe, 0);
+		return 0;
+	}
+	if (r != -EINVAL)
+		return 0; /* not this probe's question: attaches say what is wrong */
+	unlinkat(dirfd, probe, 0); /* some filesystems make the file before refusing */
+	no_direct(dir, err, errlen);
+	return r;
+}
+
 static int check_space(const struct swap_dir *dir, const char *session, uint64_t need, char *err,
 		       size_t errlen)
 {
@@ -123,10 +148,7 @@ static int create_file(struct swap *s, unsigned i, const struct swap_dir *dir, c
 			 * filesystem has no direct I/O; see whether it made the
 			 * file anyway, and say what is wrong with the directory. */
 			remove_file(f);
-			snprintf(err, errlen,
-				 "swap dir %s: the filesystem refuses O_DIRECT (tmpfs before Linux 6.6 does); "
-				 "put this swap.dirs entry on a filesystem on the NVMe drive",
-				 dir->path);
+			no_direct(dir->path, err, errlen);
 		} else {
 			snprintf(err, errlen, "swap dir %s: cannot create %s: %s (check it exists and is writable)",
 				 dir->path, f->path, strerror(-r));

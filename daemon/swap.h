@@ -52,6 +52,13 @@ struct swap;
 int swap_new(const struct swap_dir *dirs, unsigned ndirs, const char *session, uint32_t page_size,
 	     uint64_t bytes, struct uring *u, char *err, size_t errlen, struct swap **ret);
 
+/* Whether files in the directory (dirfd, named dir in messages) can be
+ * opened O_DIRECT, asked once at start so that a daemon whose swap could
+ * never work says so then, not at each attach: 0, or -EINVAL with the
+ * sentence swap_new would give in err. Other failures are left to
+ * swap_new (0). */
+int swap_dir_probe_direct(int dirfd, const char *dir, char *err, size_t errlen);
+
 /* Unregisters, closes and removes every file. The caller has no I/O in
  * flight on them. Accepts NULL; returns NULL. */
 struct swap *swap_free(struct swap *s);

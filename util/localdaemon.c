@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -45,15 +46,49 @@ static int write_config(struct local_daemon *d, const char *json)
 	return fclose(f) == 0 ? 0 : -errno;
 }
 
+/* Whether files in dir can be opened O_DIRECT (configs put swap in @DIR@:
+ * ramfs, and tmpfs before Linux 6.6, refuse it). */
+static bool takes_direct(const char *dir)
+{
+	char p[300];
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/direct-probe", dir);
+	fd = open(p, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	unlink(p);
+	if (fd < 0)
+		return errno != EINVAL;
+	close(fd);
+	return true;
+}
+
+/* The temporary directory: under $TMPDIR, else /tmp, else /var/tmp, the
+ * first whose filesystem takes O_DIRECT (the first of them when none does,
+ * and the daemon says why swap cannot work there). */
+static int make_dir(struct local_daemon *d)
+{
+	const char *tmp = getenv("TMPDIR"), *bases[] = { tmp && *tmp ? tmp : "/tmp", "/tmp", "/var/tmp" };
+
+	for (unsigned i = 0; i < sizeof(bases) / sizeof(bases[0]); i++) {
+		snprintf(d->dir, sizeof(d->dir), "%s/spw-test-XXXXXX", bases[i]);
+		if (!mkdtemp(d->dir))
+			continue;
+		if (takes_direct(d->dir))
+			return 0;
+		rmdir(d->dir);
+	}
+	snprintf(d->dir, sizeof(d->dir), "%s/spw-test-XXXXXX", bases[0]);
+	return mkdtemp(d->dir) ? 0 : -errno;
+}
+
 static int prepare(struct local_daemon *d, const char *json)
 {
-	const char *tmp = getenv("TMPDIR");
+	int r;
 
 	memset(d, 0, sizeof(*d));
 	d->pid = -1;
-	snprintf(d->dir, sizeof(d->dir), "%s/spw-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(d->dir))
-		return -errno;
+	if ((r = make_dir(d)) < 0)
+		return r;
 	chmod(d->dir, 0755);
 	snprintf(d->control, sizeof(d->control), "%s/control.sock", d->dir);
 	snprintf(d->status, sizeof(d->status), "%s/status.sock", d->dir);

@@ -19,7 +19,9 @@
 #include <sys/types.h>
 
 struct local_daemon {
-	char dir[256];      /* temporary directory, mode 0755, removed by stop */
+	char dir[256];      /* temporary directory, mode 0755, removed by stop:
+			     * under $TMPDIR, /tmp or /var/tmp, the first
+			     * that takes O_DIRECT (configs put swap in it) */
 	char config[320];   /* dir/spillwayd.json */
 	char control[320];  /* dir/control.sock */
 	char status[320];   /* dir/status.sock */
