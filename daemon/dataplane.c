@@ -7,11 +7,21 @@
  * without an entry, then sets NEED_WAKEUP and lets the loop sleep. With no
  * session polling there is no idle handle and the loop blocks in epoll.
  *
+ * A poll that finds no entry yields the CPU (sched_yield): the daemon
+ * shares cores with trainers, and a loop that spins through its window
+ * takes a full scheduler share from whichever trainer thread wants that
+ * core, for nothing. Yielding, it runs only when nobody else on the core
+ * is runnable, and still sees the next entry within a syscall. Measured
+ * (spillway-bench tenants, the daemon on the bystander's core): the
+ * bystander's step 25-35% shorter alone and with four noisy tenants; ring
+ * round trips 0.26 -> 0.28-0.31 us at the median, p99 halved.
+ *
  * Everything in the rings memfd is written by a client that may be hostile:
  * indices are checked against the daemon's own copies, each entry is read
  * once into private memory and only the copy is validated and used.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -398,10 +408,13 @@ void dataplane_idle_cb(uv_idle_t *h)
 	struct daemon *d = h->data;
 	uint64_t now = uv_hrtime(), window = (uint64_t)d->cfg->ring_poll_us * 1000u;
 	struct list *p, *t;
+	bool work = false;
 
 	list_for_each_safe(p, t, &d->polling) {
 		struct session *s = list_entry(p, struct session, poll_link);
 		int n = dataplane_drain(s);
+
+		work |= n != 0;
 
 		/* Ending a session removes only s from the list, never t. */
 		if (n < 0) {
@@ -415,6 +428,8 @@ void dataplane_idle_cb(uv_idle_t *h)
 	}
 	if (list_empty(&d->polling))
 		uv_idle_stop(h);
+	else if (!work)
+		sched_yield(); /* polite polling: see the top of this file */
 }
 
 static void wake(struct session *s)
