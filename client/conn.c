@@ -669,10 +669,12 @@ SPW_EXPORT int spw_tensor_adopt(spw_client *c, const char *name, uint64_t bytes,
 static int register_tensor(spw_client *c, const char *name, uint64_t bytes, enum spw_tensor_kind kind, bool adopt,
 			   uint32_t *ret_tensor, uint32_t *ret_pages)
 {
+	bool scratch = kind & SPW_TENSOR_SCRATCH;
 	cJSON *req, *reply = NULL;
 	uint32_t tensor, pages;
 	int r;
 
+	kind = (enum spw_tensor_kind)(kind & ~SPW_TENSOR_SCRATCH);
 	if (!c)
 		return -EINVAL;
 	r = check_session(c, "register");
@@ -686,7 +688,8 @@ static int register_tensor(spw_client *c, const char *name, uint64_t bytes, enum
 	req = new_request(SPW_MSG_REGISTER);
 	if (!req || !cJSON_AddStringToObject(req, "name", name) || !add_num(req, "bytes", (double)bytes) ||
 	    !cJSON_AddStringToObject(req, "kind", kind == SPW_TENSOR_RESIDENT ? "resident" : "swappable") ||
-	    (adopt && !cJSON_AddBoolToObject(req, "adopt", 1))) {
+	    (adopt && !cJSON_AddBoolToObject(req, "adopt", 1)) ||
+	    (scratch && !cJSON_AddBoolToObject(req, "scratch", 1))) {
 		cJSON_Delete(req);
 		return spw__error(c, -ENOMEM, "register: out of memory");
 	}

@@ -80,6 +80,11 @@ int spw__persist_tensor(spw_optimizer *o, const char *name, uint64_t bytes, enum
 	r = spw_tensor_adopt(o->c, name, bytes, kind, id, NULL);
 	if (r == 0)
 		o->persist.adopted++;
+	/* A checkpoint leaves scratch tensors out (the undo copies: needed
+	 * only inside a step, and it holds none open): one restored from it
+	 * gets them anew. A step left open needs what they held. */
+	else if (r == -ENOENT && (kind & SPW_TENSOR_SCRATCH) && !o->persist.torn)
+		r = spw_tensor_register(o->c, name, bytes, kind, id, NULL);
 	return r;
 }
 

@@ -194,7 +194,9 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 		if (!role_used(t, registered))
 			continue;
 		snprintf(full, sizeof(full), "spw.opt.%s.%s", name, role_suffix[registered]);
-		r = spw__persist_tensor(o, full, role_bytes(o, registered, count), o->tier, &t->id[registered]);
+		r = spw__persist_tensor(o, full, role_bytes(o, registered, count),
+					(enum spw_tensor_kind)(o->tier | (registered == R_U ? SPW_TENSOR_SCRATCH : 0)),
+					&t->id[registered]);
 		if (r < 0)
 			break;
 	}

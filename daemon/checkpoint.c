@@ -196,6 +196,15 @@ static void ck_wake(uv_async_t *h)
 		dataplane_resume(s);
 }
 
+/* Whether tensor id goes into ck: every named one, but a user's
+ * checkpoint leaves out scratch tensors (their bytes matter only inside a
+ * step, and it is taken between steps); a save into persist.state_dir
+ * keeps them (an orphan saved inside a step's updates needs them). */
+static bool ck_takes(const struct checkpoint *ck, const struct session *s, uint32_t id)
+{
+	return s->tnames[id] && (ck->state || !s->tscratch[id]);
+}
+
 /* On the loop at the commit point: where every page is. */
 static int ck_plan(struct checkpoint *ck, char *err, size_t errlen)
 {
@@ -208,7 +217,7 @@ static int ck_plan(struct checkpoint *ck, char *err, size_t errlen)
 		uint32_t npages;
 		bool sw;
 
-		if (s->tnames[id] && pager_tensor_info(s->pager, id, &bytes, &sw, &npages) == 0) {
+		if (ck_takes(ck, s, id) && pager_tensor_info(s->pager, id, &bytes, &sw, &npages) == 0) {
 			nt++;
 			np += npages;
 		}
@@ -224,7 +233,7 @@ static int ck_plan(struct checkpoint *ck, char *err, size_t errlen)
 	for (uint32_t id = 0; id < s->ntnames_cap; id++) {
 		struct ck_tensor *t = &ck->t[ck->nt];
 
-		if (!s->tnames[id] || pager_tensor_info(s->pager, id, &t->bytes, &t->swappable, &t->npages) < 0)
+		if (!ck_takes(ck, s, id) || pager_tensor_info(s->pager, id, &t->bytes, &t->swappable, &t->npages) < 0)
 			continue;
 		ck->total += t->bytes;
 		if (!(t->name = strdup(s->tnames[id]))) {

@@ -438,7 +438,7 @@ static void do_register(struct client *c, const cJSON *msg)
 {
 	const char *name, *kind = "resident";
 	uint64_t bytes = 0;
-	bool persistent = false, adopt = false, swappable;
+	bool persistent = false, adopt = false, scratch = false, swappable;
 	uint32_t id, npages;
 	char err[768], a[32];
 	const cJSON *k;
@@ -452,7 +452,8 @@ static void do_register(struct client *c, const cJSON *msg)
 	if (field_string(msg, "register", "name", &name, err, sizeof(err)) < 0 ||
 	    field_uint(msg, "register", "bytes", true, UINT64_MAX, &bytes, err, sizeof(err)) < 0 ||
 	    field_bool(msg, "register", "persistent", &persistent, err, sizeof(err)) < 0 ||
-	    field_bool(msg, "register", "adopt", &adopt, err, sizeof(err)) < 0) {
+	    field_bool(msg, "register", "adopt", &adopt, err, sizeof(err)) < 0 ||
+	    field_bool(msg, "register", "scratch", &scratch, err, sizeof(err)) < 0) {
 		control_reply_error(c, EINVAL, "%s", err);
 		return;
 	}
@@ -489,8 +490,8 @@ static void do_register(struct client *c, const cJSON *msg)
 		control_reply_error(c, EINVAL, "register %s: bytes is 0; a tensor holds at least one byte", name);
 		return;
 	}
-	r = adopt ? persist_adopt(c->session, name, bytes, swappable, &id, &npages, err, sizeof(err)) :
-		    session_register(c->session, name, bytes, swappable, &id, &npages, err, sizeof(err));
+	r = adopt ? persist_adopt(c->session, name, bytes, swappable, scratch, &id, &npages, err, sizeof(err)) :
+		    session_register(c->session, name, bytes, swappable, scratch, &id, &npages, err, sizeof(err));
 	if (r < 0) {
 		control_reply_error(c, -r, "%s", err);
 		return;

@@ -189,7 +189,7 @@ void persist_take_over(struct client *c, struct session *s, uint64_t region_byte
 	control_attach_reply(c, s, true);
 }
 
-int persist_adopt(struct session *s, const char *name, uint64_t bytes, bool swappable, uint32_t *id,
+int persist_adopt(struct session *s, const char *name, uint64_t bytes, bool swappable, bool scratch, uint32_t *id,
 		  uint32_t *npages, char *err, size_t errlen)
 {
 	uint32_t tid = session_tensor_find(s, name);
@@ -217,6 +217,7 @@ int persist_adopt(struct session *s, const char *name, uint64_t bytes, bool swap
 		return -EEXIST;
 	}
 	s->tclaimed[tid] = 1;
+	s->tscratch[tid] = scratch;
 	*id = tid;
 	return 0;
 }

@@ -38,9 +38,10 @@ bool persist_restored(struct session *s);
 void persist_take_over(struct client *c, struct session *s, uint64_t region_bytes, uint32_t page_size,
 		       uint32_t lease_s);
 /* REGISTER with "adopt": the session's tensor of that name, if its size
- * and kind match and this client has not adopted it yet. Returns 0, or
- * -ENOENT / -EEXIST with a sentence in err. */
-int persist_adopt(struct session *s, const char *name, uint64_t bytes, bool swappable, uint32_t *id,
+ * and kind match and this client has not adopted it yet; it is scratch
+ * (session_register) as the adopter says. Returns 0, or -ENOENT / -EEXIST
+ * with a sentence in err. */
+int persist_adopt(struct session *s, const char *name, uint64_t bytes, bool swappable, bool scratch, uint32_t *id,
 		  uint32_t *npages, char *err, size_t errlen);
 /* SPW_OP_MARK (checked by spw_sqe_check). Returns the CQE's result. */
 int32_t persist_mark(struct session *s, const struct spw_sqe *sqe);

@@ -530,7 +530,7 @@ void restore_attached(struct session *s, int r)
 		struct r_tensor *t = &rs->t[i];
 		uint32_t id, npages;
 
-		r = session_register(s, t->name, t->bytes, t->swappable, &id, &npages, err, sizeof(err));
+		r = session_register(s, t->name, t->bytes, t->swappable, false, &id, &npages, err, sizeof(err));
 		if (r < 0) {
 			rs_fail(rs, -r, "restore %s: %s", s->name, err);
 			return;

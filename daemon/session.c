@@ -556,6 +556,7 @@ struct session *session_free(struct session *s)
 	free(s->name_heads);
 	rings_drop(s);
 	free(s->tclaimed);
+	free(s->tscratch);
 	free(s->bad);
 	free(s->name);
 	free(s);
@@ -673,12 +674,17 @@ static int names_reserve(struct session *s, uint32_t id)
 		return -ENOMEM;
 	memset(cl + s->ntnames_cap, 0, cap - s->ntnames_cap);
 	s->tclaimed = cl;
+	cl = realloc(s->tscratch, cap);
+	if (!cl)
+		return -ENOMEM;
+	memset(cl + s->ntnames_cap, 0, cap - s->ntnames_cap);
+	s->tscratch = cl;
 	s->ntnames_cap = cap;
 	return names_rehash(s, s->ntensors + 1);
 }
 
-int session_register(struct session *s, const char *name, uint64_t bytes, bool swappable, uint32_t *id,
-		     uint32_t *npages, char *err, size_t errlen)
+int session_register(struct session *s, const char *name, uint64_t bytes, bool swappable, bool scratch,
+		     uint32_t *id, uint32_t *npages, char *err, size_t errlen)
 {
 	char perr[512], *copy;
 	uint32_t tid, n, other = name_find(s, name);
@@ -732,6 +738,7 @@ int session_register(struct session *s, const char *name, uint64_t bytes, bool s
 	}
 	s->tnames[tid] = copy;
 	s->tclaimed[tid] = 1;
+	s->tscratch[tid] = scratch;
 	name_link(s, tid);
 	s->ntensors++;
 	*id = tid;

@@ -100,6 +100,8 @@ struct session {
 
 	char **tnames;          /* by tensor id (the pager's); NULL: free id */
 	uint8_t *tclaimed;      /* by tensor id: adopted since the last takeover */
+	uint8_t *tscratch;      /* by tensor id: its bytes matter only inside a step
+				 * (a user's checkpoint, at a commit point, leaves it out) */
 	uint32_t *tname_next;   /* by tensor id: the next id in its hash chain */
 	uint32_t ntnames_cap;
 	uint32_t *name_heads;   /* hash of tnames: the first id per bucket, UINT32_MAX none */
@@ -168,8 +170,10 @@ uint32_t session_tensor_find(const struct session *s, const char *name);
  * or -errno with a sentence in err. */
 int session_takeover(struct session *s, struct client *owner, char *err, size_t errlen);
 
-int session_register(struct session *s, const char *name, uint64_t bytes, bool swappable, uint32_t *id,
-		     uint32_t *npages, char *err, size_t errlen);
+/* scratch: the tensor's bytes matter only inside a step (the overlapped
+ * optimizer's undo copy of p): a user's checkpoint leaves it out. */
+int session_register(struct session *s, const char *name, uint64_t bytes, bool swappable, bool scratch,
+		     uint32_t *id, uint32_t *npages, char *err, size_t errlen);
 /* Returns 0 (gone), -errno with a sentence in err, or 1 when the tensor
  * is dying: control_unregister_done() follows once its I/O drained. */
 int session_unregister(struct session *s, uint32_t id, char *err, size_t errlen);

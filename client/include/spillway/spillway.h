@@ -437,6 +437,11 @@ SPW_EXPORT int spw_client_flush(spw_client *c, const char *session, struct spw_c
 enum spw_tensor_kind {
 	SPW_TENSOR_RESIDENT = 0,  /* always keeps its slots (CPU offload) */
 	SPW_TENSOR_SWAPPABLE = 1, /* homed on NVMe, slots while pinned (needs SPW_FEAT_SWAP) */
+	/* A flag OR'd into either kind: the tensor's bytes matter only inside
+	 * a step (an overlapped optimizer's undo copy of its weights), so a
+	 * checkpoint, which is taken between steps, leaves it out (a save
+	 * for a daemon restart keeps it). */
+	SPW_TENSOR_SCRATCH = 0x100,
 };
 
 /*
