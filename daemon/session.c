@@ -417,7 +417,13 @@ struct region_hold {
 	struct list link;
 	uid_t uid;
 	uint64_t swap_bytes;
+	uint64_t ended_ns; /* when the session ended with I/O in flight */
 };
+
+/* A session's last requests taking longer than this after it ended says
+ * the drive is slow or stalled: worth a warning. Write-behind still in
+ * flight at a DETACH is normal and drains in milliseconds. */
+#define DRAIN_SLOW_NS 1000000000ull
 
 static unsigned draining; /* sessions ended with I/O in flight, not yet released */
 static struct list holds = { &holds, &holds };
@@ -482,12 +488,18 @@ static void orphan_released(void *arg)
 {
 	struct region_hold *h = arg;
 	struct daemon *d = h->d;
+	uint64_t took = uv_hrtime() - h->ended_ns;
 	char a[32];
 
 	draining--;
 	list_del(&h->link);
-	log_info("session %s (ended earlier): its last disk request completed; released %s and its swap files",
-		 h->name, format_bytes(h->bytes, a, sizeof(a)));
+	if (took >= DRAIN_SLOW_NS)
+		log_warn("session %s (ended earlier): its last disk request completed %.1f s after it ended (a slow "
+			 "or stalled drive: see io_uring in spillwayctl status); released %s and its swap files",
+			 h->name, (double)took / 1e9, format_bytes(h->bytes, a, sizeof(a)));
+	else
+		log_info("session %s (ended earlier): its last disk request completed; released %s and its swap files",
+			 h->name, format_bytes(h->bytes, a, sizeof(a)));
 	hold_release(h);
 	daemon_update_status(d);
 	status_refresh_soon(d);
@@ -522,8 +534,9 @@ struct session *session_free(struct session *s)
 		 * its requests complete. No completion is delivered. */
 		if (h) {
 			draining++;
+			h->ended_ns = uv_hrtime();
 			list_add_tail(&holds, &h->link);
-			log_warn("session %s ended with disk I/O in flight; its region and swap files are released when "
+			log_info("session %s ended with disk I/O in flight; its region and swap files are released when "
 				 "that I/O completes", s->name);
 			s->pager = pager_close(s->pager, orphan_released, h);
 			h = NULL;

@@ -302,6 +302,8 @@ static bool kill_while_stalled(unsigned hold_ms)
 	ASSERT_UEQ(all_swap_files(), 2);
 	ASSERT_EQ(status_num("pool.used_bytes"), 4.0 * MiB);
 	ASSERT_CONTAINS(read_log(), "its last disk request completed");
+	/* Seconds after the session ended (the held write): a warning. */
+	ASSERT_CONTAINS(read_log(), "after it ended (a slow or stalled drive");
 	ASSERT_OK(raw_attach(d.control, "drain/c", 2 * MiB, PAGE, &c));
 	raw_session_close(&c);
 	/* b's pages 0-3 come from its disk file again: untouched. */
