@@ -2,7 +2,7 @@
 /*
  * metrics-addr.h: what metrics.listen names. "127.0.0.1:9464",
  * "[::1]:9464", "localhost:9464" (IPv4 loopback) or an absolute unix socket
- * path. Literal addresses only: a host name would make a config check
+ * path; port 0 asks the kernel for a free one. Literal addresses only: a host name would make a config check
  * depend on DNS. Pure code, shared by config.c (validation) and
  * metrics-server.c (binding); inline here so that every program that
  * compiles config.c from source (the fuzz targets) gets it too.
@@ -70,8 +70,10 @@ static inline int metrics_addr_parse(const char *s, struct metrics_addr *a, char
 	host[hlen] = '\0';
 	errno = 0;
 	port = strtoul(colon + 1, &end, 10);
-	if (!colon[1] || *end || errno || port == 0 || port > 65535 || colon[1] < '0' || colon[1] > '9')
-		return metrics_addr_fail(why, whylen, "has no port from 1 to 65535 after the last ':'");
+	/* Port 0: the kernel picks a free one; the log and the status
+	 * document's config.metrics_listen say which. */
+	if (!colon[1] || *end || errno || port > 65535 || colon[1] < '0' || colon[1] > '9')
+		return metrics_addr_fail(why, whylen, "has no port from 0 to 65535 after the last ':'");
 	if (!strcmp(host, "localhost"))
 		snprintf(host, sizeof(host), "127.0.0.1");
 	if (h == s) {

@@ -48,6 +48,7 @@ struct mserver {
 	struct metrics_addr addr;
 	struct list conns;
 	unsigned nconns;
+	char where[128];       /* what it listens on, the kernel's port filled in */
 	bool backlog;          /* a connection waits in libuv for a free place */
 	bool bound;            /* the unix socket file is ours to remove */
 	bool closing;
@@ -344,11 +345,40 @@ static int listen_on(struct mserver *s)
 		    (cfg->socket_group && chown(s->addr.path, (uid_t)-1, cfg->socket_gid) < 0))
 			return -errno;
 	} else {
+		struct sockaddr_storage sa;
+		int len = sizeof(sa);
+		char ip[INET6_ADDRSTRLEN] = "?";
+
 		r = uv_tcp_bind(&s->l.tcp, (const struct sockaddr *)&s->addr.sa, 0);
 		if (r < 0)
 			return r;
+		r = uv_listen(&s->l.stream, 64, on_connection);
+		if (r < 0)
+			return r;
+		/* The port the kernel gave (it picks one for port 0). */
+		r = uv_tcp_getsockname(&s->l.tcp, (struct sockaddr *)&sa, &len);
+		if (r < 0)
+			return r;
+		if (sa.ss_family == AF_INET6) {
+			const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&sa;
+
+			inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+			snprintf(s->where, sizeof(s->where), "[%s]:%u", ip, ntohs(in6->sin6_port));
+		} else {
+			const struct sockaddr_in *in = (const struct sockaddr_in *)&sa;
+
+			inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+			snprintf(s->where, sizeof(s->where), "%s:%u", ip, ntohs(in->sin_port));
+		}
+		return 0;
 	}
+	snprintf(s->where, sizeof(s->where), "%s", s->addr.path);
 	return uv_listen(&s->l.stream, 64, on_connection);
+}
+
+const char *metrics_listening(void)
+{
+	return server && !server->closing && server->where[0] ? server->where : NULL;
 }
 
 int metrics_start(struct daemon *d)
@@ -385,7 +415,7 @@ int metrics_start(struct daemon *d)
 		metrics_stop(d);
 		return r;
 	}
-	log_info("metrics: serving http://%s/metrics%s", spec,
+	log_info("metrics: serving http://%s/metrics%s", server->where,
 		 s->addr.loopback ? "" : " to remote hosts (metrics.allow_remote)");
 	return 0;
 }

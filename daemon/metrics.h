@@ -23,6 +23,9 @@ char *metrics_render(struct daemon *d, size_t *len);
 /* Starts listening on metrics.listen when it is set (0 and nothing
  * otherwise). Returns 0 or a negative errno, logged with the address. */
 int metrics_start(struct daemon *d);
+/* What the endpoint listens on ("127.0.0.1:9464", the kernel's port for
+ * port 0, or the unix socket's path), or NULL when it does not. */
+const char *metrics_listening(void);
 /* Closes the listener and every connection (their memory goes in the
  * close callbacks, so the loop must run afterwards); removes a unix
  * socket. Safe to call when metrics_start() did nothing or failed. */

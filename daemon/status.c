@@ -21,6 +21,7 @@
 #include "config.h"
 #include "daemon.h"
 #include "log.h"
+#include "metrics.h"
 #include "pager.h"
 #include "persist.h"
 #include "region.h"
@@ -303,6 +304,8 @@ static cJSON *build(struct daemon *d, uid_t uid, unsigned max_listed, unsigned *
 	cJSON_AddNumberToObject(x, "page_size", cfg->session_page_size);
 	cJSON_AddNumberToObject(x, "ring_entries", cfg->session_ring_entries);
 	cJSON_AddNumberToObject(x, "poll_us", cfg->ring_poll_us);
+	if (metrics_listening())
+		cJSON_AddStringToObject(x, "metrics_listen", metrics_listening());
 
 	x = cJSON_AddObjectToObject(o, "pool");
 	cJSON_AddNumberToObject(x, "max_bytes", (double)cfg->pool_max_bytes);

@@ -37,17 +37,22 @@
 static struct spw_test_daemon d;
 static int port;
 
-static int free_port(void)
+/* The port the daemon listens on: metrics.listen asks for port 0 (the
+ * kernel picks a free one, no race with other tests), and the status
+ * document's config.metrics_listen says which it got. */
+static int listening_port(void)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), p;
+	cJSON *st = raw_status(d.status);
+	const cJSON *l = cJSON_GetObjectItem(cJSON_GetObjectItem(st, "config"), "metrics_listen");
+	const char *colon;
+	int p;
 
-	ASSERT_TRUE(fd >= 0);
-	ASSERT_EQ(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	ASSERT_EQ(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-	p = ntohs(sa.sin_port);
-	close(fd);
+	ASSERT_TRUE(cJSON_IsString(l));
+	ASSERT_TRUE(!strncmp(l->valuestring, "127.0.0.1:", 10));
+	colon = strrchr(l->valuestring, ':');
+	p = atoi(colon + 1);
+	ASSERT_TRUE(p > 0 && p < 65536);
+	cJSON_Delete(st);
 	return p;
 }
 
@@ -490,15 +495,15 @@ int main(void)
 		}
 		esc[o] = '\0';
 	}
-	port = free_port();
 	snprintf(cfg, sizeof(cfg),
 		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0666\"},"
 		 " \"pool\": {\"max_bytes\": \"1GiB\", \"session_max_bytes\": \"256MiB\", \"require_locked\": false},"
 		 " \"swap\": {\"dirs\": [{\"path\": \"%s\", \"max_bytes\": \"64MiB\"}], \"session_bytes\": \"32MiB\"},"
-		 " \"metrics\": {\"listen\": \"127.0.0.1:%d\"}, \"log\": {\"level\": \"debug\"}}",
-		 esc, port);
+		 " \"metrics\": {\"listen\": \"127.0.0.1:0\"}, \"log\": {\"level\": \"debug\"}}",
+		 esc);
 	ASSERT_OK(spw_test_daemon_start(&d, cfg));
 	raw_guard(&d);
+	port = listening_port();
 
 	/* A session with some traffic. */
 	ASSERT_OK(raw_attach(d.control, "job/metrics-0", 16 * MiB, 1 * MiB, &s));

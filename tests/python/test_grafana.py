@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import unittest
@@ -28,14 +27,6 @@ PANEL_TYPES = {"row", "timeseries", "stat", "gauge", "bargauge", "table"}
 SCRAPE_LABELS = {"instance", "job"}  # added by the Prometheus server
 SELECTOR = re.compile(r"\b(spillway_[A-Za-z0-9_:]+)\s*(\{([^}]*)\})?")
 MATCHER = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"([^"]*)"')
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def parse_scrape(text):
@@ -90,9 +81,10 @@ class Dashboard(unittest.TestCase):
     def setUpClass(cls):
         with open(DASHBOARD, encoding="utf-8") as f:
             cls.dash = json.load(f)
-        port = free_port()
-        cls.d = spwtest.Daemon(extra={"metrics": {"listen": "127.0.0.1:%d" % port}})
+        # Port 0: the kernel picks a free one; the status says which.
+        cls.d = spwtest.Daemon(extra={"metrics": {"listen": "127.0.0.1:0"}})
         try:
+            port = int(spillway.status(cls.d.status_path)["config"]["metrics_listen"].rsplit(":", 1)[1])
             s, opt, bufs = step_session(cls.d)
             with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
                 cls.scrape = r.read().decode()
