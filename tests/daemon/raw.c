@@ -482,3 +482,21 @@ bool raw_notify_wait(int fd, const char *needle, int timeout_ms)
 	}
 	return false;
 }
+
+double raw_cpu_seconds(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	ASSERT_TRUE(f != NULL);
+	ASSERT_TRUE(fgets(buf, sizeof(buf), f) != NULL);
+	fclose(f);
+	p = strrchr(buf, ')');
+	ASSERT_TRUE(p != NULL);
+	/* fields 14 and 15 (utime, stime), counted after the ")" of field 2 */
+	ASSERT_EQ(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st), 2);
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}

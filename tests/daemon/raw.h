@@ -105,6 +105,8 @@ void raw_guard(struct spw_test_daemon *d);
 
 /* Open descriptors of a process (from /proc/pid/fd). */
 int raw_count_fds(pid_t pid);
+/* A process's CPU time (user + system) so far, in seconds (/proc). */
+double raw_cpu_seconds(pid_t pid);
 
 /* The service manager's side of sd_notify: binds a datagram socket (its
  * path into path, for $NOTIFY_SOCKET) drained by a child (*reader) into

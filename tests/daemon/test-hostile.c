@@ -310,24 +310,6 @@ static void test_never_reads(void)
 	alive();
 }
 
-static double cpu_seconds(pid_t pid)
-{
-	char path[64], buf[1024], *p;
-	unsigned long ut = 0, st = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "re");
-	ASSERT_TRUE(f != NULL);
-	ASSERT_TRUE(fgets(buf, sizeof(buf), f) != NULL);
-	fclose(f);
-	p = strrchr(buf, ')');
-	ASSERT_TRUE(p != NULL);
-	/* fields 14 and 15 (utime, stime), counted after the ")" of field 2 */
-	ASSERT_EQ(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st), 2);
-	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 /* More connections than the daemon has descriptors: it refuses the excess
  * without spinning on its listener, and recovers once they are gone. */
 static void test_fd_exhaustion(void)
@@ -366,9 +348,9 @@ static void test_fd_exhaustion(void)
 	}
 	ASSERT_GT(n, 60);
 	usleep(200000);
-	a = cpu_seconds(e.pid);
+	a = raw_cpu_seconds(e.pid);
 	usleep(500000);
-	b = cpu_seconds(e.pid);
+	b = raw_cpu_seconds(e.pid);
 	ASSERT_TRUE(b - a < 0.1);
 	for (int i = 0; i < n; i++)
 		close(fds[i]);
