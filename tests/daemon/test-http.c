@@ -242,7 +242,7 @@ static void test_addr(void)
 	struct metrics_addr a;
 	char why[160];
 	static const char *const bad[] = {
-		"", "9464", ":9464", "127.0.0.1", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:-1",
+		"", "9464", ":9464", "127.0.0.1", "127.0.0.1:", "127.0.0.1:65536", "127.0.0.1:-1",
 		"127.0.0.1:94a", "::1:9464", "[::1:9464", "[]:9464", "[127.0.0.1]:9464", "example.com:9464",
 		"256.0.0.1:9464", "127.0.0.1: 9464", "relative/path.sock",
 		"/a/very/long/path/that/does/not/fit/in/a/sockaddr_un/because/it/is/more/than/one/hundred/and/eight/bytes.sock",
@@ -258,6 +258,9 @@ static void test_addr(void)
 	ASSERT_TRUE(!a.is_unix && a.loopback && a.sa.ss_family == AF_INET);
 	ASSERT_EQ(ntohs(((struct sockaddr_in *)&a.sa)->sin_port), 9464);
 	ASSERT_OK(metrics_addr_parse("127.8.9.10:1", &a, why, sizeof(why)));
+	/* Port 0: the kernel picks one when the daemon listens. */
+	ASSERT_OK(metrics_addr_parse("127.0.0.1:0", &a, why, sizeof(why)));
+	ASSERT_EQ(ntohs(((struct sockaddr_in *)&a.sa)->sin_port), 0);
 	ASSERT_TRUE(a.loopback);
 	ASSERT_OK(metrics_addr_parse("localhost:65535", &a, why, sizeof(why)));
 	ASSERT_TRUE(a.loopback && a.sa.ss_family == AF_INET);

@@ -107,6 +107,12 @@ class Daemon:
             shutil.rmtree(self.swapdir, ignore_errors=True)
 
 
+def metrics_port(d):
+    """The TCP port of d's metrics endpoint, configured as port 0 (the
+    kernel picks a free one): the status document says which."""
+    return int(spillway.status(d.status_path)["config"]["metrics_listen"].rsplit(":", 1)[1])
+
+
 def wait_orphaned(control, name, timeout=10.0):
     """The status entry of session name once it is an orphan: its client
     died (or left without detaching), and the daemon ends a connection when

@@ -84,7 +84,7 @@ class Dashboard(unittest.TestCase):
         # Port 0: the kernel picks a free one; the status says which.
         cls.d = spwtest.Daemon(extra={"metrics": {"listen": "127.0.0.1:0"}})
         try:
-            port = int(spillway.status(cls.d.status_path)["config"]["metrics_listen"].rsplit(":", 1)[1])
+            port = spwtest.metrics_port(cls.d)
             s, opt, bufs = step_session(cls.d)
             with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
                 cls.scrape = r.read().decode()

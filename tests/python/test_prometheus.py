@@ -9,6 +9,7 @@ import ctypes
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -19,9 +20,18 @@ import urllib.request
 import spwtest
 import spillway
 from spillway import _lib as L
-from test_grafana import free_port
 
 PROMETHEUS = shutil.which("prometheus")
+
+
+def free_port():
+    """A port for Prometheus's own web server, which cannot report the one
+    the kernel would pick: bound and closed here, a small race."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
 
 
 @unittest.skipIf(PROMETHEUS is None, "prometheus is not installed (Debian: prometheus; scripts/lib.sh installs it)")
@@ -29,8 +39,8 @@ class RealPrometheus(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.port = free_port()
-        cls.d = spwtest.Daemon(swap=False, extra={"metrics": {"listen": "127.0.0.1:%d" % cls.port}})
+        cls.d = spwtest.Daemon(swap=False, extra={"metrics": {"listen": "127.0.0.1:0"}})
+        cls.port = spwtest.metrics_port(cls.d)
         cls.tmp = tempfile.mkdtemp(prefix="spw-prom-")
         cls.web = free_port()
         cfg = os.path.join(cls.tmp, "prometheus.yml")
