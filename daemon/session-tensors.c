@@ -84,12 +84,24 @@ static int names_rehash(struct session *s, uint32_t want)
 	return 0;
 }
 
+/* *a, a byte per tensor id, grown from the session's capacity to cap
+ * with the new bytes 0. */
+static int bytes_grow(uint8_t **a, uint32_t old, uint32_t cap)
+{
+	uint8_t *n = realloc(*a, cap);
+
+	if (!n)
+		return -ENOMEM;
+	memset(n + old, 0, cap - old);
+	*a = n;
+	return 0;
+}
+
 /* Makes room for the name of tensor id (the pager hands out ids from 0). */
 static int names_reserve(struct session *s, uint32_t id)
 {
 	uint32_t cap = s->ntnames_cap ? s->ntnames_cap : 16;
 	uint32_t *nx;
-	uint8_t *cl;
 	char **n;
 
 	if (id < s->ntnames_cap)
@@ -105,16 +117,8 @@ static int names_reserve(struct session *s, uint32_t id)
 	if (!nx)
 		return -ENOMEM;
 	s->tname_next = nx;
-	cl = realloc(s->tclaimed, cap);
-	if (!cl)
+	if (bytes_grow(&s->tclaimed, s->ntnames_cap, cap) < 0 || bytes_grow(&s->tscratch, s->ntnames_cap, cap) < 0)
 		return -ENOMEM;
-	memset(cl + s->ntnames_cap, 0, cap - s->ntnames_cap);
-	s->tclaimed = cl;
-	cl = realloc(s->tscratch, cap);
-	if (!cl)
-		return -ENOMEM;
-	memset(cl + s->ntnames_cap, 0, cap - s->ntnames_cap);
-	s->tscratch = cl;
 	s->ntnames_cap = cap;
 	return names_rehash(s, s->ntensors + 1);
 }

@@ -287,6 +287,7 @@ static cJSON *build(struct daemon *d, uid_t uid, unsigned max_listed, unsigned *
 	uint64_t hfree = 0, others_bytes = 0;
 	unsigned others = 0;
 	cJSON *o = cJSON_CreateObject(), *x, *arr;
+	const char *where;
 	struct list *p, *t;
 
 	getrusage(RUSAGE_SELF, &ru);
@@ -304,8 +305,8 @@ static cJSON *build(struct daemon *d, uid_t uid, unsigned max_listed, unsigned *
 	cJSON_AddNumberToObject(x, "page_size", cfg->session_page_size);
 	cJSON_AddNumberToObject(x, "ring_entries", cfg->session_ring_entries);
 	cJSON_AddNumberToObject(x, "poll_us", cfg->ring_poll_us);
-	if (metrics_listening())
-		cJSON_AddStringToObject(x, "metrics_listen", metrics_listening());
+	if ((where = metrics_listening()))
+		cJSON_AddStringToObject(x, "metrics_listen", where);
 
 	x = cJSON_AddObjectToObject(o, "pool");
 	cJSON_AddNumberToObject(x, "max_bytes", (double)cfg->pool_max_bytes);

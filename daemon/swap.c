@@ -13,6 +13,7 @@
 
 #include "swap.h"
 #include "uring.h"
+#include "util/fdio.h"
 #include "util/names.h"
 #include "util/bytes.h"
 
@@ -51,19 +52,11 @@ static void no_direct(const char *dir, char *err, size_t errlen)
 
 int swap_dir_probe_direct(int dirfd, const char *dir, char *err, size_t errlen)
 {
-	static const char probe[] = ".spillway-direct-probe";
-	int fd = openat(dirfd, probe, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600), r = -errno;
-
-	if (fd >= 0) {
-		close(fd);
-		unlinkat(dirfd, probe, 0);
+	/* Takes it, or cannot tell (swap_new names that failure at attach). */
+	if (fd_dir_takes_direct(dirfd) != 0)
 		return 0;
-	}
-	if (r != -EINVAL)
-		return 0; /* not this probe's question: attaches say what is wrong */
-	unlinkat(dirfd, probe, 0); /* some filesystems make the file before refusing */
 	no_direct(dir, err, errlen);
-	return r;
+	return -EINVAL;
 }
 
 static int check_space(const struct swap_dir *dir, const char *session, uint64_t need, char *err,

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "util/fdio.h"
@@ -38,4 +39,18 @@ int fd_pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
 int fd_pread_all(int fd, void *buf, size_t n, uint64_t off)
 {
 	return whole(fd, buf, n, (int64_t)off, 1);
+}
+
+int fd_dir_takes_direct(int dirfd)
+{
+	static const char probe[] = ".spillway-direct-probe";
+	int fd = openat(dirfd, probe, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600), r = -errno;
+
+	/* Some filesystems make the file before they refuse the flag. */
+	unlinkat(dirfd, probe, 0);
+	if (fd >= 0) {
+		close(fd);
+		return 1;
+	}
+	return r == -EINVAL ? 0 : r;
 }

@@ -14,6 +14,7 @@
 #include <sys/time.h>
 #include <sys/wait.h>
 
+#include "util/fdio.h"
 #include "util/localdaemon.h"
 #include "util/unixsock.h"
 
@@ -50,16 +51,13 @@ static int write_config(struct local_daemon *d, const char *json)
  * ramfs, and tmpfs before Linux 6.6, refuse it). */
 static bool takes_direct(const char *dir)
 {
-	char p[300];
-	int fd;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r;
 
-	snprintf(p, sizeof(p), "%s/direct-probe", dir);
-	fd = open(p, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	unlink(p);
 	if (fd < 0)
-		return errno != EINVAL;
+		return true; /* not this question's to answer */
+	r = fd_dir_takes_direct(fd);
 	close(fd);
-	return true;
+	return r != 0;
 }
 
 /* The temporary directory: under $TMPDIR, else /tmp, else /var/tmp, the
@@ -70,6 +68,8 @@ static int make_dir(struct local_daemon *d)
 	const char *tmp = getenv("TMPDIR"), *bases[] = { tmp && *tmp ? tmp : "/tmp", "/tmp", "/var/tmp" };
 
 	for (unsigned i = 0; i < sizeof(bases) / sizeof(bases[0]); i++) {
+		if (i && !strcmp(bases[i], bases[i - 1]))
+			continue; /* no TMPDIR: /tmp was the first */
 		snprintf(d->dir, sizeof(d->dir), "%s/spw-test-XXXXXX", bases[i]);
 		if (!mkdtemp(d->dir))
 			continue;
