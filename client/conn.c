@@ -322,7 +322,7 @@ SPW_EXPORT int spw_client_connect(spw_client *c, const char *socket_path)
 
 	req = new_request(SPW_MSG_HELLO);
 	if (!add_num(req, "magic", SPW_PROTO_MAGIC) || !add_num(req, "major", SPW_PROTO_MAJOR) ||
-	    !add_num(req, "minor", SPW_PROTO_MINOR) || !add_num(req, "features", SPW_FEAT_RING_POLL)) {
+	    !add_num(req, "minor", SPW_PROTO_MINOR) || !add_num(req, "features", SPW_FEAT_RING_POLL | SPW_FEAT_UNPIN_COPY)) {
 		cJSON_Delete(req);
 		r = spw__error(c, -ENOMEM, "hello: out of memory");
 		goto fail;
@@ -343,7 +343,7 @@ SPW_EXPORT int spw_client_connect(spw_client *c, const char *socket_path)
 			       c->socket_path, major, minor, SPW_PROTO_MAJOR, SPW_PROTO_MINOR);
 		goto fail;
 	}
-	if (features & ~(uint32_t)SPW_FEAT_RING_POLL) {
+	if (features & ~(uint32_t)(SPW_FEAT_RING_POLL | SPW_FEAT_UNPIN_COPY)) {
 		r = spw__error(c, -EPROTO, "hello: spillwayd granted features 0x%x that were not asked for", features);
 		goto fail;
 	}

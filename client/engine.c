@@ -302,8 +302,10 @@ static void kernels_done(spw_optimizer *o, struct job *j)
 					  memory_order_relaxed);
 	}
 	j->unpins_left = j->npins;
-	for (unsigned ro = 0; ro < R__N; ro++) {
-		unsigned fl = SPW_DIRTY;
+	/* The undo copy first: while p is still pinned, the daemon can let
+	 * it take over p's disk copy instead of writing it (below). */
+	for (unsigned i = 0; i < R__N; i++) {
+		unsigned ro = i == 0 ? R_U : i == R_U ? 0 : i, fl = SPW_DIRTY;
 
 		if (!(j->roles & (1u << ro)))
 			continue;
@@ -311,8 +313,17 @@ static void kernels_done(spw_optimizer *o, struct job *j)
 		 * a fetch only reads. */
 		if ((ro == R_G && j->kind != JOB_GRAD) || j->kind == JOB_FETCH)
 			fl = SPW_CLEAN;
-		if (spw__submit_op(o->c, SPW_OP_UNPIN, (uint8_t)fl, tensor_id(j, ro), role_page(o, ro, ch->t, ch->index),
-				   (uint64_t)(uintptr_t)j | (R__N + ro)) < 0) {
+		/* An undo copy written whole holds what p's page held when
+		 * pinned: when that came from disk, it is p's disk copy. */
+		if (ro == R_U && j->kind != JOB_FETCH && j->step != o->persist.torn && o->tier == SPW_TENSOR_SWAPPABLE &&
+		    (o->c->features & SPW_FEAT_UNPIN_COPY))
+			r = spw_submit_unpin_copy(o->c, tensor_id(j, ro), role_page(o, ro, ch->t, ch->index),
+						  tensor_id(j, R_P), role_page(o, R_P, ch->t, ch->index),
+						  (uint64_t)(uintptr_t)j | (R__N + ro));
+		else
+			r = spw__submit_op(o->c, SPW_OP_UNPIN, (uint8_t)fl, tensor_id(j, ro),
+					   role_page(o, ro, ch->t, ch->index), (uint64_t)(uintptr_t)j | (R__N + ro));
+		if (r < 0) {
 			engine_fatal(o, -ECONNRESET, "unpin");
 			return;
 		}

@@ -190,6 +190,18 @@ SPW_EXPORT int spw_submit_unpin(spw_client *c, uint32_t tensor, uint32_t page, u
 	return submit(c, SPW_OP_UNPIN, (uint8_t)flags, tensor, page, user_data, false);
 }
 
+SPW_EXPORT int spw_submit_unpin_copy(spw_client *c, uint32_t tensor, uint32_t page, uint32_t src_tensor,
+				     uint32_t src_page, uint64_t user_data)
+{
+	if (!c)
+		return -EINVAL;
+	if (c->attached && !(c->features & SPW_FEAT_UNPIN_COPY))
+		return spw__error(c, -EOPNOTSUPP,
+				  "unpin as a copy: spillwayd does not offer it (an older daemon): unpin dirty instead");
+	return submit_arg(c, SPW_OP_UNPIN, SPW_UNPIN_DIRTY | SPW_UNPIN_COPY_OF, tensor, page,
+			  (uint64_t)src_tensor << 32 | src_page, user_data, false);
+}
+
 /* A completion the daemon posted, matched to its operation. */
 struct matched {
 	uint32_t tag;

@@ -164,7 +164,7 @@ fail:
 uint32_t daemon_features(const struct daemon *d)
 {
 	/* SWAP only with swap.dirs; swappable tensors do not require it. */
-	return SPW_FEAT_RING_POLL | (d->nswap_dirs ? SPW_FEAT_SWAP : 0u);
+	return SPW_FEAT_RING_POLL | SPW_FEAT_UNPIN_COPY | (d->nswap_dirs ? SPW_FEAT_SWAP : 0u);
 }
 
 /* accept4() for a listener; at the descriptor limit it refuses the pending

@@ -117,7 +117,11 @@ static int32_t execute(struct session *s, const struct spw_sqe *sqe)
 		}
 		break;
 	case SPW_OP_UNPIN:
-		r = pager_unpin(s->pager, sqe->tensor, sqe->page, (sqe->flags & SPW_UNPIN_DIRTY) != 0);
+		if (sqe->flags & SPW_UNPIN_COPY_OF)
+			r = pager_unpin_copy(s->pager, sqe->tensor, sqe->page, (uint32_t)(sqe->arg >> 32),
+					     (uint32_t)sqe->arg);
+		else
+			r = pager_unpin(s->pager, sqe->tensor, sqe->page, (sqe->flags & SPW_UNPIN_DIRTY) != 0);
 		break;
 	case SPW_OP_PREFETCH:
 		r = pager_prefetch(s->pager, sqe->tensor, sqe->page);

@@ -9,6 +9,7 @@
  *   pager-sched.c   slot waiters, write-back, read-ahead, write-behind
  *   pager-flush.c   the FLUSH state machine (writes, then fsync every file)
  *   pager-slots.c   waiters for a page, slots assigned, released, taken
+ *   pager-copy.c    UNPIN of a copy: it takes over its source's disk copy
  *   pager-index.c   dirty and clean page lists kept at every page change
  */
 #ifndef SPW_DAEMON_PAGER_PRIVATE_H

@@ -218,6 +218,16 @@ int pager_pin_overwrite(struct pager *p, uint32_t tensor, uint32_t page, uint64_
  * error when it FAILED (the pin is released all the same). */
 int pager_unpin(struct pager *p, uint32_t tensor, uint32_t page, bool dirty);
 
+/* UNPIN, dirty, of a page whose bytes the caller made a whole copy of page
+ * src_page of src_tensor as that page was pinned (SPW_UNPIN_COPY_OF,
+ * pager-copy.c). Where the source is pinned, clean and on disk, the two
+ * trade disk homes: this page takes the source's disk copy (clean, no
+ * write) and the source, dirty from now on, will be written to this
+ * page's old home. Returns 1 when they traded, 0 when the page was
+ * unpinned dirty as by pager_unpin(), or pager_unpin()'s errors;
+ * -EINVAL also for a bad source or a page named as its own copy. */
+int pager_unpin_copy(struct pager *p, uint32_t tensor, uint32_t page, uint32_t src_tensor, uint32_t src_page);
+
 /* PREFETCH: a hint; starts reading the page when a slot can be had without
  * waiting (a slot whose page is needed later than this one, with a
  * recording). Returns 0 (also when the hint was dropped; see stats), or
@@ -289,6 +299,7 @@ struct pager_stats {
 	uint64_t misses;              /* had to start a read (or wait for a slot to read into) */
 	uint64_t zero_fills;          /* ZERO page: slot memset, no read */
 	uint64_t overwrites;          /* PINs for overwrite: slot handed out with no read */
+	uint64_t disk_copies_taken;   /* UNPINs of a copy that took over its source's disk copy: a write saved */
 	uint64_t enomem;              /* refused: every slot claimed */
 	/* Policy. */
 	uint64_t prefetches;          /* reads started ahead of a PIN (plan or PREFETCH op) */

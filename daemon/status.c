@@ -72,6 +72,7 @@ static void tier_json(cJSON *o, const struct session *s)
 	cJSON_AddNumberToObject(t, "misses", (double)st.misses);
 	cJSON_AddNumberToObject(t, "zero_fills", (double)st.zero_fills);
 	cJSON_AddNumberToObject(t, "overwrites", (double)st.overwrites);
+	cJSON_AddNumberToObject(t, "disk_copies_taken", (double)st.disk_copies_taken);
 	cJSON_AddNumberToObject(t, "enomem", (double)st.enomem);
 	cJSON_AddNumberToObject(t, "prefetches", (double)st.prefetches);
 	cJSON_AddNumberToObject(t, "prefetch_dropped", (double)st.prefetch_dropped);

@@ -38,7 +38,8 @@ int spw_sqe_check(const struct spw_sqe *sqe)
 {
 	if (sqe->opcode >= SPW_OP__COUNT)
 		return -EINVAL;
-	if (sqe->reserved0 || sqe->reserved1 || (sqe->arg && sqe->opcode != SPW_OP_MARK))
+	if (sqe->reserved0 || sqe->reserved1 ||
+	    (sqe->arg && sqe->opcode != SPW_OP_MARK && !(sqe->opcode == SPW_OP_UNPIN && (sqe->flags & SPW_UNPIN_COPY_OF))))
 		return -EINVAL;
 	switch (sqe->opcode) {
 	case SPW_OP_PIN:
@@ -46,7 +47,9 @@ int spw_sqe_check(const struct spw_sqe *sqe)
 			return -EINVAL;
 		break;
 	case SPW_OP_UNPIN:
-		if (sqe->flags & ~SPW_UNPIN_DIRTY)
+		/* A copy is new data: it is never unpinned clean. */
+		if ((sqe->flags & ~(SPW_UNPIN_DIRTY | SPW_UNPIN_COPY_OF)) ||
+		    ((sqe->flags & SPW_UNPIN_COPY_OF) && !(sqe->flags & SPW_UNPIN_DIRTY)))
 			return -EINVAL;
 		break;
 	case SPW_OP_MARK:

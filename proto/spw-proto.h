@@ -33,6 +33,7 @@ extern "C" {
 #define SPW_FEAT_RING_POLL   (1u << 0) /* daemon polls the SQ briefly before sleeping */
 #define SPW_FEAT_SWAP        (1u << 1) /* swappable tensors (NVMe tier) */
 #define SPW_FEAT_PERSISTENT  (1u << 2) /* sessions that outlive their client */
+#define SPW_FEAT_UNPIN_COPY  (1u << 3) /* UNPIN with SPW_UNPIN_COPY_OF (spw-ring.h) */
 
 /* Control frames. len counts the JSON payload only. A frame larger than
  * SPW_PROTO_MAX_FRAME is a protocol violation: the daemon drops the client. */

@@ -38,7 +38,7 @@ extern "C" {
 enum spw_op {
 	SPW_OP_NOP      = 0, /* res = 0 */
 	SPW_OP_PIN      = 1, /* (tensor, page) -> res = slot index, page stays in its slot until UNPIN */
-	SPW_OP_UNPIN    = 2, /* (tensor, page, flags CLEAN|DIRTY) -> res = 0 */
+	SPW_OP_UNPIN    = 2, /* (tensor, page, flags CLEAN|DIRTY|COPY_OF) -> res = 0 (COPY_OF: 0 or 1) */
 	SPW_OP_PREFETCH = 3, /* (tensor, page) -> res = 0 once the read is queued; no pin */
 	SPW_OP_STEP     = 4, /* marks a step boundary for the pager's order learning */
 	SPW_OP_FLUSH    = 5, /* every dirty page durable on disk, then res = 0 */
@@ -74,6 +74,16 @@ enum spw_op {
 /* sqe.flags for UNPIN */
 #define SPW_UNPIN_CLEAN 0u
 #define SPW_UNPIN_DIRTY (1u << 0)
+/* With SPW_UNPIN_DIRTY (SPW_FEAT_UNPIN_COPY): the page's bytes are a whole
+ * copy of another page of the session as that page was when pinned: arg
+ * names it, its tensor in the high 32 bits and its page in the low 32.
+ * Where that page is pinned, clean and on disk, the daemon lets this page
+ * take over the disk copy (no write) and gives the other page this one's
+ * disk home; the other page is dirty from then on, whatever its UNPIN
+ * says. Otherwise this page is unpinned dirty as any. res = 1 when the
+ * disk copy was taken over, 0 when not. A swap of homes, not a copy: an
+ * undo copy of a page costs no write when its page came from disk. */
+#define SPW_UNPIN_COPY_OF (1u << 1)
 
 struct spw_sqe {
 	uint8_t  opcode;     /* enum spw_op */
@@ -83,7 +93,7 @@ struct spw_sqe {
 	uint32_t page;       /* page index within the tensor */
 	uint32_t reserved1;  /* must be zero */
 	uint64_t user_data;  /* copied to the completion untouched */
-	uint64_t arg;        /* MARK: the step; zero for every other op */
+	uint64_t arg;        /* MARK: the step; UNPIN with COPY_OF: the page copied; else zero */
 };
 _Static_assert(sizeof(struct spw_sqe) == 32, "sqe is 32 bytes");
 

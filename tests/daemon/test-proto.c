@@ -227,7 +227,20 @@ static void test_sqe_check(void)
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
 	s = (struct spw_sqe){ .opcode = SPW_OP_UNPIN, .flags = SPW_UNPIN_DIRTY };
 	ASSERT_OK(spw_sqe_check(&s));
-	s = (struct spw_sqe){ .opcode = SPW_OP_UNPIN, .flags = 2 };
+	s = (struct spw_sqe){ .opcode = SPW_OP_UNPIN, .flags = 4 };
+	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
+	s = (struct spw_sqe){ .opcode = SPW_OP_UNPIN, .flags = SPW_UNPIN_DIRTY, .arg = 1 };
+	ASSERT_EQ(spw_sqe_check(&s), -EINVAL); /* arg only with COPY_OF */
+	/* COPY_OF names the page copied in arg (tensor << 32 | page), and
+	 * comes with DIRTY: a copy is new data. */
+	s = (struct spw_sqe){ .opcode = SPW_OP_UNPIN, .flags = SPW_UNPIN_DIRTY | SPW_UNPIN_COPY_OF,
+			      .arg = (uint64_t)3 << 32 | 7 };
+	ASSERT_OK(spw_sqe_check(&s));
+	s = (struct spw_sqe){ .opcode = SPW_OP_UNPIN, .flags = SPW_UNPIN_DIRTY | SPW_UNPIN_COPY_OF };
+	ASSERT_OK(spw_sqe_check(&s)); /* tensor 0 page 0 */
+	s = (struct spw_sqe){ .opcode = SPW_OP_UNPIN, .flags = SPW_UNPIN_COPY_OF, .arg = 1 };
+	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
+	s = (struct spw_sqe){ .opcode = SPW_OP_PIN, .flags = SPW_PIN_OVERWRITE, .arg = 1 };
 	ASSERT_EQ(spw_sqe_check(&s), -EINVAL);
 }
 

@@ -15,7 +15,8 @@
  *   then     3 bytes per operation: op, a, b
  *
  * Operations: register (resident or swappable, 1-12 pages), unregister,
- * PIN, PIN for overwrite, UNPIN dirty/clean, PREFETCH, STEP, FLUSH, reap
+ * PIN, PIN for overwrite, UNPIN dirty/clean, UNPIN of a page made a copy
+ * of another (SPW_UNPIN_COPY_OF: the two may trade disk homes), PREFETCH, STEP, FLUSH, reap
  * (the ring drained), write a pinned page, and PIN/UNPIN/PREFETCH with
  * ids that are wrong. Completions come only when the ring is reaped (the
  * reap op and the end), so what an input does is decided by the input,
@@ -389,6 +390,46 @@ static void do_unpin(uint8_t a, uint8_t b, bool dirty)
 		pg->modified = pg->overwritten = false;
 }
 
+/* The client copies a pinned page it has not changed (src) into another
+ * it holds (dst) and unpins dst as a copy of src: whether or not the two
+ * trade disk homes, dst holds src's data from now on and src keeps its
+ * own, through evictions and reads. Bad ids, a page that is not pinned
+ * and a page named as its own copy are refused. */
+static void do_unpin_copy(uint8_t a, uint8_t b)
+{
+	unsigned i, k;
+	struct mtensor *t = pick(a, &i), *ts = pick((uint8_t)(a >> 3), &k);
+	struct mpage *pg, *src;
+	uint32_t page, spage;
+	int r;
+
+	if (!t || !ts)
+		return;
+	page = b % (t->npages + 1);
+	spage = (uint32_t)(b >> 4) % (ts->npages + 1);
+	if (t->dying || ts->dying || page >= t->npages || spage >= ts->npages || (t == ts && page == spage)) {
+		r = pager_unpin_copy(m.p, t->id, page, ts->id, spage);
+		FUZZ_CHECK(r == -EINVAL || r == -ENOENT);
+		return;
+	}
+	pg = &t->pages[page];
+	src = &ts->pages[spage];
+	if (!pg->held) {
+		FUZZ_CHECK(pager_unpin_copy(m.p, t->id, page, ts->id, spage) == -EINVAL);
+		return;
+	}
+	if (!src->held || src->modified || src->unknown)
+		return; /* what its disk copy holds is not the model's to say */
+	memcpy(slot_at(pg->slot), slot_at(src->slot), PAGE);
+	r = pager_unpin_copy(m.p, t->id, page, ts->id, spage);
+	FUZZ_CHECK(r == 0 || r == 1);
+	FUZZ_CHECK(r == 0 || (t->swappable && ts->swappable));
+	pg->version = src->version;
+	pg->unknown = false;
+	if (--pg->held == 0)
+		pg->modified = pg->overwritten = false;
+}
+
 static void do_write(uint8_t a, uint8_t b)
 {
 	unsigned i;
@@ -586,7 +627,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (size_t off = 2; off + 3 <= size; off += 3) {
 		uint8_t op = data[off], a = data[off + 1], b = data[off + 2];
 
-		switch (op % 13) {
+		switch (op % 14) {
 		case 0: do_register(a, b); break;
 		case 1: do_unregister(a); break;
 		case 2: do_pin(a, b, false); break;
@@ -599,6 +640,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case 9: reap(); break;
 		case 10: do_write(a, b); break;
 		case 11: do_bad_ids(a, b); break;
+		case 12: do_unpin_copy(a, b); break;
 		default: do_pin(a, b, false); break; /* PINs are most of what a ring carries */
 		}
 		check();

@@ -523,6 +523,25 @@ SPW_EXPORT int spw_submit_unpin(spw_client *c, uint32_t tensor, uint32_t page, u
 				uint64_t user_data);
 
 /*
+ * Unpins (tensor, page), dirty, whose bytes the caller made a whole copy
+ * of page src_page of src_tensor as that page was pinned (an undo copy
+ * kept before the source is changed in place). Where the source is still
+ * pinned, was pinned clean from disk and has not been unpinned since, the
+ * daemon does not write the copy: it takes over the source's disk copy,
+ * and the source gets the copy's old disk home and is written there when
+ * unpinned (dirty, whatever its unpin says). So unpin the copy before the
+ * source. The completion's res is 1 when the disk copy was taken over, 0
+ * when the page was unpinned dirty as by spw_submit_unpin().
+ *
+ * Returns as spw_submit_unpin(); -EOPNOTSUPP when the daemon does not
+ * offer it (SPW_FEAT_UNPIN_COPY in spw_client_info()'s features): unpin
+ * dirty instead. A bad source (no such tensor or page, or the page
+ * itself) fails in the completion with -EINVAL.
+ */
+SPW_EXPORT int spw_submit_unpin_copy(spw_client *c, uint32_t tensor, uint32_t page, uint32_t src_tensor,
+				     uint32_t src_page, uint64_t user_data);
+
+/*
  * Copies up to max finished operations into out and returns how many.
  * Waits up to timeout_ms milliseconds for the first one when none is ready
  * (0: do not wait; -1: wait without limit): the caller spins for spin_us,
