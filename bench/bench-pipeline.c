@@ -9,6 +9,7 @@
  *                           [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]
  *                           [--steps S] [--threads T] [--device host|cuda]
  *                           [--trace] [--state-dtype fp32|bf16|int8]
+ *                           [--grad-store fp32|bf16]
  *
  * The device is the host backend, or with --device cuda (a build with
  * CUDA, on a GPU host) the GPU: gradients and parameters then live in
@@ -25,6 +26,9 @@
  *   bound_s            max(compute, transfers, Adam, disk) from each
  *                      part's own time measured alone
  *   state_dtype        the moments' type (spw_optimizer_opts.state_dtype)
+ *   grad_store         the type of exact mode's gradient store (fp32, or
+ *                      bf16: SPW_GRAD_STORE_BF16, exact for these bf16
+ *                      gradients and half the store's bytes)
  *   state_bytes        master weights and moments: 12 bytes per parameter
  *                      with fp32 moments, 8 with bf16, 4 + 2 * (1 + 1/64)
  *                      with int8 (four chunks' codes a page, an fp32 scale
@@ -106,6 +110,7 @@ struct cfg {
 	unsigned threads;
 	bool cuda;
 	enum spw_state_dtype sd; /* --state-dtype */
+	bool grad16;             /* --grad-store bf16 */
 };
 
 /* Zeroed buffers on the device under test: plain host memory for the
@@ -438,7 +443,7 @@ static const char usage[] =
 	"usage: spillway-bench pipeline [--json] [--mode overlapped|exact] [--tier resident|nvme]\n"
 	"         [--socket PATH] [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]\n"
 	"         [--steps S] [--threads T] [--device host|cuda] [--trace | --persistent]\n"
-	"         [--state-dtype fp32|bf16|int8]\n";
+	"         [--state-dtype fp32|bf16|int8] [--grad-store fp32|bf16]\n";
 
 int bench_pipeline(int argc, char **argv)
 {
@@ -502,6 +507,8 @@ int bench_pipeline(int argc, char **argv)
 		else if (!strcmp(argv[i], "--state-dtype") && (!strcmp(v, "fp32") || !strcmp(v, "bf16") ||
 								!strcmp(v, "int8")))
 			c.sd = !strcmp(v, "int8") ? SPW_STATE_INT8 : !strcmp(v, "bf16") ? SPW_STATE_BF16 : SPW_STATE_F32;
+		else if (!strcmp(argv[i], "--grad-store") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
+			c.grad16 = !strcmp(v, "bf16");
 		else {
 			return bench_usage(usage, NULL);
 		}
@@ -570,6 +577,7 @@ int bench_pipeline(int argc, char **argv)
 	oo.threads = c.threads;
 	oo.window = 4;
 	oo.state_dtype = c.sd;
+	oo.grad_store = c.grad16 ? SPW_GRAD_STORE_BF16 : SPW_GRAD_STORE;
 	if (own)
 		snprintf(status_path, sizeof(status_path), "%s", d.status);
 	else /* the status socket beside the control socket */
@@ -684,11 +692,11 @@ int bench_pipeline(int argc, char **argv)
 		       "\"adam_s\":%.6f,\"disk_s\":%.6f,\"step_s\":%.6f,\"serial_s\":%.6f,"
 		       "\"after_backward_s\":%.6f,\"bound_s\":%.6f,\"overlap_efficiency\":%.3f,"
 		       "\"speedup_vs_after_backward\":%.3f,\"speedup_vs_serial\":%.3f,\"state_dtype\":\"%s\","
-		       "\"disk_bytes_per_step\":%.0f",
+		       "\"grad_store\":\"%s\",\"disk_bytes_per_step\":%.0f",
 		       oo.device, c.mode == SPW_OPT_EXACT ? "exact" : "overlapped", c.nvme ? "nvme" : "resident",
 		       c.layers, (uintmax_t)c.params, state_bytes, (uintmax_t)a.region_bytes, p.compute, transfers,
 		       p.adam_pool, p.disk, step_s, serial_s, after_s, bound_s, bound_s / step_s,
-		       after_s / step_s, serial_s / step_s, sd_name[c.sd], disk_per_step);
+		       after_s / step_s, serial_s / step_s, sd_name[c.sd], c.grad16 ? "bf16" : "fp32", disk_per_step);
 		if (trace)
 			printf(",\"trace_step_s\":%.6f,\"trace_overhead\":%.4f,\"trace_bytes\":%lld", trace_step_s,
 			       trace_overhead, trace_bytes);

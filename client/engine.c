@@ -160,6 +160,22 @@ static void hint_fetch(spw_optimizer *o, struct job *j)
 	j->nhints = 0;
 }
 
+/* Whether a first arrival may pin its gradient store page for overwrite:
+ * always where the chunk has the page to itself. A bf16 store's page holds
+ * two chunks (role_at), and the other's half may hold a gradient its
+ * update has not read yet, or one stored this step: then the page is read
+ * first. Dead is spent by its update, or never stored by this optimizer
+ * (a takeover finishes the step it found before any other begins). */
+static bool store_page_dead(const spw_optimizer *o, const struct job *j)
+{
+	const struct tensor *t = j->ch->t;
+	uint32_t k = j->ch->index ^ 1u;
+
+	if (!o->grad16 || k >= t->nchunks)
+		return true;
+	return t->chunks[k].g_step != j->step && (t->chunks[k].g_spent || t->chunks[k].g_step == 0);
+}
+
 /* Pins the pages of the queued jobs while the window has room. */
 static bool admit(spw_optimizer *o)
 {
@@ -188,7 +204,7 @@ static bool admit(spw_optimizer *o)
 		for (unsigned r = 0; r < R__N; r++) {
 			/* A first arrival rewrites its store page whole: the
 			 * daemon need not read it (SPW_PIN_OVERWRITE). */
-			bool rewrite = r == R_G && j->kind == JOB_GRAD && j->first;
+			bool rewrite = r == R_G && j->kind == JOB_GRAD && j->first && store_page_dead(o, j);
 
 			/* The undo copy of the weights is rewritten whole, but
 			 * in the redo of a torn step (journal.c), where the
@@ -198,8 +214,10 @@ static bool admit(spw_optimizer *o)
 
 			if (!(j->roles & (1u << r)))
 				continue;
-			if (rewrite && r == R_G)
+			if (r == R_G && j->kind == JOB_GRAD && j->first) {
 				j->ch->g_spent = false;
+				j->ch->g_step = j->step;
+			}
 			if (spw__submit_op(o->c, SPW_OP_PIN, rewrite ? SPW_PIN_OVERWRITE : 0, tensor_id(j, r),
 					   role_page(o, r, j->ch->t, j->ch->index),
 					   (uint64_t)(uintptr_t)j | r) < 0) {

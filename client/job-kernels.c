@@ -52,9 +52,9 @@ static void plan_ops(struct job *j)
 		/* The first micro-batch overwrites the store: its old contents
 		 * are last step's. */
 		*op++ = (struct spw__kernel_op){ .op = j->first ? SPW_POOL_CAST : SPW_POOL_ACC, .src = j->sgrad,
-						 .src_dtype = j->gdt, .dst = g, .dst_dtype = SPW_DTYPE_F32 };
+						 .src_dtype = j->gdt, .dst = g, .dst_dtype = store_dtype(j->o) };
 		if (j->want_norm)
-			*op++ = (struct spw__kernel_op){ .op = SPW_POOL_SUMSQ, .src = g, .src_dtype = SPW_DTYPE_F32 };
+			*op++ = (struct spw__kernel_op){ .op = SPW_POOL_SUMSQ, .src = g, .src_dtype = store_dtype(j->o) };
 		if (j->kind == JOB_GRAD)
 			break;
 		/* fall through */
@@ -62,7 +62,7 @@ static void plan_ops(struct job *j)
 		/* By reference AdamW widens the trainer's gradient itself, to
 		 * the same fp32 values the store would hold. */
 		adam.src = j->roles & 1u << R_G ? g : j->sgrad;
-		adam.src_dtype = j->roles & 1u << R_G ? SPW_DTYPE_F32 : j->gdt;
+		adam.src_dtype = j->roles & 1u << R_G ? store_dtype(j->o) : j->gdt;
 		*op++ = adam;
 		break;
 	case JOB_FETCH:

@@ -151,6 +151,7 @@ struct chunk {
 	/* The gradient store's page was consumed by Adam and its next use
 	 * rewrites it (a first arrival): nothing there to read ahead (engine). */
 	bool g_spent;
+	uint64_t g_step;        /* the step its last first arrival was stored in, 0: none (engine) */
 	/* int8 moments: the scale page (index in o->q8_ids) and slot there
 	 * holding this chunk's blocks' scales (role_at). */
 	uint32_t q8_page, q8_slot;
@@ -210,6 +211,7 @@ struct spw_optimizer {
 	/* SPW_GRAD_BY_REFERENCE: exact mode reads each gradient where the
 	 * trainer keeps it (chunk.gref); no store, no staging page for it. */
 	bool grad_ref;
+	bool grad16;            /* SPW_GRAD_STORE_BF16: the gradient store holds bf16 */
 	float clip_coef, max_norm;
 	bool dynamic;
 	struct spw__loss_scale dyn_scale;       /* exact mode's, when dynamic */
@@ -402,10 +404,23 @@ static inline unsigned roles_moments(const spw_optimizer *o)
 	return 1u << R_M | 1u << R_V | (o->state_dtype == SPW_STATE_INT8 ? 1u << R_MS | 1u << R_VS : 0u);
 }
 
+/* Whether role r holds 16-bit values: bf16 moments, or a bf16 gradient
+ * store (SPW_GRAD_STORE_BF16; two chunks a page, as bf16 moments). */
+static inline bool role_16(const spw_optimizer *o, unsigned r)
+{
+	return role_m16(o, r) || (r == R_G && o->grad16);
+}
+
+/* The type of the gradient store's values. */
+static inline enum spw_dtype store_dtype(const spw_optimizer *o)
+{
+	return o->grad16 ? SPW_DTYPE_BF16 : SPW_DTYPE_F32;
+}
+
 /* Bytes of role r per element (the scales': none, see role_chunk_bytes). */
 static inline size_t role_elem_bytes(const spw_optimizer *o, unsigned r)
 {
-	return role_q8(o, r) ? 1 : role_m16(o, r) ? 2 : 4;
+	return role_q8(o, r) ? 1 : role_16(o, r) ? 2 : 4;
 }
 
 /* Bytes of int8 block scales per full chunk: page_size / 256. */

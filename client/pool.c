@@ -422,6 +422,25 @@ struct spw__pool *spw__pool_free(struct spw__pool *p)
 
 /* ---- kernels/ over spans ---- */
 
+/* acc[i] += g[i] into a bf16 accumulator (SPW_GRAD_STORE_BF16): widened
+ * (exact), the gradient added in fp32, rounded back to the nearest bf16,
+ * by the variant's own cast and acc in blocks that stay in L1. Each of
+ * the three is exact or correctly rounded per element, so every variant
+ * gives the same bits. */
+static void acc_bf16(const struct spw_kernels *k, uint16_t *acc, const unsigned char *g, enum spw_dtype gt, size_t n)
+{
+	float wide[1024];
+	size_t gs = spw_dtype_size(gt);
+
+	for (size_t i = 0; i < n; i += 1024) {
+		size_t m = n - i < 1024 ? n - i : 1024;
+
+		k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](wide, acc + i, m);
+		k->acc[gt](wide, g + i * gs, m);
+		k->cast[SPW_DTYPE_BF16][SPW_DTYPE_F32](acc + i, wide, m);
+	}
+}
+
 double spw__kernel_op_run(const struct spw_kernels *k, const struct spw__kernel_op *op, size_t b,
 			  size_t e)
 {
@@ -456,7 +475,10 @@ double spw__kernel_op_run(const struct spw_kernels *k, const struct spw__kernel_
 			(unsigned char *)op->dst + b * spw_dtype_size(op->dst_dtype), src, n);
 		break;
 	case SPW_POOL_ACC:
-		k->acc[op->src_dtype]((float *)op->dst + b, src, n);
+		if (op->dst_dtype == SPW_DTYPE_BF16)
+			acc_bf16(k, (uint16_t *)op->dst + b, src, op->src_dtype, n);
+		else
+			k->acc[op->src_dtype]((float *)op->dst + b, src, n);
 		break;
 	}
 	return 0.0;
@@ -526,7 +548,7 @@ int spw__pool_kernel_submit(struct spw__pool *p, struct spw__pool_kcall *kc)
 	case SPW_POOL_ACC:
 		if (!dtype_ok(kc->dst_dtype) || (kc->n && !kc->dst))
 			return -EINVAL;
-		if (kc->op == SPW_POOL_ACC && kc->dst_dtype != SPW_DTYPE_F32)
+		if (kc->op == SPW_POOL_ACC && kc->dst_dtype != SPW_DTYPE_F32 && kc->dst_dtype != SPW_DTYPE_BF16)
 			return -EINVAL;
 		break;
 	default:

@@ -127,7 +127,7 @@ enum spw__pool_op {
 	SPW_POOL_SUMSQ,         /* sum of src[i]^2 */
 	SPW_POOL_NONFINITE,     /* any inf/nan in src */
 	SPW_POOL_CAST,          /* dst = src converted */
-	SPW_POOL_ACC,           /* (float *)dst += src */
+	SPW_POOL_ACC,           /* dst += src: dst fp32, or bf16 (widened, added, rounded) */
 };
 
 #define SPW_POOL_ADAMW_TILE 16384       /* 16K elements: ~300 KB of streams, fits L2 */

@@ -207,7 +207,9 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 		r = write_init(o, t, init, init_type);
 	if (r < 0) {
 		spw__opt_error(o, r, "add %s: %s%s", name, spw_client_last_error(o->c),
-			       (r == -EEXIST || r == -ENOENT) && o->persist.adopting && registered != R_P
+			       (r == -EEXIST || r == -ENOENT) && o->persist.adopting && registered == R_G
+			       ? " (was the session left by an optimizer with another grad_store, fp32 or bf16?)"
+			       : (r == -EEXIST || r == -ENOENT) && o->persist.adopting && registered != R_P
 			       ? " (was the session left by an optimizer of another state_dtype, or, with int8 "
 				 "moments, by an older spillway that kept three chunks' codes and scales a page?)"
 			       : "");

@@ -129,9 +129,13 @@ def parse_layout(rec):
         name = bytes(rec[at + 24:at + 24 + nlen]).decode("ascii")
         entries.append({"name": name, "count": count, "group": group, "ptype": ptype, "frozen": bool(frozen)})
         at += 24 + nlen
-    dtype = mode_word >> 16
+    # The mode word: the mode, the state dtype above it, a bf16 gradient
+    # store's bit above that (client/persist.c).
+    dtype, gstore = (mode_word >> 16) & 0xff, mode_word >> 24
     if dtype not in DTYPES:
         raise CheckpointError("the layout record names state dtype %d, unknown here" % dtype)
+    if gstore not in (0, 1):
+        raise CheckpointError("the layout record names gradient store %d, unknown here" % gstore)
     if (DTYPES[dtype] == "int8") != (ver == 2):
         if ver == 1:
             raise CheckpointError("the layout record %s is version 1 with int8 moments: the layout of an older "
@@ -142,7 +146,8 @@ def parse_layout(rec):
         raise CheckpointError("the layout record %s is version 2 with %s moments; version 2 is int8's"
                               % (LAYOUT, DTYPES[dtype]))
     return {"version": ver, "mode": mode_word & 0xffff, "state_dtype": DTYPES[dtype], "tier": tier,
-            "chunk_elems": chunk_elems, "ngroups": ngroups, "tensors": entries}
+            "grad_store": "bf16" if gstore else "fp32", "chunk_elems": chunk_elems, "ngroups": ngroups,
+            "tensors": entries}
 
 
 # ---- moments (client/optimizer-private.h, role_at): chunk k's values of a

@@ -9,6 +9,18 @@ from . import _lib as L
 # name -> enum spw_state_dtype
 STATE_DTYPES = {"fp32": L.STATE_F32, "bf16": L.STATE_BF16, "int8": L.STATE_INT8}
 
+# name -> enum spw_grad_store (spw_optimizer_opts.grad_store): the type of
+# the gradient store exact mode keeps a step's gradients in. bf16 halves
+# it, and is exact for bf16 gradients (a bf16 model's); docs/pipeline.md.
+GRAD_STORE_DTYPES = {"fp32": L.GRAD_STORE, "bf16": L.GRAD_STORE_BF16}
+
+
+def check_grad_store(name):
+    """The enum value of a grad_store_dtype name, or ValueError."""
+    if name not in GRAD_STORE_DTYPES:
+        raise ValueError("grad_store_dtype must be 'fp32' or 'bf16', not %r" % (name,))
+    return GRAD_STORE_DTYPES[name]
+
 
 # Chunks (page_size / 4 elements) a moment page holds (client/optimizer-private.h).
 _PER_PAGE = {"fp32": 1, "bf16": 2}

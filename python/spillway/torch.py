@@ -103,6 +103,9 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     the daemon may take before it raises (None: the library's default).
     page_size, region_bytes, window, threads: tuning (see spillway.h).
     state_dtype: 'fp32', 'bf16' or 'int8' moments in the tiers (docs/pipeline.md).
+    grad_store_dtype: 'fp32' or 'bf16', the store exact mode keeps a step's gradients
+    in until their norm is known (where it needs one: a GPU, or persistent=True); bf16
+    halves its memory and disk traffic and is exact for a bf16 model's gradients.
     persistent (session="name", or a Session(persistent=True) reconnected in place):
     the state outlives a trainer that dies, for lease seconds (None: 900); the next
     OffloadAdamW of that name resumes it from opt.resumed_step (docs/persistent.md);
@@ -125,9 +128,11 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                  init_loss_scale=65536.0, growth_interval=2000, session=None, socket=None,
                  clip_coef=None, data_parallel_group=None, timeout=None, page_size=None,
                  region_bytes=None, window=0, threads=0, trace=None, persistent=False, lease=None,
-                 state_dtype="fp32", reconnect=60.0):
+                 state_dtype="fp32", reconnect=60.0, grad_store_dtype="fp32"):
         _state_dtype.check(state_dtype)  # moments as bf16 in the tiers: docs/pipeline.md
+        _state_dtype.check_grad_store(grad_store_dtype)
         self.state_dtype = state_dtype
+        self.grad_store_dtype = grad_store_dtype
         self._live_state = LiveState(self)
         _persist.check(self, persistent, lease, session, reconnect)  # sets _persistent, _lease, _reconnect
         self._built = False
@@ -354,7 +359,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                             dynamic_loss_scale=self._dynamic, init_loss_scale=self._scale,
                             growth_interval=self._growth_interval if self._dynamic else 0,
                             window=self._window, threads=self._threads, device=device, grad_by_reference=self._grad_ref,
-                            timeout_ms=self._timeout_ms(), trace=self._trace, state_dtype=self.state_dtype)
+                            timeout_ms=self._timeout_ms(), trace=self._trace, state_dtype=self.state_dtype,
+                            grad_store_dtype=self.grad_store_dtype)
         try:
             idx = {e: i for i, e in enumerate(entries)}
             # Backward produces the last layers' gradients first.

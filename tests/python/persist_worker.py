@@ -52,8 +52,9 @@ def batch(step):
 def main():
     sock, session, mode, tier, steps, persistent, out = sys.argv[1:8]
     extra = sys.argv[8] if len(sys.argv) > 8 else ""
-    # dtype:D (a last argument): state_dtype=D.
+    # dtype:D (a last argument): state_dtype=D; dtype:D/G also grad_store_dtype=G.
     dtype = sys.argv[9].split(":", 1)[1] if len(sys.argv) > 9 and sys.argv[9].startswith("dtype:") else "fp32"
+    dtype, _, gstore = dtype.partition("/")
     wide = extra == "wide"
     steps, persistent = int(steps), persistent == "1"
     torch.set_num_threads(1)
@@ -61,7 +62,7 @@ def main():
     kw = dict(session=session, persistent=True, lease=120) if persistent else {}
     try:
         opt = OffloadAdamW(m.named_parameters(), lr=1e-2, mode=mode, tier=tier, socket=sock,
-                           page_size=64 << 10, state_dtype=dtype, **kw)
+                           page_size=64 << 10, state_dtype=dtype, grad_store_dtype=gstore or "fp32", **kw)
     except spillway.SpillwayError as e:
         if e.errno == errno.ESTALE:
             print("stale: %s" % e, file=sys.stderr)

@@ -86,19 +86,21 @@ class Base(unittest.TestCase):
 class RoundTrip(Base):
     """checkpoint -> to-torch -> from-torch is exact; the result resumes."""
 
-    def roundtrip(self, dtype, by_cli):
+    def roundtrip(self, dtype, by_cli, gstore=None):
         steps = AT + 3
+        wdtype = dtype + "/" + gstore if gstore else dtype  # the worker's argument
+        dtype = wdtype.replace("/", "-")  # names of sessions and files
         run, rest = (os.path.join(self.tmp, "%s-%s.pt" % (w, dtype)) for w in ("run", "rest"))
         ck = os.path.join(self.tmp, "ck-" + dtype)
         pt, back = ck + ".pt", ck + "-back"
         # It goes on after the checkpoint: the uninterrupted run (that it
         # equals a run that never checkpointed is python-checkpoint's).
-        out = self.worker("py/prun-" + dtype, True, steps, run, "ckpt:%d:%s" % (AT, ck), dtype=dtype)
+        out = self.worker("py/prun-" + dtype, True, steps, run, "ckpt:%d:%s" % (AT, ck), dtype=wdtype)
         self.assertIn("checkpoint %d\n" % AT, out)
         if by_cli:
             p = cli("to-torch", ck, pt)
             self.assertEqual(p.returncode, 0, p.stderr)
-            self.assertIn("state dtype %s" % dtype, p.stdout)
+            self.assertIn("state dtype %s" % wdtype.split("/")[0], p.stdout)
             p = cli("from-torch", pt, back)
             self.assertEqual(p.returncode, 0, p.stderr)
             from spillway.checkpoint import CheckpointError, from_torch
@@ -108,7 +110,8 @@ class RoundTrip(Base):
         else:
             from spillway.checkpoint import from_torch, to_torch
             doc = to_torch(ck, pt)
-            self.assertEqual(doc["spillway"]["layout"]["state_dtype"], dtype)
+            self.assertEqual(doc["spillway"]["layout"]["state_dtype"], wdtype.split("/")[0])
+            self.assertEqual(doc["spillway"]["layout"]["grad_store"], gstore or "fp32")
             from_torch(pt, back)
         m1, d1 = files_of(ck)
         m2, d2 = files_of(back)
@@ -121,7 +124,7 @@ class RoundTrip(Base):
         self.assertEqual(r["committed_step"], AT)
         self.assertEqual(r["bytes"], r["bytes_total"])
         self.assertEqual(r["bytes_total"], sum(t["bytes"] for t in m2["tensors"]))
-        out = self.worker("py/prest-" + dtype, True, steps, rest, dtype=dtype)
+        out = self.worker("py/prest-" + dtype, True, steps, rest, dtype=wdtype)
         self.assertTrue(out.startswith("resumed %d\n" % AT), out)
         self.same(run, rest)
 
@@ -133,6 +136,11 @@ class RoundTrip(Base):
 
     def test_int8(self):
         self.roundtrip("int8", False)
+
+    def test_grad_store_bf16(self):
+        """A bf16 gradient store (its bit in the layout's mode word) converts
+        and resumes like the rest."""
+        self.roundtrip("fp32", False, gstore="bf16")
 
     def test_int8_scale_pages(self):
         """int8 block scales live in the optimizer's scale pages, one slot

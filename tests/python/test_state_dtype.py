@@ -281,8 +281,48 @@ class StateDtype(unittest.TestCase):
         finally:
             o.close()
 
+    def test_grad_store_bf16(self):
+        """grad_store_dtype='bf16' on a bf16 model in exact mode: the store
+        holds its gradients as they are, so training ends bit-identical to
+        an fp32 store, in fewer of the region's pages."""
+        old = os.environ.get("SPILLWAY_GRAD_BY_REFERENCE")
+        os.environ["SPILLWAY_GRAD_BY_REFERENCE"] = "0"  # a store, as on a GPU
+        torch.manual_seed(5)  # a layer of several chunks: two share a bf16 store page
+        a = nn.Sequential(nn.Linear(12, 200), nn.Tanh(), nn.Linear(200, 200), nn.Tanh(),
+                          nn.Linear(200, 5)).to(torch.bfloat16)
+        b = copy.deepcopy(a)
+        kw = dict(lr=LR, betas=(B1, B2), eps=EPS, weight_decay=WD, socket=self.d.control, mode="exact",
+                  max_grad_norm=1.0)
+        oa = OffloadAdamW(a.parameters(), session="gstore/bf16", grad_store_dtype="bf16", **kw)
+        ob = OffloadAdamW(b.parameters(), session="gstore/fp32", **kw)
+        try:
+            for m, o in ((a, oa), (b, ob)):
+                gen = torch.Generator().manual_seed(4)
+                for _ in range(5):
+                    x, y = torch.randn(16, 12, generator=gen), torch.randn(16, 5, generator=gen)
+                    o.zero_grad()
+                    nn.functional.mse_loss(m(x.bfloat16()).float(), y).backward()
+                    o.step()
+            for pa, pb in zip(a.parameters(), b.parameters()):
+                self.assertTrue(torch.equal(pa, pb))
+            sa, sb = oa.state_dict(), ob.state_dict()
+            for k in sa["state"]:
+                for key in ("exp_avg", "exp_avg_sq"):
+                    self.assertTrue(torch.equal(sa["state"][k][key], sb["state"][k][key]), key)
+            slots = {s["name"]: s["slots_used"] for s in spillway.status(self.d.control)["sessions"]}
+            self.assertLess(slots["gstore/bf16"], slots["gstore/fp32"])
+        finally:
+            oa.close()
+            ob.close()
+            if old is None:
+                del os.environ["SPILLWAY_GRAD_BY_REFERENCE"]
+            else:
+                os.environ["SPILLWAY_GRAD_BY_REFERENCE"] = old
+
     def test_refusals(self):
         a = model()
+        with self.assertRaises(ValueError):
+            OffloadAdamW(a.parameters(), socket=self.d.control, grad_store_dtype="fp16")
         with self.assertRaises(ValueError):
             OffloadAdamW(a.parameters(), socket=self.d.control, state_dtype="int4")
         with self.assertRaises(ValueError):

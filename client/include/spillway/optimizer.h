@@ -122,10 +122,22 @@ enum spw_state_dtype {
  * with it, and the step could not be finished at takeover);
  * spw_optimizer_new() refuses it elsewhere with -EINVAL, naming why.
  * Either tier.
+ * SPW_GRAD_STORE_BF16: a gradient store in bf16, 2 bytes per parameter
+ * (half the store's memory, and its disk traffic on the NVMe tier). Each
+ * gradient handed over is stored rounded to the nearest bf16 (ties to
+ * even); with accumulation each micro-batch's sum is (the stored bf16
+ * widened, the gradient added in fp32, rounded again). Exact, the same
+ * bits as SPW_GRAD_STORE, where the gradients are bf16 and accumulation
+ * is 1 (a bf16 value is stored as it is): bf16 training's usual case.
+ * Otherwise lossy, as bf16 is (about 3 significant digits per gradient,
+ * and per partial sum). The norm and the update read the stored values.
+ * Also for the gradients overlapped mode stores when accumulating; no
+ * effect where nothing is stored.
  */
 enum spw_grad_store {
 	SPW_GRAD_STORE = 0,
 	SPW_GRAD_BY_REFERENCE = 1,
+	SPW_GRAD_STORE_BF16 = 2,
 };
 
 /* torch.optim.AdamW's per-group hyperparameters. */
