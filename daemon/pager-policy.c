@@ -147,6 +147,16 @@ bool pager_policy_overwrite_at(const struct pager_order *o, uint64_t i)
 	return o->plan_ok && o->plan_len && o->plan_ow[i % o->plan_len];
 }
 
+bool pager_policy_rewritten_next(const struct pager_order *o, const struct pager_order_page *pg)
+{
+	uint32_t k;
+
+	if (!o->plan_ok || !o->plan_len)
+		return false;
+	k = pg->next_pos != NONE ? pg->next_pos : pg->first;
+	return k != NONE && o->plan_ow[k];
+}
+
 /* Only the plan's pages hold positions (every function here keeps it so):
  * clearing them clears every page. */
 static void clear_plan(struct pager_order *o)

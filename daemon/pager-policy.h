@@ -60,6 +60,11 @@ void pager_policy_record(struct pager_order *o, struct pager_order_page *pg);
  * overwrite): the plan then knows there is nothing to read ahead there. */
 void pager_policy_record_overwrite(struct pager_order *o, struct pager_order_page *pg);
 
+/* Whether pg's next access in the plan (this step's after the cursor, else
+ * the next step's first) rewrites it whole: then nothing needs reading
+ * ahead for any of its accesses until that one. false without a plan. */
+bool pager_policy_rewritten_next(const struct pager_order *o, const struct pager_order_page *pg);
+
 /* Whether the access at position i of the plan (as pager_policy_at())
  * rewrites its page whole; false when there is no plan. */
 bool pager_policy_overwrite_at(const struct pager_order *o, uint64_t i);

@@ -95,8 +95,11 @@ static void prefetch_ahead(struct pager *p)
 		struct ppage *pg = page_of(pager_policy_at(&p->order, i));
 		uint32_t s;
 
-		/* A page rewritten whole there needs no read. */
-		if (pg->state != PAGER_DISK || p->tensors[pg->tensor].dying || pager_policy_overwrite_at(&p->order, i))
+		/* A page rewritten whole there, or before then (a bf16
+		 * gradient store's page: one chunk rewrites it, the other
+		 * reads it next), needs no read. */
+		if (pg->state != PAGER_DISK || p->tensors[pg->tensor].dying || pager_policy_overwrite_at(&p->order, i) ||
+		    pager_policy_rewritten_next(&p->order, &pg->ord))
 			continue;
 		/* A page whose read just failed waits for a PIN to try again. */
 		if (pg->read_failed)

@@ -438,6 +438,32 @@ static void test_overwrite_marks(void)
 	pager_policy_free(&m.o);
 }
 
+/* A page rewritten whole by its next access needs no read ahead of any
+ * later access: a bf16 gradient store's page is rewritten by one chunk's
+ * first arrival and read by the other's right after (plan: ow g, g, p). */
+static void test_rewritten_next(void)
+{
+	struct sim m;
+
+	sim_init(&m, 4, 4);
+	ASSERT_TRUE(!pager_policy_rewritten_next(&m.o, &m.pages[0].ord)); /* no plan yet */
+	pager_policy_record_overwrite(&m.o, &m.pages[0].ord);
+	pager_policy_record(&m.o, &m.pages[0].ord);
+	pager_policy_record(&m.o, &m.pages[1].ord);
+	pager_policy_step(&m.o);
+	ASSERT_TRUE(m.o.plan_ok);
+	ASSERT_TRUE(pager_policy_rewritten_next(&m.o, &m.pages[0].ord));
+	ASSERT_TRUE(!pager_policy_rewritten_next(&m.o, &m.pages[1].ord));
+	/* Past the rewrite its next access is a read: worth reading ahead. */
+	pager_policy_follow(&m.o, &m.pages[0].ord);
+	ASSERT_TRUE(!pager_policy_rewritten_next(&m.o, &m.pages[0].ord));
+	pager_policy_follow(&m.o, &m.pages[0].ord);
+	pager_policy_follow(&m.o, &m.pages[1].ord);
+	/* Done with it this step: its next access is next step's rewrite. */
+	ASSERT_TRUE(pager_policy_rewritten_next(&m.o, &m.pages[0].ord));
+	pager_policy_free(&m.o);
+}
+
 int main(void)
 {
 	test_cyclic();
@@ -448,5 +474,6 @@ int main(void)
 	test_clock();
 	test_learner();
 	test_overwrite_marks();
+	test_rewritten_next();
 	return 0;
 }
