@@ -58,8 +58,10 @@ struct model {
 
 static uint64_t region_for(const struct model *m)
 {
-	/* p, m, v resident in whole pages, plus staging and slack. */
-	return ((uint64_t)TENSORS * 3 * ((m->count * 4 + PAGE - 1) / PAGE) + 32) * PAGE;
+	/* p, m, v and (overlapped mode on a persistent session) the undo
+	 * copy of p, resident in whole pages, plus staging, the journal and
+	 * slack. */
+	return ((uint64_t)TENSORS * 4 * ((m->count * 4 + PAGE - 1) / PAGE) + 32) * PAGE;
 }
 
 static int attach(const char *sock, bool persistent, uint64_t region, spw_client **ret)
