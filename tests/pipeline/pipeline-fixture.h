@@ -14,6 +14,16 @@
 
 #define PAGE (64u << 10)
 
+/* n pseudo-random values in [-1.5, 1.5), the same for the same seed:
+ * weights and gradients the tests can make again. */
+static inline void fill(float *x, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 1103515245u + 12345u;
+		x[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 3.0f;
+	}
+}
+
 /* A daemon with a swap directory, for the NVMe tier's runs. */
 static const char swap_config[] __attribute__((unused)) =
 	"{\n"

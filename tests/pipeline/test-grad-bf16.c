@@ -63,14 +63,6 @@ struct config {
 	uint64_t region;
 };
 
-static void fill(float *x, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++) {
-		seed = seed * 1103515245u + 12345u;
-		x[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 3.0f;
-	}
-}
-
 static float bf16_round(float x)
 {
 	uint32_t u;

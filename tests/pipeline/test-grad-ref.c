@@ -55,14 +55,6 @@ struct config {
 	float loss_scale;       /* what the gradients are multiplied by; 0: none */
 };
 
-static void fill(float *x, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++) {
-		seed = seed * 1103515245u + 12345u;
-		x[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 3.0f;
-	}
-}
-
 static struct spw_optimizer_opts opts_for(enum spw_optimizer_mode mode, enum spw_tensor_kind tier,
 					  enum spw_grad_store store, float max_norm)
 {

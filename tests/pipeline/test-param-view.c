@@ -64,14 +64,6 @@ static spw_optimizer *make_opt(spw_client *c, enum spw_optimizer_mode mode, enum
 	return o;
 }
 
-static void fill(float *x, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++) {
-		seed = seed * 1103515245u + 12345u;
-		x[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 3.0f;
-	}
-}
-
 static void case_view(void)
 {
 	static float init[N], g[N], dev_v[N], dev_t[N], master[N], sentinel[N];

@@ -49,14 +49,6 @@ static spw_optimizer *make_opt(spw_client *c, enum spw_optimizer_mode mode, enum
 	return o;
 }
 
-static void fill(float *x, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++) {
-		seed = seed * 1103515245u + 12345u;
-		x[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 3.0f;
-	}
-}
-
 /* One step of a constant gradient g on every tensor in ids. */
 static void step(spw_optimizer *o, uint64_t n, const uint32_t *ids, int nids, uint64_t count, const float *g)
 {

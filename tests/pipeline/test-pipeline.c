@@ -459,7 +459,7 @@ static void case_misuse(void)
 
 /* Deterministic values of either sign, never all zero (so a wrongly
  * zeroed page shows). */
-static void fill(float *a, size_t n, uint32_t seed, float scale)
+static void fill_scaled(float *a, size_t n, uint32_t seed, float scale)
 {
 	uint32_t x = seed * 2654435761u + 1u;
 
@@ -485,7 +485,7 @@ static void write_round_trip(const struct spw_test_daemon *d, enum spw_tensor_ki
 
 	o = make_opt(c, &rc, &r);
 	ASSERT_OK(r);
-	fill(init, N, 1, 1.0f);
+	fill_scaled(init, N, 1, 1.0f);
 	r = spw_optimizer_add(o, "w", 0, N, init, dev, SPW_TYPE_F32, &w);
 	if (r == -EOPNOTSUPP) {
 		fprintf(stderr, "write, tier %d: %s (skipped)\n", (int)tier, spw_optimizer_last_error(o));
@@ -500,7 +500,7 @@ static void write_round_trip(const struct spw_test_daemon *d, enum spw_tensor_ki
 
 	/* Every state of w, exact, before any update. */
 	for (int which = 0; which < 3; which++) {
-		fill(in[which], N, 10u + (uint32_t)which, which == 2 ? 1e-3f : 1.0f);
+		fill_scaled(in[which], N, 10u + (uint32_t)which, which == 2 ? 1e-3f : 1.0f);
 		if (which == 2)
 			for (size_t i = 0; i < N; i++)
 				in[2][i] = fabsf(in[2][i]);

@@ -46,14 +46,6 @@ struct rig {
 	float dev[2][N];
 };
 
-static void fill(float *x, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++) {
-		seed = seed * 1103515245u + 12345u;
-		x[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 3.0f;
-	}
-}
-
 /* An optimizer over n tensors; tensor i starts from fill(seed first + i). */
 static void rig_open(struct rig *r, const struct spw_test_daemon *d, const char *session,
 		     enum spw_optimizer_mode mode, const struct spw_param_group *g, float max_norm,
