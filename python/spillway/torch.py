@@ -323,6 +323,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         psz, region = self._layout(entries)
         if self._region_bytes:
             region = self._region_bytes
+        elif os.environ.get("SPILLWAY_REGION_BYTES"):  # a fixed choice (benchmarks, tuning)
+            region = int(os.environ["SPILLWAY_REGION_BYTES"])
         # The swap the state needs on the NVMe tier (every page of p, m, v
         # and, in exact mode, the gradient store, or the undo copy of an
         # overlapped persistent one); none on the cpu tier.

@@ -22,11 +22,16 @@ static bool valid_by_the_rules(const struct spw_sqe *e)
 		return e->arg != 0 && (e->flags == SPW_MARK_COMMIT || e->flags == SPW_MARK_STATS ||
 				       (e->flags == SPW_MARK_OPEN && e->tensor == 0 &&
 					(e->page == 0 || e->page == SPW_MARK_BY_WRITE)));
+	/* UNPIN: DIRTY, or DIRTY and COPY_OF with the page copied in arg
+	 * (any: the pager judges the ids). */
+	if (e->opcode == SPW_OP_UNPIN)
+		return e->flags == 0 || e->flags == SPW_UNPIN_DIRTY ? e->arg == 0 :
+		       e->flags == (SPW_UNPIN_DIRTY | SPW_UNPIN_COPY_OF);
 	if (e->arg)
 		return false;
 	if (e->opcode == SPW_OP_PIN)
 		return (e->flags & ~SPW_PIN_OVERWRITE) == 0;
-	return e->opcode == SPW_OP_UNPIN ? (e->flags & ~SPW_UNPIN_DIRTY) == 0 : e->flags == 0;
+	return e->flags == 0;
 }
 
 static bool apart(size_t a, size_t alen, size_t b, size_t blen)
