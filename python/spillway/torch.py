@@ -43,6 +43,7 @@ import torch
 import torch.optim
 
 from . import Optimizer as _SpwOptimizer, Session, SpillwayError
+from . import _torch_region as _region
 from . import _lib as L, _torch_persist as _persist, _checkpoint as _ckpt, _state_dtype, _torch_view as _view, \
     _torch_gradref as _gradref
 from ._torch_persist import RewoundError  # noqa: F401
@@ -321,10 +322,6 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         device = self._device_name(entries)
         self._grad_ref = _gradref.eligible(self, entries)  # no gradient store in the region (exact mode)
         psz, region = self._layout(entries)
-        if self._region_bytes:
-            region = self._region_bytes
-        elif os.environ.get("SPILLWAY_REGION_BYTES"):  # a fixed choice (benchmarks, tuning)
-            region = int(os.environ["SPILLWAY_REGION_BYTES"])
         # The swap the state needs on the NVMe tier (every page of p, m, v
         # and, in exact mode, the gradient store, or the undo copy of an
         # overlapped persistent one); none on the cpu tier.
@@ -335,16 +332,21 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
             if self._persistent:  # the layout record and the journal's done bitmaps live on this tier too
                 swap += -(-(24 + sum(24 + len(e.name) + 8 for e in entries) + 256) // psz) * psz
                 swap += _persist.done_pages(entries, psz) * psz
+        minimum = region  # what the pipeline needs; more is read-ahead
+        if self._region_bytes:
+            region = minimum = self._region_bytes
+        elif os.environ.get("SPILLWAY_REGION_BYTES"):  # a fixed choice (benchmarks, tuning)
+            region = minimum = int(os.environ["SPILLWAY_REGION_BYTES"])
+        elif self.tier == "nvme" and not self._persistent:
+            region = max(region, _region.readahead_bytes(swap, psz))
         if self._own_session:
             if self._session is not None:
                 info = self._session.info()
-                if info["region_bytes"] < region or info["swap_bytes"] < swap:
+                if info["region_bytes"] < minimum or info["swap_bytes"] < swap:
                     self._session.close()
                     self._session = None
             if self._session is None:
-                self._session = Session(self._session_name, region_bytes=region, page_size=psz,
-                                        socket=self._socket, reply_timeout_ms=self._timeout_ms(),
-                                        swap_bytes=swap, **_persist.session_args(self))
+                self._session = _region.open_session(self, region, minimum, psz, swap)
         groups = [dict(lr=float(g["lr"]), beta1=float(g["betas"][0]), beta2=float(g["betas"][1]),
                        eps=float(g["eps"]), weight_decay=float(g["weight_decay"]))
                   for g in self.param_groups]
