@@ -377,6 +377,11 @@ static void test_attach_and_info(void)
 	ASSERT_TRUE((char *)spw_slot_ptr(c, 3) - (char *)spw_slot_ptr(c, 0) == 3 << 20);
 	ASSERT_TRUE(spw_slot_ptr(c, 4) == NULL);
 	ASSERT_OK(spw_nop(c));
+	/* This daemon grants no SPW_FEAT_UNPIN_COPY: an unpin as a copy is
+	 * refused here, naming the way that works, and nothing is queued. */
+	ASSERT_EQ(spw_submit_unpin_copy(c, 1, 0, 0, 0, 7), -EOPNOTSUPP);
+	ASSERT_CONTAINS(spw_client_last_error(c), "unpin dirty instead");
+	ASSERT_OK(spw_nop(c));
 	ASSERT_OK(spw_client_detach(c));
 	ASSERT_EQ(spw_nop(c), -ENOTCONN);
 	c = spw_client_free(c);
