@@ -204,7 +204,8 @@ static bool admit(spw_optimizer *o)
 		for (unsigned r = 0; r < R__N; r++) {
 			/* A first arrival rewrites its store page whole: the
 			 * daemon need not read it (SPW_PIN_OVERWRITE). */
-			bool rewrite = r == R_G && j->kind == JOB_GRAD && j->first && store_page_dead(o, j);
+			bool store_first = r == R_G && j->kind == JOB_GRAD && j->first;
+			bool rewrite = store_first && store_page_dead(o, j);
 
 			/* The undo copy of the weights is rewritten whole, but
 			 * in the redo of a torn step (journal.c), where the
@@ -214,7 +215,7 @@ static bool admit(spw_optimizer *o)
 
 			if (!(j->roles & (1u << r)))
 				continue;
-			if (r == R_G && j->kind == JOB_GRAD && j->first) {
+			if (store_first) {
 				j->ch->g_spent = false;
 				j->ch->g_step = j->step;
 			}

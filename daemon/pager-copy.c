@@ -52,7 +52,8 @@ int pager_unpin_copy(struct pager *p, uint32_t tensor, uint32_t page, uint32_t s
 			      dst == src && dst ? "a page is not a copy of itself" : "no such tensor or page");
 		return -EINVAL;
 	}
-	if (dst->pins <= dst->npending || !can_take(p, dst, src)) {
+	/* Not taken over: an UNPIN as any (a page not pinned is its error). */
+	if (!can_take(p, dst, src)) {
 		int r = pager_unpin(p, tensor, page, true);
 
 		return r < 0 ? r : 0;

@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: MIT
-"""The region OffloadAdamW asks spillwayd for (spillway.torch): what the
-pipeline needs, and on the nvme tier read-ahead beyond it when the daemon's
-caps allow."""
+"""The session OffloadAdamW opens for itself (spillway.torch): its page
+size, the region the pipeline needs (and on the nvme tier read-ahead
+beyond it when the daemon's caps allow), the swap the state takes."""
 
 import errno
+import os
 
-from . import Session, SpillwayError, _torch_persist as _persist
+from . import Session, SpillwayError, _state_dtype, _torch_persist as _persist
 
 # Read-ahead on the NVMe tier: overlapped mode updates during backward, so
 # the disk would sit idle through forward unless the region can take what
@@ -19,6 +20,36 @@ def readahead_bytes(state, psz):
     """The region to ask for on the nvme tier: half of the state's bytes,
     at most READAHEAD_MAX, in whole pages."""
     return min(state // 2, READAHEAD_MAX) // psz * psz
+
+
+def layout(opt, entries):
+    """(page size, the region the pipeline needs) for opt's entries: the
+    whole state on the cpu tier; the window's pages of state on the nvme
+    tier; staging, slack and a persistent session's journal on either."""
+    k = _persist.state_roles(opt)
+    numels = [e.numel for e in entries]
+    psz = opt._page_size or _state_dtype.page_size(numels, k, opt.state_dtype, opt.tier)
+    win = opt._window or 4
+    if opt.tier == "cpu":
+        pages = _state_dtype.state_pages(numels, psz, k, opt.state_dtype)
+    else:
+        pages = 4 * win * k
+    pages += (1 if opt._grad_ref else 2) * win + 8 + _persist.journal_pages(opt, psz)
+    return psz, pages * psz
+
+
+def swap_bytes(opt, entries, psz):
+    """The swap the state needs on the NVMe tier (every page of p, m, v
+    and, in exact mode, the gradient store, or the undo copy of an
+    overlapped persistent one); none on the cpu tier."""
+    if opt.tier != "nvme":
+        return 0
+    k = _persist.state_roles(opt)
+    swap = _state_dtype.state_pages([e.numel for e in entries], psz, k, opt.state_dtype) * psz
+    if opt._persistent:  # the layout record and the journal's done bitmaps live on this tier too
+        swap += -(-(24 + sum(24 + len(e.name) + 8 for e in entries) + 256) // psz) * psz
+        swap += _persist.done_pages(entries, psz) * psz
+    return swap
 
 
 def open_session(opt, region, minimum, psz, swap):
@@ -35,3 +66,24 @@ def open_session(opt, region, minimum, psz, swap):
             if e.errno not in (errno.EDQUOT, errno.ENOSPC, errno.ENOMEM):
                 raise
     return attach(minimum)
+
+
+def own_session(opt, entries):
+    """Keeps opt's own session where it holds what entries need, else
+    closes it and opens one that does."""
+    psz, region = layout(opt, entries)
+    swap = swap_bytes(opt, entries, psz)
+    minimum = region  # what the pipeline needs; more is read-ahead
+    if opt._region_bytes:
+        region = minimum = opt._region_bytes
+    elif os.environ.get("SPILLWAY_REGION_BYTES"):  # a fixed choice (benchmarks, tuning)
+        region = minimum = int(os.environ["SPILLWAY_REGION_BYTES"])
+    elif opt.tier == "nvme" and not opt._persistent:
+        region = max(region, readahead_bytes(swap, psz))
+    if opt._session is not None:
+        info = opt._session.info()
+        if info["region_bytes"] < minimum or info["swap_bytes"] < swap:
+            opt._session.close()
+            opt._session = None
+    if opt._session is None:
+        opt._session = open_session(opt, region, minimum, psz, swap)

@@ -288,18 +288,6 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
 
     # ------------------------------------------------------------ building
 
-    def _layout(self, entries):
-        k = _persist.state_roles(self)
-        psz = self._page_size or _state_dtype.page_size([e.numel for e in entries], k, self.state_dtype,
-                                                        self.tier)
-        win = self._window or 4
-        if self.tier == "cpu":
-            pages = _state_dtype.state_pages([e.numel for e in entries], psz, k, self.state_dtype)
-        else:
-            pages = 4 * win * k
-        pages += (1 if self._grad_ref else 2) * win + 8 + _persist.journal_pages(self, psz)
-        return psz, pages * psz
-
     def _device_name(self, entries):
         d = entries[0].p.device
         if d.type == "cpu":
@@ -321,32 +309,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         entries = self._entries
         device = self._device_name(entries)
         self._grad_ref = _gradref.eligible(self, entries)  # no gradient store in the region (exact mode)
-        psz, region = self._layout(entries)
-        # The swap the state needs on the NVMe tier (every page of p, m, v
-        # and, in exact mode, the gradient store, or the undo copy of an
-        # overlapped persistent one); none on the cpu tier.
-        swap = 0
-        if self.tier == "nvme":
-            k = _persist.state_roles(self)
-            swap = _state_dtype.state_pages([e.numel for e in entries], psz, k, self.state_dtype) * psz
-            if self._persistent:  # the layout record and the journal's done bitmaps live on this tier too
-                swap += -(-(24 + sum(24 + len(e.name) + 8 for e in entries) + 256) // psz) * psz
-                swap += _persist.done_pages(entries, psz) * psz
-        minimum = region  # what the pipeline needs; more is read-ahead
-        if self._region_bytes:
-            region = minimum = self._region_bytes
-        elif os.environ.get("SPILLWAY_REGION_BYTES"):  # a fixed choice (benchmarks, tuning)
-            region = minimum = int(os.environ["SPILLWAY_REGION_BYTES"])
-        elif self.tier == "nvme" and not self._persistent:
-            region = max(region, _region.readahead_bytes(swap, psz))
         if self._own_session:
-            if self._session is not None:
-                info = self._session.info()
-                if info["region_bytes"] < minimum or info["swap_bytes"] < swap:
-                    self._session.close()
-                    self._session = None
-            if self._session is None:
-                self._session = _region.open_session(self, region, minimum, psz, swap)
+            _region.own_session(self, entries)  # a session the size of the state's needs
         groups = [dict(lr=float(g["lr"]), beta1=float(g["betas"][0]), beta2=float(g["betas"][1]),
                        eps=float(g["eps"]), weight_decay=float(g["weight_decay"]))
                   for g in self.param_groups]

@@ -7,6 +7,9 @@
 #ifndef SPW_TEST_PIPELINE_FIXTURE_H
 #define SPW_TEST_PIPELINE_FIXTURE_H
 
+#include <stdlib.h>
+#include <string.h>
+
 #include <spillway/spillway.h>
 
 #include "harness.h"
@@ -32,6 +35,28 @@ static const char swap_config[] __attribute__((unused)) =
 	"  \"swap\": { \"dirs\": [ { \"path\": \"@DIR@\", \"max_bytes\": \"256MiB\" } ] },\n"
 	"  \"log\": { \"level\": \"warn\" }\n"
 	"}\n";
+
+/* Two optimizers over the same two tensors (count[t] elements, ids[k][t]
+ * in o[k]) hold the same bits of master weights and moments; what names
+ * the two in the failure. */
+static inline void same_opt_state(spw_optimizer *const o[2], const uint32_t ids[2][2], const uint64_t count[2],
+				  const char *what)
+{
+	float *got[2];
+
+	for (int t = 0; t < 2; t++) {
+		for (int k = 0; k < 2; k++)
+			ASSERT_TRUE((got[k] = malloc(count[t] * 4)) != NULL);
+		for (int w = SPW_STATE_PARAM; w <= SPW_STATE_EXP_AVG_SQ; w++) {
+			for (int k = 0; k < 2; k++)
+				ASSERT_OK(spw_optimizer_read(o[k], ids[k][t], (enum spw_optimizer_state)w, got[k]));
+			if (memcmp(got[0], got[1], count[t] * 4))
+				TEST_FAIL("%s: tensor %d state %d differs", what, t, w);
+		}
+		free(got[0]);
+		free(got[1]);
+	}
+}
 
 static inline spw_client *connect_client(const struct spw_test_daemon *d, const char *session, uint64_t region)
 {

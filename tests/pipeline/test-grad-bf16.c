@@ -98,16 +98,8 @@ static spw_optimizer *make_opt(spw_client *c, enum spw_optimizer_mode mode, enum
 /* Both optimizers' master weights, moments and device parameters equal. */
 static void same_state(spw_optimizer *o[2], uint32_t ids[2][2], float dev[2][2][N0], const char *what)
 {
-	static float got[2][N0];
-
+	same_opt_state(o, ids, counts, what); /* the fp32 store against the bf16 one */
 	for (int t = 0; t < 2; t++) {
-		for (int w = SPW_STATE_PARAM; w <= SPW_STATE_EXP_AVG_SQ; w++) {
-			for (int k = 0; k < 2; k++)
-				ASSERT_OK(spw_optimizer_read(o[k], ids[k][t], (enum spw_optimizer_state)w, got[k]));
-			if (memcmp(got[0], got[1], counts[t] * 4))
-				TEST_FAIL("%s: tensor %d state %d differs between the fp32 and the bf16 store", what, t,
-					  w);
-		}
 		if (memcmp(dev[0][t], dev[1][t], counts[t] * 4))
 			TEST_FAIL("%s: tensor %d's device parameters differ", what, t);
 	}
@@ -280,18 +272,7 @@ static void case_evict(void)
 			ASSERT_OK(spw_optimizer_sync(o[k]));
 		}
 	}
-	{
-		static float got[2][NC];
-
-		for (int t = 0; t < 2; t++)
-			for (int w = SPW_STATE_PARAM; w <= SPW_STATE_EXP_AVG_SQ; w++) {
-				for (int k = 0; k < 2; k++)
-					ASSERT_OK(spw_optimizer_read(o[k], ids[k][t], (enum spw_optimizer_state)w,
-								     got[k]));
-				if (memcmp(got[0], got[1], n[t] * 4))
-					TEST_FAIL("tensor %d state %d differs between the fp32 and the bf16 store", t, w);
-			}
-	}
+	same_opt_state(o, ids, n, "evict: the fp32 store against the bf16 one");
 	fprintf(stderr, "chunk 0's gradient survived its page's trip to disk: bit-identical\n");
 	for (int k = 0; k < 2; k++) {
 		spw_optimizer_free(o[k]);

@@ -134,7 +134,7 @@ static void give_step(spw_optimizer *o, const struct config *cf, const uint32_t 
 
 static void compare(const struct spw_test_daemon *d, const struct config *cf)
 {
-	static float g[N0], dev[2][2][N0], got[2][N0];
+	static float g[N0], dev[2][2][N0];
 	static uint32_t gbuf[2][2][N0];
 	void *buf[2][2] = { { gbuf[0][0], gbuf[0][1] }, { gbuf[1][0], gbuf[1][1] } };
 	spw_client *c[2];
@@ -172,14 +172,7 @@ static void compare(const struct spw_test_daemon *d, const struct config *cf)
 			ASSERT_TRUE(res[0].clip_coef < 1.0f); /* clipping is at work */
 	}
 	ASSERT_TRUE(skipped); /* step 3's inf */
-	for (int t = 0; t < 2; t++)
-		for (int w = SPW_STATE_PARAM; w <= SPW_STATE_EXP_AVG_SQ; w++) {
-			for (int k = 0; k < 2; k++)
-				ASSERT_OK(spw_optimizer_read(o[k], ids[k][t], (enum spw_optimizer_state)w, got[k]));
-			if (memcmp(got[0], got[1], counts[t] * 4))
-				TEST_FAIL("%s: tensor %d state %d differs between the store and by reference", cf->what,
-					  t, w);
-		}
+	same_opt_state(o, ids, counts, cf->what); /* the store against by reference */
 	if (memcmp(dev[0][0], dev[1][0], N0 * 4) || memcmp(dev[0][1], dev[1][1], N1 * 4))
 		TEST_FAIL("%s: the device parameters differ", cf->what);
 	for (int k = 0; k < 2; k++) {
