@@ -142,22 +142,24 @@ static void hint_ahead(spw_optimizer *o, const struct chunk *ch)
 	}
 }
 
-/* Sends the PREFETCHes a fetch carries: the master pages of the tensors
- * the previous step fetched next. */
+/* Sends the PREFETCHes a fetch carries (its first chunk's job): the
+ * master pages of the tensors the previous step fetched next, planned in
+ * the tensor (params.c) before the job was queued. */
 static void hint_fetch(spw_optimizer *o, struct job *j)
 {
+	struct tensor *t = j->ch->t;
 	uint32_t i;
 
-	if (o->hints_off || o->tier != SPW_TENSOR_SWAPPABLE)
+	if (j->ch->index != 0 || o->hints_off || o->tier != SPW_TENSOR_SWAPPABLE)
 		return;
-	for (i = 0; i < j->nhints; i++) {
+	for (i = 0; i < t->nhints; i++) {
 		if (o->hints_inflight + o->ring_reserved + 1 > o->ring_cap)
 			break;
-		if (spw__submit_op(o->c, SPW_OP_PREFETCH, 0, j->hint_id[i], j->hint_page[i], UD_FETCH_HINT) < 0)
+		if (spw__submit_op(o->c, SPW_OP_PREFETCH, 0, t->hint_id[i], t->hint_page[i], UD_FETCH_HINT) < 0)
 			break;
 		o->hints_inflight++;
 	}
-	j->nhints = 0;
+	t->nhints = 0;
 }
 
 /* Whether a first arrival may pin its gradient store page for overwrite:
@@ -181,7 +183,7 @@ static bool admit(spw_optimizer *o)
 {
 	bool progress = false;
 
-	while (o->q_head && o->inflight < o->window) {
+	while (o->q_head && o->inflight < o->window && o->run_free) {
 		struct job *j = o->q_head;
 		unsigned np = popcount(j->roles);
 
@@ -196,6 +198,9 @@ static bool admit(spw_optimizer *o)
 			o->q_tail = NULL;
 		o->inflight++;
 		o->ring_reserved += np;
+		j->run = o->run_free;
+		o->run_free = j->run->next_free;
+		memset(j->run->ptr, 0, sizeof(j->run->ptr));
 		j->npins = np;
 		j->pins_back = 0;
 		j->cbuf = j->copy ? o->cfree[--o->ncfree] : -1;
@@ -246,6 +251,9 @@ static void finish_job(spw_optimizer *o, struct job *j)
 	if (j->cbuf >= 0)
 		o->cfree[o->ncfree++] = j->cbuf;
 	j->cbuf = -1;
+	j->run->next_free = o->run_free;
+	o->run_free = j->run;
+	j->run = NULL;
 	o->inflight--;
 	o->ring_reserved -= j->npins;
 	pthread_mutex_lock(&o->lock);
@@ -392,7 +400,7 @@ static void completion(spw_optimizer *o, const struct spw_completion *cp)
 	if (role < R__N) {
 		unsigned char *p = spw_slot_ptr(o->c, (uint32_t)cp->res);
 
-		j->ptr[role] = (float *)(p + role_offset(o, role, j->ch->t, j->ch->index));
+		j->run->ptr[role] = (float *)(p + role_offset(o, role, j->ch->t, j->ch->index));
 		if (++j->pins_back == j->npins)
 			spw__opt_start_kernels(o, j);
 		return;

@@ -18,14 +18,14 @@
  * staging pages. */
 static void plan_ops(struct job *j)
 {
-	float *g = j->ptr[R_G];
-	struct spw__kernel_op *op = j->ops;
+	float *g = j->run->ptr[R_G];
+	struct spw__kernel_op *op = j->run->ops;
 	struct spw__kernel_op adam = {
 		.op = SPW_POOL_ADAMW, .consts = &j->consts,
-		.param = j->ptr[R_P], .exp_avg = j->ptr[R_M], .exp_avg_sq = j->ptr[R_V],
+		.param = j->run->ptr[R_P], .exp_avg = j->run->ptr[R_M], .exp_avg_sq = j->run->ptr[R_V],
 		.state_dtype = j->o->state_dtype == SPW_STATE_BF16 ? SPW_DTYPE_BF16 : SPW_DTYPE_F32,
 		.q8 = j->o->state_dtype == SPW_STATE_INT8,
-		.m_scale = j->ptr[R_MS], .v_scale = j->ptr[R_VS],
+		.m_scale = j->run->ptr[R_MS], .v_scale = j->run->ptr[R_VS],
 		.copy = j->copy ? j->scopy : NULL, .copy_dtype = j->copy ? j->cdt : SPW_DTYPE_NONE,
 	};
 
@@ -68,11 +68,11 @@ static void plan_ops(struct job *j)
 	case JOB_FETCH:
 		/* Through a copy page, not from the slot: the page is unpinned
 		 * (and may be evicted) before the device has read it. */
-		*op++ = (struct spw__kernel_op){ .op = SPW_POOL_CAST, .src = j->ptr[R_P], .src_dtype = SPW_DTYPE_F32,
+		*op++ = (struct spw__kernel_op){ .op = SPW_POOL_CAST, .src = j->run->ptr[R_P], .src_dtype = SPW_DTYPE_F32,
 						 .dst = j->scopy, .dst_dtype = j->cdt };
 		break;
 	}
-	j->nops = (unsigned)(op - j->ops);
+	j->run->nops = (unsigned)(op - j->run->ops);
 }
 
 /* Span names on the trace (trace.h), by job kind. */
@@ -100,7 +100,7 @@ static void zero_moments(struct job *j, size_t b, size_t e)
 		struct role_span sp = role_tile(o, r, b, e);
 
 		if ((roles & 1u << r) && (j->roles & 1u << r))
-			memset((unsigned char *)j->ptr[r] + sp.at, 0, sp.len);
+			memset((unsigned char *)j->run->ptr[r] + sp.at, 0, sp.len);
 	}
 }
 
@@ -115,12 +115,12 @@ static void zero_moments(struct job *j, size_t b, size_t e)
 static void journalled_tile(struct job *j, size_t tile, size_t b, size_t e)
 {
 	spw_optimizer *o = j->o;
-	const struct spw__kernel_op *adam = &j->ops[j->nops - 1];
+	const struct spw__kernel_op *adam = &j->run->ops[j->run->nops - 1];
 
-	for (unsigned i = 0; i + 1 < j->nops; i++) {
-		double s = spw__kernel_op_run(o->k, &j->ops[i], b, e);
+	for (unsigned i = 0; i + 1 < j->run->nops; i++) {
+		double s = spw__kernel_op_run(o->k, &j->run->ops[i], b, e);
 
-		if (j->ops[i].op == SPW_POOL_SUMSQ)
+		if (j->run->ops[i].op == SPW_POOL_SUMSQ)
 			j->ch->partial[tile] = s;
 	}
 	for (size_t ub = b; ub < e; ub += SPW_JOURNAL_UNIT) {
@@ -129,7 +129,7 @@ static void journalled_tile(struct job *j, size_t tile, size_t b, size_t e)
 
 		if (spw__journal_unit_done(o, j, u)) {
 			if (j->copy) {
-				struct spw__kernel_op cast = { .op = SPW_POOL_CAST, .src = j->ptr[R_P],
+				struct spw__kernel_op cast = { .op = SPW_POOL_CAST, .src = j->run->ptr[R_P],
 							       .src_dtype = SPW_DTYPE_F32, .dst = j->scopy,
 							       .dst_dtype = j->cdt };
 
@@ -166,10 +166,10 @@ static void job_tile(void *arg, size_t tile, size_t b, size_t e)
 	}
 	if (adam && !ch->zeroed)
 		zero_moments(j, b, e);
-	for (unsigned i = 0; i < j->nops; i++) {
-		double s = spw__kernel_op_run(o->k, &j->ops[i], b, e);
+	for (unsigned i = 0; i < j->run->nops; i++) {
+		double s = spw__kernel_op_run(o->k, &j->run->ops[i], b, e);
 
-		if (j->ops[i].op == SPW_POOL_SUMSQ)
+		if (j->run->ops[i].op == SPW_POOL_SUMSQ)
 			ch->partial[tile] = s;
 	}
 out:
@@ -182,7 +182,7 @@ out:
 	/* The last tile hands the job to the engine. The seq_cst decrement
 	 * orders every tile's stores before it, and the lock hand-off in
 	 * spw__opt_tiles_done() carries them to the engine. */
-	if (atomic_fetch_sub(&j->tiles_left, 1) == 1) {
+	if (atomic_fetch_sub(&j->run->tiles_left, 1) == 1) {
 		TRACE_JOB(o, SPW_TRACK_KERNELS, kind_name[j->kind], j->t_kern, j);
 		spw__opt_tiles_done(j);
 	}
@@ -202,10 +202,10 @@ void spw__opt_start_kernels(spw_optimizer *o, struct job *j)
 	j->t_kern = now;
 	memset(j->ch->partial, 0, ntiles * sizeof(double));
 	plan_ops(j);
-	atomic_store(&j->tiles_left, ntiles);
-	j->call.fn = job_tile;
-	j->call.arg = j;
-	j->call.n = j->ch->n;
-	j->call.tile = TILE;
-	spw__pool_submit(o->pool, &j->call);
+	atomic_store(&j->run->tiles_left, ntiles);
+	j->run->call.fn = job_tile;
+	j->run->call.arg = j;
+	j->run->call.n = j->ch->n;
+	j->run->call.tile = TILE;
+	spw__pool_submit(o->pool, &j->run->call);
 }

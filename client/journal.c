@@ -525,7 +525,7 @@ static unsigned unit_ranges(const spw_optimizer *o, const struct job *j, size_t 
 					 .page = role_page(o, ro, ch->t, ch->index),
 					 .off = (uint32_t)(role_offset(o, ro, ch->t, ch->index) + sp.at),
 					 .len = (uint32_t)sp.len };
-		at[nr++] = (unsigned char *)j->ptr[ro] + sp.at;
+		at[nr++] = (unsigned char *)j->run->ptr[ro] + sp.at;
 	}
 	return nr;
 }
@@ -575,8 +575,8 @@ int spw__journal_enter(spw_optimizer *o, const struct job *j, size_t tile, size_
 	 * non-temporal stores. */
 	atomic_thread_fence(memory_order_release);
 	atomic_store_explicit(&h->step, j->step, memory_order_release);
-	if (j->ptr[R_U] && (j->roles & 1u << R_U))
-		memcpy(j->ptr[R_U] + b, j->ptr[R_P] + b, (e - b) * sizeof(float));
+	if (j->run->ptr[R_U] && (j->roles & 1u << R_U))
+		memcpy(j->run->ptr[R_U] + b, j->run->ptr[R_P] + b, (e - b) * sizeof(float));
 	atomic_thread_fence(memory_order_release);
 	return (int)s;
 }

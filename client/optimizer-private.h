@@ -101,6 +101,23 @@ enum job_kind {
 
 struct chunk;
 
+/*
+ * What a job holds from its admission to its end: the pinned pages, its
+ * kernels and the pool call that runs them. The window bounds jobs in
+ * flight, so the optimizer keeps a window of these (o->runs) and a job
+ * takes one at admit; a queued job is a chunk's small plan alone. Every
+ * chunk of a large model can be queued at once (exact mode queues them
+ * all at the end of a step), so this part is kept out of the chunk.
+ */
+struct job_run {
+	float *ptr[R__N];
+	struct spw__kernel_op ops[3];   /* run in order on each tile (job-kernels.c) */
+	unsigned nops;
+	struct spw__pool_call call;
+	atomic_size_t tiles_left;
+	struct job_run *next_free;
+};
+
 /* 16-aligned: a completion's user data is the job's address with the
  * role (pins 0..R__N-1, unpins R__N..2 R__N-1) in its low four bits. */
 struct job {
@@ -113,7 +130,6 @@ struct job {
 	struct spw_adamw_consts consts;
 	unsigned roles;                 /* bit per enum role: pages to pin */
 	unsigned npins, pins_back, unpins_left;
-	float *ptr[R__N];
 	const void *sgrad;              /* the staging page holding the gradient, or the
 					 * trainer's gradient (by reference) */
 	void *scopy;                    /* the staging page for the copy-out */
@@ -121,15 +137,10 @@ struct job {
 	enum spw_dtype cdt;             /* type of the copy-out */
 	void *dst;                      /* where the copy-out goes on the device */
 	bool wait_free;                 /* fetch: the copy waits for the tensor's free_ev */
-	uint32_t nhints;                /* fetch: PREFETCHes to send when admitted */
-	uint32_t hint_id[FETCH_HINTS], hint_page[FETCH_HINTS];
+	struct job_run *run;            /* from admit to the job's end (engine) */
 	uint64_t t_pin;
 	uint64_t t_d2h, t_kern, t_h2d;     /* span starts, when tracing (trace.h) */
-	struct spw__kernel_op ops[3];   /* run in order on each tile (job-kernels.c) */
-	unsigned nops;
 	uint64_t step;                  /* the step whose update (or gradient) this is */
-	struct spw__pool_call call;
-	atomic_size_t tiles_left;
 	struct job *next;
 	/* Pins and unpins carry the job's address and a role code (< 2 *
 	 * R__N) in its low bits. */
@@ -162,6 +173,9 @@ struct chunk {
 	double *partial;        /* per tile */
 	struct job job;         /* one at a time per chunk */
 };
+/* Every chunk of the model has one (4958 for a 162M-parameter GPT at 128
+ * KiB pages): what a job needs only in flight lives in struct job_run. */
+_Static_assert(sizeof(struct chunk) <= 320, "struct chunk: keep in-flight state in struct job_run");
 
 struct tensor {
 	char *name;
@@ -188,6 +202,10 @@ struct tensor {
 	uint32_t unqueued;      /* jobs whose device copy is not yet on the h2d stream (lock) */
 	uint32_t fetch_open;    /* fetch jobs not done (lock) */
 	bool fetched;           /* fetched and not released (trainer) */
+	/* PREFETCHes the admit of a fetch's first chunk sends (params.c
+	 * plans them while that chunk is idle, engine.c sends them). */
+	uint32_t nhints;
+	uint32_t hint_id[FETCH_HINTS], hint_page[FETCH_HINTS];
 	/* Recorded on h2d after each copy of this tensor: the stream a
 	 * trainer passes to wait_params waits on it. */
 	struct spw__event *ev;
@@ -270,6 +288,7 @@ struct spw_optimizer {
 	/* engine-local */
 	struct job *q_head, *q_tail;
 	uint32_t inflight, ring_reserved, hints_inflight;
+	struct job_run *runs, *run_free;        /* window of them; the free ones */
 	bool hints_off;
 	uint64_t hint_step;
 

@@ -366,9 +366,14 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	o->sbuf = calloc(2 * w, sizeof(*o->sbuf));
 	o->gfree = calloc(w, sizeof(*o->gfree));
 	o->cfree = calloc(w, sizeof(*o->cfree));
-	if (!o->groups || !o->lrs || !o->gconsts || !o->sbuf || !o->gfree || !o->cfree) {
+	o->runs = calloc(w, sizeof(*o->runs));
+	if (!o->groups || !o->lrs || !o->gconsts || !o->sbuf || !o->gfree || !o->cfree || !o->runs) {
 		r = -ENOMEM;
 		goto fail;
+	}
+	for (i = w; i-- > 0;) {
+		o->runs[i].next_free = o->run_free;
+		o->run_free = &o->runs[i];
 	}
 	memcpy(o->groups, opts->groups, o->ngroups * sizeof(*o->groups));
 
@@ -524,6 +529,7 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 	free(o->sbuf);
 	free(o->gfree);
 	free(o->cfree);
+	free(o->runs);
 	if (o->wake_fd >= 0)
 		close(o->wake_fd);
 	pthread_cond_destroy(&o->cond);

@@ -54,17 +54,19 @@ SPW_EXPORT int spw_optimizer_wait_params(spw_optimizer *o, uint32_t tensor, void
 /* The fetch order: the tensors the previous step fetched after the
  * fetch at position at (when that one fetched the same tensor), as
  * PREFETCH hints for their master pages, at most FETCH_HINTS. */
-static void plan_fetch_hints(spw_optimizer *o, uint32_t at, uint32_t tensor, struct job *j)
+static void plan_fetch_hints(spw_optimizer *o, uint32_t at, struct tensor *t)
 {
-	j->nhints = 0;
+	uint32_t tensor = (uint32_t)(t - o->tensors);
+
+	t->nhints = 0;
 	if (o->tier != SPW_TENSOR_SWAPPABLE || at >= o->nfpred || o->fpred[at] != tensor)
 		return;
-	for (uint32_t i = at + 1; i < o->nfpred && j->nhints < FETCH_HINTS; i++) {
+	for (uint32_t i = at + 1; i < o->nfpred && t->nhints < FETCH_HINTS; i++) {
 		const struct tensor *n = &o->tensors[o->fpred[i]];
 
-		for (uint32_t k = 0; k < n->nchunks && j->nhints < FETCH_HINTS; k++) {
-			j->hint_id[j->nhints] = n->id[R_P];
-			j->hint_page[j->nhints++] = k;
+		for (uint32_t k = 0; k < n->nchunks && t->nhints < FETCH_HINTS; k++) {
+			t->hint_id[t->nhints] = n->id[R_P];
+			t->hint_page[t->nhints++] = k;
 		}
 	}
 }
@@ -143,9 +145,7 @@ SPW_EXPORT int spw_params_fetch(spw_optimizer *o, uint32_t tensor, void *dst, si
 		j->dst = (unsigned char *)dst + ch->off * es;
 		j->wait_free = waited > 0;
 		if (k == 0)
-			plan_fetch_hints(o, at, tensor, j);
-		else
-			j->nhints = 0;
+			plan_fetch_hints(o, at, t);
 		t->unqueued++;
 		t->pending++;
 		t->fetch_open++;

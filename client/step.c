@@ -156,7 +156,6 @@ static void plan_job(spw_optimizer *o, struct chunk *ch, enum spw_dtype gdt)
 		j->roles = ch->t->has_g ? 1u << R_G : 0;
 	}
 	j->wait_free = false;
-	j->nhints = 0;
 	if (j->kind != JOB_GRAD) {
 		set_copy(ch, j);
 		j->consts = tensor_consts(o, ch->t);
@@ -435,7 +434,6 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 			o->persist.mod_left[o->step & 1]++;
 			j->roles = 1u << R_P | roles_moments(o) | (ch->t->has_g ? 1u << R_G : 0);
 			j->wait_free = false;
-			j->nhints = 0;
 			set_copy(ch, j);
 			j->want_norm = false;
 			j->gbuf = -1;
