@@ -53,6 +53,8 @@ One JSON line per configuration (with --json):
   footprint_bytes     trainer_rss - trainer_shmem + daemon_region_held: the
                       memory the configuration holds, the shared region
                       counted once; compare with torch_rss_bytes
+  trainer_heap_bytes  what of trainer_rss is glibc's brk heap (freed
+                      blocks it keeps: the part that moves between runs)
 plus the configuration (model shape, params, threads, load average).
 
 The default model is GPT-2 small's shape with an untied head (162M
@@ -152,6 +154,21 @@ def proc_status(pid="self"):
             if k in ("VmRSS", "VmHWM", "VmLck", "RssAnon", "RssFile", "RssShmem"):
                 out[k] = int(v.split()[0]) * 1024
     return out
+
+
+def heap_rss():
+    """Bytes of the brk heap that are resident: where glibc keeps freed
+    small and medium blocks (torch's large tensors are mmaps of their
+    own), so where a trainer's RSS drifts from run to run."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(None, 1)[0]
+            if "-" in head and not head.endswith(":"):
+                inside = line.rstrip().endswith("[heap]")
+            elif inside and head == "Rss:":
+                total += int(line.split()[1]) * 1024
+    return total
 
 
 # ------------------------------------------------------------------ worker
@@ -294,7 +311,7 @@ def worker(a, cfg):
             m = proc_status()
             res = {"rss": m.get("VmRSS", 0), "hwm": m.get("VmHWM", 0),
                    "threads_cpu_s": _threads_cpu(),
-                   "shmem": m.get("RssShmem", 0), "region": 0, "region_held": 0, "locked": False}
+                   "shmem": m.get("RssShmem", 0), "heap": heap_rss(), "region": 0, "region_held": 0, "locked": False}
             if cfg["kind"] != "torch":
                 import spillway
                 st = spillway.status(socket) if socket else spillway.status()
@@ -575,6 +592,7 @@ def main(argv):
             "trainer_rss_bytes": m["rss"],
             "trainer_hwm_bytes": m["hwm"],
             "trainer_shmem_bytes": m["shmem"],
+            "trainer_heap_bytes": m["heap"],
             "torch_rss_bytes": torch_rss,
             "daemon_region_bytes": m["region"],
             "daemon_region_held_bytes": m["region_held"],
