@@ -120,7 +120,7 @@ SPW_EXPORT int spw_optimizer_param_view(spw_optimizer *o, uint32_t tensor, void 
 	struct tensor *t;
 	const char *why;
 	size_t len;
-	void *base;
+	void *base = NULL;
 	int r;
 
 	if (!o)

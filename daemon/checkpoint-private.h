@@ -72,7 +72,8 @@ struct checkpoint {
 	uint64_t npages;
 	const uint8_t *map;        /* the region, mapped read-only for the worker */
 	size_t map_len;
-	int srcfd[MAX_SRC];        /* swap files, reopened without O_DIRECT */
+	int srcfd[MAX_SRC];        /* swap files, reopened without O_DIRECT (reflinks, buffered reads) */
+	int srcdfd[MAX_SRC];       /* and with O_DIRECT where it opens, else -1 */
 	int srcorig[MAX_SRC];
 	const char *srcpath[MAX_SRC];
 	unsigned nsrc;
@@ -92,7 +93,7 @@ struct checkpoint {
 	char msg[1024];
 	char stale[512];           /* temporaries of dead daemons it removed, for the log */
 	uint64_t bytes, copied;    /* written in all (atomic: status reads it while copying); of which
-				    * copied in the kernel */
+				    * reflinked from swap files */
 	uint64_t direct, buffered; /* and of which written from memory with O_DIRECT, through the page cache */
 	char note[256];            /* why the data files were written buffered, for the log; or empty */
 	uv_work_t work;
@@ -122,7 +123,7 @@ struct ck_writer;
 /* A tensor's data file, open for writing. */
 struct ck_out {
 	const struct ck_tensor *t;
-	int fd;            /* without O_DIRECT: copy_file_range, the buffered writes, ftruncate, fsync */
+	int fd;            /* without O_DIRECT: reflinks, the buffered writes, ftruncate, fsync */
 	int dfd;           /* with O_DIRECT, or -1 */
 	int ring;          /* dfd's index in the writer's ring */
 	unsigned inflight; /* its writes in the ring */

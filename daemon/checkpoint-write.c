@@ -3,9 +3,10 @@
  * A checkpoint's copy, on the libuv threadpool: every page from the
  * region (through the daemon's own mapping, and safemem), from the side
  * buffer the loop saved it into before the trainer changed it, or from
- * its swap file (copy_file_range where the kernel can); the pages the
- * loop waits for first (pager-snap.c). Pages from memory are written
- * with O_DIRECT where the filesystem takes it (checkpoint-direct.c).
+ * its swap file (a reflink where the filesystem makes them, else read
+ * with O_DIRECT); the pages the loop waits for first (pager-snap.c).
+ * Pages through memory are written with O_DIRECT where the filesystem
+ * takes it (checkpoint-direct.c).
  * Then a manifest, fsync of each file and the directory, the rename into
  * place, fsync of the parent.
  */
@@ -17,8 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <linux/fs.h>
 
 #include <cjson/cJSON.h>
 
@@ -45,31 +48,46 @@ int checkpoint_fail(struct checkpoint *ck, int err, const char *fmt, ...)
 	return ck->err;
 }
 
-/* n bytes of src at off to dst at at, in the kernel where it can (a
- * reflink on XFS and btrfs); 1 when it cannot (the caller copies). */
-static int copy_range(int src, uint64_t off, int dst, uint64_t at, size_t n)
+/*
+ * n bytes of src at off to dst at at as a reflink (XFS, btrfs: the two
+ * files share the blocks until one is written, and the copy costs
+ * nothing); 1 when the filesystem cannot (the caller copies). Only a
+ * reflink: a copy_file_range that the kernel carries out as a copy goes
+ * through the page cache, and its writeback lands on the disk in bursts
+ * the trainer's own I/O then waits behind (spillway-bench checkpoint:
+ * two steps held up where direct reads and writes hold up one).
+ */
+static int reflink_range(int src, uint64_t off, int dst, uint64_t at, size_t n)
 {
-	loff_t in = (loff_t)off, out = (loff_t)at;
+	struct file_clone_range fcr = { .src_fd = src, .src_offset = off, .src_length = n, .dest_offset = at };
 
-	while (n) {
-		ssize_t r = copy_file_range(src, &in, dst, &out, n, 0);
+	if (ioctl(dst, FICLONERANGE, &fcr) == 0)
+		return 0;
+	if (errno == EOPNOTSUPP || errno == ENOTTY || errno == EXDEV || errno == EINVAL || errno == EPERM ||
+	    errno == ETXTBSY || errno == EBADF)
+		return 1;
+	return -errno;
+}
 
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS ||
-			      errno == EBADF) && in == (loff_t)off)
-			return 1;
-		if (r <= 0)
-			return r < 0 ? -errno : -EIO;
-		n -= (size_t)r;
-	}
-	return 0;
+/* Page len bytes of swap file k at off into buf (a page-aligned buffer
+ * of a whole page): past the page cache where the file opened with
+ * O_DIRECT (reading through it would fill the cache with pages the
+ * pager's direct writes must then drop), else through it. */
+static int read_swap_page(const struct checkpoint *ck, unsigned k, uint8_t *buf, size_t len, uint64_t off)
+{
+	int r = -EINVAL;
+
+	if (ck->srcdfd[k] >= 0 && len == ck->page_size)
+		r = fd_pread_all(ck->srcdfd[k], buf, len, off);
+	if (r == -EINVAL)
+		r = fd_pread_all(ck->srcfd[k], buf, len, off);
+	return r;
 }
 
 /* Page k of o's tensor into its file, unless the copier wrote it
  * already: from where the plan says, or from the loop's side buffer.
  * Pages go in any order (the loop's first), so each at its own offset. */
-static int copy_page(struct checkpoint *ck, struct ck_writer *w, struct ck_out *o, uint32_t k, bool *kernel_copy)
+static int copy_page(struct checkpoint *ck, struct ck_writer *w, struct ck_out *o, uint32_t k, bool *reflinks)
 {
 	const struct ck_tensor *t = o->t;
 	uint64_t gi = t->first + k, at = (uint64_t)k * ck->page_size;
@@ -83,10 +101,10 @@ static int copy_page(struct checkpoint *ck, struct ck_writer *w, struct ck_out *
 
 	if (claim == PAGER_SNAP_DONE)
 		return 0;
-	if (claim != PAGER_SNAP_SAVED && pg->kind == PAGER_SRC_DISK && len == ck->page_size && *kernel_copy) {
-		r = copy_range(ck->srcfd[pg->src], pg->off, o->fd, at, len);
+	if (claim != PAGER_SNAP_SAVED && pg->kind == PAGER_SRC_DISK && len == ck->page_size && *reflinks) {
+		r = reflink_range(ck->srcfd[pg->src], pg->off, o->fd, at, len);
 		if (r < 0)
-			return wfail(ck, r, "copying page %u of tensor %s from swap file %s to %s/%s: %s", k, t->name,
+			return wfail(ck, r, "reflinking page %u of tensor %s from swap file %s to %s/%s: %s", k, t->name,
 				     ck->srcpath[pg->src], ck->path, t->file, strerror(-r));
 		if (r == 0) {
 			ck->copied += len;
@@ -94,7 +112,7 @@ static int copy_page(struct checkpoint *ck, struct ck_writer *w, struct ck_out *
 			pager_snap_copied(ck->snap, gi);
 			return 0; /* its CRC is the pager's */
 		}
-		*kernel_copy = false;
+		*reflinks = false;
 	}
 	/* A buffer: once one of the writes in flight is done when none is
 	 * free. The page stays claimed meanwhile (the loop waits, or keeps
@@ -114,7 +132,7 @@ static int copy_page(struct checkpoint *ck, struct ck_writer *w, struct ck_out *
 				     "client released that memory)", t->name, k);
 		}
 	} else {
-		r = fd_pread_all(ck->srcfd[pg->src], buf, len, pg->off);
+		r = read_swap_page(ck, pg->src, buf, len, pg->off);
 		if (r < 0) {
 			ck_io_put(w, io);
 			return wfail(ck, r, "reading page %u of tensor %s from swap file %s: %s", k, t->name,
@@ -176,7 +194,7 @@ static int pending_add(struct ck_writer *w, struct pending *q, struct ck_out *o)
 	int r = 0;
 
 	/* A start only (fsync checks): what went through the page cache
-	 * (copy_file_range, buffered writes); direct writes are on their
+	 * (buffered writes); direct writes are on their
 	 * way already. */
 	sync_file_range(o->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 	if (q->n == PENDING)
@@ -206,7 +224,7 @@ static const struct ck_tensor *tensor_of(const struct checkpoint *ck, uint64_t g
  * anything else. Only pages ahead of the main pass can still be owed, so
  * each of those tensors' files is fsync'd when the main pass gets there
  * (a file opened here is closed once its write is done, unsynced). */
-static int serve_urgent(struct checkpoint *ck, struct ck_writer *w, struct ck_out *cur, bool *kernel_copy)
+static int serve_urgent(struct checkpoint *ck, struct ck_writer *w, struct ck_out *cur, bool *reflinks)
 {
 	uint64_t gi;
 
@@ -217,7 +235,7 @@ static int serve_urgent(struct checkpoint *ck, struct ck_writer *w, struct ck_ou
 
 		if (t != cur->t && ck_out_open(w, t, &o) < 0)
 			return ck->err;
-		r = copy_page(ck, w, o, (uint32_t)(gi - t->first), kernel_copy);
+		r = copy_page(ck, w, o, (uint32_t)(gi - t->first), reflinks);
 		if (o != cur)
 			r = ck_out_close(w, o, false) < 0 ? ck->err : r;
 		if (r < 0)
@@ -226,7 +244,7 @@ static int serve_urgent(struct checkpoint *ck, struct ck_writer *w, struct ck_ou
 	return 0;
 }
 
-static int write_tensor(struct checkpoint *ck, struct ck_writer *w, const struct ck_tensor *t, bool *kernel_copy,
+static int write_tensor(struct checkpoint *ck, struct ck_writer *w, const struct ck_tensor *t, bool *reflinks,
 			struct pending *q)
 {
 	struct ck_out *o;
@@ -235,12 +253,12 @@ static int write_tensor(struct checkpoint *ck, struct ck_writer *w, const struct
 	if (r < 0)
 		return r;
 	for (uint32_t k = 0; r == 0 && k < t->npages; k++) {
-		r = serve_urgent(ck, w, o, kernel_copy);
+		r = serve_urgent(ck, w, o, reflinks);
 		/* Pairs with checkpoint_session_gone(): no use copying on. */
 		if (r == 0 && __atomic_load_n(&ck->aborted, __ATOMIC_SEQ_CST))
 			r = wfail(ck, ECANCELED, "the session ended while its pages were being copied");
 		if (r == 0)
-			r = copy_page(ck, w, o, k, kernel_copy);
+			r = copy_page(ck, w, o, k, reflinks);
 		if (r == 0 && ck->stall_ms)
 			pager_snap_nap(ck->snap, ck->stall_ms);
 	}
@@ -402,7 +420,7 @@ void checkpoint_write(uv_work_t *w)
 	struct checkpoint *ck = w->data;
 	struct pending q = { .n = 0 };
 	struct ck_writer *wr = NULL;
-	bool kernel_copy = true;
+	bool reflinks = true; /* until the first refusal */
 	char *text = NULL;
 	int dir = -1, fd = -1;
 
@@ -423,7 +441,7 @@ void checkpoint_write(uv_work_t *w)
 	if (ck_writer_new(ck, dir, &wr) < 0 || create_files(ck, dir) < 0)
 		goto out;
 	for (uint32_t i = 0; i < ck->nt; i++)
-		if (write_tensor(ck, wr, &ck->t[i], &kernel_copy, &q) < 0)
+		if (write_tensor(ck, wr, &ck->t[i], &reflinks, &q) < 0)
 			break;
 	/* A failure: the writes in flight done before their files close. */
 	if (ck->err)

@@ -8,7 +8,7 @@
  * (copy-on-write, pager-snap.c) while a threadpool thread copies every
  * page: from the region (through the daemon's own mapping of its memfd),
  * from a side buffer the loop saved it into before the trainer changed
- * it, or, for pages only on disk, from the swap file (copy_file_range).
+ * it, or, for pages only on disk, from the swap file (a reflink, or a direct read).
  * The directory is written as <dir>.tmp-<pid>, every file and it fsync'd,
  * and renamed into place last (checkpoint-write.c).
  */
@@ -68,8 +68,11 @@ static void ck_free(struct checkpoint *ck)
 		free(ck->t[i].name);
 	free(ck->t);
 	free(ck->pages);
-	for (unsigned i = 0; i < ck->nsrc; i++)
+	for (unsigned i = 0; i < ck->nsrc; i++) {
 		close(ck->srcfd[i]);
+		if (ck->srcdfd[i] >= 0)
+			close(ck->srcdfd[i]);
+	}
 	if (ck->map)
 		munmap((void *)ck->map, ck->map_len);
 	if (ck->parent >= 0)
@@ -268,15 +271,17 @@ static int ck_plan(struct checkpoint *ck, char *err, size_t errlen)
 					snprintf(err, errlen, "more than %d swap files", MAX_SRC);
 					return -EMFILE;
 				}
-				/* The swap file's own descriptor is O_DIRECT: a copy
-				 * through the page cache (copy_file_range) wants
-				 * another open file of the same inode. */
+				/* Open files of the copier's own, which the pager
+				 * closing its own cannot take away: one for reflinks
+				 * (and reads where O_DIRECT is refused), one for
+				 * reads past the page cache (checkpoint-write.c). */
 				snprintf(proc, sizeof(proc), "/proc/self/fd/%d", src.fd);
 				ck->srcfd[k] = open(proc, O_RDONLY | O_CLOEXEC);
 				if (ck->srcfd[k] < 0) {
 					snprintf(err, errlen, "reopening swap file %s: %s", src.path, strerror(errno));
 					return -errno;
 				}
+				ck->srcdfd[k] = open(proc, O_RDONLY | O_DIRECT | O_CLOEXEC);
 				ck->srcorig[k] = src.fd;
 				ck->srcpath[k] = src.path;
 				ck->nsrc++;
@@ -337,7 +342,7 @@ static void ck_done(uv_work_t *w, int status)
 	}
 	if (ck->note[0] && ck->buffered)
 		log_info("checkpoint %s: its data files were written through the page cache: %s", ck->session, ck->note);
-	log_info("checkpoint %s: step %" PRIu64 ", %u tensors, %s in %.3f s (%.0f MB/s; %s copied in the kernel, %s "
+	log_info("checkpoint %s: step %" PRIu64 ", %u tensors, %s in %.3f s (%.0f MB/s; %s reflinked, %s "
 		 "written with O_DIRECT, %s buffered) to %s; the session committed %" PRIu64 " step%s meanwhile, its ring "
 		 "waited %.3f s (plan %.3f s), %s saved for the copy, %" PRIu64 " pages waited for it",
 		 ck->session, ck->step, ck->nt, format_bytes(ck->bytes, a, sizeof(a)), secs,

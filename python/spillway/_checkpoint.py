@@ -89,7 +89,7 @@ def checkpoint(session_name, dir, socket=None, meta=None):
     and shapes and its param groups there). Returns a dict:
     committed_step, tensors, bytes, bytes_total, seconds, wait_seconds; how
     the bytes went (bytes = copied_bytes + direct_bytes + buffered_bytes:
-    copied in the kernel from swap files, written from memory with
+    reflinked from swap files where the filesystem can, written with
     O_DIRECT, or through the page cache where the filesystem takes no
     O_DIRECT); and what the trainer felt: stall_seconds, steps_during_copy,
     cow_bytes (pages saved aside before the trainer changed them). Raises SpillwayError (errno EEXIST, EPERM, ENOENT, ...)

@@ -173,7 +173,7 @@ static void attach_and_register(spw_client *c)
 
 static void print_res(const char *what, const struct spw_checkpoint_result *res)
 {
-	printf("# %s: %llu bytes: %llu direct, %llu buffered, %llu copied in the kernel\n", what,
+	printf("# %s: %llu bytes: %llu direct, %llu buffered, %llu reflinked\n", what,
 	       (unsigned long long)res->bytes, (unsigned long long)res->direct_bytes,
 	       (unsigned long long)res->buffered_bytes, (unsigned long long)res->copied_bytes);
 }

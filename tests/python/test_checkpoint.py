@@ -76,7 +76,8 @@ class CheckpointTest(unittest.TestCase):
         self.assertEqual(e.exception.errno, errno.EEXIST)
         # A checkpoint of the restored orphan: every byte accounted for by
         # how it was written (resident pages from memory, direct on this
-        # disk; swap pages copied in the kernel).
+        # disk; swap pages reflinked where the filesystem can, else read
+        # and written with O_DIRECT too).
         c = spillway.checkpoint("py/ckrest-" + tier, ck + "-again", socket=self.d.control)
         self.assertEqual(c["committed_step"], AT)
         self.assertEqual(c["bytes"], c["copied_bytes"] + c["direct_bytes"] + c["buffered_bytes"])

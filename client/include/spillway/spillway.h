@@ -326,7 +326,7 @@ struct spw_checkpoint_result {
 	size_t size;             /* set by the caller: sizeof(struct spw_checkpoint_result) */
 	uint64_t committed_step; /* the step the state is of */
 	uint64_t bytes;          /* tensor bytes written (checkpoint) or loaded (restore) */
-	uint64_t copied_bytes;   /* checkpoint: of which copied in the kernel from swap files */
+	uint64_t copied_bytes;   /* checkpoint: of which reflinked from swap files (XFS, btrfs) */
 	double seconds;          /* the copy (checkpoint: the session trains on meanwhile) */
 	double wait_seconds;     /* checkpoint: waiting for the session's next commit point */
 	uint32_t tensors;
@@ -343,7 +343,7 @@ struct spw_checkpoint_result {
 	uint64_t cow_peak_bytes;     /* of which held at once, at most (never above checkpoint.cow_bytes) */
 	uint64_t cow_waits;          /* pages whose change waited for the copy (checkpoint.cow_bytes spent,
 				      * or the copy was reading them) */
-	/* Checkpoint: how the pages not copied in the kernel were written
+	/* Checkpoint: how the pages not reflinked were written
 	 * (bytes = copied_bytes + direct_bytes + buffered_bytes): */
 	uint64_t direct_bytes;       /* with O_DIRECT, from page-aligned buffers through io_uring */
 	uint64_t buffered_bytes;     /* through the page cache: the filesystem refuses O_DIRECT, or is tmpfs */
