@@ -4,7 +4,7 @@
  * NVMe tier costs, against copying the same bytes.
  *
  *   spillway-bench checkpoint [--json] [--sizes MiB,MiB] [--trials N] [--dir DIR]
- *                             [--restart-mib MiB]
+ *                             [--restart-mib MiB] [--spare F]
  *
  * For each size of fp32 AdamW state (p, m, v; default 1 GiB and 4 GiB), a
  * trainer thread trains a persistent session on the NVMe tier (swap files
@@ -18,13 +18,20 @@
  *      their time beyond that median;
  *   B  cp -r of the checkpoint's directory on the same filesystem, then
  *      sync (its files dropped from the page cache first, as the swap
- *      pages A reads are not in it): cp_s;
+ *      pages A reads are not in it): cp_s; then twice more, the source
+ *      now read once (on a virtual disk the first read of freshly written
+ *      blocks can be several times slower than the next, while the swap
+ *      pages A reads are read every step): alone, cp_warm_s, and while
+ *      the trainer trains as it did during A, cp_loaded_s;
  *   C  torch.save of an AdamW state_dict of the same sizes (and the
  *      parameters) into DIR, then fsync, by /usr/bin/python3:
  *      torch_save_s; when python3 has no torch, null and torch_save says
  *      why.
- * The trainer is paused during B and C. Ratios are medians of the trials'
- * ratios: ratio_vs_cp = A / B, ratio_vs_torch_save = A / C.
+ * The trainer is paused during C and all of B but cp_loaded_s. Ratios
+ * are medians of the trials' ratios: ratio_vs_cp = A / B (cp_s),
+ * ratio_vs_cp_warm and ratio_vs_cp_loaded the same against the other two
+ * copies, ratio_vs_torch_save = A / C. ratio_vs_cp_loaded is the like for
+ * like: the same disk, the same trainer, the same state of the source.
  *
  * Then restart_s (--restart-mib, default 1024; 0 skips): a spillwayd with
  * persist.state_dir, a persistent session of that much state with its
@@ -78,6 +85,17 @@ struct trainer {
 	uint64_t t0[MAX_STEPS], t1[MAX_STEPS];
 };
 
+/* --spare: swap the session has beyond its tensors, as a fraction of the
+ * state. Pages on disk at the commit point that the trainer rewrites
+ * before the copy has them are written there (their old homes kept for
+ * the copy); past it, such a write-back waits for the copier. */
+static double spare_frac = 0.125;
+
+static uint64_t spare_swap(uint64_t state)
+{
+	return (uint64_t)((double)state * spare_frac);
+}
+
 static uint64_t state_bytes(const struct trainer *t)
 {
 	return t->count * 12 * TENSORS;
@@ -92,7 +110,7 @@ static int attach(struct trainer *t, bool quiet)
 		.region_bytes = ((state / 8 > (64u << 20) ? state / 8 : (64u << 20)) + PAGE - 1) / PAGE * PAGE,
 		/* p, m, v, and the undo copy of p a persistent overlapped
 		 * optimizer keeps (client/journal.c): 16 bytes a parameter. */
-		.swap_bytes = (state * 4 / 3 + state / 8 + (64u << 20)) / PAGE * PAGE, .flags = SPW_ATTACH_SWAP_BYTES,
+		.swap_bytes = (state * 4 / 3 + spare_swap(state) + (64u << 20)) / PAGE * PAGE, .flags = SPW_ATTACH_SWAP_BYTES,
 	};
 	/* A checkpoint's copy holds the trainer's ring for as long as it runs. */
 	struct spw_client_opts co = { .size = sizeof(co), .reply_timeout_ms = 600000 };
@@ -304,11 +322,30 @@ static double torch_save(const struct trainer *t, const char *dir)
 	return s;
 }
 
+/* cp -r of src to dst (removed first), then sync: seconds in *s. */
+static int timed_cp(const char *src, const char *dst, double *s)
+{
+	char cmd[1200];
+	uint64_t a;
+	int r;
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dst);
+	run_cmd(cmd);
+	snprintf(cmd, sizeof(cmd), "cp -r '%s' '%s' && sync", src, dst);
+	a = now_ns();
+	r = run_cmd(cmd);
+	*s = (double)(now_ns() - a) * 1e-9;
+	if (r < 0)
+		fprintf(stderr, "spillway-bench checkpoint: cp -r %s %s failed\n", src, dst);
+	return r;
+}
+
 struct trial {
-	double ck, wait, stall, cp, ts, step;
+	double ck, wait, stall, cp, cp_warm, cp_loaded, ts, step;
 	unsigned stall_steps;
 	uint64_t kernel;
 	uint64_t direct; /* written from memory with O_DIRECT */
+	uint64_t moved, waits; /* copy-on-write: pages moved to spare swap, pages that waited for the copy */
 };
 
 /* A, B and C once. */
@@ -349,6 +386,8 @@ static int one_trial(struct trainer *t, const char *dir, unsigned k, struct tria
 	tr->wait = res.wait_seconds;
 	tr->kernel = res.copied_bytes;
 	tr->direct = res.direct_bytes;
+	tr->moved = res.cow_moved_bytes;
+	tr->waits = res.cow_waits;
 	tr->step = base;
 	tr->stall = 0.0;
 	tr->stall_steps = 0;
@@ -363,18 +402,26 @@ static int one_trial(struct trainer *t, const char *dir, unsigned k, struct tria
 		}
 	}
 	pthread_mutex_unlock(&t->lock);
-	/* B: cp of the same bytes, from disk. */
+	/* B: cp of the same bytes, from disk, alone. */
 	uncache_dir(ck);
-	snprintf(cmd, sizeof(cmd), "cp -r '%s' '%s' && sync", ck, cp);
-	a = now_ns();
-	r = run_cmd(cmd);
-	tr->cp = (double)(now_ns() - a) * 1e-9;
+	if ((r = timed_cp(ck, cp, &tr->cp)) == 0) {
+		/* B2 and B3: again, the source now read once as the swap pages A
+		 * read had been (they are read every step), alone and then while
+		 * the trainer trains, as A ran. */
+		uncache_dir(ck);
+		r = timed_cp(ck, cp, &tr->cp_warm);
+		uncache_dir(ck);
+		if (r == 0 && (r = trainer_go(t, true, 0)) == 0) {
+			r = timed_cp(ck, cp, &tr->cp_loaded);
+			int q = trainer_go(t, false, 0);
+
+			r = r < 0 ? r : q;
+		}
+	}
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", ck, cp);
 	run_cmd(cmd);
-	if (r < 0) {
-		fprintf(stderr, "spillway-bench checkpoint: cp -r %s %s failed\n", ck, cp);
+	if (r < 0)
 		return r;
-	}
 	/* C: torch.save of the same state. */
 	tr->ts = torch_save(t, dir);
 	return tr->ts < 0 ? -EIO : 0;
@@ -396,7 +443,7 @@ static int daemon_start(struct local_daemon *d, const char *swapdir, double mib,
 
 	if (state_dir)
 		snprintf(persist, sizeof(persist), "\"persist\": { \"state_dir\": \"%s\" },", state_dir);
-	snprintf(cfg, sizeof(cfg), config_fmt, region * 2, region, swapdir, (uintmax_t)(mib * 1.5) + 256, persist);
+	snprintf(cfg, sizeof(cfg), config_fmt, region * 2, region, swapdir, (uintmax_t)(mib * (1.5 + spare_frac)) + 256, persist);
 	return local_daemon_start(d, cfg);
 }
 
@@ -406,7 +453,8 @@ static int bench_size(const char *dir, double mib, unsigned trials, bool json)
 	struct trainer t = { 0 };
 	struct trial tr[16];
 	struct local_daemon d;
-	double ck[16], wait[16], stall[16], cp[16], ts[16], rc[16], rt[16], step[16];
+	double ck[16], wait[16], stall[16], cp[16], cpw[16], cpl[16], ts[16], rc[16], rcw[16], rcl[16], rt[16],
+		step[16];
 	unsigned stall_steps = 0;
 	bool torch = true;
 	char swapdir[512];
@@ -436,7 +484,11 @@ static int bench_size(const char *dir, double mib, unsigned trials, bool json)
 		step[k] = tr[k].step;
 		cp[k] = tr[k].cp;
 		ts[k] = tr[k].ts;
+		cpw[k] = tr[k].cp_warm;
+		cpl[k] = tr[k].cp_loaded;
 		rc[k] = tr[k].ck / tr[k].cp;
+		rcw[k] = tr[k].ck / tr[k].cp_warm;
+		rcl[k] = tr[k].ck / tr[k].cp_loaded;
 		rt[k] = tr[k].ts > 0 ? tr[k].ck / tr[k].ts : 0.0;
 		torch &= tr[k].ts > 0;
 		if (tr[k].stall_steps > stall_steps)
@@ -456,23 +508,29 @@ static int bench_size(const char *dir, double mib, unsigned trials, bool json)
 		       y = bench_median(rt, trials), st = bench_median(step, trials);
 
 		if (json) {
-			printf("{\"bench\":\"checkpoint\",\"tier\":\"nvme\",\"state_mib\":%.0f,\"trials\":%u,"
+			printf("{\"bench\":\"checkpoint\",\"tier\":\"nvme\",\"state_mib\":%.0f,\"spare_swap_mib\":%.0f,"
+			       "\"trials\":%u,"
 			       "\"step_s\":%.4f,\"checkpoint_s\":%.4f,\"commit_wait_s\":%.4f,\"copied_in_kernel_bytes\":%ju,"
-			       "\"direct_bytes\":%ju,\"stall_s\":%.4f,\"stall_steps\":%u,\"cp_s\":%.4f,", mib, trials, st, c,
-			       w, (uintmax_t)kernel, (uintmax_t)tr[0].direct, s, stall_steps, p);
+			       "\"direct_bytes\":%ju,\"cow_moved_bytes\":%ju,\"cow_waits\":%ju,\"stall_s\":%.4f,"
+			       "\"stall_steps\":%u,\"cp_s\":%.4f,", mib, mib * spare_frac, trials, st, c, w, (uintmax_t)kernel,
+			       (uintmax_t)tr[0].direct, (uintmax_t)tr[0].moved, (uintmax_t)tr[0].waits, s, stall_steps, p);
 			if (torch)
 				printf("\"torch_save_s\":%.4f,\"torch_save\":\"ran\",", q);
 			else
 				printf("\"torch_save_s\":null,\"torch_save\":\"skipped: /usr/bin/python3 has no torch\",");
-			printf("\"ratio_vs_cp\":%.3f,", x);
+			printf("\"cp_warm_s\":%.4f,\"cp_loaded_s\":%.4f,\"ratio_vs_cp\":%.3f,\"ratio_vs_cp_warm\":%.3f,"
+			       "\"ratio_vs_cp_loaded\":%.3f,", bench_median(cpw, trials), bench_median(cpl, trials), x,
+			       bench_median(rcw, trials), bench_median(rcl, trials));
 			if (torch)
 				printf("\"ratio_vs_torch_save\":%.3f}\n", y);
 			else
 				printf("\"ratio_vs_torch_save\":null}\n");
 		} else {
-			printf("checkpoint, %.0f MiB of state on the NVMe tier: %.3f s (cp %.3f s, x%.2f; torch.save %s), "
-			       "the trainer held up %u step(s) for %.3f s (its step: %.3f s)\n", mib, c, p, x,
-			       torch ? "ran" : "skipped", stall_steps, s, st);
+			printf("checkpoint, %.0f MiB of state on the NVMe tier: %.3f s (cp %.3f s, x%.2f; again %.3f s "
+			       "alone, %.3f s while training, x%.2f; torch.save %s), the trainer held up %u step(s) for "
+			       "%.3f s (its step: %.3f s)\n", mib, c, p, x, bench_median(cpw, trials),
+			       bench_median(cpl, trials), bench_median(rcl, trials), torch ? "ran" : "skipped",
+			       stall_steps, s, st);
 		}
 	}
 	spw_optimizer_free(t.o);
@@ -568,7 +626,10 @@ out:
 }
 
 static const char usage[] =
-	"usage: spillway-bench checkpoint [--json] [--sizes MiB,MiB] [--trials N] [--dir DIR] [--restart-mib MiB]\n";
+	"usage: spillway-bench checkpoint [--json] [--sizes MiB,MiB] [--trials N] [--dir DIR] [--restart-mib MiB]\n"
+	"         [--spare F]\n"
+	"  --spare F: the session's swap beyond its tensors, F times the state (default 0.125): where the\n"
+	"  trainer's rewrites of pages the copy has not read yet go instead of waiting for it\n";
 
 int bench_checkpoint(int argc, char **argv)
 {
@@ -592,6 +653,8 @@ int bench_checkpoint(int argc, char **argv)
 			sizes = v;
 		else if (!strcmp(argv[i], "--trials") && atoi(v) > 0 && atoi(v) <= 16)
 			trials = (unsigned)atoi(v);
+		else if (!strcmp(argv[i], "--spare") && atof(v) >= 0 && atof(v) <= 4)
+			spare_frac = atof(v);
 		else if (!strcmp(argv[i], "--dir"))
 			base = v;
 		else if (!strcmp(argv[i], "--restart-mib"))

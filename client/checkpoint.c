@@ -112,6 +112,7 @@ static int call(spw_client *c, const char *type, const char *session, const char
 	res.cow_peak_bytes = num(reply, "cow_peak_bytes");
 	res.direct_bytes = num(reply, "direct_bytes");
 	res.buffered_bytes = num(reply, "buffered_bytes");
+	res.cow_moved_bytes = num(reply, "cow_moved_bytes");
 	cJSON_Delete(reply);
 	c->errmsg[0] = '\0';
 	if (out)

@@ -40,8 +40,9 @@
 #define INFLIGHT_BYTES (16u << 20)
 #define INFLIGHT_MAX 16u
 /* Files registered at once: the ones waiting for their fsync
- * (checkpoint-write.c's PENDING), the main pass's, an urgent page's. */
-#define RING_FILES 40u
+ * (checkpoint-write.c's PENDING), the main pass's, an urgent page's, and
+ * the swap files read from. */
+#define RING_FILES (40u + MAX_SRC)
 
 struct ck_io {
 	struct uring_req req;
@@ -64,6 +65,7 @@ struct ck_writer {
 	int pool_reg;
 	struct ck_io *io, *free;
 	unsigned nio;
+	int src_ring[MAX_SRC];  /* ck->srcdfd[k]'s index in the ring, or -1 */
 };
 
 /* Fault injection: the copier's writes counted over every checkpoint of
@@ -104,6 +106,9 @@ int ck_writer_new(struct checkpoint *ck, int dir, struct ck_writer **ret)
 			buffered_from_now(w, "the copier could not set up an io_uring");
 		}
 	}
+	for (unsigned k = 0; k < MAX_SRC; k++)
+		w->src_ring[k] = w->ring && k < ck->nsrc && ck->srcdfd[k] >= 0 ? uring_file_register(w->ring, ck->srcdfd[k])
+									   : -1;
 	if (w->ring) {
 		r = uring_faults(w->ring, ck->faults, fault_seen);
 		if (r < 0) {
@@ -299,6 +304,54 @@ static void written(struct uring_req *req, int res)
 		direct = false;
 	}
 	io_done(w, io, res, direct);
+}
+
+/* From uring_reap() on this thread: a swap page in io's buffer, to check
+ * against the pager's CRC of it and write. */
+static void read_in(struct uring_req *req, int res)
+{
+	struct ck_io *io = (struct ck_io *)((uint8_t *)req - offsetof(struct ck_io, req));
+	struct ck_writer *w = io->w;
+	struct checkpoint *ck = w->ck;
+	const struct ck_page *pg = &ck->pages[io->gi];
+	struct ck_out *o = io->o;
+
+	o->inflight--;
+	/* Read: the loop may write over that swap page now. */
+	pager_snap_copied(ck->snap, io->gi);
+	if (res < 0) {
+		checkpoint_fail(ck, res, "reading page %u of tensor %s from swap file %s: %s", io->k, o->t->name,
+				ck->srcpath[pg->src], strerror(-res));
+		ck_io_put(w, io);
+		return;
+	}
+	if (ck_page_verify(ck, io->gi, io->k, o->t, io->buf, io->len) < 0) {
+		ck_io_put(w, io);
+		return;
+	}
+	ck_io_write(w, io, o, io->k, io->gi, io->buf, io->len, false);
+}
+
+int ck_io_read_write(struct ck_writer *w, struct ck_io *io, struct ck_out *o, uint32_t k, uint64_t gi)
+{
+	struct checkpoint *ck = w->ck;
+	const struct ck_page *pg = &ck->pages[gi];
+	uint64_t at = (uint64_t)k * ck->page_size;
+
+	if (o->dfd < 0 || pg->src >= MAX_SRC || w->src_ring[pg->src] < 0)
+		return -EAGAIN;
+	io->o = o;
+	io->gi = gi;
+	io->k = k;
+	/* The tensor's bytes of the page (its last one may be short); the
+	 * read is of the whole swap page. */
+	io->len = (uint32_t)(o->t->bytes - at < ck->page_size ? o->t->bytes - at : ck->page_size);
+	io->saved = false;
+	io->req = (struct uring_req){ .op = URING_READ, .file = w->src_ring[pg->src], .addr = io->buf,
+				      .len = ck->page_size, .off = pg->off, .complete = read_in };
+	o->inflight++;
+	uring_submit(w->ring, &io->req);
+	return 0;
 }
 
 int ck_io_write(struct ck_writer *w, struct ck_io *io, struct ck_out *o, uint32_t k, uint64_t gi, const uint8_t *from,

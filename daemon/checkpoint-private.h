@@ -155,6 +155,17 @@ void ck_io_put(struct ck_writer *w, struct ck_io *io);
  * writer's again once the write is done. Returns 0 or ck->err. */
 int ck_io_write(struct ck_writer *w, struct ck_io *io, struct ck_out *o, uint32_t k, uint64_t gi, const uint8_t *from,
 		size_t len, bool saved);
+/* Page k (entry gi) of o's tensor, planned on disk: read whole from its
+ * swap file through the writer's ring, then (on this thread, from a
+ * completion) marked copied, checked (ck_page_verify()) and written as
+ * ck_io_write() does. 0, or -EAGAIN where it cannot go that way (no
+ * O_DIRECT on either side): the caller reads it itself, io still its. */
+int ck_io_read_write(struct ck_writer *w, struct ck_io *io, struct ck_out *o, uint32_t k, uint64_t gi);
+/* A swap page read whole into buf must have the CRC-32C the pager wrote
+ * it with, or the checkpoint fails naming page, file and offset; then
+ * its entry's CRC becomes that of the tensor's len bytes of it. */
+int ck_page_verify(struct checkpoint *ck, uint64_t gi, uint32_t k, const struct ck_tensor *t, const uint8_t *buf,
+		   size_t len);
 /* Every write in flight completed: 0 or ck->err. */
 int ck_writer_drain(struct ck_writer *w);
 

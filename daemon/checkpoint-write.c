@@ -73,15 +73,33 @@ static int reflink_range(int src, uint64_t off, int dst, uint64_t at, size_t n)
  * of a whole page): past the page cache where the file opened with
  * O_DIRECT (reading through it would fill the cache with pages the
  * pager's direct writes must then drop), else through it. */
-static int read_swap_page(const struct checkpoint *ck, unsigned k, uint8_t *buf, size_t len, uint64_t off)
+/* A whole swap page into buf (page_size bytes): with O_DIRECT where the
+ * file opened so, else through the page cache. */
+static int read_swap_page(const struct checkpoint *ck, unsigned k, uint8_t *buf, uint64_t off)
 {
 	int r = -EINVAL;
 
-	if (ck->srcdfd[k] >= 0 && len == ck->page_size)
-		r = fd_pread_all(ck->srcdfd[k], buf, len, off);
+	if (ck->srcdfd[k] >= 0)
+		r = fd_pread_all(ck->srcdfd[k], buf, ck->page_size, off);
 	if (r == -EINVAL)
-		r = fd_pread_all(ck->srcfd[k], buf, len, off);
+		r = fd_pread_all(ck->srcfd[k], buf, ck->page_size, off);
 	return r;
+}
+
+int ck_page_verify(struct checkpoint *ck, uint64_t gi, uint32_t k, const struct ck_tensor *t, const uint8_t *buf,
+		   size_t len)
+{
+	struct ck_page *pg = &ck->pages[gi];
+	uint32_t got = crc32c(0, buf, ck->page_size);
+
+	if (got != pg->crc)
+		return checkpoint_fail(ck, EBADMSG,
+				       "page %u of tensor %s in swap file %s (offset %llu) fails its checksum (CRC-32C "
+				       "%08x, written as %08x): the disk gave back other bytes than the daemon wrote, and "
+				       "nothing of this checkpoint is kept (check the drive: dmesg, smartctl)",
+				       k, t->name, ck->srcpath[pg->src], (unsigned long long)pg->off, got, pg->crc);
+	pg->crc = len == ck->page_size ? got : crc32c(0, buf, len);
+	return 0;
 }
 
 /* Page k of o's tensor into its file, unless the copier wrote it
@@ -132,12 +150,26 @@ static int copy_page(struct checkpoint *ck, struct ck_writer *w, struct ck_out *
 				     "client released that memory)", t->name, k);
 		}
 	} else {
-		r = read_swap_page(ck, pg->src, buf, len, pg->off);
+		/* Only on disk: read whole (the pager's CRC is of all of
+		 * it) through the copier's ring, several at once, where the
+		 * swap file and the data file take O_DIRECT; its completion
+		 * checks and writes it (checkpoint-direct.c). A read at a
+		 * time and a write of it behind could not keep pace with a
+		 * trainer whose own I/O fills the disk's queue. */
+		if (ck_io_read_write(w, io, o, k, gi) == 0)
+			return 0;
+		r = read_swap_page(ck, pg->src, buf, pg->off);
 		if (r < 0) {
 			ck_io_put(w, io);
 			return wfail(ck, r, "reading page %u of tensor %s from swap file %s: %s", k, t->name,
 				     ck->srcpath[pg->src], strerror(-r));
 		}
+		pager_snap_copied(ck->snap, gi);
+		if ((r = ck_page_verify(ck, gi, k, t, buf, len)) < 0) {
+			ck_io_put(w, io);
+			return r;
+		}
+		return ck_io_write(w, io, o, k, gi, from, len, false);
 	}
 	/* The source is read (into buf): the loop may change it now, and
 	 * need not wait for the checksum and the write. A side buffer is

@@ -344,13 +344,14 @@ static void ck_done(uv_work_t *w, int status)
 		log_info("checkpoint %s: its data files were written through the page cache: %s", ck->session, ck->note);
 	log_info("checkpoint %s: step %" PRIu64 ", %u tensors, %s in %.3f s (%.0f MB/s; %s reflinked, %s "
 		 "written with O_DIRECT, %s buffered) to %s; the session committed %" PRIu64 " step%s meanwhile, its ring "
-		 "waited %.3f s (plan %.3f s), %s saved for the copy, %" PRIu64 " pages waited for it",
+		 "waited %.3f s (plan %.3f s), %s saved for the copy, %" PRIu64 " rewritten pages moved to spare swap, "
+		 "%" PRIu64 " pages waited for it",
 		 ck->session, ck->step, ck->nt, format_bytes(ck->bytes, a, sizeof(a)), secs,
 		 secs > 0 ? (double)ck->bytes / secs / 1e6 : 0.0, format_bytes(ck->copied, b, sizeof(b)),
 		 format_bytes(ck->direct, d1, sizeof(d1)), format_bytes(ck->buffered, d2, sizeof(d2)), ck->path,
 		 ck->steps_during, ck->steps_during == 1 ? "" : "s",
 		 (double)(ck->plan_ns + ck->cow.held_ns) / 1e9, (double)ck->plan_ns / 1e9,
-		 format_bytes(ck->cow.saved_bytes, c2, sizeof(c2)), ck->cow.waits);
+		 format_bytes(ck->cow.saved_bytes, c2, sizeof(c2)), ck->cow.moved, ck->cow.waits);
 	c = ck->c;
 	if (c) {
 		ck->c = NULL;
@@ -376,6 +377,7 @@ static void ck_done(uv_work_t *w, int status)
 		cJSON_AddNumberToObject(o, "cow_bytes", (double)ck->cow.saved_bytes);
 		cJSON_AddNumberToObject(o, "cow_peak_bytes", (double)ck->cow.peak_bytes);
 		cJSON_AddNumberToObject(o, "cow_waits", (double)ck->cow.waits);
+		cJSON_AddNumberToObject(o, "cow_moved_bytes", (double)(ck->cow.moved * ck->page_size));
 		control_send_json(c, o, NULL, 0);
 	}
 	if (ck->done)

@@ -137,7 +137,7 @@ static int check_slots(const struct pager *p)
 	 * owned nor free. */
 	if (owned != with_slot || owned + p->nfree + p->nheld != p->c.nslots || claims != p->nclaim ||
 	    claims > p->c.nslots ||
-	    waiting != p->nslotwait || disk_used + p->ndisk_free != p->ndisk || npending > p->npending)
+	    waiting != p->nslotwait || disk_used + p->ndisk_free + p->ndheld != p->ndisk || npending > p->npending)
 		return -EUCLEAN;
 	seen = calloc(p->c.nslots, 1);
 	if (!seen)
@@ -154,10 +154,34 @@ static int check_slots(const struct pager *p)
 	return r;
 }
 
+/* Each swap page belongs to one page, or is free, or is held for a
+ * checkpoint's copy: never two of these. */
+static int check_disks(const struct pager *p)
+{
+	uint8_t *seen = p->ndisk ? calloc(p->ndisk, 1) : NULL;
+	int r = 0;
+
+	if (p->ndisk && !seen)
+		return -ENOMEM;
+#define SEE(d) do { if ((d) >= p->ndisk || seen[(d)]++) r = -EUCLEAN; } while (0)
+	for (uint32_t t = 0; t < p->ntensors && !r; t++)
+		for (uint32_t i = 0; p->tensors[t].used && i < p->tensors[t].npages && !r; i++)
+			if (p->tensors[t].pages[i].disk != NONE)
+				SEE(p->tensors[t].pages[i].disk);
+	for (uint64_t i = 0; i < p->ndisk_free && !r; i++)
+		SEE(p->disk_free[i]);
+	for (uint64_t i = 0; i < p->ndheld && !r; i++)
+		SEE(p->dheld[i].slot);
+#undef SEE
+	free(seen);
+	return r;
+}
+
 int pager_check(const struct pager *p)
 {
 	uint32_t dirty = 0, spare = 0, clean = 0, listed = 0, clisted = 0, used = 0;
 	uint64_t by_state[PAGER__STATES] = { 0 }, pinned = 0, ondisk = 0;
+	int r;
 
 	for (uint32_t t = 0; t < p->ntensors; t++) {
 		const struct ptensor *te = &p->tensors[t];
@@ -212,6 +236,8 @@ int pager_check(const struct pager *p)
 	}
 	if (dirty != p->ndirty || listed != p->ndirty || spare != p->nspare)
 		return -EUCLEAN;
+	if ((r = check_disks(p)) < 0)
+		return r;
 	return check_slots(p);
 }
 

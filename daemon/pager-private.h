@@ -105,7 +105,7 @@ struct pfsync {
 };
 
 struct pheld {
-	uint32_t slot;
+	uint32_t slot;        /* or the swap page, in pager.dheld */
 	uint64_t entry;       /* the snapshot's page whose bytes it holds */
 };
 
@@ -190,6 +190,11 @@ struct pager {
 	struct pager_snap *snap;
 	struct pheld *held;       /* slots freed while the snapshot still owed their bytes */
 	uint32_t nheld;
+	/* Swap pages a write-back moved off while the snapshot still owed
+	 * their bytes (pager_snap_home_ok()): neither a page's nor free. */
+	struct pheld *dheld;
+	uint64_t ndheld;
+	uint64_t dheld_seen;      /* the copier's count of pages done at the last look */
 	uint64_t wait_since;      /* a PIN got PAGER_WAIT at (now_ns()), 0: none waits */
 	void (*release)(void *arg);
 	void *release_arg;
@@ -267,8 +272,9 @@ void pager_room_forget(struct pager *p);
 /* pager-snap.c: the guards of a snapshot's pages (see pager.h). With
  * p->snap set: whether pg's bytes in its slot may change now (a PIN, the
  * slot going to another page), saving them first when the budget allows;
- * whether pg's swap home may be written now; whether tensor is in the
- * plan. false asks the copier for the page: its wake follows. */
+ * whether pg's write-back may go now (to a spare swap page, when its home
+ * still holds a page of the plan); whether tensor is in the plan. false
+ * asks the copier for the page: its wake follows. */
 bool pager_snap_slot_ok(struct pager *p, struct ppage *pg);
 bool pager_snap_home_ok(struct pager *p, struct ppage *pg);
 bool pager_snap_covers(const struct pager *p, uint32_t tensor);

@@ -26,6 +26,7 @@ struct snap_page {
 	uint8_t kind;   /* enum pager_src_kind, as planned */
 	uint8_t state;  /* atomic: SNAP_* */
 	uint8_t urged;  /* atomic: the loop waits for it (queued once) */
+	uint8_t moved;  /* the loop's: PAGER_SRC_DISK, and the page's writes go elsewhere now */
 	uint32_t slot;  /* PAGER_SRC_SLOT: the slot planned */
 	uint8_t *saved; /* SAVED: the bytes, the loop's copy */
 };
@@ -38,6 +39,7 @@ struct pager_snap {
 	uint32_t page_size;
 	uint64_t budget;
 	uint64_t used;       /* atomic: side-buffer bytes alive (the loop adds, the copier takes off) */
+	uint64_t ndone;      /* atomic: entries the copier is done with (the loop looks at its held pages anew) */
 	void (*wake)(void *arg);
 	void *arg;
 	pthread_mutex_t lock;
@@ -124,10 +126,20 @@ int pager_snap_plan(struct pager *p, struct pager_snap *sn, uint32_t tensor, uin
 
 int pager_snap_attach(struct pager *p, struct pager_snap *sn)
 {
+	/* A swap page is moved off at most once per entry of the plan. */
+	uint64_t ndh = p->ndisk < sn->npages ? p->ndisk : sn->npages;
+
 	p->held = malloc((size_t)p->c.nslots * sizeof(*p->held));
-	if (!p->held)
+	p->dheld = malloc((size_t)(ndh ? ndh : 1) * sizeof(*p->dheld));
+	if (!p->held || !p->dheld) {
+		free(p->held);
+		free(p->dheld);
+		p->held = p->dheld = NULL;
 		return -ENOMEM;
+	}
 	p->nheld = 0;
+	p->ndheld = 0;
+	p->dheld_seen = 0;
 	p->wait_since = 0;
 	p->snap = sn;
 	return 0;
@@ -251,13 +263,56 @@ bool pager_snap_slot_ok(struct pager *p, struct ppage *pg)
 	return slot_free(p, pg, &i);
 }
 
+/* Swap pages moved off whose bytes the copier has now go back to the free
+ * list; a look only when it finished something since the last one. */
+static void dheld_reclaim(struct pager *p)
+{
+	uint64_t done = __atomic_load_n(&p->snap->ndone, __ATOMIC_ACQUIRE);
+
+	if (done == p->dheld_seen)
+		return;
+	p->dheld_seen = done;
+	for (uint64_t k = 0; k < p->ndheld;) {
+		struct pheld *h = &p->dheld[k];
+
+		if (__atomic_load_n(&p->snap->pages[h->entry].state, __ATOMIC_ACQUIRE) != SNAP_DONE) {
+			k++;
+			continue;
+		}
+		p->disk_free[p->ndisk_free++] = h->slot;
+		*h = p->dheld[--p->ndheld];
+	}
+}
+
+/*
+ * pg's write-back would overwrite the swap page the plan reads it from
+ * (it was on disk at the commit point). Rather than wait for the copier,
+ * the write goes to a spare swap page of the session, which becomes pg's
+ * home, and the planned one is held until the copier is done with it,
+ * then freed: the trainer rewrites its state every step, and a copy that
+ * shares the disk with it would otherwise set its pace. Only without a
+ * spare page does the write wait, as a PIN does past the side buffers'
+ * budget.
+ */
 bool pager_snap_home_ok(struct pager *p, struct ppage *pg)
 {
 	uint64_t i;
 	struct snap_page *e = entry_of(p, pg, &i);
 
-	if (!e || e->kind != PAGER_SRC_DISK || __atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == SNAP_DONE)
+	if (!e || e->kind != PAGER_SRC_DISK || e->moved || __atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == SNAP_DONE)
 		return true;
+	if (!p->ndisk_free)
+		dheld_reclaim(p);
+	if (p->ndisk_free) {
+		p->dheld[p->ndheld++] = (struct pheld){ .slot = pg->disk, .entry = i };
+		pg->disk = p->disk_free[--p->ndisk_free];
+		/* The new home holds nothing of pg's until this write lands. */
+		pg->flags &= (uint8_t)~F_ONDISK;
+		e->moved = 1;
+		p->snap->st.moved++;
+		pager_page_sync(p, pg);
+		return true;
+	}
 	return wait_for(p->snap, i);
 }
 
@@ -300,6 +355,8 @@ void pager_snap_progress(struct pager *p)
 		p->free_slots[p->nfree++] = h->slot;
 		*h = p->held[--p->nheld];
 	}
+	if (p->snap && p->ndheld)
+		dheld_reclaim(p);
 	flush_resume(p);
 	pager_sched_pump(p, true);
 }
@@ -316,8 +373,12 @@ void pager_snap_detach(struct pager *p)
 	p->snap = NULL;
 	while (p->nheld)
 		p->free_slots[p->nfree++] = p->held[--p->nheld].slot;
+	/* The copy is over (done or given up): nothing is owed any more. */
+	while (p->ndheld)
+		p->disk_free[p->ndisk_free++] = p->dheld[--p->ndheld].slot;
 	free(p->held);
-	p->held = NULL;
+	free(p->dheld);
+	p->held = p->dheld = NULL;
 }
 
 int pager_snap_pin_guard(struct pager *p, struct ppage *pg)
@@ -370,6 +431,7 @@ void pager_snap_copied(struct pager_snap *sn, uint64_t i)
 		__atomic_sub_fetch(&sn->used, sn->page_size, __ATOMIC_RELEASE);
 	}
 	__atomic_store_n(&e->state, SNAP_DONE, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(&sn->ndone, 1, __ATOMIC_RELEASE);
 	if (__atomic_load_n(&e->urged, __ATOMIC_SEQ_CST))
 		sn->wake(sn->arg);
 }

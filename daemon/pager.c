@@ -399,6 +399,15 @@ int pager_tensor_add(struct pager *p, const char *name, uint64_t bytes, bool swa
 		snprintf(err, errlen, "session '%s': tensor '%s': bad name or size", p->session, name ? name : "");
 		return -EINVAL;
 	}
+	if (swappable && p->swap && p->ndisk_free < n && p->ndisk_free + p->ndheld >= n) {
+		snprintf(err, errlen,
+			 "session '%s': tensor '%s' needs %llu MiB of swap, and %llu MiB of the session's spare swap "
+			 "hold pages a checkpoint is still copying (pages rewritten since its commit point went to "
+			 "spare swap pages): register it again when the checkpoint ends",
+			 p->session, name, (unsigned long long)(n * p->c.page_size >> 20),
+			 (unsigned long long)(p->ndheld * p->c.page_size >> 20));
+		return -EAGAIN;
+	}
 	if (swappable && (!p->swap || p->ndisk_free < n)) {
 		snprintf(err, errlen,
 			 "session '%s': tensor '%s' needs %llu MiB of swap, %llu MiB left of the session's %llu MiB "
@@ -693,6 +702,7 @@ static void destroy(struct pager *p)
 	free(p->clock.ref);
 	free(p->disk_free);
 	free(p->held);
+	free(p->dheld);
 	free(p->free_slots);
 	free(p->scratch);
 	free(p->waits);

@@ -413,6 +413,7 @@ struct pager_snap_stats {
 	uint64_t peak_bytes;    /* side buffers alive at once, at most */
 	uint64_t waits;         /* operations that waited for the copier (PINs held, slots held, writes left) */
 	uint64_t held_ns;       /* the ring held at a PIN that waited, in all */
+	uint64_t moved;         /* write-backs that went to a spare swap page, the planned home kept */
 };
 void pager_snap_stats(const struct pager_snap *sn, struct pager_snap_stats *st);
 

@@ -24,7 +24,8 @@ class CheckpointResult(ctypes.Structure):
                 ("bytes_total", ctypes.c_uint64), ("stall_seconds", ctypes.c_double),
                 ("steps_during_copy", ctypes.c_uint64), ("cow_bytes", ctypes.c_uint64),
                 ("cow_peak_bytes", ctypes.c_uint64), ("cow_waits", ctypes.c_uint64),
-                ("direct_bytes", ctypes.c_uint64), ("buffered_bytes", ctypes.c_uint64)]
+                ("direct_bytes", ctypes.c_uint64), ("buffered_bytes", ctypes.c_uint64),
+                ("cow_moved_bytes", ctypes.c_uint64)]
 
 
 _PROTOS = {

@@ -340,6 +340,66 @@ static void refused(void)
 	dir_remove(state);
 }
 
+/* A swap page that reads back other than the pager wrote it (its first
+ * read by the copier flipped by fault injection) fails the checkpoint,
+ * naming the page and the swap file, and leaves nothing behind: the copy
+ * checks every page it takes from disk against the CRC-32C the pager
+ * wrote it with, where it used to record the CRC of whatever it read. The
+ * next checkpoint, read cleanly, holds the right bytes. */
+static void swap_page_corrupt(void)
+{
+	struct spw_attach_opts a = { .size = sizeof(a), .session = "raw/flip", .region_bytes = 4ull * PAGE,
+				     .page_size = PAGE, .persistent = true, .lease_s = 60 };
+	struct spw_checkpoint_result res = { .size = sizeof(res) };
+	char state[256], ck[512], cfg[1024], path[600];
+	const uint32_t pages = 12;
+	spw_client *c, *b;
+	uint32_t id;
+	uint8_t *p;
+	size_t n;
+
+	setenv("SPILLWAY_CHECKPOINT_FAULTS", "read:flip@1", 1);
+	snprintf(state, sizeof(state), "%s/spw-flip-state-%d", disk_tmp(), (int)getpid());
+	ASSERT_OK(spw_test_daemon_start(&d, config(cfg, sizeof(cfg), state)));
+	unsetenv("SPILLWAY_CHECKPOINT_FAULTS");
+	snprintf(ck, sizeof(ck), "%s/ck-flip", d.dir);
+	c = connect_client();
+	b = connect_client();
+	ASSERT_OK(spw_client_attach(c, &a));
+	ASSERT_OK(spw_tensor_register(c, "s", (uint64_t)pages * PAGE, SPW_TENSOR_SWAPPABLE, &id, NULL));
+	/* Three times the region: most pages end on disk. */
+	ASSERT_OK(spw__mark_sync(c, SPW_MARK_OPEN, 1));
+	for (uint32_t k = 0; k < pages; k++) {
+		ASSERT_OK(spw_pin(c, id, k, (void **)&p));
+		for (uint32_t i = 0; i < PAGE; i++)
+			p[i] = pattern(9, (uint64_t)k * PAGE + i, 1);
+		ASSERT_OK(spw_unpin(c, id, k, SPW_DIRTY));
+	}
+	ASSERT_OK(spw__mark_sync(c, SPW_MARK_COMMIT, 1));
+
+	ASSERT_EQ(spw_client_checkpoint(b, "raw/flip", ck, &res), -EBADMSG);
+	if (!strstr(spw_client_last_error(b), "fails its checksum") || !strstr(spw_client_last_error(b), "swap file"))
+		TEST_FAIL("the refusal names neither: %s", spw_client_last_error(b));
+	printf("# %s\n", spw_client_last_error(b));
+	ASSERT_NE(access(ck, F_OK), 0);
+	no_temporary(d.dir, "ck-flip");
+
+	ASSERT_OK(spw_client_checkpoint(b, "raw/flip", ck, &res));
+	ASSERT_GT(res.direct_bytes, 0ull);
+	snprintf(path, sizeof(path), "%s/t00000.bin", ck);
+	p = file_load(path, &n);
+	ASSERT_UEQ(n, (uint64_t)pages * PAGE);
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != pattern(9, i, 1))
+			TEST_FAIL("%s byte %zu", path, i);
+	free(p);
+	ASSERT_OK(spw_client_detach(c));
+	spw_client_free(c);
+	spw_client_free(b);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	dir_remove(state);
+}
+
 int main(void)
 {
 	if (!getenv("SPILLWAYD"))
@@ -347,8 +407,10 @@ int main(void)
 	/* The daemon's directory (the checkpoints' parent) on that disk too. */
 	setenv("TMPDIR", disk_tmp(), 1);
 	direct_tmpfs_and_faults();
-	if (SPW_FAULT_INJECTION)
+	if (SPW_FAULT_INJECTION) {
 		refused();
+		swap_page_corrupt();
+	}
 	printf("ok\n");
 	return 0;
 }

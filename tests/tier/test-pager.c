@@ -661,9 +661,10 @@ static uint64_t snap_serve(struct fx *f, struct pager_snap *sn, const struct pag
  * the budget (one page) lasts, then waits (PAGER_WAIT, the page asked of
  * the copier); a PIN that needs a slot does not evict a page the copy
  * still needs, and a write-back over the swap home of a page planned on
- * disk (a FLUSH) waits for the copier; the copier's wake lets each go on.
- * The copy sees only the commit point's bytes; unregister is refused
- * meanwhile. */
+ * disk (a FLUSH) waits for the copier when the session has no spare swap
+ * page to write it to (test_snapshot_moves); the copier's wake lets each
+ * go on. The copy sees only the commit point's bytes; unregister is
+ * refused meanwhile. */
 static void test_snapshot(void)
 {
 	struct pager_src src[SLOTS * 2 + 2];
@@ -675,7 +676,8 @@ static void test_snapshot(void)
 	int slot;
 
 	fx_setup(&f, NULL, 1, PAGE, SLOTS, DEPTH);
-	f.p = fx_pager(&f, "job/snap", (uint64_t)NPAGES * PAGE, WINDOW, DEPTH);
+	/* Swap for s alone: no spare page. */
+	f.p = fx_pager(&f, "job/snap", (uint64_t)SLOTS * 2 * PAGE, WINDOW, DEPTH);
 	ASSERT_OK(pager_tensor_add(f.p, "r", 2 * PAGE, false, &r, &nr, err, sizeof(err)));
 	ASSERT_OK(pager_tensor_add(f.p, "s", (uint64_t)SLOTS * 2 * PAGE, true, &t, &n, err, sizeof(err)));
 	for (uint32_t i = 0; i < n; i++)
@@ -760,6 +762,110 @@ static void test_snapshot(void)
 	fx_teardown(&f);
 }
 
+/* Rewrites page i of t (a PIN, new bytes of seed, a dirty UNPIN) and
+ * FLUSHes: the completion's ud. */
+static uint64_t rewrite_and_flush(struct fx *f, uint32_t t, uint32_t i, uint64_t seed)
+{
+	int slot = fx_pin(f, t, i);
+	uint64_t ud;
+
+	ASSERT_GE(slot, 0);
+	fx_fill(fx_slot(f, slot), PAGE, seed);
+	ASSERT_OK(pager_unpin(f->p, t, i, true));
+	ud = fx_ud(f);
+	ASSERT_EQ(pager_flush(f->p, ud), PAGER_PENDING);
+	return ud;
+}
+
+/* A write-back over the swap home of a page planned on disk goes to a
+ * spare swap page of the session instead of waiting for the copier (the
+ * trainer rewrites every page each step, and would otherwise wait for a
+ * copy that shares its disk): the copy still reads the commit point's
+ * bytes at the planned home, the session reads the new ones from the new
+ * home, and the planned home is free again once copied. With no spare
+ * page left, the write waits as before. */
+static void test_snapshot_moves(void)
+{
+	struct pager_src src[SLOTS * 2];
+	uint32_t order[SLOTS * 2], t, n, d[2], nd = 0;
+	struct pager_snap_stats ss;
+	struct pager_stats st0, st1;
+	struct pager_snap *sn;
+	uint64_t ud;
+	struct fx f;
+	char err[256];
+	int slot;
+
+	fx_setup(&f, NULL, 1, PAGE, SLOTS, DEPTH);
+	/* One swap page more than s needs. */
+	f.p = fx_pager(&f, "job/moves", (uint64_t)(SLOTS * 2 + 1) * PAGE, WINDOW, DEPTH);
+	ASSERT_OK(pager_tensor_add(f.p, "s", (uint64_t)SLOTS * 2 * PAGE, true, &t, &n, err, sizeof(err)));
+	for (uint32_t i = 0; i < n; i++)
+		order[i] = i;
+	step(&f, t, order, n, 9, 0); /* snap_serve() checks tag 9 */
+	fx_drain(&f);
+	pager_stats(f.p, &st0);
+
+	/* Side buffers for every page: evictions never wait here. */
+	sn = pager_snap_new(f.p, n, (uint64_t)n * PAGE, snap_wake, NULL);
+	ASSERT_TRUE(sn != NULL);
+	for (uint32_t i = 0; i < n; i++) {
+		ASSERT_OK(pager_snap_plan(f.p, sn, t, i, i, &src[i]));
+		if (src[i].kind == PAGER_SRC_DISK && nd < 2)
+			d[nd++] = i;
+	}
+	ASSERT_EQ(nd, 2u);
+	ASSERT_OK(pager_snap_attach(f.p, sn));
+
+	/* The first rewritten page takes the spare swap page: its FLUSH
+	 * completes with the copier idle, nothing asked of it. */
+	ud = rewrite_and_flush(&f, t, d[0], SEED(9, d[0], 1));
+	fx_drain(&f);
+	ASSERT_TRUE(f.done[ud]);
+	ASSERT_EQ(f.res[ud], 0);
+	ASSERT_UEQ(pager_snap_urgent(sn), UINT64_MAX);
+	pager_snap_stats(sn, &ss);
+	ASSERT_UEQ(ss.moved, 1);
+	ASSERT_UEQ(ss.waits, 0);
+	ASSERT_OK(pager_check(f.p));
+
+	/* No spare page left: the second one's write waits for the copier,
+	 * which is asked for that very page. */
+	ud = rewrite_and_flush(&f, t, d[1], SEED(9, d[1], 1));
+	ASSERT_UEQ(snap_serve(&f, sn, src, n, ud, d[1]), d[1]);
+	ASSERT_EQ(f.res[ud], 0);
+
+	/* The copy reads the commit point's bytes everywhere, d[0]'s at its
+	 * planned home, which the session no longer uses. */
+	for (uint64_t i = 0; i < n; i++)
+		snap_copy(&f, sn, i, &src[i], SEED(9, i, 0));
+	pager_snap_progress(f.p);
+	ASSERT_OK(pager_check(f.p));
+	pager_snap_detach(f.p);
+	pager_snap_free(sn);
+	ASSERT_OK(pager_check(f.p));
+	pager_stats(f.p, &st1);
+	ASSERT_UEQ(st1.swap_assigned_bytes, st0.swap_assigned_bytes);
+
+	/* The rewritten pages read back from their homes as rewritten:
+	 * every other page pinned pushes them out of the region first. */
+	for (uint32_t i = 0; i < n; i++) {
+		if (i == d[0] || i == d[1])
+			continue;
+		ASSERT_GE(fx_pin(&f, t, i), 0);
+		ASSERT_OK(pager_unpin(f.p, t, i, false));
+	}
+	fx_drain(&f);
+	for (uint32_t k = 0; k < 2; k++) {
+		ASSERT_EQ(pager_page_state(f.p, t, d[k]), PAGER_DISK);
+		slot = fx_pin(&f, t, d[k]);
+		ASSERT_GE(slot, 0);
+		ASSERT_TRUE(fx_check(fx_slot(&f, slot), PAGE, SEED(9, d[k], 1)));
+		ASSERT_OK(pager_unpin(f.p, t, d[k], false));
+	}
+	fx_teardown(&f);
+}
+
 int main(void)
 {
 	test_round_trip();
@@ -773,5 +879,6 @@ int main(void)
 	test_overwrite_joins_read();
 	test_room();
 	test_snapshot();
+	test_snapshot_moves();
 	return 0;
 }

@@ -347,6 +347,9 @@ struct spw_checkpoint_result {
 	 * (bytes = copied_bytes + direct_bytes + buffered_bytes): */
 	uint64_t direct_bytes;       /* with O_DIRECT, from page-aligned buffers through io_uring */
 	uint64_t buffered_bytes;     /* through the page cache: the filesystem refuses O_DIRECT, or is tmpfs */
+	uint64_t cow_moved_bytes;    /* pages on disk at the commit point, rewritten before the copy had them,
+				      * whose write-back went to spare swap pages of the session (their old
+				      * homes kept for the copy) instead of waiting for it */
 };
 
 /* How long spw_client_checkpoint() and spw_client_restore() wait for
