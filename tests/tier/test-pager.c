@@ -4,8 +4,8 @@
  * tensor eight times the region comes back bit-exact; a learned order
  * turns every PIN of the next step into a hit; the policy survives orders
  * that change; PINs beyond the region fail instead of hanging; FLUSH makes
- * everything clean; resident tensors stay put; sessions never mix pages;
- * a checkpoint's snapshot is copy-on-write.
+ * everything clean; resident tensors stay put; sessions never mix pages.
+ * A checkpoint's snapshot: test-pager-snap.c.
  */
 #include <fcntl.h>
 
@@ -17,41 +17,6 @@
 #define DEPTH 8u
 #define WINDOW 4u
 #define NONE_PAGE UINT32_MAX
-
-/* One step the way the daemon and client will run it: PIN (waiting for the
- * completion when pending), check what the last step wrote, write this
- * step's data, UNPIN dirty. */
-static void step(struct fx *f, uint32_t t, const uint32_t *order, uint32_t n, unsigned tag, unsigned version)
-{
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t pg = order[i];
-		struct pager_stats s0, s1;
-		int slot;
-		uint8_t *d;
-
-		pager_stats(f->p, &s0);
-		slot = fx_pin(f, t, pg);
-		pager_stats(f->p, &s1);
-		if (getenv("TIER_DEBUG") && s1.misses != s0.misses)
-		{
-			fprintf(stderr, "miss: step %u i %u page %u free %u wb %u rd %u ring %u:", version, i, pg,
-				s0.slots_free, s0.writes_inflight, s0.reads_inflight, s0.queue_depth);
-			for (int k = 0; k < PAGER__STATES; k++)
-				fprintf(stderr, " %s=%llu", pager_state_name(k), (unsigned long long)s0.pages_by_state[k]);
-			fprintf(stderr, "\n");
-		}
-
-		if (slot < 0)
-			TEST_FAIL("pin of page %u: %s (%s)", pg, strerror(-slot), pager_last_error(f->p));
-		d = fx_slot(f, slot);
-		if (version == 0)
-			ASSERT_TRUE(fx_zero(d, PAGE)); /* a page never written reads as zeros */
-		else if (!fx_check(d, PAGE, SEED(tag, pg, version - 1)))
-			TEST_FAIL("page %u (step %u): data differs from what was written", pg, version);
-		fx_fill(d, PAGE, SEED(tag, pg, version));
-		ASSERT_OK(pager_unpin(f->p, t, pg, true));
-	}
-}
 
 static void verify(struct fx *f, uint32_t t, const uint32_t *order, uint32_t n, unsigned tag, unsigned version)
 {
@@ -93,7 +58,7 @@ static void test_round_trip(void)
 	ASSERT_UEQ(n, NPAGES);
 	for (uint32_t i = 0; i < NPAGES; i++)
 		order[i] = i;
-	step(&f, t, order, NPAGES, 1, 0);
+	fx_step(&f, t, order, NPAGES, 1, 0);
 	shuffle(order, NPAGES, 7);
 	verify(&f, t, order, NPAGES, 1, 0);
 	pager_stats(f.p, &st);
@@ -134,7 +99,7 @@ static void test_overwrite(void)
 	ASSERT_OK(pager_tensor_add(f.p, "grads", (uint64_t)NPAGES * PAGE, true, &t, &n, err, sizeof(err)));
 	for (uint32_t i = 0; i < NPAGES; i++)
 		order[i] = i;
-	step(&f, t, order, NPAGES, 3, 0); /* every page written; the early ones evicted to disk */
+	fx_step(&f, t, order, NPAGES, 3, 0); /* every page written; the early ones evicted to disk */
 	fx_drain(&f);
 	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_DISK);
 
@@ -209,7 +174,7 @@ static void step_settled(struct fx *f, uint32_t t, const uint32_t *order, uint32
 			 unsigned version)
 {
 	for (uint32_t i = 0; i < n; i++) {
-		step(f, t, &order[i], 1, tag, version);
+		fx_step(f, t, &order[i], 1, tag, version);
 		fx_drain(f);
 	}
 }
@@ -228,7 +193,7 @@ static void test_order_learning(void)
 	for (uint32_t i = 0; i < NPAGES; i++)
 		order[i] = (i * 37) % NPAGES;
 
-	step(&f, t, order, NPAGES, 2, 0); /* recorded */
+	fx_step(&f, t, order, NPAGES, 2, 0); /* recorded */
 	pager_step(f.p);
 	/* The first step made every page dirty faster than any disk writes
 	 * them; the forward pass between two optimizer steps gives the
@@ -283,7 +248,7 @@ static void test_divergence(void)
 	ASSERT_OK(pager_tensor_add(f.p, "m", (uint64_t)NPAGES * PAGE, true, &t, &n, err, sizeof(err)));
 	for (uint32_t i = 0; i < NPAGES; i++)
 		order[i] = other[i] = i;
-	step(&f, t, order, NPAGES, 3, 0);
+	fx_step(&f, t, order, NPAGES, 3, 0);
 	pager_step(f.p);
 
 	/* Skip every tenth page: each skip is a resync, not a divergence. */
@@ -378,7 +343,7 @@ static void test_flush(void)
 	ASSERT_OK(pager_tensor_add(f.p, "w", (uint64_t)NPAGES / 4 * PAGE, true, &t, &n, err, sizeof(err)));
 	for (uint32_t i = 0; i < n; i++)
 		order[i] = i;
-	step(&f, t, order, n, 5, 0);
+	fx_step(&f, t, order, n, 5, 0);
 	ASSERT_EQ(fx_flush(&f, f.p), 0);
 	pager_stats(f.p, &st);
 	ASSERT_UEQ(st.fsyncs, 2);
@@ -429,7 +394,7 @@ static void test_resident(void)
 	ASSERT_OK(pager_tensor_add(f.p, "g", (uint64_t)NPAGES * PAGE, true, &t, &n, err, sizeof(err)));
 	for (uint32_t i = 0; i < n; i++)
 		order[i] = i;
-	step(&f, t, order, n, 7, 0);
+	fx_step(&f, t, order, n, 7, 0);
 	verify(&f, t, order, n, 7, 0);
 	for (uint32_t i = 0; i < 4; i++) {
 		ASSERT_EQ(fx_pin(&f, r, i), rslot[i]);
@@ -477,8 +442,8 @@ static void test_two_sessions(void)
 		order[i] = i;
 	/* Interleave the two sessions page by page. */
 	for (uint32_t i = 0; i < n; i++) {
-		step(&f, t1, &order[i], 1, 8, 0);
-		step(&g, t2, &order[i], 1, 9, 0);
+		fx_step(&f, t1, &order[i], 1, 8, 0);
+		fx_step(&g, t2, &order[i], 1, 9, 0);
 	}
 	shuffle(order, n, 3);
 	for (uint32_t i = 0; i < n; i++) {
@@ -535,7 +500,7 @@ static void test_room(void)
 	/* Dirty pages, unpinned while the ring is full: no room to write. */
 	for (uint32_t i = 0; i < SLOTS / 2; i++)
 		order[i] = i;
-	step(&f, t, order, SLOTS / 2, 5, 0);
+	fx_step(&f, t, order, SLOTS / 2, 5, 0);
 	pager_stats(f.p, &st);
 	ASSERT_UEQ(st.writes_inflight, 0);
 	ASSERT_UEQ(st.pages_by_state[PAGER_DIRTY], SLOTS / 2);
@@ -569,7 +534,7 @@ static void test_overwrite_joins_read(void)
 	ASSERT_OK(pager_tensor_add(f.p, "grads", (uint64_t)NPAGES * PAGE, true, &t, &n, err, sizeof(err)));
 	for (uint32_t i = 0; i < NPAGES; i++)
 		order[i] = i;
-	step(&f, t, order, NPAGES, 4, 0);
+	fx_step(&f, t, order, NPAGES, 4, 0);
 	fx_drain(&f);
 	ASSERT_EQ(pager_page_state(f.p, t, 0), PAGER_DISK);
 	ASSERT_OK(pager_prefetch(f.p, t, 0));
@@ -599,273 +564,6 @@ static void test_overwrite_joins_read(void)
 	fx_teardown(&f);
 }
 
-static unsigned snap_wakes;
-
-static void snap_wake(void *arg)
-{
-	(void)arg;
-	snap_wakes++;
-}
-
-/* The copier's part of one entry, played by the test: the bytes it reads
- * from the plan's source (or the side buffer) are the commit point's. */
-static void snap_copy(struct fx *f, struct pager_snap *sn, uint64_t i, const struct pager_src *src, uint64_t seed)
-{
-	const uint8_t *saved = NULL;
-	enum pager_snap_claim c = pager_snap_claim(sn, i, &saved);
-
-	if (c == PAGER_SNAP_SAVED) {
-		ASSERT_TRUE(fx_check(saved, PAGE, seed));
-	} else if (c == PAGER_SNAP_COPY && src->kind == PAGER_SRC_SLOT) {
-		ASSERT_TRUE(fx_check(fx_slot(f, (int)src->slot), PAGE, seed));
-	} else if (c == PAGER_SNAP_COPY && src->kind == PAGER_SRC_DISK) {
-		uint8_t *b = aligned_alloc(4096, PAGE); /* src->fd is O_DIRECT */
-
-		ASSERT_TRUE(b != NULL);
-		ASSERT_EQ(pread(src->fd, b, PAGE, (off_t)src->off), (ssize_t)PAGE);
-		ASSERT_TRUE(fx_check(b, PAGE, seed));
-		free(b);
-	}
-	if (c != PAGER_SNAP_DONE)
-		pager_snap_copied(sn, i);
-}
-
-/* The copier, serving what the loop asks for until ud completes (the
- * ring drained first each time: only the copy can move it on). Returns
- * must when it was asked for, else the first entry asked for. */
-static uint64_t snap_serve(struct fx *f, struct pager_snap *sn, const struct pager_src *src, uint32_t n, uint64_t ud,
-			   uint64_t must)
-{
-	uint64_t first = UINT64_MAX, k;
-	bool seen = false;
-
-	for (int i = 0; i < 200; i++) {
-		fx_drain(f);
-		if (f->done[ud])
-			break;
-		k = pager_snap_urgent(sn);
-		if (k == UINT64_MAX)
-			TEST_FAIL("completion %llu waits, and the loop asked the copier for nothing", (unsigned long long)ud);
-		if (first == UINT64_MAX)
-			first = k;
-		seen |= k == must;
-		snap_copy(f, sn, k, &src[k], k < n ? SEED(9, k, 0) : SEED(10, k - n, 0));
-		pager_snap_progress(f->p);
-	}
-	ASSERT_TRUE(f->done[ud]);
-	return seen ? must : first;
-}
-
-/* Copy-on-write for a checkpoint (pager-snap.c), the test playing the
- * copier thread: a PIN of a page planned in its slot saves it aside while
- * the budget (one page) lasts, then waits (PAGER_WAIT, the page asked of
- * the copier); a PIN that needs a slot does not evict a page the copy
- * still needs, and a write-back over the swap home of a page planned on
- * disk (a FLUSH) waits for the copier when the session has no spare swap
- * page to write it to (test_snapshot_moves); the copier's wake lets each
- * go on. The copy sees only the commit point's bytes; unregister is
- * refused meanwhile. */
-static void test_snapshot(void)
-{
-	struct pager_src src[SLOTS * 2 + 2];
-	uint32_t order[SLOTS * 2], t, r, n, nr, d = NONE_PAGE, k;
-	struct pager_snap *sn;
-	uint64_t ud, victim;
-	struct fx f;
-	char err[256];
-	int slot;
-
-	fx_setup(&f, NULL, 1, PAGE, SLOTS, DEPTH);
-	/* Swap for s alone: no spare page. */
-	f.p = fx_pager(&f, "job/snap", (uint64_t)SLOTS * 2 * PAGE, WINDOW, DEPTH);
-	ASSERT_OK(pager_tensor_add(f.p, "r", 2 * PAGE, false, &r, &nr, err, sizeof(err)));
-	ASSERT_OK(pager_tensor_add(f.p, "s", (uint64_t)SLOTS * 2 * PAGE, true, &t, &n, err, sizeof(err)));
-	for (uint32_t i = 0; i < n; i++)
-		order[i] = i;
-	step(&f, t, order, n, 9, 0);
-	for (uint32_t i = 0; i < nr; i++) {
-		slot = fx_pin(&f, r, i);
-		fx_fill(fx_slot(&f, slot), PAGE, SEED(10, i, 0));
-		ASSERT_OK(pager_unpin(f.p, r, i, true));
-	}
-	fx_drain(&f);
-
-	/* The plan: s's pages 0..n-1, then r's. */
-	sn = pager_snap_new(f.p, n + nr, PAGE, snap_wake, NULL);
-	ASSERT_TRUE(sn != NULL);
-	for (uint32_t i = 0; i < n; i++) {
-		ASSERT_OK(pager_snap_plan(f.p, sn, t, i, i, &src[i]));
-		if (src[i].kind == PAGER_SRC_DISK && d == NONE_PAGE)
-			d = i;
-	}
-	for (uint32_t i = 0; i < nr; i++)
-		ASSERT_OK(pager_snap_plan(f.p, sn, r, i, n + i, &src[n + i]));
-	ASSERT_TRUE(d != NONE_PAGE);
-	ASSERT_EQ(src[n].kind, PAGER_SRC_SLOT);
-	ASSERT_OK(pager_snap_attach(f.p, sn));
-	ASSERT_EQ(pager_tensor_remove(f.p, t), -EAGAIN);
-
-	/* Saved aside: the one page the budget holds. */
-	slot = fx_pin(&f, r, 0);
-	ASSERT_GE(slot, 0);
-	fx_fill(fx_slot(&f, slot), PAGE, SEED(10, 0, 1));
-	ASSERT_OK(pager_unpin(f.p, r, 0, true));
-	/* Budget spent: the PIN waits, the copier is asked for that page. */
-	ud = fx_ud(&f);
-	ASSERT_EQ(pager_pin(f.p, r, 1, ud), PAGER_WAIT);
-	ASSERT_UEQ(pager_snap_urgent(sn), n + 1);
-	ASSERT_UEQ(pager_snap_urgent(sn), UINT64_MAX);
-	snap_copy(&f, sn, n + 1, &src[n + 1], SEED(10, 1, 0));
-	ASSERT_EQ(snap_wakes, 1u);
-	pager_snap_progress(f.p);
-	slot = pager_pin(f.p, r, 1, ud);
-	ASSERT_GE(slot, 0);
-	fx_fill(fx_slot(&f, slot), PAGE, SEED(10, 1, 1));
-	ASSERT_OK(pager_unpin(f.p, r, 1, true));
-
-	/* A page on disk needs a slot: every clean one still owed to the
-	 * copy, none is evicted; the PIN waits until the copier has one. */
-	ud = fx_ud(&f);
-	ASSERT_EQ(pager_pin(f.p, t, d, ud), PAGER_PENDING);
-	victim = snap_serve(&f, sn, src, n, ud, NONE_PAGE);
-	ASSERT_TRUE(victim < n && src[victim].kind == PAGER_SRC_SLOT);
-	slot = f.res[ud];
-	ASSERT_GE(slot, 0);
-	ASSERT_TRUE(fx_check(fx_slot(&f, slot), PAGE, SEED(9, d, 0)));
-	fx_fill(fx_slot(&f, slot), PAGE, SEED(9, d, 1));
-	ASSERT_OK(pager_unpin(f.p, t, d, true));
-
-	/* Its write-back would overwrite what the copy reads: a FLUSH waits
-	 * for the copier to have it. */
-	ud = fx_ud(&f);
-	ASSERT_EQ(pager_flush(f.p, ud), PAGER_PENDING);
-	ASSERT_UEQ(snap_serve(&f, sn, src, n, ud, d), d);
-	ASSERT_EQ(f.res[ud], 0);
-
-	/* The rest of the copy: the saved page from its side buffer. */
-	for (uint64_t i = 0; i < n + nr; i++)
-		snap_copy(&f, sn, i, &src[i], i < n ? SEED(9, i, 0) : SEED(10, i - n, 0));
-	pager_snap_detach(f.p);
-	pager_snap_progress(f.p);
-	pager_snap_free(sn);
-	ASSERT_OK(pager_check(f.p));
-	/* The session kept what was written after the commit point. */
-	ASSERT_TRUE(fx_check(fx_slot(&f, fx_pin(&f, r, 0)), PAGE, SEED(10, 0, 1)));
-	ASSERT_OK(pager_unpin(f.p, r, 0, false));
-	slot = fx_pin(&f, t, d);
-	ASSERT_TRUE(fx_check(fx_slot(&f, slot), PAGE, SEED(9, d, 1)));
-	ASSERT_OK(pager_unpin(f.p, t, d, false));
-	/* No snapshot any more: unregister works again. */
-	k = (uint32_t)pager_tensor_remove(f.p, t);
-	ASSERT_TRUE(k == 0 || k == (uint32_t)PAGER_PENDING);
-	fx_drain(&f);
-	fx_teardown(&f);
-}
-
-/* Rewrites page i of t (a PIN, new bytes of seed, a dirty UNPIN) and
- * FLUSHes: the completion's ud. */
-static uint64_t rewrite_and_flush(struct fx *f, uint32_t t, uint32_t i, uint64_t seed)
-{
-	int slot = fx_pin(f, t, i);
-	uint64_t ud;
-
-	ASSERT_GE(slot, 0);
-	fx_fill(fx_slot(f, slot), PAGE, seed);
-	ASSERT_OK(pager_unpin(f->p, t, i, true));
-	ud = fx_ud(f);
-	ASSERT_EQ(pager_flush(f->p, ud), PAGER_PENDING);
-	return ud;
-}
-
-/* A write-back over the swap home of a page planned on disk goes to a
- * spare swap page of the session instead of waiting for the copier (the
- * trainer rewrites every page each step, and would otherwise wait for a
- * copy that shares its disk): the copy still reads the commit point's
- * bytes at the planned home, the session reads the new ones from the new
- * home, and the planned home is free again once copied. With no spare
- * page left, the write waits as before. */
-static void test_snapshot_moves(void)
-{
-	struct pager_src src[SLOTS * 2];
-	uint32_t order[SLOTS * 2], t, n, d[2], nd = 0;
-	struct pager_snap_stats ss;
-	struct pager_stats st0, st1;
-	struct pager_snap *sn;
-	uint64_t ud;
-	struct fx f;
-	char err[256];
-	int slot;
-
-	fx_setup(&f, NULL, 1, PAGE, SLOTS, DEPTH);
-	/* One swap page more than s needs. */
-	f.p = fx_pager(&f, "job/moves", (uint64_t)(SLOTS * 2 + 1) * PAGE, WINDOW, DEPTH);
-	ASSERT_OK(pager_tensor_add(f.p, "s", (uint64_t)SLOTS * 2 * PAGE, true, &t, &n, err, sizeof(err)));
-	for (uint32_t i = 0; i < n; i++)
-		order[i] = i;
-	step(&f, t, order, n, 9, 0); /* snap_serve() checks tag 9 */
-	fx_drain(&f);
-	pager_stats(f.p, &st0);
-
-	/* Side buffers for every page: evictions never wait here. */
-	sn = pager_snap_new(f.p, n, (uint64_t)n * PAGE, snap_wake, NULL);
-	ASSERT_TRUE(sn != NULL);
-	for (uint32_t i = 0; i < n; i++) {
-		ASSERT_OK(pager_snap_plan(f.p, sn, t, i, i, &src[i]));
-		if (src[i].kind == PAGER_SRC_DISK && nd < 2)
-			d[nd++] = i;
-	}
-	ASSERT_EQ(nd, 2u);
-	ASSERT_OK(pager_snap_attach(f.p, sn));
-
-	/* The first rewritten page takes the spare swap page: its FLUSH
-	 * completes with the copier idle, nothing asked of it. */
-	ud = rewrite_and_flush(&f, t, d[0], SEED(9, d[0], 1));
-	fx_drain(&f);
-	ASSERT_TRUE(f.done[ud]);
-	ASSERT_EQ(f.res[ud], 0);
-	ASSERT_UEQ(pager_snap_urgent(sn), UINT64_MAX);
-	pager_snap_stats(sn, &ss);
-	ASSERT_UEQ(ss.moved, 1);
-	ASSERT_UEQ(ss.waits, 0);
-	ASSERT_OK(pager_check(f.p));
-
-	/* No spare page left: the second one's write waits for the copier,
-	 * which is asked for that very page. */
-	ud = rewrite_and_flush(&f, t, d[1], SEED(9, d[1], 1));
-	ASSERT_UEQ(snap_serve(&f, sn, src, n, ud, d[1]), d[1]);
-	ASSERT_EQ(f.res[ud], 0);
-
-	/* The copy reads the commit point's bytes everywhere, d[0]'s at its
-	 * planned home, which the session no longer uses. */
-	for (uint64_t i = 0; i < n; i++)
-		snap_copy(&f, sn, i, &src[i], SEED(9, i, 0));
-	pager_snap_progress(f.p);
-	ASSERT_OK(pager_check(f.p));
-	pager_snap_detach(f.p);
-	pager_snap_free(sn);
-	ASSERT_OK(pager_check(f.p));
-	pager_stats(f.p, &st1);
-	ASSERT_UEQ(st1.swap_assigned_bytes, st0.swap_assigned_bytes);
-
-	/* The rewritten pages read back from their homes as rewritten:
-	 * every other page pinned pushes them out of the region first. */
-	for (uint32_t i = 0; i < n; i++) {
-		if (i == d[0] || i == d[1])
-			continue;
-		ASSERT_GE(fx_pin(&f, t, i), 0);
-		ASSERT_OK(pager_unpin(f.p, t, i, false));
-	}
-	fx_drain(&f);
-	for (uint32_t k = 0; k < 2; k++) {
-		ASSERT_EQ(pager_page_state(f.p, t, d[k]), PAGER_DISK);
-		slot = fx_pin(&f, t, d[k]);
-		ASSERT_GE(slot, 0);
-		ASSERT_TRUE(fx_check(fx_slot(&f, slot), PAGE, SEED(9, d[k], 1)));
-		ASSERT_OK(pager_unpin(f.p, t, d[k], false));
-	}
-	fx_teardown(&f);
-}
-
 int main(void)
 {
 	test_round_trip();
@@ -878,7 +576,5 @@ int main(void)
 	test_overwrite();
 	test_overwrite_joins_read();
 	test_room();
-	test_snapshot();
-	test_snapshot_moves();
 	return 0;
 }

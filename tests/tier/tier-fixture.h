@@ -245,4 +245,39 @@ static inline bool fx_zero(const uint8_t *src, size_t n)
 
 #define SEED(tag, page, version) (((uint64_t)(tag) << 40) ^ ((uint64_t)(page) << 16) ^ (uint64_t)(version))
 
+/* One step the way the daemon and client will run it: PIN (waiting for the
+ * completion when pending), check what the last step wrote, write this
+ * step's data, UNPIN dirty. */
+static inline void fx_step(struct fx *f, uint32_t t, const uint32_t *order, uint32_t n, unsigned tag, unsigned version)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t pg = order[i];
+		struct pager_stats s0, s1;
+		int slot;
+		uint8_t *d;
+
+		pager_stats(f->p, &s0);
+		slot = fx_pin(f, t, pg);
+		pager_stats(f->p, &s1);
+		if (getenv("TIER_DEBUG") && s1.misses != s0.misses)
+		{
+			fprintf(stderr, "miss: step %u i %u page %u free %u wb %u rd %u ring %u:", version, i, pg,
+				s0.slots_free, s0.writes_inflight, s0.reads_inflight, s0.queue_depth);
+			for (int k = 0; k < PAGER__STATES; k++)
+				fprintf(stderr, " %s=%llu", pager_state_name(k), (unsigned long long)s0.pages_by_state[k]);
+			fprintf(stderr, "\n");
+		}
+
+		if (slot < 0)
+			TEST_FAIL("pin of page %u: %s (%s)", pg, strerror(-slot), pager_last_error(f->p));
+		d = fx_slot(f, slot);
+		if (version == 0)
+			ASSERT_TRUE(fx_zero(d, f->page_size)); /* a page never written reads as zeros */
+		else if (!fx_check(d, f->page_size, SEED(tag, pg, version - 1)))
+			TEST_FAIL("page %u (step %u): data differs from what was written", pg, version);
+		fx_fill(d, f->page_size, SEED(tag, pg, version));
+		ASSERT_OK(pager_unpin(f->p, t, pg, true));
+	}
+}
+
 #endif
