@@ -55,6 +55,17 @@ One JSON line per configuration (with --json):
                       counted once; compare with torch_rss_bytes
   trainer_heap_bytes  what of trainer_rss is glibc's brk heap (freed
                       blocks it keeps: the part that moves between runs)
+  trainer_hwm_bytes   the trainer's VmHWM over the measured steps (reset
+                      after the warm-up through /proc/self/clear_refs): the
+                      most it held at once, in forward, backward or step
+  torch_peak_bytes    the same for the torch.optim.AdamW trainer (its
+                      step's temporaries included)
+  footprint_peak_bytes  trainer_hwm - trainer_shmem + daemon_region_held
+                      (the smaller of the shmem counts at the reset and at
+                      the end: never an understatement); compare with
+                      torch_peak_bytes in footprint_peak_vs_torch: what a
+                      machine must have for the run, where footprint_bytes
+                      is what stays held between steps
 plus the configuration (model shape, params, threads, load average).
 
 The default model is GPT-2 small's shape with an untied head (162M
@@ -307,6 +318,13 @@ def worker(a, cfg):
             t2 = time.perf_counter()
             answer({"step_s": t2 - t0, "opt_s": t2 - t1, "cpu_s": time.process_time() - c0,
                     "loss": float(loss)})
+        elif cmd == "peak_reset":
+            # The peak resident set (VmHWM) from now on: the measured
+            # steps', not the model's construction or the first step's.
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            m = proc_status()
+            answer({"shmem": m.get("RssShmem", 0), "rss": m.get("VmRSS", 0)})
         elif cmd == "mem":
             m = proc_status()
             res = {"rss": m.get("VmRSS", 0), "hwm": m.get("VmHWM", 0),
@@ -533,6 +551,7 @@ def main(argv):
                 progress(done, total)
                 t.ask("step")
                 done += 1
+        resets = [t.ask("peak_reset") for t in trainers]
         for r in range(a.steps):
             for k in range(len(trainers)):
                 i = (r + k) % len(trainers)
@@ -563,10 +582,16 @@ def main(argv):
     torch_step = median(times[base]) if base is not None else None
     torch_cpu = median(cpu_times[base]) if base is not None else None
     torch_rss = mems[base]["rss"] if base is not None else None
+    torch_peak = mems[base]["hwm"] if base is not None else None
     for i, c in enumerate(cfgs):
         m = mems[i]
         step = median(times[i])
         footprint = m["rss"] - m["shmem"] + m["region_held"]
+        # The region's pages the trainer maps count once, at the daemon:
+        # taken off at the least the trainer mapped during the steps
+        # (its count when the peak was reset), so that the peak of its
+        # own memory is never understated.
+        footprint_peak = m["hwm"] - min(resets[i]["shmem"], m["shmem"]) + m["region_held"]
         row = {
             "bench": "torch",
             "optimizer": "torch.optim.AdamW" if c["kind"] == "torch" else "OffloadAdamW",
@@ -599,6 +624,9 @@ def main(argv):
             "daemon_locked_bytes": m["region"] if m["locked"] else 0,
             "footprint_bytes": footprint,
             "footprint_vs_torch": round(footprint / torch_rss, 3) if torch_rss else None,
+            "torch_peak_bytes": torch_peak,
+            "footprint_peak_bytes": footprint_peak,
+            "footprint_peak_vs_torch": round(footprint_peak / torch_peak, 3) if torch_peak else None,
             "loss": losses[i],
             "loadavg": [round(load0[0], 2), round(load1[0], 2)],
             "torch": trainers[i].info["torch"],

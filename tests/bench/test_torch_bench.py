@@ -15,7 +15,8 @@ BENCH = sys.argv.pop(1) if len(sys.argv) > 1 and not sys.argv[1].startswith("-")
     os.environ.get("SPILLWAY_BENCH", "spillway-bench")
 FIELDS = ("step_s", "opt_s", "torch_step_s", "ratio_vs_torch", "trainer_rss_bytes",
           "torch_rss_bytes", "daemon_locked_bytes", "daemon_region_bytes",
-          "trainer_shmem_bytes", "footprint_bytes", "params", "tier", "mode", "loss")
+          "trainer_shmem_bytes", "footprint_bytes", "trainer_hwm_bytes", "torch_peak_bytes",
+          "footprint_peak_bytes", "footprint_peak_vs_torch", "params", "tier", "mode", "loss")
 
 
 class TorchBench(unittest.TestCase):
@@ -49,6 +50,7 @@ class TorchBench(unittest.TestCase):
                 self.assertAlmostEqual(r["ratio_vs_torch"], r["step_s"] / r["torch_step_s"],
                                        delta=0.01 * r["ratio_vs_torch"] + 0.002)
                 self.assertEqual(r["torch_rss_bytes"], torch_row["trainer_rss_bytes"])
+                self.assertEqual(r["torch_peak_bytes"], torch_row["trainer_hwm_bytes"])
                 self.assertGreater(r["trainer_rss_bytes"], 0)
                 self.assertGreater(r["trainer_cpu_s"], 0)
                 self.assertTrue(math.isfinite(r["cpu_ratio_vs_torch"]) and r["cpu_ratio_vs_torch"] > 0)
@@ -78,6 +80,16 @@ class TorchBench(unittest.TestCase):
                 self.assertGreater(r["trainer_shmem_bytes"], 0)
                 self.assertEqual(r["footprint_bytes"],
                                  r["trainer_rss_bytes"] - r["trainer_shmem_bytes"] + held)
+                # The peak is over the measured steps (reset after the
+                # warm-up): never below what is held at the end, and the
+                # region counted once, taken off at most as the trainer
+                # mapped it at the end.
+                self.assertGreaterEqual(r["trainer_hwm_bytes"], r["trainer_rss_bytes"])
+                self.assertGreaterEqual(r["footprint_peak_bytes"],
+                                        r["trainer_hwm_bytes"] - r["trainer_shmem_bytes"] + held)
+                self.assertLessEqual(r["footprint_peak_bytes"], r["trainer_hwm_bytes"] + held)
+                self.assertAlmostEqual(r["footprint_peak_vs_torch"],
+                                       r["footprint_peak_bytes"] / r["torch_peak_bytes"], delta=0.0006)
 
     def test_same_training(self):
         # Same seed, data and AdamW (to an ulp): the last losses agree.
