@@ -4,7 +4,7 @@
  * NVMe tier costs, against copying the same bytes.
  *
  *   spillway-bench checkpoint [--json] [--sizes MiB,MiB] [--trials N] [--dir DIR]
- *                             [--restart-mib MiB] [--spare F]
+ *                             [--restart-mib MiB] [--spare F] [--compute-ms MS]
  *
  * For each size of fp32 AdamW state (p, m, v; default 1 GiB and 4 GiB), a
  * trainer thread trains a persistent session on the NVMe tier (swap files
@@ -149,9 +149,20 @@ static int optimizer(struct trainer *t)
 	return 0;
 }
 
+/* --compute-ms: what a step spends in forward and backward before its
+ * gradients, the trainer's thread asleep as while a GPU computes (the
+ * daemon's write-behind and read-ahead go on meanwhile). 0: none, a
+ * trainer bound by its disk alone, the worst case for a copy that shares
+ * that disk. */
+static unsigned compute_ms;
+
 static int one_step(struct trainer *t)
 {
-	int r = spw_optimizer_begin(t->o, t->step + 1, NULL, 0.0f);
+	int r;
+
+	if (compute_ms)
+		usleep(compute_ms * 1000u);
+	r = spw_optimizer_begin(t->o, t->step + 1, NULL, 0.0f);
 
 	for (int i = 0; i < TENSORS && r == 0; i++)
 		r = spw_optimizer_grad_ready(t->o, t->id[i], SPW_ALL_CHUNKS, t->grad, t->count * 4, SPW_TYPE_F32, NULL);
@@ -509,11 +520,11 @@ static int bench_size(const char *dir, double mib, unsigned trials, bool json)
 
 		if (json) {
 			printf("{\"bench\":\"checkpoint\",\"tier\":\"nvme\",\"state_mib\":%.0f,\"spare_swap_mib\":%.0f,"
-			       "\"trials\":%u,"
-			       "\"step_s\":%.4f,\"checkpoint_s\":%.4f,\"commit_wait_s\":%.4f,\"copied_in_kernel_bytes\":%ju,"
-			       "\"direct_bytes\":%ju,\"cow_moved_bytes\":%ju,\"cow_waits\":%ju,\"stall_s\":%.4f,"
-			       "\"stall_steps\":%u,\"cp_s\":%.4f,", mib, mib * spare_frac, trials, st, c, w, (uintmax_t)kernel,
-			       (uintmax_t)tr[0].direct, (uintmax_t)tr[0].moved, (uintmax_t)tr[0].waits, s, stall_steps, p);
+			       "\"compute_ms\":%u,\"trials\":%u,\"step_s\":%.4f,\"checkpoint_s\":%.4f,\"commit_wait_s\":%.4f,"
+			       "\"copied_in_kernel_bytes\":%ju,\"direct_bytes\":%ju,\"cow_moved_bytes\":%ju,\"cow_waits\":%ju,"
+			       "\"stall_s\":%.4f,\"stall_steps\":%u,\"cp_s\":%.4f,", mib, mib * spare_frac, compute_ms, trials,
+			       st, c, w, (uintmax_t)kernel, (uintmax_t)tr[0].direct, (uintmax_t)tr[0].moved,
+			       (uintmax_t)tr[0].waits, s, stall_steps, p);
 			if (torch)
 				printf("\"torch_save_s\":%.4f,\"torch_save\":\"ran\",", q);
 			else
@@ -627,9 +638,11 @@ out:
 
 static const char usage[] =
 	"usage: spillway-bench checkpoint [--json] [--sizes MiB,MiB] [--trials N] [--dir DIR] [--restart-mib MiB]\n"
-	"         [--spare F]\n"
+	"         [--spare F] [--compute-ms MS]\n"
 	"  --spare F: the session's swap beyond its tensors, F times the state (default 0.125): where the\n"
-	"  trainer's rewrites of pages the copy has not read yet go instead of waiting for it\n";
+	"  trainer's rewrites of pages the copy has not read yet go instead of waiting for it\n"
+	"  --compute-ms MS: each step sleeps MS first, as a trainer whose GPU computes forward and\n"
+	"  backward (default 0: a trainer bound by its disk alone)\n";
 
 int bench_checkpoint(int argc, char **argv)
 {
@@ -655,6 +668,8 @@ int bench_checkpoint(int argc, char **argv)
 			trials = (unsigned)atoi(v);
 		else if (!strcmp(argv[i], "--spare") && atof(v) >= 0 && atof(v) <= 4)
 			spare_frac = atof(v);
+		else if (!strcmp(argv[i], "--compute-ms") && atoi(v) >= 0 && atoi(v) <= 600000)
+			compute_ms = (unsigned)atoi(v);
 		else if (!strcmp(argv[i], "--dir"))
 			base = v;
 		else if (!strcmp(argv[i], "--restart-mib"))
