@@ -117,8 +117,12 @@ def load(opt, directory):
     over, as a restarted trainer would (the model's parameters get the
     checkpoint's master weights, opt.resumed_step its step). The checkpoint
     must be of the same model and settings (the takeover checks the
-    region's geometry, the layout record the rest). When the restore
-    fails, the optimizer is closed: its previous state was released."""
+    region's geometry, the layout record the rest). The directory is looked
+    at first (its manifest, each data file's size, the page size): a wrong
+    or cut directory raises CheckpointError and leaves the optimizer as it
+    was. When the restore fails past that (a page's CRC, another model's
+    tensors), the optimizer is closed: its previous state was released."""
+    from ._portable import CheckpointError, read_manifest
     from ._torch_hooks import remove_hooks
     if not getattr(opt, "_persistent", False) or not opt._own_session:
         raise ValueError("load_checkpoint needs OffloadAdamW(persistent=True, session='job/rank0') making its "
@@ -127,6 +131,12 @@ def load(opt, directory):
     if opt._opt is None or opt._session is None:
         raise RuntimeError("load_checkpoint: the optimizer was closed")
     name = opt._session_name
+    m = read_manifest(directory)
+    psz = opt._session.info()["page_size"]
+    if m.get("page_size") != psz:
+        raise CheckpointError("%s: a checkpoint of pages of %s bytes, and this optimizer's session has pages of %d: "
+                              "it was saved with other settings (page_size=, tier=, state_dtype=) or of another "
+                              "model; nothing was changed" % (directory, m.get("page_size"), psz))
     opt._opt.sync()
     for e in opt._entries:
         remove_hooks(e)

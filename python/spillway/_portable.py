@@ -68,14 +68,19 @@ def page_crcs(data, page_size):
     return [crc32c(data[at:at + page_size]) for at in range(0, len(data), page_size)]
 
 
-def read_checkpoint(directory):
-    """(manifest, {tensor name: bytearray}) with every page's CRC checked."""
+def read_manifest(directory, sizes=True):
+    """directory's manifest when it is a spillway checkpoint (version 1),
+    and, with sizes, each tensor's data file there holds its bytes (not
+    their CRCs: read_checkpoint and a restore check those); else
+    CheckpointError naming the file and what is wrong."""
     path = os.path.join(directory, MANIFEST)
     try:
         with open(path, "rb") as f:
             m = json.loads(f.read())
     except (OSError, ValueError) as e:
         raise CheckpointError("%s: not a readable spillway checkpoint manifest (%s)" % (path, e)) from e
+    if not isinstance(m, dict):
+        raise CheckpointError("%s: not a spillway checkpoint manifest (a JSON %s)" % (path, type(m).__name__))
     if m.get("format") == "spillway-checkpoint" and m.get("version") == 2:
         # The save of an orphan whose trainer died inside a step's updates:
         # two steps' mix, which only a takeover's journal sorts out.
@@ -86,13 +91,33 @@ def read_checkpoint(directory):
     if m.get("format") != "spillway-checkpoint" or m.get("version") != 1:
         raise CheckpointError("%s: format %r version %r; this reads spillway-checkpoint version 1"
                               % (path, m.get("format"), m.get("version")))
+    for t in m.get("tensors", []) if sizes else []:
+        fp = _data_file(path, directory, t)
+        try:
+            n = os.stat(fp).st_size
+        except OSError as e:
+            raise CheckpointError("tensor %s: %s" % (t.get("name"), e)) from e
+        if n != t.get("bytes"):
+            raise CheckpointError("tensor %s: file %s holds %d bytes; the manifest says %s"
+                                  % (t.get("name"), fp, n, t.get("bytes")))
+    return m
+
+
+def _data_file(path, directory, t):
+    f = t.get("file")
+    if not isinstance(f, str) or not f or "/" in f or f.startswith("."):
+        raise CheckpointError("%s: tensor %s names the file %r" % (path, t.get("name"), f))
+    return os.path.join(directory, f)
+
+
+def read_checkpoint(directory):
+    """(manifest, {tensor name: bytearray}) with every page's CRC checked."""
+    path = os.path.join(directory, MANIFEST)
+    m = read_manifest(directory, sizes=False)
     psz = m["page_size"]
     data = {}
     for t in m["tensors"]:
-        f = t["file"]
-        if not f or "/" in f or f.startswith("."):
-            raise CheckpointError("%s: tensor %s names the file %r" % (path, t["name"], f))
-        fp = os.path.join(directory, f)
+        fp = _data_file(path, directory, t)
         with open(fp, "rb") as fh:
             b = bytearray(fh.read())
         if len(b) != t["bytes"]:

@@ -12,6 +12,7 @@ directory that is not a checkpoint, is refused.
 import copy
 import errno
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,7 @@ import spwtest
 import torch
 import torch.nn as nn
 import spillway
+from spillway.checkpoint import CheckpointError
 from spillway.torch import OffloadAdamW
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -122,6 +124,20 @@ class CheckpointTest(unittest.TestCase):
         for n in range(AT + 1, AT + 4):
             step(n)
         self.assertFalse(torch.equal(m[0].weight, model_at["0.weight"]))
+        # A directory that is not a checkpoint, or one cut short, is
+        # refused before anything is released: the optimizer trains on.
+        cut = ck + "-cut"
+        shutil.copytree(ck, cut)
+        data = sorted(f for f in os.listdir(cut) if f.endswith(".bin"))[0]
+        os.truncate(os.path.join(cut, data), 10)
+        now = {k: v.clone() for k, v in m.state_dict().items()}
+        for bad, why in ((ck + "-none", "manifest"), (cut, data)):
+            with self.assertRaises(CheckpointError) as e:
+                opt.load_checkpoint(bad)
+            self.assertIn(why, str(e.exception))
+            for k, v in now.items():
+                self.assertTrue(torch.equal(v, m.state_dict()[k]), "a refused load changed %s" % k)
+        step(AT + 4)
         self.assertEqual(opt.load_checkpoint(ck), AT)
         self.assertEqual(opt.resumed_step, AT)
         for k, v in model_at.items():
