@@ -199,18 +199,52 @@ static inline __attribute__((always_inline)) void q8_store8(void *p, __m256i q, 
 	memcpy((char *)p + 4, &hi, 4);
 }
 
-/* Eight m and sqrt(v) lanes to codes, in blocks of multipliers km, kv. */
+/* Eight m and sqrt(v) lanes to their codes as int32 lanes, in blocks of
+ * multipliers km, kv. */
+static inline __attribute__((always_inline)) void q8_codes8(__m256 m, __m256 r, __m256 km, __m256 kv, __m256i *qm,
+							    __m256i *qv)
+{
+	__m256 am = _mm256_and_ps(m, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+	__m256i neg = _mm256_srai_epi32(_mm256_castps_si256(m), 31); /* all ones where the sign bit is set */
+
+	*qm = q8_clamp8(_mm256_mul_ps(_mm256_sqrt_ps(am), km), 127.0f);
+	*qm = _mm256_sub_epi32(_mm256_xor_si256(*qm, neg), neg);
+	*qv = q8_clamp8(_mm256_mul_ps(_mm256_sqrt_ps(r), kv), 255.0f);
+}
+
 static inline __attribute__((always_inline)) void q8_enc8(int8_t *mq, uint8_t *vq, size_t i, __m256 m, __m256 r,
 							  __m256 km, __m256 kv)
 {
-	__m256 am = _mm256_and_ps(m, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
-	__m256i qm = q8_clamp8(_mm256_mul_ps(_mm256_sqrt_ps(am), km), 127.0f);
-	__m256i qv = q8_clamp8(_mm256_mul_ps(_mm256_sqrt_ps(r), kv), 255.0f);
-	__m256i neg = _mm256_srai_epi32(_mm256_castps_si256(m), 31); /* all ones where the sign bit is set */
+	__m256i qm, qv;
 
-	qm = _mm256_sub_epi32(_mm256_xor_si256(qm, neg), neg);
+	q8_codes8(m, r, km, kv, &qm, &qv);
 	q8_store8(mq + i, qm, true);
 	q8_store8(vq + i, qv, false);
+}
+
+/* Four times eight int32 lanes (each fits a byte) to 32 bytes at p, in
+ * order: one store where q8_store8 takes four pairs of extracts. */
+static inline __attribute__((always_inline)) void q8_store32(void *p, const __m256i q[4], bool is_signed)
+{
+	/* Per 128-bit half: q0[0..3] q1[0..3] q2[0..3] q3[0..3] as bytes,
+	 * then q*[4..7]: dwords 0,4,1,5,2,6,3,7 put each vector's 8 together. */
+	__m256i ab = _mm256_packs_epi32(q[0], q[1]), cd = _mm256_packs_epi32(q[2], q[3]);
+	__m256i w = is_signed ? _mm256_packs_epi16(ab, cd) : _mm256_packus_epi16(ab, cd);
+
+	w = _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+	_mm256_storeu_si256((__m256i *)p, w);
+}
+
+/* 32 elements' codes from the block's saved m and sqrt(v) at j. */
+static inline __attribute__((always_inline)) void q8_enc32(int8_t *mq, uint8_t *vq, size_t i, const float *m,
+							   const float *v, size_t j, __m256 km, __m256 kv)
+{
+	__m256i qm[4], qv[4];
+
+	for (int k = 0; k < 4; k++)
+		q8_codes8(_mm256_load_ps(m + j + 8 * k), _mm256_load_ps(v + j + 8 * k), km, kv, &qm[k], &qv[k]);
+	q8_store32(mq + i, qm, true);
+	q8_store32(vq + i, qv, false);
 }
 
 /* Eight copy-out values of type t at x + i. */
@@ -293,7 +327,9 @@ static inline __attribute__((always_inline)) void adamw_q8_span(const struct spw
 		kv = spw_q8_kv(sv);
 		smv = _mm256_set1_ps(km);
 		svv = _mm256_set1_ps(kv);
-		for (j = 0; j + 8 <= e; j += 8)
+		for (j = 0; j + 32 <= e; j += 32)
+			q8_enc32(mq, vq, b + j, m, v, j, smv, svv);
+		for (; j + 8 <= e; j += 8)
 			q8_enc8(mq, vq, b + j, _mm256_load_ps(m + j), _mm256_load_ps(v + j), smv, svv);
 		for (; j < e; j++) {
 			mq[b + j] = spw_q8_enc_m(m[j], km);
