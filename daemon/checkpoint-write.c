@@ -69,12 +69,11 @@ static int reflink_range(int src, uint64_t off, int dst, uint64_t at, size_t n)
 	return -errno;
 }
 
-/* Page len bytes of swap file k at off into buf (a page-aligned buffer
- * of a whole page): past the page cache where the file opened with
- * O_DIRECT (reading through it would fill the cache with pages the
- * pager's direct writes must then drop), else through it. */
-/* A whole swap page into buf (page_size bytes): with O_DIRECT where the
- * file opened so, else through the page cache. */
+/* The whole swap page of file k at off into buf (a page-aligned buffer
+ * of a page): past the page cache where the file opened with O_DIRECT
+ * (reading through it would fill the cache with pages the pager's direct
+ * writes must then drop), else through it. Where the copier's ring reads
+ * it instead: ck_io_read_write(). */
 static int read_swap_page(const struct checkpoint *ck, unsigned k, uint8_t *buf, uint64_t off)
 {
 	int r = -EINVAL;

@@ -171,7 +171,7 @@ static int check_disks(const struct pager *p)
 	for (uint64_t i = 0; i < p->ndisk_free && !r; i++)
 		SEE(p->disk_free[i]);
 	for (uint64_t i = 0; i < p->ndheld && !r; i++)
-		SEE(p->dheld[i].slot);
+		SEE(p->dheld[i].at);
 #undef SEE
 	free(seen);
 	return r;

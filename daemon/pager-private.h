@@ -3,7 +3,8 @@
  * pager-private.h: what the pager's pieces share, and nobody else sees.
  * pager.h is the interface for the rest of the daemon.
  *
- *   pager.c         page table, tensors, PIN/UNPIN/PREFETCH/STEP, life cycle
+ *   pager.c         page table, PIN/UNPIN/PREFETCH/STEP, life cycle
+ *   pager-tensors.c tensors registered, dropped, removed
  *   pager-policy.c  learned access order and victim choice (pure code)
  *   pager-io.c      reads and writes of one page, their completions, CRC-32C
  *   pager-sched.c   slot waiters, write-back, read-ahead, write-behind
@@ -105,7 +106,7 @@ struct pfsync {
 };
 
 struct pheld {
-	uint32_t slot;        /* or the swap page, in pager.dheld */
+	uint32_t at;          /* the slot (pager.held) or the swap page (pager.dheld) */
 	uint64_t entry;       /* the snapshot's page whose bytes it holds */
 };
 

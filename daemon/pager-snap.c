@@ -279,7 +279,7 @@ static void dheld_reclaim(struct pager *p)
 			k++;
 			continue;
 		}
-		p->disk_free[p->ndisk_free++] = h->slot;
+		p->disk_free[p->ndisk_free++] = h->at;
 		*h = p->dheld[--p->ndheld];
 	}
 }
@@ -304,7 +304,7 @@ bool pager_snap_home_ok(struct pager *p, struct ppage *pg)
 	if (!p->ndisk_free)
 		dheld_reclaim(p);
 	if (p->ndisk_free) {
-		p->dheld[p->ndheld++] = (struct pheld){ .slot = pg->disk, .entry = i };
+		p->dheld[p->ndheld++] = (struct pheld){ .at = pg->disk, .entry = i };
 		pg->disk = p->disk_free[--p->ndisk_free];
 		/* The new home holds nothing of pg's until this write lands. */
 		pg->flags &= (uint8_t)~F_ONDISK;
@@ -322,7 +322,7 @@ bool pager_snap_release_ok(struct pager *p, struct ppage *pg)
 
 	if (slot_free(p, pg, &i))
 		return true;
-	p->held[p->nheld++] = (struct pheld){ .slot = pg->slot, .entry = i };
+	p->held[p->nheld++] = (struct pheld){ .at = pg->slot, .entry = i };
 	return false;
 }
 
@@ -352,7 +352,7 @@ void pager_snap_progress(struct pager *p)
 			k++;
 			continue;
 		}
-		p->free_slots[p->nfree++] = h->slot;
+		p->free_slots[p->nfree++] = h->at;
 		*h = p->held[--p->nheld];
 	}
 	if (p->snap && p->ndheld)
@@ -372,10 +372,10 @@ void pager_snap_detach(struct pager *p)
 	p->wait_since = 0;
 	p->snap = NULL;
 	while (p->nheld)
-		p->free_slots[p->nfree++] = p->held[--p->nheld].slot;
+		p->free_slots[p->nfree++] = p->held[--p->nheld].at;
 	/* The copy is over (done or given up): nothing is owed any more. */
 	while (p->ndheld)
-		p->disk_free[p->ndisk_free++] = p->dheld[--p->ndheld].slot;
+		p->disk_free[p->ndisk_free++] = p->dheld[--p->ndheld].at;
 	free(p->held);
 	free(p->dheld);
 	p->held = p->dheld = NULL;
