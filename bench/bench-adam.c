@@ -144,6 +144,7 @@ __attribute__((target("avx2")))
 static void twin_avx2(float *p, float *m, float *v, const void *g, uint16_t *c, size_t n,
 		      enum spw_dtype gt, bool copy)
 {
+	bool nt = copy && ((uintptr_t)c & 31) == 0;
 	size_t i = 0;
 
 	for (; i + 16 <= n; i += 16) {
@@ -175,9 +176,17 @@ static void twin_avx2(float *p, float *m, float *v, const void *g, uint16_t *c, 
 		if (copy) {
 			__m256i w = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(p0), 16),
 							_mm256_srli_epi32(_mm256_castps_si256(p1), 16));
-			_mm256_storeu_si256((__m256i *)(c + i), _mm256_permute4x64_epi64(w, 0xd8));
+
+			w = _mm256_permute4x64_epi64(w, 0xd8);
+			/* Stored as the kernel stores it: around the cache when aligned. */
+			if (nt)
+				_mm256_stream_si256((__m256i *)(c + i), w);
+			else
+				_mm256_storeu_si256((__m256i *)(c + i), w);
 		}
 	}
+	if (nt)
+		_mm_sfence();
 	/* The last n % 16 elements the scalar way. */
 	twin_c(p + i, m + i, v + i, (const char *)g + i * (gt == SPW_DTYPE_BF16 ? 2 : 4), copy ? c + i : NULL, n - i, gt, copy);
 }

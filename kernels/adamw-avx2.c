@@ -55,21 +55,38 @@ static inline __attribute__((always_inline)) __m256i bf16_of(__m256 x)
 	return _mm256_srli_epi32(_mm256_blendv_epi8(r, q, _mm256_castps_si256(nan)), 16);
 }
 
-/* Stores 16 values converted to t at x + i. */
-static inline __attribute__((always_inline)) void st16(void *x, enum spw_dtype t, size_t i, __m256 a, __m256 b)
+/* Stores 16 values converted to t at x + i; nt: with non-temporal stores
+ * (x + i aligned to the store's width). */
+static inline __attribute__((always_inline)) void st16(void *x, enum spw_dtype t, size_t i, __m256 a, __m256 b,
+						       bool nt)
 {
 	if (t == SPW_DTYPE_BF16) {
 		__m256i w = _mm256_packus_epi32(bf16_of(a), bf16_of(b));
 		/* packus interleaves 128-bit lanes: a0-3 b0-3 | a4-7 b4-7 */
 		w = _mm256_permute4x64_epi64(w, 0xd8);
-		_mm256_storeu_si256((__m256i *)((uint16_t *)x + i), w);
+		if (nt)
+			_mm256_stream_si256((__m256i *)((uint16_t *)x + i), w);
+		else
+			_mm256_storeu_si256((__m256i *)((uint16_t *)x + i), w);
 	} else if (t == SPW_DTYPE_F16) {
 		const int rm = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-		_mm_storeu_si128((__m128i *)((uint16_t *)x + i), _mm256_cvtps_ph(a, rm));
-		_mm_storeu_si128((__m128i *)((uint16_t *)x + i + 8), _mm256_cvtps_ph(b, rm));
+		__m128i ha = _mm256_cvtps_ph(a, rm), hb = _mm256_cvtps_ph(b, rm);
+
+		if (nt) {
+			_mm_stream_si128((__m128i *)((uint16_t *)x + i), ha);
+			_mm_stream_si128((__m128i *)((uint16_t *)x + i + 8), hb);
+		} else {
+			_mm_storeu_si128((__m128i *)((uint16_t *)x + i), ha);
+			_mm_storeu_si128((__m128i *)((uint16_t *)x + i + 8), hb);
+		}
 	} else if (t == SPW_DTYPE_F32) {
-		_mm256_storeu_ps((float *)x + i, a);
-		_mm256_storeu_ps((float *)x + i + 8, b);
+		if (nt) {
+			_mm256_stream_ps((float *)x + i, a);
+			_mm256_stream_ps((float *)x + i + 8, b);
+		} else {
+			_mm256_storeu_ps((float *)x + i, a);
+			_mm256_storeu_ps((float *)x + i + 8, b);
+		}
 	}
 }
 
@@ -101,7 +118,7 @@ static inline __attribute__((always_inline)) __m256 upd8(const struct kv *K, __m
  */
 static inline __attribute__((always_inline)) void adamw16(const struct kv *K, float *p, void *m, void *v, const void *g,
 			   void *c, size_t i, enum spw_dtype gt, enum spw_dtype ct, enum spw_dtype mt,
-			   bool scale)
+			   bool scale, bool nt)
 {
 	__m256 ga = ld8(g, gt, i), gb = ld8(g, gt, i + 8);
 	__m256 pa = _mm256_loadu_ps(p + i), pb = _mm256_loadu_ps(p + i + 8);
@@ -112,9 +129,9 @@ static inline __attribute__((always_inline)) void adamw16(const struct kv *K, fl
 
 	_mm256_storeu_ps(p + i, pa);
 	_mm256_storeu_ps(p + i + 8, pb);
-	st16(m, mt, i, ma, mb);
-	st16(v, mt, i, va, vb);
-	st16(c, ct, i, a, b);
+	st16(m, mt, i, ma, mb, false);
+	st16(v, mt, i, va, vb, false);
+	st16(c, ct, i, a, b, nt);
 }
 
 /* mt: the moments' type, fp32 or bf16 (stored rounded to nearest even). */
@@ -125,13 +142,27 @@ static inline __attribute__((always_inline)) void adamw_span(const struct spw_ad
 	const struct kv K = kv_of(k);
 	size_t i = 0, gs = spw_dtype_size(gt), cs = spw_dtype_size(ct), ms = spw_dtype_size(mt), r;
 
+	/* The copy-out is written for another reader (the device's DMA, the
+	 * model), never read back here: stored around the cache, it costs
+	 * its bytes once, not a line's read for ownership first, and leaves
+	 * the cache to p, m and v. */
+	bool nt = cs && ((uintptr_t)c & 31) == 0;
+
 	/* The multiply port is the busiest: drop the one that does nothing. */
-	if (k->grad_scale == 1.0f)
+	if (k->grad_scale == 1.0f && nt)
 		for (; i + 16 <= n; i += 16)
-			adamw16(&K, p, m, v, g, c, i, gt, ct, mt, false);
+			adamw16(&K, p, m, v, g, c, i, gt, ct, mt, false, true);
+	else if (k->grad_scale == 1.0f)
+		for (; i + 16 <= n; i += 16)
+			adamw16(&K, p, m, v, g, c, i, gt, ct, mt, false, false);
+	else if (nt)
+		for (; i + 16 <= n; i += 16)
+			adamw16(&K, p, m, v, g, c, i, gt, ct, mt, true, true);
 	else
 		for (; i + 16 <= n; i += 16)
-			adamw16(&K, p, m, v, g, c, i, gt, ct, mt, true);
+			adamw16(&K, p, m, v, g, c, i, gt, ct, mt, true, false);
+	if (nt) /* the streamed lines reach memory before the span is done */
+		_mm_sfence();
 	r = n - i;
 	if (r) {
 		float pb[16] = { 0 };
@@ -141,7 +172,7 @@ static inline __attribute__((always_inline)) void adamw_span(const struct spw_ad
 		memcpy(mb, (const unsigned char *)m + i * ms, r * ms);
 		memcpy(vb, (const unsigned char *)v + i * ms, r * ms);
 		memcpy(gb, (const unsigned char *)g + i * gs, r * gs);
-		adamw16(&K, pb, mb, vb, gb, cb, 0, gt, ct, mt, true);
+		adamw16(&K, pb, mb, vb, gb, cb, 0, gt, ct, mt, true, false);
 		memcpy(p + i, pb, r * 4);
 		memcpy((unsigned char *)m + i * ms, mb, r * ms);
 		memcpy((unsigned char *)v + i * ms, vb, r * ms);
@@ -445,12 +476,12 @@ static inline __attribute__((always_inline)) void cast_span(void *d, enum spw_dt
 	size_t i = 0, ds = spw_dtype_size(dt), ss = spw_dtype_size(st);
 
 	for (; i + 16 <= n; i += 16)
-		st16(d, dt, i, ld8(s, st, i), ld8(s, st, i + 8));
+		st16(d, dt, i, ld8(s, st, i), ld8(s, st, i + 8), false);
 	if (i < n) {
 		_Alignas(32) unsigned char sb[64] = { 0 }, db[64];
 
 		memcpy(sb, (const unsigned char *)s + i * ss, (n - i) * ss);
-		st16(db, dt, 0, ld8(sb, st, 0), ld8(sb, st, 8));
+		st16(db, dt, 0, ld8(sb, st, 0), ld8(sb, st, 8), false);
 		memcpy((unsigned char *)d + i * ds, db, (n - i) * ds);
 	}
 }

@@ -51,7 +51,9 @@ static void ref_adamw(const struct spw_adamw_consts *k, float *p, float *m, floa
 struct bufs {
 	float p[MAXN + PAD], m[MAXN + PAD], v[MAXN + PAD];
 	union { float f[MAXN + PAD]; uint16_t h[2 * (MAXN + PAD)]; } g;
-	union { float f[MAXN + PAD]; uint16_t h[2 * (MAXN + PAD)]; } c;
+	/* Aligned, so that offset 0 takes the kernels' streamed copy-out and
+	 * offsets 1 and 2 their plain stores. */
+	_Alignas(64) union { float f[MAXN + PAD]; uint16_t h[2 * (MAXN + PAD)]; } c;
 };
 
 static struct bufs src, want, got;
