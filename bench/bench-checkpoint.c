@@ -5,6 +5,7 @@
  *
  *   spillway-bench checkpoint [--json] [--sizes MiB,MiB] [--trials N] [--dir DIR]
  *                             [--restart-mib MiB] [--spare F] [--compute-ms MS]
+ *                             [--priority low|normal]
  *
  * For each size of fp32 AdamW state (p, m, v; default 1 GiB and 4 GiB), a
  * trainer thread trains a persistent session on the NVMe tier (swap files
@@ -155,6 +156,10 @@ static int optimizer(struct trainer *t)
  * trainer bound by its disk alone, the worst case for a copy that shares
  * that disk. */
 static unsigned compute_ms;
+
+/* --priority: the daemon's checkpoint.priority, normal (the default) or
+ * low (the copy gives the disk to a trainer waiting on it). */
+static const char *priority = "normal";
 
 static int one_step(struct trainer *t)
 {
@@ -357,6 +362,8 @@ struct trial {
 	uint64_t kernel;
 	uint64_t direct; /* written from memory with O_DIRECT */
 	uint64_t moved, waits; /* copy-on-write: pages moved to spare swap, pages that waited for the copy */
+	uint64_t yields;       /* times the copy held back for a trainer waiting on the disk */
+	double yield_s;
 };
 
 /* A, B and C once. */
@@ -399,6 +406,8 @@ static int one_trial(struct trainer *t, const char *dir, unsigned k, struct tria
 	tr->direct = res.direct_bytes;
 	tr->moved = res.cow_moved_bytes;
 	tr->waits = res.cow_waits;
+	tr->yields = res.yields;
+	tr->yield_s = res.yield_seconds;
 	tr->step = base;
 	tr->stall = 0.0;
 	tr->stall_steps = 0;
@@ -444,6 +453,7 @@ static const char config_fmt[] =
 	"  \"pool\": { \"max_bytes\": \"%juMiB\", \"session_max_bytes\": \"%juMiB\", \"require_locked\": false },\n"
 	"  \"swap\": { \"dirs\": [ { \"path\": \"%s\", \"max_bytes\": \"%juMiB\" } ] },\n"
 	"  %s\n"
+	"  \"checkpoint\": { \"priority\": \"%s\" },\n"
 	"  \"log\": { \"level\": \"error\" }\n"
 	"}\n";
 
@@ -454,7 +464,8 @@ static int daemon_start(struct local_daemon *d, const char *swapdir, double mib,
 
 	if (state_dir)
 		snprintf(persist, sizeof(persist), "\"persist\": { \"state_dir\": \"%s\" },", state_dir);
-	snprintf(cfg, sizeof(cfg), config_fmt, region * 2, region, swapdir, (uintmax_t)(mib * (1.5 + spare_frac)) + 256, persist);
+	snprintf(cfg, sizeof(cfg), config_fmt, region * 2, region, swapdir, (uintmax_t)(mib * (1.5 + spare_frac)) + 256, persist,
+		 priority);
 	return local_daemon_start(d, cfg);
 }
 
@@ -520,9 +531,11 @@ static int bench_size(const char *dir, double mib, unsigned trials, bool json)
 
 		if (json) {
 			printf("{\"bench\":\"checkpoint\",\"tier\":\"nvme\",\"state_mib\":%.0f,\"spare_swap_mib\":%.0f,"
-			       "\"compute_ms\":%u,\"trials\":%u,\"step_s\":%.4f,\"checkpoint_s\":%.4f,\"commit_wait_s\":%.4f,"
+			       "\"compute_ms\":%u,\"priority\":\"%s\",\"yields\":%ju,\"yield_s\":%.3f,\"trials\":%u,"
+			       "\"step_s\":%.4f,\"checkpoint_s\":%.4f,\"commit_wait_s\":%.4f,"
 			       "\"copied_in_kernel_bytes\":%ju,\"direct_bytes\":%ju,\"cow_moved_bytes\":%ju,\"cow_waits\":%ju,"
-			       "\"stall_s\":%.4f,\"stall_steps\":%u,\"cp_s\":%.4f,", mib, mib * spare_frac, compute_ms, trials,
+			       "\"stall_s\":%.4f,\"stall_steps\":%u,\"cp_s\":%.4f,", mib, mib * spare_frac, compute_ms, priority,
+			       (uintmax_t)tr[0].yields, tr[0].yield_s, trials,
 			       st, c, w, (uintmax_t)kernel, (uintmax_t)tr[0].direct, (uintmax_t)tr[0].moved,
 			       (uintmax_t)tr[0].waits, s, stall_steps, p);
 			if (torch)
@@ -638,11 +651,13 @@ out:
 
 static const char usage[] =
 	"usage: spillway-bench checkpoint [--json] [--sizes MiB,MiB] [--trials N] [--dir DIR] [--restart-mib MiB]\n"
-	"         [--spare F] [--compute-ms MS]\n"
+	"         [--spare F] [--compute-ms MS] [--priority low|normal]\n"
 	"  --spare F: the session's swap beyond its tensors, F times the state (default 0.125): where the\n"
 	"  trainer's rewrites of pages the copy has not read yet go instead of waiting for it\n"
 	"  --compute-ms MS: each step sleeps MS first, as a trainer whose GPU computes forward and\n"
-	"  backward (default 0: a trainer bound by its disk alone)\n";
+	"  backward (default 0: a trainer bound by its disk alone)\n"
+	"  --priority P: the daemon's checkpoint.priority (default normal: the copy's full window always;\n"
+	"  low: one request in flight while the trainer waits on the disk)\n";
 
 int bench_checkpoint(int argc, char **argv)
 {
@@ -670,6 +685,8 @@ int bench_checkpoint(int argc, char **argv)
 			spare_frac = atof(v);
 		else if (!strcmp(argv[i], "--compute-ms") && atoi(v) >= 0 && atoi(v) <= 600000)
 			compute_ms = (unsigned)atoi(v);
+		else if (!strcmp(argv[i], "--priority") && v && (!strcmp(v, "low") || !strcmp(v, "normal")))
+			priority = v;
 		else if (!strcmp(argv[i], "--dir"))
 			base = v;
 		else if (!strcmp(argv[i], "--restart-mib"))

@@ -113,6 +113,8 @@ static int call(spw_client *c, const char *type, const char *session, const char
 	res.direct_bytes = num(reply, "direct_bytes");
 	res.buffered_bytes = num(reply, "buffered_bytes");
 	res.cow_moved_bytes = num(reply, "cow_moved_bytes");
+	res.yields = num(reply, "yields");
+	res.yield_seconds = real(reply, "yield_seconds");
 	cJSON_Delete(reply);
 	c->errmsg[0] = '\0';
 	if (out)

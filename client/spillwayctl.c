@@ -391,11 +391,12 @@ static int checkpoint_cmd(const char *dir, const char *cmd, const char *name, co
 			       res.tensors, a, res.seconds, res.lease_s, name);
 		else
 			printf("checkpoint of %s at step %llu: %u tensors, %s in %.2f s (%.0f MB/s) to %s, after %.2f s "
-			       "for the commit point; the trainer committed %llu step%s meanwhile and stalled %.3f s\n",
+			       "for the commit point; the trainer committed %llu step%s meanwhile and stalled %.3f s; the "
+			       "copy gave the disk to waiting sessions %llu times (%.2f s)\n",
 			       name, (unsigned long long)res.committed_step, res.tensors, a, res.seconds,
 			       res.seconds > 0 ? (double)res.bytes / res.seconds / 1e6 : 0.0, where, res.wait_seconds,
 			       (unsigned long long)res.steps_during_copy, res.steps_during_copy == 1 ? "" : "s",
-			       res.stall_seconds);
+			       res.stall_seconds, (unsigned long long)res.yields, res.yield_seconds);
 	}
 	spw_client_free(c);
 	return r < 0;

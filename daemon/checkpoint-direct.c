@@ -31,6 +31,7 @@
 
 #include "checkpoint-private.h"
 #include "uring.h"
+#include "util/clock.h"
 #include "util/fdio.h"
 
 /* What O_DIRECT wants aligned (offset, length, memory): 4 KiB serves
@@ -65,6 +66,7 @@ struct ck_writer {
 	int pool_reg;
 	struct ck_io *io, *free;
 	unsigned nio;
+	unsigned busy;          /* ios taken and not yet back */
 	int src_ring[MAX_SRC];  /* ck->srcdfd[k]'s index in the ring, or -1 */
 };
 
@@ -238,13 +240,44 @@ int ck_out_close(struct ck_writer *w, struct ck_out *o, bool sync)
 	return ck->err;
 }
 
-struct ck_io *ck_io_get(struct ck_writer *w)
+/*
+ * Under checkpoint.priority "low", the main pass keeps a single request in
+ * flight while any session waits on the disk (a PIN's read, a FLUSH, a
+ * slot's write-back in the daemon's ring): with sixteen of the copy's
+ * requests ahead of it in the drive's queue, each such wait would grow by
+ * their time. The copy still moves a page at a time, so it ends; when no
+ * one waits it takes the whole window again, and for good once the
+ * session has waited for the copy itself (pager_snap_disk_waited()). The
+ * I/O scheduler cannot do
+ * this for us: with "none", or a queue deeper than both rings together,
+ * priorities never meet.
+ */
+static void yield_to_waiters(struct ck_writer *w)
+{
+	struct checkpoint *ck = w->ck;
+	uint64_t t0 = 0;
+
+	while (w->busy && !ck->err && pager_snap_disk_waited(ck->snap)) {
+		if (!t0) {
+			t0 = now_ns();
+			ck->yields++;
+		}
+		if (reap_wait(w) < 0)
+			break;
+	}
+	if (t0)
+		ck->yield_ns += now_ns() - t0;
+}
+
+struct ck_io *ck_io_get(struct ck_writer *w, bool yield)
 {
 	struct ck_io *io;
 
 	/* Completions first: the progress, side buffers back to the loop. */
 	if (w->ring && uring_busy(w->ring))
 		uring_reap(w->ring);
+	if (yield && w->ring && w->ck->low_priority)
+		yield_to_waiters(w);
 	while (!w->free && !w->ck->err)
 		if (reap_wait(w) < 0)
 			return NULL;
@@ -252,6 +285,7 @@ struct ck_io *ck_io_get(struct ck_writer *w)
 		return NULL;
 	io = w->free;
 	w->free = io->next;
+	w->busy++;
 	return io;
 }
 
@@ -264,6 +298,7 @@ void ck_io_put(struct ck_writer *w, struct ck_io *io)
 {
 	io->next = w->free;
 	w->free = io;
+	w->busy--;
 }
 
 /* A write done (res 0) or failed: counted, the side buffer back, io free. */

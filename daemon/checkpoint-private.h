@@ -87,6 +87,7 @@ struct checkpoint {
 	char *faults;              /* test-only: SPILLWAY_CHECKPOINT_FAULTS, the copier's ring's rules */
 	bool no_direct;            /* test-only: as if the filesystem refused O_DIRECT */
 	uint64_t plan_ns;          /* the plan, on the loop: what the trainer waited for at the commit */
+	bool low_priority;         /* checkpoint.priority "low": the copy gives the disk to sessions waiting on it */
 
 	/* The worker's result. */
 	int err;
@@ -96,6 +97,8 @@ struct checkpoint {
 				    * reflinked from swap files */
 	uint64_t direct, buffered; /* and of which written from memory with O_DIRECT, through the page cache */
 	char note[256];            /* why the data files were written buffered, for the log; or empty */
+	uint64_t yields;           /* requests the main pass held back for a session waiting on the disk */
+	uint64_t yield_ns;         /* and how long in all */
 	uv_work_t work;
 	/* At the end, on the loop. */
 	uint64_t steps_during;     /* steps the session committed while the copy ran */
@@ -144,8 +147,11 @@ int ck_out_open(struct ck_writer *w, const struct ck_tensor *t, struct ck_out **
 int ck_out_close(struct ck_writer *w, struct ck_out *o, bool sync);
 
 /* A free buffer, once a write in flight completed if none is: NULL when
- * the copy failed meanwhile (ck->err). */
-struct ck_io *ck_io_get(struct ck_writer *w);
+ * the copy failed meanwhile (ck->err). yield: for the main pass, which
+ * under checkpoint.priority "low" keeps one request in flight while a
+ * session waits on the disk (ck->yields); the pages the loop waits for
+ * take what there is. */
+struct ck_io *ck_io_get(struct ck_writer *w, bool yield);
 uint8_t *ck_io_buf(struct ck_io *io);
 /* io back unused. */
 void ck_io_put(struct ck_writer *w, struct ck_io *io);

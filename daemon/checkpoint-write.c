@@ -104,7 +104,9 @@ int ck_page_verify(struct checkpoint *ck, uint64_t gi, uint32_t k, const struct 
 /* Page k of o's tensor into its file, unless the copier wrote it
  * already: from where the plan says, or from the loop's side buffer.
  * Pages go in any order (the loop's first), so each at its own offset. */
-static int copy_page(struct checkpoint *ck, struct ck_writer *w, struct ck_out *o, uint32_t k, bool *reflinks)
+/* urgent: the loop waits for this page (it takes the disk as it is). */
+static int copy_page(struct checkpoint *ck, struct ck_writer *w, struct ck_out *o, uint32_t k, bool *reflinks,
+		     bool urgent)
 {
 	const struct ck_tensor *t = o->t;
 	uint64_t gi = t->first + k, at = (uint64_t)k * ck->page_size;
@@ -134,7 +136,7 @@ static int copy_page(struct checkpoint *ck, struct ck_writer *w, struct ck_out *
 	/* A buffer: once one of the writes in flight is done when none is
 	 * free. The page stays claimed meanwhile (the loop waits, or keeps
 	 * its side buffer). */
-	if (!(io = ck_io_get(w)))
+	if (!(io = ck_io_get(w, !urgent)))
 		return ck->err;
 	from = buf = ck_io_buf(io);
 	if (claim == PAGER_SNAP_SAVED) {
@@ -266,7 +268,7 @@ static int serve_urgent(struct checkpoint *ck, struct ck_writer *w, struct ck_ou
 
 		if (t != cur->t && ck_out_open(w, t, &o) < 0)
 			return ck->err;
-		r = copy_page(ck, w, o, (uint32_t)(gi - t->first), reflinks);
+		r = copy_page(ck, w, o, (uint32_t)(gi - t->first), reflinks, true);
 		if (o != cur)
 			r = ck_out_close(w, o, false) < 0 ? ck->err : r;
 		if (r < 0)
@@ -289,7 +291,7 @@ static int write_tensor(struct checkpoint *ck, struct ck_writer *w, const struct
 		if (r == 0 && __atomic_load_n(&ck->aborted, __ATOMIC_SEQ_CST))
 			r = wfail(ck, ECANCELED, "the session ended while its pages were being copied");
 		if (r == 0)
-			r = copy_page(ck, w, o, k, reflinks);
+			r = copy_page(ck, w, o, k, reflinks, false);
 		if (r == 0 && ck->stall_ms)
 			pager_snap_nap(ck->snap, ck->stall_ms);
 	}

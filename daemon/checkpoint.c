@@ -228,6 +228,7 @@ static int ck_plan(struct checkpoint *ck, char *err, size_t errlen)
 	ck->t = calloc(nt ? nt : 1, sizeof(*ck->t));
 	ck->pages = calloc(np ? np : 1, sizeof(*ck->pages));
 	ck->snap = pager_snap_new(s->pager, np, s->d->cfg->checkpoint_cow_bytes, ck_wake_send, ck);
+	ck->low_priority = s->d->cfg->checkpoint_priority == CONFIG_PRIORITY_LOW;
 	if (!ck->t || !ck->pages || !ck->snap) {
 		snprintf(err, errlen, "out of memory for the plan of %" PRIu64 " pages", np);
 		return -ENOMEM;
@@ -345,13 +346,14 @@ static void ck_done(uv_work_t *w, int status)
 	log_info("checkpoint %s: step %" PRIu64 ", %u tensors, %s in %.3f s (%.0f MB/s; %s reflinked, %s "
 		 "written with O_DIRECT, %s buffered) to %s; the session committed %" PRIu64 " step%s meanwhile, its ring "
 		 "waited %.3f s (plan %.3f s), %s saved for the copy, %" PRIu64 " rewritten pages moved to spare swap, "
-		 "%" PRIu64 " pages waited for it",
+		 "%" PRIu64 " pages waited for it; it gave the disk to waiting sessions %" PRIu64 " times (%.3f s)",
 		 ck->session, ck->step, ck->nt, format_bytes(ck->bytes, a, sizeof(a)), secs,
 		 secs > 0 ? (double)ck->bytes / secs / 1e6 : 0.0, format_bytes(ck->copied, b, sizeof(b)),
 		 format_bytes(ck->direct, d1, sizeof(d1)), format_bytes(ck->buffered, d2, sizeof(d2)), ck->path,
 		 ck->steps_during, ck->steps_during == 1 ? "" : "s",
 		 (double)(ck->plan_ns + ck->cow.held_ns) / 1e9, (double)ck->plan_ns / 1e9,
-		 format_bytes(ck->cow.saved_bytes, c2, sizeof(c2)), ck->cow.moved, ck->cow.waits);
+		 format_bytes(ck->cow.saved_bytes, c2, sizeof(c2)), ck->cow.moved, ck->cow.waits, ck->yields,
+		 (double)ck->yield_ns / 1e9);
 	c = ck->c;
 	if (c) {
 		ck->c = NULL;
@@ -378,6 +380,9 @@ static void ck_done(uv_work_t *w, int status)
 		cJSON_AddNumberToObject(o, "cow_peak_bytes", (double)ck->cow.peak_bytes);
 		cJSON_AddNumberToObject(o, "cow_waits", (double)ck->cow.waits);
 		cJSON_AddNumberToObject(o, "cow_moved_bytes", (double)(ck->cow.moved * ck->page_size));
+		/* checkpoint.priority "low": what the copy gave to sessions waiting on the disk. */
+		cJSON_AddNumberToObject(o, "yields", (double)ck->yields);
+		cJSON_AddNumberToObject(o, "yield_seconds", (double)ck->yield_ns / 1e9);
 		control_send_json(c, o, NULL, 0);
 	}
 	if (ck->done)

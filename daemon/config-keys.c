@@ -400,6 +400,12 @@ static int k_checkpoint_cow_bytes(struct perr *e, struct config *c, const cJSON 
 	return 0;
 }
 
+static int k_checkpoint_priority(struct perr *e, struct config *c, const cJSON *v, const char *key)
+{
+	return cfg_choice(e, v, key, config_priority_name, CONFIG_PRIORITY_LOW, CONFIG_PRIORITY_NORMAL,
+			  &c->checkpoint_priority);
+}
+
 const struct section cfg_sections[] = {
 	{ "socket", KEYS({ "dir", k_socket_dir }, { "mode", k_socket_mode }, { "group", k_socket_group }) },
 	{ "pool", KEYS({ "max_bytes", k_pool_max_bytes }, { "session_max_bytes", k_pool_session_max_bytes },
@@ -418,7 +424,7 @@ const struct section cfg_sections[] = {
 	{ "metrics", KEYS({ "listen", k_metrics_listen }, { "allow_remote", k_metrics_allow_remote }) },
 	{ "persist", KEYS({ "state_dir", k_persist_state_dir }, { "flush_interval_s", k_persist_flush_interval },
 			 { "commit_wait_s", k_persist_commit_wait }) },
-	{ "checkpoint", KEYS({ "cow_bytes", k_checkpoint_cow_bytes }) },
+	{ "checkpoint", KEYS({ "cow_bytes", k_checkpoint_cow_bytes }, { "priority", k_checkpoint_priority }) },
 };
 
 const size_t cfg_nsections = sizeof(cfg_sections) / sizeof(cfg_sections[0]);

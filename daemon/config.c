@@ -100,6 +100,7 @@ static int set_defaults(struct perr *e, struct config *c)
 	c->limits_ring_ops_per_s = CONFIG_DEFAULT_RING_OPS_PER_S;
 	c->limits_lease_max_s = CONFIG_DEFAULT_LEASE_MAX_S;
 	c->checkpoint_cow_bytes = CONFIG_DEFAULT_CHECKPOINT_COW_BYTES;
+	c->checkpoint_priority = CONFIG_PRIORITY_NORMAL;
 	(void)e;
 	return 0;
 }
@@ -281,6 +282,17 @@ struct config *config_free(struct config *c)
 	free(c->persist_state_dir);
 	free(c);
 	return NULL;
+}
+
+const char *config_priority_name(int v)
+{
+	switch (v) {
+	case CONFIG_PRIORITY_LOW:
+		return "low";
+	case CONFIG_PRIORITY_NORMAL:
+		return "normal";
+	}
+	return "unknown";
 }
 
 const char *config_hugepages_name(int v)

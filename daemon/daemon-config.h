@@ -19,6 +19,14 @@ enum config_hugepages {
 	CONFIG_HUGEPAGES_NEVER,
 };
 
+/* checkpoint.priority: whether a checkpoint's copy gives the disk to
+ * sessions that wait on it (low) or takes its full share (normal, the
+ * default). */
+enum config_priority {
+	CONFIG_PRIORITY_LOW = 0,
+	CONFIG_PRIORITY_NORMAL,
+};
+
 #define CONFIG_NUMA_AUTO       (-2)
 #define CONFIG_MAX_SWAP_DIRS   16
 #define CONFIG_MAX_FILE_BYTES  (1024 * 1024)
@@ -102,6 +110,9 @@ struct config {
 	 * may hold at once (0: every change of a page not yet copied waits
 	 * for the copier). Read when a checkpoint starts. */
 	uint64_t checkpoint_cow_bytes;
+	/* checkpoint.priority (enum config_priority): read when a checkpoint
+	 * starts. */
+	int checkpoint_priority;
 };
 
 /*
@@ -119,6 +130,7 @@ int config_parse(const char *json, size_t len, const char *origin, struct config
 struct config *config_free(struct config *c);
 
 const char *config_hugepages_name(int v);
+const char *config_priority_name(int v);
 
 /* Parses "4MiB", "64GiB", "1048576" (binary units, B/K/KiB/M/MiB/G/GiB/T/TiB).
  * Returns 0 or -EINVAL (not a size) / -ERANGE (overflows). */

@@ -42,6 +42,7 @@ struct pager_snap {
 	uint64_t ndone;      /* atomic: entries the copier is done with (the loop looks at its held pages anew) */
 	void (*wake)(void *arg);
 	void *arg;
+	const struct uring *ring; /* the daemon's: who waits on the disk */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	uint64_t *queue;     /* pages the loop waits for, each at most once: npages places */
@@ -72,6 +73,7 @@ struct pager_snap *pager_snap_new(const struct pager *p, uint64_t npages, uint64
 	sn->budget = budget;
 	sn->wake = wake;
 	sn->arg = arg;
+	sn->ring = p->c.uring;
 	sn->pages = calloc(npages ? npages : 1, sizeof(*sn->pages));
 	sn->queue = calloc(npages ? npages : 1, sizeof(*sn->queue));
 	sn->first = malloc((sn->nids ? sn->nids : 1) * sizeof(*sn->first));
@@ -445,6 +447,20 @@ uint64_t pager_snap_urgent(struct pager_snap *sn)
 		i = sn->queue[sn->qhead++ % sn->npages];
 	pthread_mutex_unlock(&sn->lock);
 	return i;
+}
+
+bool pager_snap_disk_waited(struct pager_snap *sn)
+{
+	uint64_t asked;
+
+	if (!sn->ring || uring_waited(sn->ring) == 0)
+		return false;
+	pthread_mutex_lock(&sn->lock);
+	asked = sn->qtail;
+	pthread_mutex_unlock(&sn->lock);
+	/* Once the loop has waited for the copy, the copy is what holds it
+	 * up: giving the disk away would only make it wait longer. */
+	return asked == 0;
 }
 
 void pager_snap_nap(struct pager_snap *sn, unsigned ms)

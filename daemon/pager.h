@@ -404,6 +404,10 @@ enum pager_snap_claim pager_snap_claim(struct pager_snap *sn, uint64_t i, const 
 void pager_snap_copied(struct pager_snap *sn, uint64_t i);
 /* The next entry the loop waits for, or UINT64_MAX. */
 uint64_t pager_snap_urgent(struct pager_snap *sn);
+/* Whether the copy should give the disk away now: a session (any, on
+ * the daemon's ring) waits on it (a PIN's read, a FLUSH, a slot's
+ * write-back), and this snapshot's loop never waited for the copy. */
+bool pager_snap_disk_waited(struct pager_snap *sn);
 /* Sleeps up to ms, less when the loop asks for a page meanwhile
  * (test-only slow copies). */
 void pager_snap_nap(struct pager_snap *sn, unsigned ms);

@@ -37,6 +37,7 @@ struct uring {
 	int evfd;
 	unsigned depth;
 	unsigned inflight;
+	unsigned waited; /* atomic: urgent requests not finished (uring_waited) */
 	/* What waits for room in the ring, per class: [0] someone waits for
 	 * these (a PIN, a FLUSH, a slot), [1] background (read-ahead,
 	 * write-behind); the first class goes out first. Within a class each
@@ -482,12 +483,22 @@ static void submit_queued(struct uring *u)
 		io_uring_submit(&u->ring);
 }
 
+/* req is urgent now: counted once until it finishes. */
+static void count_waited(struct uring *u, struct uring_req *req)
+{
+	if (req->waited || !req->live)
+		return;
+	req->waited = true;
+	__atomic_add_fetch(&u->waited, 1, __ATOMIC_RELAXED);
+}
+
 void uring_hurry(struct uring *u, struct uring_req *req)
 {
 	struct uring_owner *o = owner_of(u, req);
 	struct uring_req **pp = &o->head[1], *prev = NULL;
 
 	req->urgent = true;
+	count_waited(u, req);
 	if (req->queued != 2)
 		return; /* in the ring already, or in the first class */
 	while (*pp && *pp != req) {
@@ -529,6 +540,10 @@ static void hold(struct uring_req *req, uint64_t ms)
 
 void uring_submit_after(struct uring *u, struct uring_req *req, unsigned delay_ms)
 {
+	req->live = true;
+	req->waited = false;
+	if (req->urgent)
+		count_waited(u, req);
 	req->done = 0;
 	req->next = NULL;
 	req->queued = 0;
@@ -557,6 +572,11 @@ void uring_submit(struct uring *u, struct uring_req *req)
 
 static void finish(struct uring *u, struct uring_req *req, int res)
 {
+	req->live = false;
+	if (req->waited) {
+		req->waited = false;
+		__atomic_sub_fetch(&u->waited, 1, __ATOMIC_RELAXED);
+	}
 	if (res < 0) {
 		u->st.errors++;
 	} else if (req->op == URING_READ) {
@@ -651,6 +671,11 @@ int uring_wait(struct uring *u, int timeout_ms)
 unsigned uring_busy(const struct uring *u)
 {
 	return u->inflight + u->st.queued;
+}
+
+unsigned uring_waited(const struct uring *u)
+{
+	return __atomic_load_n(&u->waited, __ATOMIC_RELAXED);
 }
 
 void uring_get_stats(const struct uring *u, struct uring_stats *st)

@@ -72,6 +72,8 @@ struct uring_req {
 	uint8_t fault;
 	uint8_t fault_rule;
 	bool held;             /* a hold (delay or stall) goes first */
+	bool live;             /* submitted, not finished */
+	bool waited;           /* counted in uring_waited(): urgent and live */
 	uint8_t queued;        /* waiting for room: 0 no, 1 urgent class, 2 background */
 	int64_t hold_ts[2];    /* its struct __kernel_timespec */
 	struct uring_req *next;
@@ -145,6 +147,11 @@ int uring_wait(struct uring *u, int timeout_ms);
 
 /* Requests submitted and not yet completed. */
 unsigned uring_busy(const struct uring *u);
+
+/* Urgent requests submitted (or hurried) and not yet completed: someone
+ * waits on the disk now. The one call safe from any thread (an atomic
+ * read): a checkpoint's copier asks it to give the disk to trainers. */
+unsigned uring_waited(const struct uring *u);
 
 void uring_get_stats(const struct uring *u, struct uring_stats *st);
 

@@ -25,7 +25,8 @@ class CheckpointResult(ctypes.Structure):
                 ("steps_during_copy", ctypes.c_uint64), ("cow_bytes", ctypes.c_uint64),
                 ("cow_peak_bytes", ctypes.c_uint64), ("cow_waits", ctypes.c_uint64),
                 ("direct_bytes", ctypes.c_uint64), ("buffered_bytes", ctypes.c_uint64),
-                ("cow_moved_bytes", ctypes.c_uint64)]
+                ("cow_moved_bytes", ctypes.c_uint64), ("yields", ctypes.c_uint64),
+                ("yield_seconds", ctypes.c_double)]
 
 
 _PROTOS = {
@@ -79,7 +80,8 @@ def _call(verb, name, directory, socket, lease, meta=None):
             "copied_bytes": res.copied_bytes, "direct_bytes": res.direct_bytes,
             "buffered_bytes": res.buffered_bytes, "seconds": res.seconds, "wait_seconds": res.wait_seconds,
             "stall_seconds": res.stall_seconds, "steps_during_copy": res.steps_during_copy,
-            "cow_bytes": res.cow_bytes, "lease_s": res.lease_s}
+            "cow_bytes": res.cow_bytes, "cow_waits": res.cow_waits, "cow_moved_bytes": res.cow_moved_bytes,
+            "yields": res.yields, "yield_seconds": res.yield_seconds, "lease_s": res.lease_s}
 
 
 def checkpoint(session_name, dir, socket=None, meta=None):
@@ -93,7 +95,10 @@ def checkpoint(session_name, dir, socket=None, meta=None):
     reflinked from swap files where the filesystem can, written with
     O_DIRECT, or through the page cache where the filesystem takes no
     O_DIRECT); and what the trainer felt: stall_seconds, steps_during_copy,
-    cow_bytes (pages saved aside before the trainer changed them). Raises SpillwayError (errno EEXIST, EPERM, ENOENT, ...)
+    cow_bytes (pages saved aside before the trainer changed them), cow_waits,
+    cow_moved_bytes; and, under checkpoint.priority "low", yields and
+    yield_seconds (how often and how long the copy held back for sessions
+    waiting on the disk). Raises SpillwayError (errno EEXIST, EPERM, ENOENT, ...)
     with the daemon's sentence.
 
     `python -m spillway.checkpoint to-torch DIR OUT.pt` converts the

@@ -31,6 +31,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,6 +48,7 @@
 #include "client-private.h"
 #include "config.h"
 #include "harness.h"
+#include "session-figure.h"
 #include "child-io.h"
 #include "test.h"
 
@@ -400,6 +402,114 @@ static void swap_page_corrupt(void)
 	dir_remove(state);
 }
 
+struct pin_ask {
+	spw_client *c;
+	uint32_t id;
+	int r;
+	uint8_t first;
+};
+
+static void *pin_thread(void *arg)
+{
+	struct pin_ask *a = arg;
+	uint8_t *p;
+
+	a->r = spw_pin(a->c, a->id, 0, (void **)&p); /* the slot, >= 0 */
+	if (a->r >= 0) {
+		a->first = p[0];
+		a->r = spw_unpin(a->c, a->id, 0, 0);
+	}
+	return NULL;
+}
+
+/* checkpoint.priority: while a session waits on the disk (the daemon's
+ * first read, a PIN of "raw/wait"'s, held 3 s by fault injection), the
+ * copy of "raw/y" keeps one request in flight under "low" (the default:
+ * the result counts the times it held back) and takes its full window
+ * under "normal" (it never holds back); in both the checkpoint is whole
+ * and the PIN gets its page. */
+static void yields_to_waiting(const char *priority)
+{
+	struct spw_attach_opts w = { .size = sizeof(w), .session = "raw/wait", .region_bytes = 4ull * PAGE,
+				     .page_size = PAGE };
+	struct spw_attach_opts y = { .size = sizeof(y), .session = "raw/y", .region_bytes = 32ull * PAGE,
+				     .page_size = PAGE, .persistent = true, .lease_s = 60 };
+	struct spw_checkpoint_result res = { .size = sizeof(res) };
+	char cfg[1024], ck[512], path[600];
+	struct pin_ask ask = { 0 };
+	spw_client *cw, *cy, *b;
+	uint32_t id, yid;
+	pthread_t th;
+	uint8_t *p;
+	size_t n;
+
+	snprintf(cfg, sizeof(cfg),
+		 "{\"socket\": {\"dir\": \"@DIR@\", \"mode\": \"0600\"},"
+		 " \"pool\": {\"max_bytes\": \"256MiB\", \"session_max_bytes\": \"64MiB\", \"require_locked\": false},"
+		 " \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"1GiB\"}], \"session_bytes\": \"64MiB\"},"
+		 " \"checkpoint\": {\"priority\": \"%s\"}, \"log\": {\"level\": \"info\"}}", priority);
+	setenv("SPILLWAY_FAULTS", "read:stall=3000@1", 1);
+	ASSERT_OK(spw_test_daemon_start(&d, cfg));
+	unsetenv("SPILLWAY_FAULTS");
+	snprintf(ck, sizeof(ck), "%s/ck-yield", d.dir);
+	cw = connect_client();
+	cy = connect_client();
+	b = connect_client();
+
+	/* raw/wait: twelve pages through four slots, page 0 on disk. */
+	ASSERT_OK(spw_client_attach(cw, &w));
+	ASSERT_OK(spw_tensor_register(cw, "s", 12ull * PAGE, SPW_TENSOR_SWAPPABLE, &id, NULL));
+	for (uint32_t k = 0; k < 12; k++) {
+		ASSERT_OK(spw_pin(cw, id, k, (void **)&p));
+		memset(p, 40 + k, PAGE);
+		ASSERT_OK(spw_unpin(cw, id, k, SPW_DIRTY));
+	}
+	/* raw/y: 32 pages in its region, committed. */
+	ASSERT_OK(spw_client_attach(cy, &y));
+	ASSERT_OK(spw_tensor_register(cy, "r", 32ull * PAGE, SPW_TENSOR_RESIDENT, &yid, NULL));
+	ASSERT_OK(spw__mark_sync(cy, SPW_MARK_OPEN, 1));
+	for (uint32_t k = 0; k < 32; k++) {
+		ASSERT_OK(spw_pin(cy, yid, k, (void **)&p));
+		for (uint32_t i = 0; i < PAGE; i++)
+			p[i] = pattern(5, (uint64_t)k * PAGE + i, 1);
+		ASSERT_OK(spw_unpin(cy, yid, k, SPW_DIRTY));
+	}
+	ASSERT_OK(spw__mark_sync(cy, SPW_MARK_COMMIT, 1));
+
+	/* The PIN waits on the held read; then the checkpoint. */
+	ask = (struct pin_ask){ .c = cw, .id = id };
+	ASSERT_OK(pthread_create(&th, NULL, pin_thread, &ask));
+	for (int i = 0; i < 2000 && session_figure(d.status, "raw/wait", "tier.reads_inflight") < 1; i++)
+		usleep(1000);
+	ASSERT_GE(session_figure(d.status, "raw/wait", "tier.reads_inflight"), 1.0);
+	ASSERT_OK(spw_client_checkpoint(b, "raw/y", ck, &res));
+	printf("# priority %s: %llu bytes in %.3f s, held back %llu times (%.3f s)\n", priority,
+	       (unsigned long long)res.bytes, res.seconds, (unsigned long long)res.yields, res.yield_seconds);
+	if (!strcmp(priority, "low"))
+		ASSERT_GE(res.yields, 1ull);
+	else
+		ASSERT_UEQ(res.yields, 0);
+	ASSERT_GT(res.direct_bytes, 0ull);
+	snprintf(path, sizeof(path), "%s/t00000.bin", ck);
+	p = file_load(path, &n);
+	ASSERT_UEQ(n, 32ull * PAGE);
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != pattern(5, i, 1))
+			TEST_FAIL("%s byte %zu", path, i);
+	free(p);
+
+	pthread_join(th, NULL);
+	ASSERT_OK(ask.r);
+	if (ask.first != 40)
+		TEST_FAIL("priority %s: raw/wait's page 0 reads %u, not 40", priority, ask.first);
+	ASSERT_OK(spw_client_detach(cw));
+	ASSERT_OK(spw_client_detach(cy));
+	spw_client_free(cw);
+	spw_client_free(cy);
+	spw_client_free(b);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
 	if (!getenv("SPILLWAYD"))
@@ -410,6 +520,8 @@ int main(void)
 	if (SPW_FAULT_INJECTION) {
 		refused();
 		swap_page_corrupt();
+		yields_to_waiting("low");
+		yields_to_waiting("normal");
 	}
 	printf("ok\n");
 	return 0;

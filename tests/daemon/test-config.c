@@ -111,6 +111,8 @@ static const struct bad bad[] = {
 	{ "{\"checkpoint\": {\"cow_bytes\": -1}}", "checkpoint.cow_bytes", "non-negative" },
 	{ "{\"checkpoint\": {\"cow_bytes\": \"lots\"}}", "checkpoint.cow_bytes", "not a size" },
 	{ "{\"checkpoint\": {\"budget\": 1}}", "unknown key checkpoint.budget", "cow_bytes" },
+	{ "{\"checkpoint\": {\"priority\": \"high\"}}", "checkpoint.priority", "\"high\" is not one of" },
+	{ "{\"checkpoint\": {\"priority\": 1}}", "checkpoint.priority", "wrong type" },
 	/* Strict JSON (issue 9, item 8): what cJSON would let through. */
 	{ "{\"log\": {\"level\": \"info\"}} {\"log\": {}}", "trailing data after the JSON value", "line 1, column 28" },
 	{ "{\"log\": {\"level\": \"info\"}}x", "trailing data", "column 27" },
@@ -241,7 +243,7 @@ static void test_defaults_and_good(void)
 		"          \"sqpoll\": true, \"prefetch_window\": 4, \"session_bytes\": \"16GiB\"},"
 		" \"persist\": {\"state_dir\": \"/var/lib/spillway/state\", \"flush_interval_s\": 300,"
 		"          \"commit_wait_s\": 900},"
-		" \"checkpoint\": {\"cow_bytes\": 0}}";
+		" \"checkpoint\": {\"cow_bytes\": 0, \"priority\": \"low\"}}";
 	struct config *c = NULL;
 	char err[1024] = "";
 
@@ -261,6 +263,7 @@ static void test_defaults_and_good(void)
 	ASSERT_EQ(c->persist_flush_interval_s, 0u);
 	ASSERT_EQ(c->persist_commit_wait_s, CONFIG_DEFAULT_COMMIT_WAIT_S);
 	ASSERT_UEQ(c->checkpoint_cow_bytes, 256ull << 20);
+	ASSERT_EQ(c->checkpoint_priority, CONFIG_PRIORITY_NORMAL);
 	c = config_free(c);
 
 	ASSERT_OK(config_parse(good, strlen(good), "good", &c, err, sizeof(err)));
@@ -285,6 +288,7 @@ static void test_defaults_and_good(void)
 	ASSERT_EQ(c->persist_flush_interval_s, 300u);
 	ASSERT_EQ(c->persist_commit_wait_s, 900u);
 	ASSERT_UEQ(c->checkpoint_cow_bytes, 0);
+	ASSERT_EQ(c->checkpoint_priority, CONFIG_PRIORITY_LOW);
 	config_free(c);
 	config_free(NULL);
 }

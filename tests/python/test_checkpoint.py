@@ -87,6 +87,10 @@ class CheckpointTest(unittest.TestCase):
             self.assertEqual(c["copied_bytes"], 0)
             self.assertGreater(c["direct_bytes"] + c["buffered_bytes"], 0)
         self.assertEqual(c["stall_seconds"], c["stall_seconds"])  # a number, not NaN
+        # No one trains the orphan: no page waited for the copy, and the
+        # copy never held back for a waiting session.
+        self.assertEqual((c["cow_waits"], c["cow_moved_bytes"], c["yields"]), (0, 0, 0))
+        self.assertEqual(c["yield_seconds"], 0.0)
         out = self.run_worker("py/ckrest-" + tier, tier, True, rest)
         self.assertTrue(out.startswith("resumed %d\n" % AT), out)
         self.same(ref, rest)

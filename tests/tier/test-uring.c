@@ -284,7 +284,8 @@ static void on_ordered(struct uring_req *req, int res)
 
 /* With the ring full, urgent requests (someone waits for them) go out
  * before background ones queued earlier, FIFO within each class; a
- * background request hurried while it waits moves to the urgent class. */
+ * background request hurried while it waits moves to the urgent class.
+ * uring_waited() counts the urgent ones until they finish. */
 static void test_priority(void)
 {
 	struct fixture f;
@@ -305,11 +306,20 @@ static void test_priority(void)
 		};
 	/* 0 takes the one place; 1, 2 (background) wait; then 3, 4 (urgent)
 	 * and 5 (background, hurried while it waits). */
+	ASSERT_EQ(uring_waited(u), 0u);
 	for (int i = 0; i < 6; i++)
 		uring_submit(u, &io[i].req);
+	/* Someone waits on the disk: for 3 and 4, then 5 (once). */
+	ASSERT_EQ(uring_waited(u), 2u);
 	uring_hurry(u, &io[5].req);
+	uring_hurry(u, &io[5].req);
+	ASSERT_EQ(uring_waited(u), 3u);
 	for (int spins = 0; uring_busy(u) && spins < 1000; spins++)
 		ASSERT_GE(uring_wait(u, 1000), 0);
+	/* All finished: no one waits; a finished request hurried is not counted. */
+	ASSERT_EQ(uring_waited(u), 0u);
+	uring_hurry(u, &io[1].req);
+	ASSERT_EQ(uring_waited(u), 0u);
 	ASSERT_EQ(io[0].at, 0);
 	ASSERT_EQ(io[3].at, 1);
 	ASSERT_EQ(io[4].at, 2);

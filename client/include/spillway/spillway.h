@@ -350,6 +350,11 @@ struct spw_checkpoint_result {
 	uint64_t cow_moved_bytes;    /* pages on disk at the commit point, rewritten before the copy had them,
 				      * whose write-back went to spare swap pages of the session (their old
 				      * homes kept for the copy) instead of waiting for it */
+	/* Checkpoint, checkpoint.priority "low": how often the copy held back
+	 * to one request in flight because a session waited on the disk, and
+	 * for how long in all (0 under "normal"). */
+	uint64_t yields;
+	double yield_seconds;
 };
 
 /* How long spw_client_checkpoint() and spw_client_restore() wait for
