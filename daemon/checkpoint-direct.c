@@ -40,7 +40,7 @@
 #define DIO_ALIGN 4096u
 #define INFLIGHT_BYTES (16u << 20)
 #define INFLIGHT_MAX 16u
-/* Files registered at once: the ones waiting for their fsync
+/* Files registered at once: the ones waiting to be closed
  * (checkpoint-write.c's PENDING), the main pass's, an urgent page's, and
  * the swap files read from. */
 #define RING_FILES (40u + MAX_SRC)
@@ -216,7 +216,7 @@ int ck_out_open(struct ck_writer *w, const struct ck_tensor *t, struct ck_out **
 	return 0;
 }
 
-int ck_out_close(struct ck_writer *w, struct ck_out *o, bool sync)
+int ck_out_close(struct ck_writer *w, struct ck_out *o)
 {
 	struct checkpoint *ck = w->ck;
 	const struct ck_tensor *t = o->t;
@@ -233,8 +233,6 @@ int ck_out_close(struct ck_writer *w, struct ck_out *o, bool sync)
 		uring_file_unregister(w->ring, o->ring);
 		close(o->dfd);
 	}
-	if (sync && !ck->err && fsync(o->fd) < 0)
-		checkpoint_fail(ck, errno, "fsync of %s/%s: %s", ck->path, t->file, strerror(errno));
 	close(o->fd);
 	free(o);
 	return ck->err;

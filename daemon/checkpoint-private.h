@@ -126,7 +126,7 @@ struct ck_writer;
 /* A tensor's data file, open for writing. */
 struct ck_out {
 	const struct ck_tensor *t;
-	int fd;            /* without O_DIRECT: reflinks, the buffered writes, ftruncate, fsync */
+	int fd;            /* without O_DIRECT: reflinks, the buffered writes, ftruncate */
 	int dfd;           /* with O_DIRECT, or -1 */
 	int ring;          /* dfd's index in the writer's ring */
 	unsigned inflight; /* its writes in the ring */
@@ -142,9 +142,10 @@ void ck_writer_free(struct ck_writer *w);
 
 /* t's data file (created already), opened for writing. */
 int ck_out_open(struct ck_writer *w, const struct ck_tensor *t, struct ck_out **ret);
-/* Its writes completed, cut to its tensor's bytes, fsync'd when sync,
- * closed and freed; the first error (of a write too) is returned. */
-int ck_out_close(struct ck_writer *w, struct ck_out *o, bool sync);
+/* Its writes completed, cut to its tensor's bytes, closed and freed (the
+ * copy syncs the filesystem once, after every file is closed); the first
+ * error (of a write too) is returned. */
+int ck_out_close(struct ck_writer *w, struct ck_out *o);
 
 /* A free buffer, once a write in flight completed if none is: NULL when
  * the copy failed meanwhile (ck->err). yield: for the main pass, which

@@ -101,19 +101,19 @@ int ck_page_verify(struct checkpoint *ck, uint64_t gi, uint32_t k, const struct 
 	return 0;
 }
 
-/* Page k of o's tensor into its file, unless the copier wrote it
- * already: from where the plan says, or from the loop's side buffer.
- * Pages go in any order (the loop's first), so each at its own offset. */
-/* urgent: the loop waits for this page (it takes the disk as it is). */
-static int copy_page(struct checkpoint *ck, struct ck_writer *w, struct ck_out *o, uint32_t k, bool *reflinks,
-		     bool urgent)
+/* Page k of o's tensor into its file, claimed already (claim, saved: what
+ * pager_snap_claim() said): from where the plan says, or from the loop's
+ * side buffer. Pages go in any order (the loop's first), so each at its
+ * own offset. urgent: the loop waits for this page (it takes the disk as
+ * it is). */
+static int copy_claimed(struct checkpoint *ck, struct ck_writer *w, struct ck_out *o, uint32_t k, bool *reflinks,
+			bool urgent, enum pager_snap_claim claim, const uint8_t *saved)
 {
 	const struct ck_tensor *t = o->t;
 	uint64_t gi = t->first + k, at = (uint64_t)k * ck->page_size;
 	struct ck_page *pg = &ck->pages[gi];
 	size_t len = t->bytes - at < ck->page_size ? (size_t)(t->bytes - at) : ck->page_size;
-	const uint8_t *saved = NULL, *from;
-	enum pager_snap_claim claim = pager_snap_claim(ck->snap, gi, &saved);
+	const uint8_t *from;
 	struct ck_io *io;
 	uint8_t *buf;
 	int r;
@@ -181,13 +181,99 @@ static int copy_page(struct checkpoint *ck, struct ck_writer *w, struct ck_out *
 	return ck_io_write(w, io, o, k, gi, from, len, claim == PAGER_SNAP_SAVED);
 }
 
+/* Page k of o's tensor into its file, unless the copier wrote it already. */
+static int copy_page(struct checkpoint *ck, struct ck_writer *w, struct ck_out *o, uint32_t k, bool *reflinks,
+		     bool urgent)
+{
+	const uint8_t *saved = NULL;
+	enum pager_snap_claim claim = pager_snap_claim(ck->snap, o->t->first + k, &saved);
+
+	return copy_claimed(ck, w, o, k, reflinks, urgent, claim, saved);
+}
+
+/* Whether pages k and k + 1 of t sit side by side in one swap file, whole. */
+static bool disk_next(const struct checkpoint *ck, const struct ck_tensor *t, uint32_t k)
+{
+	const struct ck_page *a = &ck->pages[t->first + k], *b = a + 1;
+
+	return k + 1 < t->npages && (uint64_t)(k + 2) * ck->page_size <= t->bytes && b->kind == PAGER_SRC_DISK &&
+	       b->src == a->src && b->off == a->off + ck->page_size;
+}
+
 /*
- * Data files waiting for their fsync. A file's writeback is started
- * (sync_file_range) as soon as it is written and its fsync comes later,
- * when PENDING newer files are under way or at the end: one fsync per
- * file right after its writes would leave the disk idle while the next
- * file is read, where cp + sync keeps it busy. Every file is still
- * fsync'd, through the descriptor that wrote it, before the manifest.
+ * Pages k... of o's tensor that lie side by side in one swap file (in the
+ * order the pager first wrote them, as a rule), reflinked in one
+ * FICLONERANGE of up to RUN_MAX bytes, where a page at a time took one
+ * call each: on XFS each call waits for the direct I/O in flight on the
+ * swap file (the trainer's) and takes both files' locks, so 1 GiB of
+ * 1 MiB pages took seconds while the trainer's I/O queued behind it.
+ * Each page is claimed first; one the loop has saved aside or the copy
+ * wrote already ends the run and goes its own way. *n: the pages done.
+ */
+#define RUN_MAX (64u << 20)
+
+static int reflink_run(struct checkpoint *ck, struct ck_writer *w, struct ck_out *o, uint32_t k, bool *reflinks,
+		       uint32_t *n)
+{
+	const struct ck_tensor *t = o->t;
+	const struct ck_page *pg = &ck->pages[t->first + k];
+	uint32_t m = 0, cap = ck->page_size < RUN_MAX ? RUN_MAX / ck->page_size : 1;
+	const uint8_t *saved = NULL;
+	enum pager_snap_claim claim = PAGER_SNAP_COPY;
+	int r = 0;
+
+	/* Claimed in order while they follow on disk and stay the plan's. */
+	while (m < cap && (m == 0 || disk_next(ck, t, k + m - 1))) {
+		claim = pager_snap_claim(ck->snap, t->first + k + m, &saved);
+		if (claim != PAGER_SNAP_COPY)
+			break;
+		m++;
+	}
+	if (m > 1) {
+		r = reflink_range(ck->srcfd[pg->src], pg->off, o->fd, (uint64_t)k * ck->page_size,
+				  (size_t)m * ck->page_size);
+		if (r < 0)
+			return wfail(ck, r, "reflinking pages %u-%u of tensor %s from swap file %s to %s/%s: %s", k,
+				     k + m - 1, t->name, ck->srcpath[pg->src], ck->path, t->file, strerror(-r));
+		if (r == 0) {
+			for (uint32_t j = 0; j < m; j++) {
+				ck->copied += ck->page_size;
+				checkpoint_add_done(ck, ck->page_size);
+				pager_snap_copied(ck->snap, t->first + k + j); /* its CRC is the pager's */
+			}
+		} else {
+			*reflinks = false;
+		}
+	}
+	if (m == 1 || r == 1) {
+		/* One page, or no reflinks after all: each claimed page its
+		 * own way (a single one may yet reflink). */
+		for (uint32_t j = 0; j < m; j++) {
+			r = copy_claimed(ck, w, o, k + j, reflinks, false, PAGER_SNAP_COPY, NULL);
+			if (r < 0)
+				return r;
+		}
+	}
+	*n = m;
+	/* The page that ended the run, as it was claimed. */
+	if (claim != PAGER_SNAP_COPY) {
+		*n = m + 1;
+		return copy_claimed(ck, w, o, k + m, reflinks, false, claim, saved);
+	}
+	return 0;
+}
+
+/*
+ * Data files whose writes may still be in flight. A file's writeback is
+ * started (sync_file_range) as soon as it is written, and the file is
+ * closed (its writes done, cut to its bytes) when PENDING newer files are
+ * under way or at the end: waiting for each file's writes right away
+ * would leave the disk idle while the next file is read. Then one
+ * syncfs() makes every file durable before the manifest is written: a
+ * fsync per file forces the journal and flushes the drive's cache once
+ * each (XFS flushes even when the journal had the file already), about a
+ * tenth of a second each under a trainer's I/O, seconds for an
+ * optimizer's dozens of files.
  */
 #define PENDING 32
 
@@ -196,28 +282,25 @@ struct pending {
 	unsigned head, n;
 };
 
-/* The oldest pending file: its writes done, fsync'd and closed. */
-static int pending_sync_one(struct ck_writer *w, struct pending *q)
+/* The oldest pending file: its writes done, cut and closed. */
+static int pending_close_one(struct ck_writer *w, struct pending *q)
 {
 	struct ck_out *o = q->o[q->head];
 
 	q->head = (q->head + 1) % PENDING;
 	q->n--;
-	return ck_out_close(w, o, true);
+	return ck_out_close(w, o);
 }
 
-/* Every pending file synced (stop at the first error: the copy fails) or,
- * with r already an error, only closed. */
-static int pending_drain(struct ck_writer *w, struct pending *q, int r)
+/* Every pending file closed; the first error. */
+static int pending_drain(struct ck_writer *w, struct pending *q)
 {
+	int r = 0;
+
 	while (q->n) {
-		if (r < 0) {
-			ck_out_close(w, q->o[q->head], false);
-			q->head = (q->head + 1) % PENDING;
-			q->n--;
-		} else {
-			r = pending_sync_one(w, q);
-		}
+		int e = pending_close_one(w, q);
+
+		r = r < 0 ? r : e;
 	}
 	return r;
 }
@@ -226,12 +309,11 @@ static int pending_add(struct ck_writer *w, struct pending *q, struct ck_out *o)
 {
 	int r = 0;
 
-	/* A start only (fsync checks): what went through the page cache
-	 * (buffered writes); direct writes are on their
-	 * way already. */
+	/* A start only (syncfs waits): what went through the page cache
+	 * (buffered writes); direct writes are on their way already. */
 	sync_file_range(o->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 	if (q->n == PENDING)
-		r = pending_sync_one(w, q);
+		r = pending_close_one(w, q);
 	q->o[(q->head + q->n) % PENDING] = o;
 	q->n++;
 	return r;
@@ -270,7 +352,7 @@ static int serve_urgent(struct checkpoint *ck, struct ck_writer *w, struct ck_ou
 			return ck->err;
 		r = copy_page(ck, w, o, (uint32_t)(gi - t->first), reflinks, true);
 		if (o != cur)
-			r = ck_out_close(w, o, false) < 0 ? ck->err : r;
+			r = ck_out_close(w, o) < 0 ? ck->err : r;
 		if (r < 0)
 			return r;
 	}
@@ -290,13 +372,21 @@ static int write_tensor(struct checkpoint *ck, struct ck_writer *w, const struct
 		/* Pairs with checkpoint_session_gone(): no use copying on. */
 		if (r == 0 && __atomic_load_n(&ck->aborted, __ATOMIC_SEQ_CST))
 			r = wfail(ck, ECANCELED, "the session ended while its pages were being copied");
-		if (r == 0)
+		/* Runs once a page has reflinked: where the filesystem
+		 * refuses, the first page says so alone. */
+		if (r == 0 && *reflinks && ck->copied && ck->pages[t->first + k].kind == PAGER_SRC_DISK) {
+			uint32_t n = 0;
+
+			r = reflink_run(ck, w, o, k, reflinks, &n);
+			k += n - 1;
+		} else if (r == 0) {
 			r = copy_page(ck, w, o, k, reflinks, false);
+		}
 		if (r == 0 && ck->stall_ms)
 			pager_snap_nap(ck->snap, ck->stall_ms);
 	}
 	if (r < 0) {
-		ck_out_close(w, o, false);
+		ck_out_close(w, o);
 		return r;
 	}
 	return pending_add(w, q, o);
@@ -479,8 +569,21 @@ void checkpoint_write(uv_work_t *w)
 	/* A failure: the writes in flight done before their files close. */
 	if (ck->err)
 		ck_writer_drain(wr);
-	if (pending_drain(wr, &q, ck->err) < 0)
+	/* One sync of the filesystem first: each file's fsync would force
+	 * the journal and flush the drive's cache on its own (a tenth of a
+	 * second each under a trainer's I/O: seconds for an optimizer's
+	 * files), after which the per-file fsyncs below find nothing left
+	 * to do but still report their file's write errors. */
+	if (!ck->err && q.n > 1) {
+		ck_writer_drain(wr);
+		(void)syncfs(dir);
+	}
+	if (pending_drain(wr, &q) < 0 || ck->err)
 		goto out;
+	if (syncfs(dir) < 0) {
+		wfail(ck, errno, "syncing the filesystem of %s (its data files): %s", ck->tmp, strerror(errno));
+		goto out;
+	}
 	ck_writer_free(wr);
 	wr = NULL;
 	text = manifest_text(ck);

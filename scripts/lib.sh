@@ -15,14 +15,15 @@ say() { printf '\n==> %s\n' "$*"; }
 # pages; prometheus (promtool) and python3-prometheus-client check the
 # metrics endpoint's exposition format with the ecosystem's own parsers;
 # python3-matplotlib draws spillway-bench --plot (bench/plot.py);
-# python3-tqdm draws the attach progress bar of spillway.Session(progress=True).
+# python3-tqdm draws the attach progress bar of spillway.Session(progress=True);
+# xfsprogs makes the XFS (on a loop device) where checkpoints reflink.
 spw_packages=(
 	gcc pkg-config meson ninja-build
 	liburing-dev libnuma-dev libuv1-dev libcjson-dev libsystemd-dev
 	systemd util-linux fio
 	python3 python3-cffi python3-torch python3-numpy libopenblas0-pthread
 	tmux mandoc prometheus python3-prometheus-client python3-matplotlib
-	python3-tqdm
+	python3-tqdm xfsprogs
 )
 
 # For the fuzz step of scripts/test and for scripts/fuzz (libFuzzer comes
