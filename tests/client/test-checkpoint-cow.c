@@ -40,6 +40,7 @@
 #include "config.h"
 #include "harness.h"
 #include "test.h"
+#include "test-client.h"
 
 #define MiB (1024u * 1024u)
 #define PAGE MiB
@@ -53,15 +54,6 @@ static uint64_t budget;
 static uint8_t pattern(uint32_t tensor, uint32_t page, uint32_t i, uint8_t version)
 {
 	return (uint8_t)(tensor * 131u + page * 31u + i * 7u + (i >> 12) + version * 101u);
-}
-
-static spw_client *connect_client(void)
-{
-	spw_client *c = NULL;
-
-	ASSERT_OK(spw_client_new(NULL, &c));
-	ASSERT_OK(spw_client_connect(c, d.control));
-	return c;
 }
 
 static int attach(spw_client *c, const char *name)
@@ -197,7 +189,7 @@ struct ask {
 static void *ask_thread(void *arg)
 {
 	struct ask *a = arg;
-	spw_client *c = connect_client();
+	spw_client *c = test_client(d.control);
 
 	a->res.size = sizeof(a->res);
 	a->r = spw_client_checkpoint(c, a->session, a->dir, &a->res);
@@ -315,7 +307,7 @@ static void killed_mid_copy(spw_client *b)
 	pid = fork();
 	ASSERT_TRUE(pid >= 0);
 	if (pid == 0) {
-		spw_client *c = connect_client();
+		spw_client *c = test_client(d.control);
 
 		close(pfd[0]);
 		if (attach(c, "cow/k") < 0 || spw_tensor_register(c, "r", R_PAGES * PAGE, SPW_TENSOR_RESIDENT,
@@ -399,7 +391,7 @@ int main(int argc, char **argv)
 	ASSERT_OK(spw_test_daemon_start(&d, conf));
 	unsetenv("SPILLWAY_CHECKPOINT_STALL_MS");
 
-	a = connect_client();
+	a = test_client(d.control);
 	ASSERT_OK(attach(a, "cow/a"));
 	ASSERT_OK(spw_tensor_register(a, "r", R_PAGES * PAGE, SPW_TENSOR_RESIDENT, &r_id, NULL));
 	ASSERT_OK(spw_tensor_register(a, "s", S_PAGES * PAGE, SPW_TENSOR_SWAPPABLE, &s_id, NULL));
@@ -408,7 +400,7 @@ int main(int argc, char **argv)
 	ASSERT_OK(spw_client_detach(a));
 	spw_client_free(a);
 
-	b = connect_client();
+	b = test_client(d.control);
 	killed_mid_copy(b);
 	stop_mid_copy(b);
 	spw_client_free(b);

@@ -51,6 +51,7 @@
 #include "session-figure.h"
 #include "child-io.h"
 #include "test.h"
+#include "test-client.h"
 
 #define PAGE (256u * 1024u)
 #define REGION (8ull * 1024 * 1024)
@@ -76,15 +77,6 @@ static uint32_t ids[NT];
 static uint8_t pattern(uint32_t tensor, uint64_t byte, uint8_t version)
 {
 	return (uint8_t)(tensor * 131u + byte * 7u + (byte >> 12) + version * 101u);
-}
-
-static spw_client *connect_client(void)
-{
-	spw_client *c = NULL;
-
-	ASSERT_OK(spw_client_new(NULL, &c));
-	ASSERT_OK(spw_client_connect(c, d.control));
-	return c;
 }
 
 static uint32_t npages(uint32_t t)
@@ -136,7 +128,7 @@ static void check_files(const char *dir, uint8_t v)
 /* A restore of dir gives a session whose pages are those of version v. */
 static void check_restore(spw_client *c, const char *dir, uint8_t v)
 {
-	spw_client *r = connect_client();
+	spw_client *r = test_client(d.control);
 	struct spw_attach_opts a = { .size = sizeof(a), .session = "raw/back", .region_bytes = REGION,
 				     .page_size = PAGE, .persistent = true, .lease_s = 60 };
 
@@ -241,8 +233,8 @@ static void direct_tmpfs_and_faults(void)
 	snprintf(ck1, sizeof(ck1), "%s/ck1", d.dir);
 	snprintf(ck2, sizeof(ck2), "%s/ck2", d.dir);
 
-	c = connect_client();
-	b = connect_client();
+	c = test_client(d.control);
+	b = test_client(d.control);
 	attach_and_register(c);
 	train_step(c, 1, 1);
 
@@ -325,8 +317,8 @@ static void refused(void)
 	ASSERT_OK(spw_test_daemon_start(&d, config(cfg, sizeof(cfg), state)));
 	unsetenv("SPILLWAY_CHECKPOINT_NO_DIRECT");
 	snprintf(ck, sizeof(ck), "%s/ck", d.dir);
-	c = connect_client();
-	b = connect_client();
+	c = test_client(d.control);
+	b = test_client(d.control);
 	attach_and_register(c);
 	train_step(c, 1, 3);
 	ASSERT_OK(spw_client_checkpoint(b, "raw/d", ck, &res));
@@ -365,8 +357,8 @@ static void swap_page_corrupt(void)
 	ASSERT_OK(spw_test_daemon_start(&d, config(cfg, sizeof(cfg), state)));
 	unsetenv("SPILLWAY_CHECKPOINT_FAULTS");
 	snprintf(ck, sizeof(ck), "%s/ck-flip", d.dir);
-	c = connect_client();
-	b = connect_client();
+	c = test_client(d.control);
+	b = test_client(d.control);
 	ASSERT_OK(spw_client_attach(c, &a));
 	ASSERT_OK(spw_tensor_register(c, "s", (uint64_t)pages * PAGE, SPW_TENSOR_SWAPPABLE, &id, NULL));
 	/* Three times the region: most pages end on disk. */
@@ -452,9 +444,9 @@ static void yields_to_waiting(const char *priority)
 	ASSERT_OK(spw_test_daemon_start(&d, cfg));
 	unsetenv("SPILLWAY_FAULTS");
 	snprintf(ck, sizeof(ck), "%s/ck-yield", d.dir);
-	cw = connect_client();
-	cy = connect_client();
-	b = connect_client();
+	cw = test_client(d.control);
+	cy = test_client(d.control);
+	b = test_client(d.control);
 
 	/* raw/wait: twelve pages through four slots, page 0 on disk. */
 	ASSERT_OK(spw_client_attach(cw, &w));

@@ -33,6 +33,7 @@
 #include "harness.h"
 #include "child-io.h"
 #include "test.h"
+#include "test-client.h"
 
 #define MiB (1024u * 1024u)
 #define PAGE MiB
@@ -53,15 +54,6 @@ static char parent[64] = "/tmp/spw-ckkill-XXXXXX";
 static uint8_t pattern(uint32_t tensor, uint32_t page, uint32_t i)
 {
 	return (uint8_t)(tensor * 131u + page * 31u + i * 7u + (i >> 12));
-}
-
-static spw_client *connect_client(void)
-{
-	spw_client *c = NULL;
-
-	ASSERT_OK(spw_client_new(NULL, &c));
-	ASSERT_OK(spw_client_connect(c, d.control));
-	return c;
 }
 
 static double now(void)
@@ -212,7 +204,7 @@ static void shutdown_during_flush(const char *prev)
 		 " \"swap\": {\"dirs\": [{\"path\": \"@DIR@\", \"max_bytes\": \"2GiB\"}], \"session_bytes\": \"256MiB\"},"
 		 " \"persist\": {\"state_dir\": \"%s\"}, \"log\": {\"level\": \"info\"}}", state);
 	ASSERT_OK(spw_test_daemon_start(&d, cfg));
-	c = connect_client();
+	c = test_client(d.control);
 	ASSERT_OK(spw_client_restore(c, "kill/a", prev, 60, NULL));
 	f.c = c;
 	ASSERT_OK(pthread_create(&th, NULL, flush_thread, &f));
@@ -227,7 +219,7 @@ static void shutdown_during_flush(const char *prev)
 	check_file(entry, 0, R_PAGES);
 	check_file(entry, 1, S_PAGES);
 	ASSERT_OK(spw_test_daemon_start(&d, cfg));
-	c = connect_client();
+	c = test_client(d.control);
 	for (int i = 0; i < 500 && spw_client_drop(c, "kill/a") == -EBUSY; i++)
 		usleep(10 * 1000); /* still being restored */
 	spw_client_free(c);
@@ -255,7 +247,7 @@ int main(void)
 
 	/* The previous checkpoint, whole; how long a copy takes here. */
 	ASSERT_OK(spw_test_daemon_start(&d, config));
-	c = connect_client();
+	c = test_client(d.control);
 	first_session(c);
 	ask.dir = prev;
 	copy_s = now();
@@ -274,7 +266,7 @@ int main(void)
 
 		ASSERT_OK(spw_test_daemon_start(&d, config));
 		killed[nkilled++] = d.pid;
-		c = connect_client();
+		c = test_client(d.control);
 		/* The earlier checkpoint is whole: every CRC checks. */
 		ASSERT_OK(spw_client_restore(c, "kill/a", prev, 60, &res));
 		ASSERT_UEQ(res.committed_step, 1);
@@ -320,7 +312,7 @@ int main(void)
 
 	/* A last checkpoint, left to finish: no temporary remains. */
 	ASSERT_OK(spw_test_daemon_start(&d, config));
-	c = connect_client();
+	c = test_client(d.control);
 	ASSERT_OK(spw_client_restore(c, "kill/a", prev, 60, NULL));
 	if (access(next, F_OK) == 0) {
 		ASSERT_OK(spw_client_restore(c, "kill/v", next, 60, NULL));

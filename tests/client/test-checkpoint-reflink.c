@@ -37,6 +37,7 @@
 #include "harness.h"
 #include "child-io.h"
 #include "test.h"
+#include "test-client.h"
 
 #define MiB (1024u * 1024u)
 #define PAGE MiB
@@ -48,15 +49,6 @@ static struct spw_test_daemon d;
 static uint8_t pattern(uint32_t page, uint32_t i, uint8_t version)
 {
 	return (uint8_t)(page * 31u + i * 7u + (i >> 12) + version * 101u);
-}
-
-static spw_client *connect_client(void)
-{
-	spw_client *c = NULL;
-
-	ASSERT_OK(spw_client_new(NULL, &c));
-	ASSERT_OK(spw_client_connect(c, d.control));
-	return c;
 }
 
 /* Every page of version v, as step `step`. */
@@ -107,8 +99,8 @@ static void body(void)
 	ASSERT_TRUE(spw_test_dir_reflinks(d.dir));
 	snprintf(ck1, sizeof(ck1), "%s/ck1", d.dir);
 	snprintf(ck2, sizeof(ck2), "%s/ck2", d.dir);
-	c = connect_client();
-	b = connect_client();
+	c = test_client(d.control);
+	b = test_client(d.control);
 	ASSERT_OK(spw_client_attach(c, &a));
 	ASSERT_OK(spw_tensor_register(c, "s", (uint64_t)S_PAGES * PAGE, SPW_TENSOR_SWAPPABLE, &id, NULL));
 	write_step(c, id, 1, 1);
@@ -136,7 +128,7 @@ static void body(void)
 	/* ck1 restored: every CRC checks, step 1's bytes come back. */
 	ASSERT_OK(spw_client_restore(b, "rl/b", ck1, 60, &res));
 	ASSERT_UEQ(res.committed_step, 1);
-	c = connect_client();
+	c = test_client(d.control);
 	a.session = "rl/b";
 	ASSERT_OK(spw_client_attach(c, &a));
 	ASSERT_OK(spw_tensor_adopt(c, "s", (uint64_t)S_PAGES * PAGE, SPW_TENSOR_SWAPPABLE, &id, NULL));

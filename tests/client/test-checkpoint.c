@@ -37,6 +37,7 @@
 #include "harness.h"
 #include "child-io.h"
 #include "test.h"
+#include "test-client.h"
 #include "util/command.h"
 
 #define MiB (1024u * 1024u)
@@ -51,15 +52,6 @@ static struct spw_test_daemon d;
 static uint8_t pattern(uint32_t tensor, uint32_t page, uint32_t i, uint8_t version)
 {
 	return (uint8_t)(tensor * 131u + page * 31u + i * 7u + (i >> 12) + version * 101u);
-}
-
-static spw_client *connect_client(void)
-{
-	spw_client *c = NULL;
-
-	ASSERT_OK(spw_client_new(NULL, &c));
-	ASSERT_OK(spw_client_connect(c, d.control));
-	return c;
 }
 
 static void attach(spw_client *c, const char *name, bool persistent)
@@ -209,7 +201,7 @@ struct ask {
 static void *ask_thread(void *arg)
 {
 	struct ask *a = arg;
-	spw_client *c = connect_client();
+	spw_client *c = test_client(d.control);
 
 	a->res.size = sizeof(a->res);
 	a->r = spw_client_checkpoint(c, a->session, a->dir, &a->res);
@@ -292,7 +284,7 @@ static void killed_inside_step(spw_client *b, const char *dir)
 	pid = fork();
 	ASSERT_TRUE(pid >= 0);
 	if (pid == 0) {
-		spw_client *c = connect_client();
+		spw_client *c = test_client(d.control);
 		uint32_t t;
 
 		attach(c, "raw/dies", true);
@@ -429,7 +421,7 @@ int main(void)
 	snprintf(ck2, sizeof(ck2), "%s/ck2", d.dir);
 	snprintf(ck3, sizeof(ck3), "%s/ck3", d.dir);
 
-	a = connect_client();
+	a = test_client(d.control);
 	attach(a, "raw/a", true);
 	ASSERT_OK(spw_tensor_register(a, "r", R_BYTES, SPW_TENSOR_RESIDENT, &r_id, NULL));
 	ASSERT_OK(spw_tensor_register(a, "s", S_BYTES, SPW_TENSOR_SWAPPABLE, &s_id, NULL));
@@ -441,10 +433,10 @@ int main(void)
 	for (uint32_t p = 0; p < S_PAGES; p++)
 		fill(a, s_id, 1, p, 0);
 
-	b = connect_client();
+	b = test_client(d.control);
 	/* No committed step yet; not persistent. */
 	ASSERT_EQ(spw_client_checkpoint(b, "raw/a", ck1, NULL), -EAGAIN);
-	np = connect_client();
+	np = test_client(d.control);
 	attach(np, "raw/np", false);
 	ASSERT_EQ(spw_client_checkpoint(b, "raw/np", ck1, NULL), -EINVAL);
 	ASSERT_OK(spw_client_detach(np));
@@ -515,7 +507,7 @@ int main(void)
 	ASSERT_OK(spw_client_restore(b, "raw/b", ck1, 60, &res));
 	ASSERT_UEQ(res.committed_step, 2);
 	ASSERT_EQ(spw_client_restore(b, "raw/b", ck1, 60, NULL), -EEXIST);
-	a = connect_client();
+	a = test_client(d.control);
 	attach(a, "raw/b", true);
 	ASSERT_EQ(spw_tensor_adopt(a, "u", PAGE, SPW_TENSOR_RESIDENT | SPW_TENSOR_SCRATCH, &id, NULL), -ENOENT);
 	ASSERT_OK(spw_tensor_adopt(a, "r", R_BYTES, SPW_TENSOR_RESIDENT, &id, NULL));

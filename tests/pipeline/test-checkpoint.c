@@ -41,6 +41,7 @@
 #include "harness.h"
 #include "child-io.h"
 #include "test.h"
+#include "test-client.h"
 
 #define STEPS "40"
 #define CKPT_AT "15"
@@ -73,15 +74,6 @@ static char *train(const char *session, const char *persistent, const char *out,
 static void same_state(const char *a_path, const char *b_path, const char *what)
 {
 	state_files_same(a_path, b_path, what);
-}
-
-static spw_client *connect_client(void)
-{
-	spw_client *c = NULL;
-
-	ASSERT_OK(spw_client_new(NULL, &c));
-	ASSERT_OK(spw_client_connect(c, d.control));
-	return c;
 }
 
 static cJSON *status_doc(void)
@@ -322,7 +314,7 @@ int main(int argc, char **argv)
 	ASSERT_EQ(entries(d.dir), 0u);
 
 	/* Restored under a new name, resumed by a new trainer. */
-	c = connect_client();
+	c = test_client(d.control);
 	ASSERT_OK(spw_client_restore(c, "ck/restored", ck1, 120, &res));
 	ASSERT_UEQ(res.committed_step, step);
 	ASSERT_EQ(res.tensors, tensors);
