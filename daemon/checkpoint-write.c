@@ -203,12 +203,11 @@ static bool disk_next(const struct checkpoint *ck, const struct ck_tensor *t, ui
 /*
  * Pages k... of o's tensor that lie side by side in one swap file (in the
  * order the pager first wrote them, as a rule), reflinked in one
- * FICLONERANGE of up to RUN_MAX bytes, where a page at a time took one
- * call each: on XFS each call waits for the direct I/O in flight on the
- * swap file (the trainer's) and takes both files' locks, so 1 GiB of
- * 1 MiB pages took seconds while the trainer's I/O queued behind it.
- * Each page is claimed first; one the loop has saved aside or the copy
- * wrote already ends the run and goes its own way. *n: the pages done.
+ * FICLONERANGE of up to RUN_MAX bytes instead of one call a page: fewer
+ * remaps for the filesystem's journal, and fewer times both files' locks
+ * are taken while the trainer's direct I/O runs on the swap file. Each
+ * page is claimed first; one the loop has saved aside or the copy wrote
+ * already ends the run and goes its own way. *n: the pages done.
  */
 #define RUN_MAX (64u << 20)
 
