@@ -246,9 +246,8 @@ int ck_out_close(struct ck_writer *w, struct ck_out *o)
  * their time. The copy still moves a page at a time, so it ends; when no
  * one waits it takes the whole window again, and for good once the
  * session has waited for the copy itself (pager_snap_disk_waited()). The
- * I/O scheduler cannot do
- * this for us: with "none", or a queue deeper than both rings together,
- * priorities never meet.
+ * I/O scheduler cannot do this for us: with "none", or a device queue
+ * deeper than both rings together, priorities never meet.
  */
 static void yield_to_waiters(struct ck_writer *w)
 {
