@@ -101,6 +101,32 @@ int ck_page_verify(struct checkpoint *ck, uint64_t gi, uint32_t k, const struct 
 	return 0;
 }
 
+/* Pages k to k + m - 1 of o's tensor, claimed, whole and side by side in
+ * one swap file, reflinked into its file at once: 0 (copied, their CRCs
+ * the pager's), 1 where the filesystem refuses (*reflinks false from then
+ * on: the caller copies them), or the failure. */
+static int reflink_pages(struct checkpoint *ck, struct ck_out *o, uint32_t k, uint32_t m, bool *reflinks)
+{
+	const struct ck_tensor *t = o->t;
+	const struct ck_page *pg = &ck->pages[t->first + k];
+	int r = reflink_range(ck->srcfd[pg->src], pg->off, o->fd, (uint64_t)k * ck->page_size,
+			      (size_t)m * ck->page_size);
+
+	if (r < 0)
+		return wfail(ck, r, "reflinking pages %u-%u of tensor %s from swap file %s to %s/%s: %s", k, k + m - 1,
+			     t->name, ck->srcpath[pg->src], ck->path, t->file, strerror(-r));
+	if (r > 0) {
+		*reflinks = false;
+		return 1;
+	}
+	for (uint32_t j = 0; j < m; j++) {
+		ck->copied += ck->page_size;
+		checkpoint_add_done(ck, ck->page_size);
+		pager_snap_copied(ck->snap, t->first + k + j);
+	}
+	return 0;
+}
+
 /* Page k of o's tensor into its file, claimed already (claim, saved: what
  * pager_snap_claim() said): from where the plan says, or from the loop's
  * side buffer. Pages go in any order (the loop's first), so each at its
@@ -120,19 +146,9 @@ static int copy_claimed(struct checkpoint *ck, struct ck_writer *w, struct ck_ou
 
 	if (claim == PAGER_SNAP_DONE)
 		return 0;
-	if (claim != PAGER_SNAP_SAVED && pg->kind == PAGER_SRC_DISK && len == ck->page_size && *reflinks) {
-		r = reflink_range(ck->srcfd[pg->src], pg->off, o->fd, at, len);
-		if (r < 0)
-			return wfail(ck, r, "reflinking page %u of tensor %s from swap file %s to %s/%s: %s", k, t->name,
-				     ck->srcpath[pg->src], ck->path, t->file, strerror(-r));
-		if (r == 0) {
-			ck->copied += len;
-			checkpoint_add_done(ck, len);
-			pager_snap_copied(ck->snap, gi);
-			return 0; /* its CRC is the pager's */
-		}
-		*reflinks = false;
-	}
+	if (claim != PAGER_SNAP_SAVED && pg->kind == PAGER_SRC_DISK && len == ck->page_size && *reflinks &&
+	    (r = reflink_pages(ck, o, k, 1, reflinks)) <= 0)
+		return r;
 	/* A buffer: once one of the writes in flight is done when none is
 	 * free. The page stays claimed meanwhile (the loop waits, or keeps
 	 * its side buffer). */
@@ -215,7 +231,6 @@ static int reflink_run(struct checkpoint *ck, struct ck_writer *w, struct ck_out
 		       uint32_t *n)
 {
 	const struct ck_tensor *t = o->t;
-	const struct ck_page *pg = &ck->pages[t->first + k];
 	uint32_t m = 0, cap = ck->page_size < RUN_MAX ? RUN_MAX / ck->page_size : 1;
 	const uint8_t *saved = NULL;
 	enum pager_snap_claim claim = PAGER_SNAP_COPY;
@@ -228,22 +243,8 @@ static int reflink_run(struct checkpoint *ck, struct ck_writer *w, struct ck_out
 			break;
 		m++;
 	}
-	if (m > 1) {
-		r = reflink_range(ck->srcfd[pg->src], pg->off, o->fd, (uint64_t)k * ck->page_size,
-				  (size_t)m * ck->page_size);
-		if (r < 0)
-			return wfail(ck, r, "reflinking pages %u-%u of tensor %s from swap file %s to %s/%s: %s", k,
-				     k + m - 1, t->name, ck->srcpath[pg->src], ck->path, t->file, strerror(-r));
-		if (r == 0) {
-			for (uint32_t j = 0; j < m; j++) {
-				ck->copied += ck->page_size;
-				checkpoint_add_done(ck, ck->page_size);
-				pager_snap_copied(ck->snap, t->first + k + j); /* its CRC is the pager's */
-			}
-		} else {
-			*reflinks = false;
-		}
-	}
+	if (m > 1 && (r = reflink_pages(ck, o, k, m, reflinks)) < 0)
+		return r;
 	if (m == 1 || r == 1) {
 		/* One page, or no reflinks after all: each claimed page its
 		 * own way (a single one may yet reflink). */
