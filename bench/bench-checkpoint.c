@@ -364,6 +364,8 @@ struct trial {
 	uint64_t moved, waits; /* copy-on-write: pages moved to spare swap, pages that waited for the copy */
 	uint64_t yields;       /* times the copy held back for a trainer waiting on the disk */
 	uint64_t saved;        /* copy-on-write: bytes the loop saved aside before the trainer changed them */
+	uint64_t from_reads;   /* of which saved as the trainer's reads brought them in */
+	uint64_t swap_read;    /* what the copy read from swap itself */
 	double ring_held;      /* the session's ring held: the plan, PINs waiting for the copy */
 	double yield_s;
 };
@@ -409,6 +411,8 @@ static int one_trial(struct trainer *t, const char *dir, unsigned k, struct tria
 	tr->moved = res.cow_moved_bytes;
 	tr->waits = res.cow_waits;
 	tr->saved = res.cow_bytes;
+	tr->from_reads = res.cow_from_reads_bytes;
+	tr->swap_read = res.swap_read_bytes;
 	tr->ring_held = res.stall_seconds;
 	tr->yields = res.yields;
 	tr->yield_s = res.yield_seconds;
@@ -538,11 +542,12 @@ static int bench_size(const char *dir, double mib, unsigned trials, bool json)
 			       "\"compute_ms\":%u,\"priority\":\"%s\",\"yields\":%ju,\"yield_s\":%.3f,\"trials\":%u,"
 			       "\"step_s\":%.4f,\"checkpoint_s\":%.4f,\"commit_wait_s\":%.4f,"
 			       "\"copied_in_kernel_bytes\":%ju,\"direct_bytes\":%ju,\"cow_moved_bytes\":%ju,\"cow_waits\":%ju,"
-			       "\"cow_saved_bytes\":%ju,\"ring_held_s\":%.3f,"
+			       "\"cow_saved_bytes\":%ju,\"cow_from_reads_bytes\":%ju,\"swap_read_bytes\":%ju,\"ring_held_s\":%.3f,"
 			       "\"stall_s\":%.4f,\"stall_steps\":%u,\"cp_s\":%.4f,", mib, mib * spare_frac, compute_ms, priority,
 			       (uintmax_t)tr[0].yields, tr[0].yield_s, trials,
 			       st, c, w, (uintmax_t)kernel, (uintmax_t)tr[0].direct, (uintmax_t)tr[0].moved,
-			       (uintmax_t)tr[0].waits, (uintmax_t)tr[0].saved, tr[0].ring_held, s, stall_steps, p);
+			       (uintmax_t)tr[0].waits, (uintmax_t)tr[0].saved, (uintmax_t)tr[0].from_reads, (uintmax_t)tr[0].swap_read, tr[0].ring_held, s,
+			       stall_steps, p);
 			if (torch)
 				printf("\"torch_save_s\":%.4f,\"torch_save\":\"ran\",", q);
 			else

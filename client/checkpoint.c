@@ -115,6 +115,8 @@ static int call(spw_client *c, const char *type, const char *session, const char
 	res.cow_moved_bytes = num(reply, "cow_moved_bytes");
 	res.yields = num(reply, "yields");
 	res.yield_seconds = real(reply, "yield_seconds");
+	res.cow_from_reads_bytes = num(reply, "cow_from_reads_bytes");
+	res.swap_read_bytes = num(reply, "swap_read_bytes");
 	cJSON_Delete(reply);
 	c->errmsg[0] = '\0';
 	if (out)

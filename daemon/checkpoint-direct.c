@@ -41,9 +41,9 @@
 #define INFLIGHT_BYTES (16u << 20)
 #define INFLIGHT_MAX 16u
 /* Files registered at once: the ones waiting to be closed
- * (checkpoint-write.c's PENDING), the main pass's, an urgent page's, and
- * the swap files read from. */
-#define RING_FILES (40u + MAX_SRC)
+ * (checkpoint-write.c's PENDING, 32), the main pass's, those open for
+ * pages out of its order (SIDE_OUTS, 8), and the swap files read from. */
+#define RING_FILES (48u + MAX_SRC)
 
 struct ck_io {
 	struct uring_req req;
@@ -351,6 +351,8 @@ static void read_in(struct uring_req *req, int res)
 	o->inflight--;
 	/* Read: the loop may write over that swap page now. */
 	pager_snap_copied(ck->snap, io->gi);
+	if (res == 0) /* the whole page (uring.c finishes short transfers) */
+		ck->swap_read += ck->page_size;
 	if (res < 0) {
 		checkpoint_fail(ck, res, "reading page %u of tensor %s from swap file %s: %s", io->k, o->t->name,
 				ck->srcpath[pg->src], strerror(-res));

@@ -26,6 +26,7 @@ struct ck_page {
 	uint32_t slot;
 	uint64_t off;
 	uint32_t crc;      /* DISK: of the page_size bytes there; then of the bytes written */
+	uint64_t next_use; /* DISK: the session's next use of it (struct pager_src) */
 };
 
 struct ck_tensor {
@@ -96,6 +97,7 @@ struct checkpoint {
 	uint64_t bytes, copied;    /* written in all (atomic: status reads it while copying); of which
 				    * reflinked from swap files */
 	uint64_t direct, buffered; /* and of which written from memory with O_DIRECT, through the page cache */
+	uint64_t swap_read;        /* bytes the copy read from swap files itself (the copier's) */
 	char note[256];            /* why the data files were written buffered, for the log; or empty */
 	uint64_t yields;           /* requests the main pass held back for a session waiting on the disk */
 	uint64_t yield_ns;         /* and how long in all */
@@ -175,6 +177,17 @@ int ck_page_verify(struct checkpoint *ck, uint64_t gi, uint32_t k, const struct 
 		   size_t len);
 /* Every write in flight completed: 0 or ck->err. */
 int ck_writer_drain(struct ck_writer *w);
+
+/* checkpoint-dir.c, on the copier's thread. Each tensor's data file,
+ * empty, in the temporary dir (0 or the failure, set in ck). */
+int ck_create_files(struct checkpoint *ck, int dir);
+/* The manifest's JSON text (malloc'd), or NULL when out of memory. */
+char *ck_manifest_text(struct checkpoint *ck);
+/* The temporary directory and the files in it, gone. */
+void ck_remove_tmp(struct checkpoint *ck);
+/* Temporaries of this name that dead daemons left (killed while
+ * copying), gone; their names in ck->stale for the log. */
+void ck_remove_stale(struct checkpoint *ck);
 
 /* On a threadpool thread: writes ck's directory from its plan, touching
  * only ck and its snapshot (never the session): each page from where the

@@ -7,11 +7,12 @@
  * with O_DIRECT); the pages the loop waits for first (pager-snap.c).
  * Pages through memory are written with O_DIRECT where the filesystem
  * takes it (checkpoint-direct.c).
- * Then a manifest, fsync of each file and the directory, the rename into
- * place, fsync of the parent.
+ * Then a manifest, one syncfs() for all of it, the rename into place,
+ * fsync of the parent.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -157,6 +158,15 @@ static int copy_claimed(struct checkpoint *ck, struct ck_writer *w, struct ck_ou
 	from = buf = ck_io_buf(io);
 	if (claim == PAGER_SNAP_SAVED) {
 		from = saved; /* what the slot held at the commit point */
+		/* Planned on disk, saved as the trainer's read brought it in
+		 * (its CRC checked by the pager before the copy): other bytes
+		 * now mean the client wrote a page it had not pinned. */
+		if (pg->kind == PAGER_SRC_DISK && crc32c(0, saved, ck->page_size) != pg->crc) {
+			ck_io_put(w, io);
+			return wfail(ck, EBADMSG, "tensor %s page %u changed in the session's memory as it was read from "
+				     "swap (the client wrote to a page it had not pinned); nothing of this checkpoint is kept",
+				     t->name, k);
+		}
 	} else if (pg->kind == PAGER_SRC_ZERO) {
 		memset(buf, 0, len);
 	} else if (pg->kind == PAGER_SRC_SLOT) {
@@ -176,6 +186,7 @@ static int copy_claimed(struct checkpoint *ck, struct ck_writer *w, struct ck_ou
 		if (ck_io_read_write(w, io, o, k, gi) == 0)
 			return 0;
 		r = read_swap_page(ck, pg->src, buf, pg->off);
+		ck->swap_read += r < 0 ? 0 : ck->page_size;
 		if (r < 0) {
 			ck_io_put(w, io);
 			return wfail(ck, r, "reading page %u of tensor %s from swap file %s: %s", k, t->name,
@@ -269,11 +280,9 @@ static int reflink_run(struct checkpoint *ck, struct ck_writer *w, struct ck_out
  * closed (its writes done, cut to its bytes) when PENDING newer files are
  * under way or at the end: waiting for each file's writes right away
  * would leave the disk idle while the next file is read. Then one
- * syncfs() makes every file durable before the manifest is written: a
- * fsync per file forces the journal and flushes the drive's cache once
- * each (XFS flushes even when the journal had the file already), about a
- * tenth of a second each under a trainer's I/O, seconds for an
- * optimizer's dozens of files.
+ * syncfs() makes every file durable with the manifest (checkpoint_write()):
+ * a fsync per file forces the journal and flushes the drive's cache once
+ * each (XFS flushes even when the journal had the file already).
  */
 #define PENDING 32
 
@@ -335,32 +344,80 @@ static const struct ck_tensor *tensor_of(const struct checkpoint *ck, uint64_t g
 	return &ck->t[lo];
 }
 
-/* The pages the loop waits for (a PIN, a slot, a write-back): before
- * anything else. Only pages ahead of the main pass can still be owed, so
- * each of those tensors' files is fsync'd when the main pass gets there
- * (a file opened here is closed once its write is done, unsynced). */
-static int serve_urgent(struct checkpoint *ck, struct ck_writer *w, struct ck_out *cur, bool *reflinks)
-{
-	uint64_t gi;
+/*
+ * Files open for pages out of the main pass's order (the loop waits for
+ * them, or saved them aside), a few at a time: closing one waits for its
+ * writes, so a file is kept while such pages keep coming for it. Closed
+ * at the end, before the filesystem's sync.
+ */
+#define SIDE_OUTS 8
 
-	while ((gi = pager_snap_urgent(ck->snap)) != UINT64_MAX) {
-		const struct ck_tensor *t = tensor_of(ck, gi);
-		struct ck_out *o = cur;
+struct side_outs {
+	struct ck_out *o[SIDE_OUTS];
+	unsigned next; /* the one to close for a new file */
+};
+
+/* An open file of t: the main pass's, a side one, or a new side one. */
+static struct ck_out *side_out(struct ck_writer *w, struct side_outs *so, struct ck_out *cur,
+			       const struct ck_tensor *t)
+{
+	struct ck_out **slot;
+
+	if (cur && t == cur->t)
+		return cur;
+	for (unsigned k = 0; k < SIDE_OUTS; k++)
+		if (so->o[k] && so->o[k]->t == t)
+			return so->o[k];
+	slot = &so->o[so->next];
+	so->next = (so->next + 1) % SIDE_OUTS;
+	if (*slot && ck_out_close(w, *slot) < 0) {
+		*slot = NULL;
+		return NULL;
+	}
+	*slot = NULL;
+	return ck_out_open(w, t, slot) < 0 ? NULL : *slot;
+}
+
+/* Every side file closed (a failure is in ck->err). */
+static void side_close(struct ck_writer *w, struct side_outs *so)
+{
+	for (unsigned k = 0; k < SIDE_OUTS; k++) {
+		if (so->o[k])
+			(void)ck_out_close(w, so->o[k]);
+		so->o[k] = NULL;
+	}
+}
+
+/* The pages the loop waits for (a PIN, a slot, a write-back) before
+ * anything else, then those it saved aside (their buffers count against
+ * its budget until written): before the main pass reads another page. */
+static int serve_loop(struct checkpoint *ck, struct ck_writer *w, struct ck_out *cur, bool *reflinks,
+		      struct side_outs *so)
+{
+	for (;;) {
+		bool urgent = true;
+		uint64_t gi = pager_snap_urgent(ck->snap);
+		const struct ck_tensor *t;
+		struct ck_out *o;
 		int r;
 
-		if (t != cur->t && ck_out_open(w, t, &o) < 0)
+		if (gi == UINT64_MAX) {
+			urgent = false;
+			gi = pager_snap_ready(ck->snap);
+		}
+		if (gi == UINT64_MAX)
+			return 0;
+		t = tensor_of(ck, gi);
+		if (!(o = side_out(w, so, cur, t)))
 			return ck->err;
-		r = copy_page(ck, w, o, (uint32_t)(gi - t->first), reflinks, true);
-		if (o != cur)
-			r = ck_out_close(w, o) < 0 ? ck->err : r;
+		r = copy_page(ck, w, o, (uint32_t)(gi - t->first), reflinks, urgent);
 		if (r < 0)
 			return r;
 	}
-	return 0;
 }
 
 static int write_tensor(struct checkpoint *ck, struct ck_writer *w, const struct ck_tensor *t, bool *reflinks,
-			struct pending *q)
+			struct pending *q, struct side_outs *so)
 {
 	struct ck_out *o;
 	int r = ck_out_open(w, t, &o);
@@ -368,10 +425,16 @@ static int write_tensor(struct checkpoint *ck, struct ck_writer *w, const struct
 	if (r < 0)
 		return r;
 	for (uint32_t k = 0; r == 0 && k < t->npages; k++) {
-		r = serve_urgent(ck, w, o, reflinks);
+		r = serve_loop(ck, w, o, reflinks, so);
 		/* Pairs with checkpoint_session_gone(): no use copying on. */
 		if (r == 0 && __atomic_load_n(&ck->aborted, __ATOMIC_SEQ_CST))
 			r = wfail(ck, ECANCELED, "the session ended while its pages were being copied");
+		/* Swap pages are read in the second pass, once the first
+		 * one's refusal said they do not reflink. */
+		if (r == 0 && !*reflinks && ck->pages[t->first + k].kind == PAGER_SRC_DISK) {
+			pager_snap_save_reads(ck->snap);
+			continue;
+		}
 		/* Runs once a page has reflinked: where the filesystem
 		 * refuses, the first page says so alone. */
 		if (r == 0 && *reflinks && ck->copied && ck->pages[t->first + k].kind == PAGER_SRC_DISK) {
@@ -392,149 +455,85 @@ static int write_tensor(struct checkpoint *ck, struct ck_writer *w, const struct
 	return pending_add(w, q, o);
 }
 
-/* Every tensor's file, empty: pages the loop waits for may go into any. */
-static int create_files(struct checkpoint *ck, int dir)
-{
-	for (uint32_t i = 0; i < ck->nt; i++) {
-		const struct ck_tensor *t = &ck->t[i];
-		int fd = openat(dir, t->file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+/*
+ * The second pass: swap pages that did not reflink, read from the swap
+ * files and written, the pages the session will use last first (its
+ * learned order, as planned: ck_page.next_use). The session reads its
+ * state as it trains, and each page it reads before the copy got there
+ * is saved aside as the read lands (pager_snap_page_read()) and written
+ * from memory: the copy and the trainer meet in the middle instead of
+ * both reading everything. Without a learned order, in plan order.
+ */
+struct by_use {
+	uint64_t use, gi;
+};
 
-		if (fd < 0)
-			return wfail(ck, errno, "creating %s/%s: %s", ck->tmp, t->file, strerror(errno));
-		if (geteuid() == 0 && !ck->state && fchown(fd, ck->uid, ck->gid) < 0) {
-			close(fd);
-			return wfail(ck, errno, "chown of %s/%s: %s", ck->tmp, t->file, strerror(errno));
-		}
-		close(fd);
+static int later_use_first(const void *a, const void *b)
+{
+	const struct by_use *x = a, *y = b;
+
+	if (x->use != y->use)
+		return x->use < y->use ? 1 : -1;
+	return x->gi < y->gi ? -1 : x->gi > y->gi;
+}
+
+static int read_swap_pages(struct checkpoint *ck, struct ck_writer *w, bool *reflinks, struct side_outs *so)
+{
+	struct by_use *order;
+	uint64_t n = 0;
+	int r = 0;
+
+	for (uint64_t gi = 0; gi < ck->npages; gi++)
+		n += ck->pages[gi].kind == PAGER_SRC_DISK;
+	if (!n || *reflinks)
+		return 0;
+	pager_snap_save_reads(ck->snap);
+	if (!(order = malloc(n * sizeof(*order))))
+		return wfail(ck, ENOMEM, "out of memory for the order of %" PRIu64 " swap pages", n);
+	n = 0;
+	for (uint64_t gi = 0; gi < ck->npages; gi++)
+		if (ck->pages[gi].kind == PAGER_SRC_DISK)
+			order[n++] = (struct by_use){ .use = ck->pages[gi].next_use, .gi = gi };
+	qsort(order, n, sizeof(*order), later_use_first);
+	for (uint64_t j = 0; r == 0 && j < n; j++) {
+		const struct ck_tensor *t = tensor_of(ck, order[j].gi);
+		struct ck_out *o;
+
+		r = serve_loop(ck, w, NULL, reflinks, so);
+		if (r == 0 && __atomic_load_n(&ck->aborted, __ATOMIC_SEQ_CST))
+			r = wfail(ck, ECANCELED, "the session ended while its pages were being copied");
+		if (r == 0 && !(o = side_out(w, so, NULL, t)))
+			r = ck->err;
+		if (r == 0)
+			r = copy_page(ck, w, o, (uint32_t)(order[j].gi - t->first), reflinks, false);
+		if (r == 0 && ck->stall_ms)
+			pager_snap_nap(ck->snap, ck->stall_ms);
+	}
+	free(order);
+	return r;
+}
+
+/*
+ * The first swap page before anything else: it reflinks, or the refusal
+ * says none will (then it is read and written), and the loop is told to
+ * save swap pages as its reads bring them in from then on.
+ */
+static int first_swap_page(struct checkpoint *ck, struct ck_writer *w, bool *reflinks, struct side_outs *so)
+{
+	const struct ck_tensor *t;
+	struct ck_out *o;
+
+	for (uint64_t gi = 0; gi < ck->npages; gi++) {
+		if (ck->pages[gi].kind != PAGER_SRC_DISK)
+			continue;
+		t = tensor_of(ck, gi);
+		if (!(o = side_out(w, so, NULL, t)) || copy_page(ck, w, o, (uint32_t)(gi - t->first), reflinks, false) < 0)
+			return ck->err;
+		if (!*reflinks)
+			pager_snap_save_reads(ck->snap);
+		return 0;
 	}
 	return 0;
-}
-
-static char *manifest_text(struct checkpoint *ck)
-{
-	cJSON *m = cJSON_CreateObject(), *ts, *o, *crcs;
-	char *text = NULL;
-
-	if (!m)
-		return NULL;
-	cJSON_AddStringToObject(m, "format", CHECKPOINT_FORMAT);
-	cJSON_AddNumberToObject(m, "version", ck->opened > ck->step ? CHECKPOINT_VERSION_OPEN : CHECKPOINT_VERSION);
-	cJSON_AddStringToObject(m, "session", ck->session);
-	cJSON_AddNumberToObject(m, "uid", ck->uid);
-	cJSON_AddNumberToObject(m, "committed_step", (double)ck->step);
-	/* An orphan saved inside a step's updates: the step its dead client
-	 * opened, which the restore marks open again. */
-	if (ck->opened > ck->step)
-		cJSON_AddNumberToObject(m, "opened_step", (double)ck->opened);
-	/* Opened by spw_optimizer_write: the restored orphan is released at
-	 * its next attach, as the orphan itself would be (control.c). */
-	if (ck->opened > ck->step && ck->opened_by_write)
-		cJSON_AddBoolToObject(m, "opened_by_write", true);
-	cJSON_AddNumberToObject(m, "scale_bits", ck->scale_bits);
-	cJSON_AddNumberToObject(m, "good_steps", ck->good_steps);
-	cJSON_AddNumberToObject(m, "page_size", ck->page_size);
-	cJSON_AddNumberToObject(m, "region_bytes", (double)ck->region_bytes);
-	cJSON_AddNumberToObject(m, "swap_bytes", (double)ck->swap_bytes);
-	cJSON_AddNumberToObject(m, "lease_s", ck->lease_s);
-	/* What the client attached (the optimizer's shapes and param-group
-	 * hyperparameters, for the portable converter); restore ignores it. */
-	if (ck->meta)
-		cJSON_AddItemToObject(m, "client", cJSON_Duplicate(ck->meta, true));
-	ts = cJSON_AddArrayToObject(m, "tensors");
-	for (uint32_t i = 0; ts && i < ck->nt; i++) {
-		const struct ck_tensor *t = &ck->t[i];
-
-		if (!(o = cJSON_CreateObject()) || !cJSON_AddItemToArray(ts, o))
-			goto out;
-		cJSON_AddStringToObject(o, "name", t->name);
-		cJSON_AddNumberToObject(o, "bytes", (double)t->bytes);
-		cJSON_AddStringToObject(o, "kind", t->swappable ? "swappable" : "resident");
-		cJSON_AddStringToObject(o, "file", t->file);
-		if (!(crcs = cJSON_AddArrayToObject(o, "crc32c")))
-			goto out;
-		for (uint32_t k = 0; k < t->npages; k++)
-			if (!cJSON_AddItemToArray(crcs, cJSON_CreateNumber(ck->pages[t->first + k].crc)))
-				goto out;
-	}
-	if (ts)
-		text = cJSON_Print(m);
-out:
-	cJSON_Delete(m);
-	return text;
-}
-
-void checkpoint_remove_dir(int parent, const char *name)
-{
-	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	struct dirent *e;
-	DIR *dir;
-
-	if (fd >= 0 && (dir = fdopendir(fd))) {
-		while ((e = readdir(dir)))
-			if (e->d_name[0] != '.')
-				unlinkat(fd, e->d_name, 0);
-		closedir(dir);
-	} else if (fd >= 0) {
-		close(fd);
-	}
-	unlinkat(parent, name, AT_REMOVEDIR);
-}
-
-static void remove_tmp(struct checkpoint *ck)
-{
-	int dir = openat(ck->parent, ck->tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-
-	if (dir >= 0) {
-		for (uint32_t i = 0; i < ck->nt; i++)
-			unlinkat(dir, ck->t[i].file, 0);
-		unlinkat(dir, CHECKPOINT_MANIFEST, 0);
-		close(dir);
-	}
-	unlinkat(ck->parent, ck->tmp, AT_REMOVEDIR);
-}
-
-/* The pid in "<base>.tmp-<pid>", or 0 when name is not such a temporary. */
-static pid_t tmp_pid(const char *name, const char *base)
-{
-	size_t n = strlen(base);
-	char *end;
-	long pid;
-
-	if (strncmp(name, base, n) || strncmp(name + n, ".tmp-", 5) || !name[n + 5])
-		return 0;
-	pid = strtol(name + n + 5, &end, 10);
-	return *end || pid <= 0 || pid > INT32_MAX ? 0 : (pid_t)pid;
-}
-
-/* A spillwayd killed while copying (kill -9, a power cut) leaves its
- * "<base>.tmp-<pid>" beside where the checkpoint would go; the next
- * attempt at that name removes it, unless its pid still runs (another
- * spillwayd's copy under way; EPERM too means it runs). Names go to
- * ck->stale for the log. */
-static void remove_stale(struct checkpoint *ck)
-{
-	int fd = openat(ck->parent, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	struct dirent *e;
-	size_t used = 0;
-	DIR *dd;
-
-	if (fd < 0)
-		return;
-	if (!(dd = fdopendir(fd))) {
-		close(fd);
-		return;
-	}
-	while ((e = readdir(dd))) {
-		pid_t pid = tmp_pid(e->d_name, ck->base);
-
-		if (!pid || pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH)
-			continue;
-		checkpoint_remove_dir(ck->parent, e->d_name);
-		if (used + strlen(e->d_name) + 3 < sizeof(ck->stale))
-			used += (size_t)snprintf(ck->stale + used, sizeof(ck->stale) - used, "%s%s",
-						 used ? ", " : "", e->d_name);
-	}
-	closedir(dd);
 }
 
 /* On a threadpool thread: touches only ck (never the session). */
@@ -542,12 +541,13 @@ void checkpoint_write(uv_work_t *w)
 {
 	struct checkpoint *ck = w->data;
 	struct pending q = { .n = 0 };
+	struct side_outs so = { .next = 0 };
 	struct ck_writer *wr = NULL;
 	bool reflinks = true; /* until the first refusal */
 	char *text = NULL;
 	int dir = -1, fd = -1;
 
-	remove_stale(ck);
+	ck_remove_stale(ck);
 	if (mkdirat(ck->parent, ck->tmp, 0700) < 0) {
 		wfail(ck, errno, "creating %s: %s", ck->tmp, strerror(errno));
 		return;
@@ -561,45 +561,46 @@ void checkpoint_write(uv_work_t *w)
 		wfail(ck, errno, "chown of %s: %s", ck->tmp, strerror(errno));
 		goto out;
 	}
-	if (ck_writer_new(ck, dir, &wr) < 0 || create_files(ck, dir) < 0)
+	if (ck_writer_new(ck, dir, &wr) < 0 || ck_create_files(ck, dir) < 0 ||
+	    first_swap_page(ck, wr, &reflinks, &so) < 0)
 		goto out;
 	for (uint32_t i = 0; i < ck->nt; i++)
-		if (write_tensor(ck, wr, &ck->t[i], &reflinks, &q) < 0)
+		if (write_tensor(ck, wr, &ck->t[i], &reflinks, &q, &so) < 0)
 			break;
+	if (!ck->err)
+		(void)read_swap_pages(ck, wr, &reflinks, &so);
+	side_close(wr, &so);
 	/* A failure: the writes in flight done before their files close. */
 	if (ck->err)
 		ck_writer_drain(wr);
-	/* One sync of the filesystem first: each file's fsync would force
-	 * the journal and flush the drive's cache on its own (a tenth of a
-	 * second each under a trainer's I/O: seconds for an optimizer's
-	 * files), after which the per-file fsyncs below find nothing left
-	 * to do but still report their file's write errors. */
-	if (!ck->err && q.n > 1) {
-		ck_writer_drain(wr);
-		(void)syncfs(dir);
-	}
 	if (pending_drain(wr, &q) < 0 || ck->err)
 		goto out;
-	if (syncfs(dir) < 0) {
-		wfail(ck, errno, "syncing the filesystem of %s (its data files): %s", ck->tmp, strerror(errno));
-		goto out;
-	}
-	ck_writer_free(wr);
+	ck_writer_free(wr); /* every write done */
 	wr = NULL;
-	text = manifest_text(ck);
+	text = ck_manifest_text(ck);
 	if (!text) {
 		wfail(ck, ENOMEM, "out of memory for the manifest");
 		goto out;
 	}
 	fd = openat(dir, CHECKPOINT_MANIFEST, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0 || (geteuid() == 0 && !ck->state && fchown(fd, ck->uid, ck->gid) < 0) ||
-	    fd_write_all(fd, text, strlen(text)) < 0 ||
-	    fsync(fd) < 0) {
+	    fd_write_all(fd, text, strlen(text)) < 0) {
 		wfail(ck, errno ? errno : EIO, "writing %s/%s: %s", ck->path, CHECKPOINT_MANIFEST, strerror(errno));
 		goto out;
 	}
-	if (fsync(dir) < 0) {
-		wfail(ck, errno, "fsync of %s: %s", ck->tmp, strerror(errno));
+	/*
+	 * One sync of the filesystem makes the data files, the manifest and
+	 * the directory's entries durable together, before the rename makes
+	 * them visible: a fsync of each forces the journal and flushes the
+	 * drive's cache on its own, and under a trainer's I/O each such
+	 * flush waits behind the drive's queue (a tenth of a second to a
+	 * second on the development machines' virtual disks: seconds for an
+	 * optimizer's files). syncfs() reports any write-back error of the
+	 * filesystem since the directory was opened.
+	 */
+	if (syncfs(dir) < 0) {
+		wfail(ck, errno, "syncing the filesystem of %s (its data files and manifest): %s", ck->tmp,
+		      strerror(errno));
 		goto out;
 	}
 	/* Pairs with checkpoint_session_gone(): a region released (and
@@ -633,6 +634,6 @@ out:
 	if (dir >= 0)
 		close(dir);
 	free(text);
-	remove_tmp(ck);
+	ck_remove_tmp(ck);
 }
 

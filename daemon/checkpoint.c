@@ -9,8 +9,9 @@
  * page: from the region (through the daemon's own mapping of its memfd),
  * from a side buffer the loop saved it into before the trainer changed
  * it, or, for pages only on disk, from the swap file (a reflink, or a direct read).
- * The directory is written as <dir>.tmp-<pid>, every file and it fsync'd,
- * and renamed into place last (checkpoint-write.c).
+ * The directory is written as <dir>.tmp-<pid>, made durable (one syncfs()
+ * for its files and entries), and renamed into place last
+ * (checkpoint-write.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -261,6 +262,7 @@ static int ck_plan(struct checkpoint *ck, char *err, size_t errlen)
 			pg->slot = src.slot;
 			pg->off = src.off;
 			pg->crc = src.crc;
+			pg->next_use = src.next_use;
 			if (src.kind != PAGER_SRC_DISK)
 				continue;
 			for (k = 0; k < ck->nsrc && ck->srcorig[k] != src.fd; k++)
@@ -380,6 +382,9 @@ static void ck_done(uv_work_t *w, int status)
 		cJSON_AddNumberToObject(o, "cow_peak_bytes", (double)ck->cow.peak_bytes);
 		cJSON_AddNumberToObject(o, "cow_waits", (double)ck->cow.waits);
 		cJSON_AddNumberToObject(o, "cow_moved_bytes", (double)(ck->cow.moved * ck->page_size));
+		cJSON_AddNumberToObject(o, "cow_from_reads_bytes", (double)ck->cow.read_saved_bytes);
+		/* What the copy read from swap files itself. */
+		cJSON_AddNumberToObject(o, "swap_read_bytes", (double)ck->swap_read);
 		/* checkpoint.priority "low": what the copy gave to sessions waiting on the disk. */
 		cJSON_AddNumberToObject(o, "yields", (double)ck->yields);
 		cJSON_AddNumberToObject(o, "yield_seconds", (double)ck->yield_ns / 1e9);

@@ -183,6 +183,9 @@ static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int r
 	pg->rewrite_wait = false;
 	pg->read_failed = false;
 	pager_page_sync(p, pg);
+	/* Before anyone may change it: a checkpoint's copy may take it. */
+	if (p->snap)
+		pager_snap_page_read(p, pg);
 	pager_deliver_page(p, pg, (int32_t)pg->slot);
 }
 

@@ -278,6 +278,9 @@ void pager_room_forget(struct pager *p);
  * asks the copier for the page: its wake follows. */
 bool pager_snap_slot_ok(struct pager *p, struct ppage *pg);
 bool pager_snap_home_ok(struct pager *p, struct ppage *pg);
+/* pg was read into its slot (CRC checked): saved aside where the copy
+ * would read it from its swap home. */
+void pager_snap_page_read(struct pager *p, struct ppage *pg);
 bool pager_snap_covers(const struct pager *p, uint32_t tensor);
 /* pg leaves its slot: true when the slot may be reused at once, false
  * when it was put aside until the copier has pg's bytes. */

@@ -20,7 +20,10 @@
 
 #define NO_ENTRY UINT64_MAX
 
-enum { SNAP_PENDING, SNAP_COPYING, SNAP_SAVED, SNAP_DONE };
+/* PENDING -> COPYING -> DONE, or PENDING -> SAVED -> WRITING -> DONE: the
+ * copier claims each page once, whichever way it reaches it (its main
+ * pass, the loop's waits, the loop's saves). */
+enum { SNAP_PENDING, SNAP_COPYING, SNAP_SAVED, SNAP_WRITING, SNAP_DONE };
 
 struct snap_page {
 	uint8_t kind;   /* enum pager_src_kind, as planned */
@@ -40,6 +43,7 @@ struct pager_snap {
 	uint64_t budget;
 	uint64_t used;       /* atomic: side-buffer bytes alive (the loop adds, the copier takes off) */
 	uint64_t ndone;      /* atomic: entries the copier is done with (the loop looks at its held pages anew) */
+	uint8_t from_reads;  /* atomic: the copier reads swap pages (they do not reflink): save them from reads */
 	void (*wake)(void *arg);
 	void *arg;
 	const struct uring *ring; /* the daemon's: who waits on the disk */
@@ -47,6 +51,11 @@ struct pager_snap {
 	pthread_cond_t cond;
 	uint64_t *queue;     /* pages the loop waits for, each at most once: npages places */
 	uint64_t qhead, qtail;
+	/* Pages saved aside, for the copier to write before it reads more
+	 * (their buffers count against the budget until written): each at
+	 * most once, npages places. */
+	uint64_t *ready;
+	uint64_t rhead, rtail;
 	/* Side buffers written out, for the next save (under lock): a fresh
 	 * malloc of a page is an mmap whose every 4 KiB faults in zeroed on
 	 * the loop's copy. Never more than the budget allocated in all. */
@@ -57,7 +66,7 @@ struct pager_snap {
 
 static bool settled(uint8_t st)
 {
-	return st == SNAP_SAVED || st == SNAP_DONE;
+	return st == SNAP_SAVED || st == SNAP_WRITING || st == SNAP_DONE;
 }
 
 struct pager_snap *pager_snap_new(const struct pager *p, uint64_t npages, uint64_t budget, void (*wake)(void *arg),
@@ -76,13 +85,15 @@ struct pager_snap *pager_snap_new(const struct pager *p, uint64_t npages, uint64
 	sn->ring = p->c.uring;
 	sn->pages = calloc(npages ? npages : 1, sizeof(*sn->pages));
 	sn->queue = calloc(npages ? npages : 1, sizeof(*sn->queue));
+	sn->ready = calloc(npages ? npages : 1, sizeof(*sn->ready));
 	sn->first = malloc((sn->nids ? sn->nids : 1) * sizeof(*sn->first));
 	/* One place per page the budget can hold (at most one per page). */
 	sn->spare = calloc(budget / sn->page_size < npages ? budget / sn->page_size + 1 : npages + 1,
 			   sizeof(*sn->spare));
-	if (!sn->pages || !sn->queue || !sn->first || !sn->spare) {
+	if (!sn->pages || !sn->queue || !sn->ready || !sn->first || !sn->spare) {
 		free(sn->pages);
 		free(sn->queue);
+		free(sn->ready);
 		free(sn->first);
 		free(sn->spare);
 		free(sn);
@@ -109,6 +120,7 @@ void pager_snap_free(struct pager_snap *sn)
 	pthread_cond_destroy(&sn->cond);
 	free(sn->pages);
 	free(sn->queue);
+	free(sn->ready);
 	free(sn->first);
 	free(sn);
 }
@@ -200,9 +212,10 @@ static void spare_put(struct pager_snap *sn, uint8_t *buf)
 	free(buf);
 }
 
-/* Copies the slot's bytes into a side buffer while the budget lasts:
- * true when the entry is SAVED by it. */
-static bool save(struct pager *p, struct pager_snap *sn, struct snap_page *e)
+/* Copies entry i's bytes, at `from` in a slot, into a side buffer while the
+ * budget lasts, and queues it for the copier: true when the entry is SAVED
+ * by it. */
+static bool save(struct pager_snap *sn, struct snap_page *e, uint64_t i, const uint8_t *from)
 {
 	uint64_t used = __atomic_load_n(&sn->used, __ATOMIC_RELAXED);
 	uint8_t expect = SNAP_PENDING;
@@ -219,7 +232,7 @@ static bool save(struct pager *p, struct pager_snap *sn, struct snap_page *e)
 		return false;
 	/* The slot is the client's memory: a punched page fails the save,
 	 * and the copier's read of it will fail the checkpoint. */
-	if (safemem_copy(buf, slot_addr(p, e->slot), sn->page_size) < 0) {
+	if (safemem_copy(buf, from, sn->page_size) < 0) {
 		spare_put(sn, buf);
 		return false;
 	}
@@ -235,6 +248,9 @@ static bool save(struct pager *p, struct pager_snap *sn, struct snap_page *e)
 	if (used > sn->st.peak_bytes)
 		sn->st.peak_bytes = used;
 	sn->st.saved_bytes += sn->page_size;
+	pthread_mutex_lock(&sn->lock);
+	sn->ready[sn->rtail++ % sn->npages] = i;
+	pthread_mutex_unlock(&sn->lock);
 	return true;
 }
 
@@ -253,7 +269,7 @@ static bool slot_free(struct pager *p, struct ppage *pg, uint64_t *owed)
 	st = __atomic_load_n(&e->state, __ATOMIC_ACQUIRE);
 	if (settled(st))
 		return true;
-	if (st == SNAP_PENDING && save(p, sn, e))
+	if (st == SNAP_PENDING && save(sn, e, *owed, slot_addr(p, e->slot)))
 		return true;
 	return wait_for(sn, *owed);
 }
@@ -301,7 +317,9 @@ bool pager_snap_home_ok(struct pager *p, struct ppage *pg)
 	uint64_t i;
 	struct snap_page *e = entry_of(p, pg, &i);
 
-	if (!e || e->kind != PAGER_SRC_DISK || e->moved || __atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == SNAP_DONE)
+	/* SAVED: the bytes the copy needs are in a side buffer (the page
+	 * was read in, pager_snap_page_read()), so the home may change. */
+	if (!e || e->kind != PAGER_SRC_DISK || e->moved || settled(__atomic_load_n(&e->state, __ATOMIC_ACQUIRE)))
 		return true;
 	if (!p->ndisk_free)
 		dheld_reclaim(p);
@@ -316,6 +334,31 @@ bool pager_snap_home_ok(struct pager *p, struct ppage *pg)
 		return true;
 	}
 	return wait_for(p->snap, i);
+}
+
+/*
+ * pg was just read into its slot, its CRC checked. Where the plan reads it
+ * from that swap home and the copier has not taken it, the slot holds the
+ * commit point's bytes (no write-back reached the home since: it would
+ * have moved), and a copy of them into a side buffer spares the copier a
+ * second read of what the trainer read anyway: on the NVMe tier, where
+ * every step reads the whole state, a checkpoint then costs the disk its
+ * writes and not much more. Half of the budget at most: the rest is for
+ * pages planned in their slots, whose changes wait without one. Only once
+ * the copier said it reads swap pages: a reflink costs less than a write.
+ */
+void pager_snap_page_read(struct pager *p, struct ppage *pg)
+{
+	struct pager_snap *sn = p->snap;
+	uint64_t i;
+	struct snap_page *e = entry_of(p, pg, &i);
+
+	if (!e || !__atomic_load_n(&sn->from_reads, __ATOMIC_RELAXED) || e->kind != PAGER_SRC_DISK || e->moved ||
+	    __atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != SNAP_PENDING ||
+	    __atomic_load_n(&sn->used, __ATOMIC_RELAXED) + sn->page_size > sn->budget / 2)
+		return;
+	if (save(sn, e, i, slot_addr(p, pg->slot)))
+		sn->st.read_saved_bytes += sn->page_size;
 }
 
 bool pager_snap_release_ok(struct pager *p, struct ppage *pg)
@@ -412,7 +455,8 @@ enum pager_snap_claim pager_snap_claim(struct pager_snap *sn, uint64_t i, const 
 
 	if (__atomic_compare_exchange_n(&e->state, &st, SNAP_COPYING, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return PAGER_SNAP_COPY;
-	if (st == SNAP_SAVED) {
+	if (st == SNAP_SAVED &&
+	    __atomic_compare_exchange_n(&e->state, &st, SNAP_WRITING, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		*saved = e->saved;
 		return PAGER_SNAP_SAVED;
 	}
@@ -423,9 +467,9 @@ void pager_snap_copied(struct pager_snap *sn, uint64_t i)
 {
 	struct snap_page *e = &sn->pages[i];
 
-	/* Only a SAVED entry's buffer is the copier's to free: the loop
+	/* Only a saved entry's buffer is the copier's to free: the loop
 	 * may be writing the field of one it failed to save. */
-	if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == SNAP_SAVED) {
+	if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == SNAP_WRITING) {
 		/* Taken off the count after it is back: the loop allocates
 		 * a new one only below the budget. */
 		spare_put(sn, e->saved);
@@ -445,6 +489,22 @@ uint64_t pager_snap_urgent(struct pager_snap *sn)
 	pthread_mutex_lock(&sn->lock);
 	if (sn->qhead != sn->qtail)
 		i = sn->queue[sn->qhead++ % sn->npages];
+	pthread_mutex_unlock(&sn->lock);
+	return i;
+}
+
+void pager_snap_save_reads(struct pager_snap *sn)
+{
+	__atomic_store_n(&sn->from_reads, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t pager_snap_ready(struct pager_snap *sn)
+{
+	uint64_t i = UINT64_MAX;
+
+	pthread_mutex_lock(&sn->lock);
+	if (sn->rhead != sn->rtail)
+		i = sn->ready[sn->rhead++ % sn->npages];
 	pthread_mutex_unlock(&sn->lock);
 	return i;
 }
@@ -488,7 +548,7 @@ int pager_page_source(struct pager *p, uint32_t tensor, uint32_t page, struct pa
 
 	if (!pg)
 		return -EINVAL;
-	*src = (struct pager_src){ .kind = PAGER_SRC_ZERO, .slot = NONE, .fd = -1 };
+	*src = (struct pager_src){ .kind = PAGER_SRC_ZERO, .slot = NONE, .fd = -1, .next_use = UINT64_MAX };
 	switch (pg->state) {
 	case PAGER_RESIDENT:
 	case PAGER_CLEAN:
@@ -511,6 +571,7 @@ int pager_page_source(struct pager *p, uint32_t tensor, uint32_t page, struct pa
 			src->fd = swap_page_fd(p->swap, pg->disk, &src->off);
 			src->path = swap_page_path(p->swap, pg->disk);
 			src->crc = pg->crc;
+			src->next_use = p->order.plan_ok ? pager_policy_next_use(&p->order, &pg->ord) : UINT64_MAX;
 		}
 		return 0;
 	}

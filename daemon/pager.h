@@ -344,6 +344,10 @@ struct pager_src {
 	uint64_t off;
 	uint32_t crc;
 	const char *path;
+	/* DISK: where the session's learned order uses the page next
+	 * (pager_policy_next_use(): positions from this step's start), or
+	 * UINT64_MAX (never, or no order learned). */
+	uint64_t next_use;
 };
 
 /* PIN: the page's bytes are owed to a checkpoint's copy that has not
@@ -404,6 +408,12 @@ enum pager_snap_claim pager_snap_claim(struct pager_snap *sn, uint64_t i, const 
 void pager_snap_copied(struct pager_snap *sn, uint64_t i);
 /* The next entry the loop waits for, or UINT64_MAX. */
 uint64_t pager_snap_urgent(struct pager_snap *sn);
+/* From now on the loop saves pages planned on disk as its reads bring
+ * them in (the swap files do not reflink: the copier would read them). */
+void pager_snap_save_reads(struct pager_snap *sn);
+/* The next entry the loop saved aside (its buffer held until written),
+ * or UINT64_MAX. */
+uint64_t pager_snap_ready(struct pager_snap *sn);
 /* Whether the copy should give the disk away now: a session (any, on
  * the daemon's ring) waits on it (a PIN's read, a FLUSH, a slot's
  * write-back), and this snapshot's loop never waited for the copy. */
@@ -414,6 +424,7 @@ void pager_snap_nap(struct pager_snap *sn, unsigned ms);
 
 struct pager_snap_stats {
 	uint64_t saved_bytes;   /* copied into side buffers by the loop */
+	uint64_t read_saved_bytes; /* of which pages planned on disk, saved as a read brought them in */
 	uint64_t peak_bytes;    /* side buffers alive at once, at most */
 	uint64_t waits;         /* operations that waited for the copier (PINs held, slots held, writes left) */
 	uint64_t held_ns;       /* the ring held at a PIN that waited, in all */

@@ -26,7 +26,8 @@ class CheckpointResult(ctypes.Structure):
                 ("cow_peak_bytes", ctypes.c_uint64), ("cow_waits", ctypes.c_uint64),
                 ("direct_bytes", ctypes.c_uint64), ("buffered_bytes", ctypes.c_uint64),
                 ("cow_moved_bytes", ctypes.c_uint64), ("yields", ctypes.c_uint64),
-                ("yield_seconds", ctypes.c_double)]
+                ("yield_seconds", ctypes.c_double), ("cow_from_reads_bytes", ctypes.c_uint64),
+                ("swap_read_bytes", ctypes.c_uint64)]
 
 
 _PROTOS = {
@@ -81,13 +82,14 @@ def _call(verb, name, directory, socket, lease, meta=None):
             "buffered_bytes": res.buffered_bytes, "seconds": res.seconds, "wait_seconds": res.wait_seconds,
             "stall_seconds": res.stall_seconds, "steps_during_copy": res.steps_during_copy,
             "cow_bytes": res.cow_bytes, "cow_waits": res.cow_waits, "cow_moved_bytes": res.cow_moved_bytes,
+            "cow_from_reads_bytes": res.cow_from_reads_bytes, "swap_read_bytes": res.swap_read_bytes,
             "yields": res.yields, "yield_seconds": res.yield_seconds, "lease_s": res.lease_s}
 
 
 def checkpoint(session_name, dir, socket=None, meta=None):
     """Writes the persistent session session_name (yours) into dir, a new
     directory whose parent is yours, at its next commit point; its trainer
-    waits while the pages are copied. meta: a dict kept in the manifest
+    trains on while the pages are copied (copy-on-write). meta: a dict kept in the manifest
     as "client" (OffloadAdamW.save_checkpoint puts its parameters' names
     and shapes and its param groups there). Returns a dict:
     committed_step, tensors, bytes, bytes_total, seconds, wait_seconds; how
@@ -95,7 +97,10 @@ def checkpoint(session_name, dir, socket=None, meta=None):
     reflinked from swap files where the filesystem can, written with
     O_DIRECT, or through the page cache where the filesystem takes no
     O_DIRECT); and what the trainer felt: stall_seconds, steps_during_copy,
-    cow_bytes (pages saved aside before the trainer changed them), cow_waits,
+    cow_bytes (pages saved aside before the trainer changed them, of which
+    cow_from_reads_bytes were saved as the trainer's own reads brought them
+    in from swap: the copy did not read those again; swap_read_bytes is
+    what it read from swap itself), cow_waits,
     cow_moved_bytes; and, under checkpoint.priority "low", yields and
     yield_seconds (how often and how long the copy held back for sessions
     waiting on the disk). Raises SpillwayError (errno EEXIST, EPERM, ENOENT, ...)

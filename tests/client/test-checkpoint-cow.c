@@ -211,9 +211,11 @@ static void ask_end(struct ask *a)
 	if (a->r < 0)
 		TEST_FAIL("checkpoint of %s: %s", a->session, a->err);
 	printf("# %s: step %llu, %llu bytes in %.3f s; %llu steps committed meanwhile, %llu bytes saved aside "
-	       "(%llu at most at once), %llu pages waited for the copy, the ring held %.6f s\n", a->dir,
+	       "(%llu as reads brought them in; %llu at most at once), %llu pages waited for the copy, the ring held "
+	       "%.6f s\n", a->dir,
 	       (unsigned long long)a->res.committed_step, (unsigned long long)a->res.bytes, a->res.seconds,
 	       (unsigned long long)a->res.steps_during_copy, (unsigned long long)a->res.cow_bytes,
+	       (unsigned long long)a->res.cow_from_reads_bytes,
 	       (unsigned long long)a->res.cow_peak_bytes, (unsigned long long)a->res.cow_waits,
 	       a->res.stall_seconds);
 	/* Never more side buffers than the budget. */
@@ -251,6 +253,14 @@ static void train_through(spw_client *a, uint32_t r_id, uint32_t s_id)
 	} else {
 		ASSERT_GT(ask.res.cow_bytes, 0ull);
 	}
+	ASSERT_TRUE(ask.res.cow_from_reads_bytes <= ask.res.cow_bytes);
+	/* The swappable tensor's pages on disk at the commit point were read
+	 * back by step 2's PINs long before the slowed copy reached them:
+	 * with room in the budget, saved aside as they came in, so the copy
+	 * wrote them without reading the swap file again, and their
+	 * write-backs went to their homes without waiting or moving. */
+	if (budget >= 64 * MiB)
+		ASSERT_GT(ask.res.cow_from_reads_bytes, 0ull);
 	check_file(ask.dir, 0, R_PAGES, 1);
 	check_file(ask.dir, 1, S_PAGES, 1);
 	for (uint32_t p = 0; p < R_PAGES; p++)

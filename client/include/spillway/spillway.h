@@ -355,6 +355,13 @@ struct spw_checkpoint_result {
 	 * for how long in all (0 under "normal"). */
 	uint64_t yields;
 	double yield_seconds;
+	/* Checkpoint: of cow_bytes, pages on disk at the commit point that the
+	 * session's own reads brought into memory during the copy, saved aside
+	 * as they came: the copy wrote them without reading them again. */
+	uint64_t cow_from_reads_bytes;
+	/* Checkpoint: bytes the copy read from swap files itself (pages on
+	 * disk that did not reflink and that the session did not read first). */
+	uint64_t swap_read_bytes;
 };
 
 /* How long spw_client_checkpoint() and spw_client_restore() wait for
