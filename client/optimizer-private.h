@@ -570,6 +570,15 @@ int spw__persist_tensor(spw_optimizer *o, const char *name, uint64_t bytes, enum
 /* At the first begin, ring held: the layout record written, or compared
  * with the reattached session's. 0 or the error (with its message). */
 int spw__persist_layout(spw_optimizer *o);
+/* The layout record's tensor, and the record: what the optimizer holds
+ * (mode, tier, chunking, groups, every tensor's name, size, group and
+ * device type), its size returned and written into buf when not NULL. */
+#define SPW__LAYOUT_NAME "spw.opt.layout"
+size_t spw__persist_layout_record(const spw_optimizer *o, unsigned char *buf);
+/* The first difference between our record (want) and one left (have,
+ * as long), as a sentence. */
+void spw__persist_layout_diff(const spw_optimizer *o, const unsigned char *want, const unsigned char *have, char *out,
+			      size_t len);
 /* Engine: sends OPEN before the first pin of an updating job of a new
  * step. false when the ring has no room now (admit the job later). */
 bool spw__persist_open(spw_optimizer *o, const struct job *j);

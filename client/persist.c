@@ -18,7 +18,7 @@
 #define UD_MARK 4u
 #define UD_STATS 5u /* engine.c: a STATS mark's answer only frees its ring room */
 
-#define LAYOUT_NAME "spw.opt.layout"
+#define LAYOUT_NAME SPW__LAYOUT_NAME
 #define LAYOUT_MAGIC 0x4c575053u /* "SPWL" */
 #define LAYOUT_VERSION 1u
 /* int8 moments with four chunks' codes a page and the scales in the
@@ -97,7 +97,7 @@ struct layout_entry {
  * and every tensor's name, size, group and device type in order. A
  * resumed optimizer must build the same bytes. Returns its size, and
  * fills buf when it is not NULL. */
-static size_t layout_record(const spw_optimizer *o, unsigned char *buf)
+size_t spw__persist_layout_record(const spw_optimizer *o, unsigned char *buf)
 {
 	/* The state dtype rides in the mode word's high half, a bf16
 	 * gradient store above it: an fp32 optimizer's record is the one
@@ -124,7 +124,7 @@ static size_t layout_record(const spw_optimizer *o, unsigned char *buf)
 }
 
 /* The first tensor where two records differ, as a sentence. */
-static void layout_diff(const spw_optimizer *o, const unsigned char *want, const unsigned char *have, char *out,
+void spw__persist_layout_diff(const spw_optimizer *o, const unsigned char *want, const unsigned char *have, char *out,
 			size_t len)
 {
 	size_t at = 6 * sizeof(uint32_t);
@@ -186,7 +186,7 @@ static int layout_io(spw_optimizer *o, unsigned char *rec, size_t bytes, bool wr
 
 int spw__persist_layout(spw_optimizer *o)
 {
-	size_t bytes = layout_record(o, NULL);
+	size_t bytes = spw__persist_layout_record(o, NULL);
 	unsigned char *want, *have = NULL;
 	char why[512];
 	int r;
@@ -198,7 +198,7 @@ int spw__persist_layout(spw_optimizer *o)
 		free(want);
 		return spw__opt_error(o, -ENOMEM, "begin: out of memory");
 	}
-	layout_record(o, want);
+	spw__persist_layout_record(o, want);
 	/* On the tier of the state: a region smaller than the state has no
 	 * free slot to give a resident tensor by now. */
 	r = spw__persist_tensor(o, LAYOUT_NAME, bytes, o->tier, &o->persist.layout_id);
@@ -219,7 +219,7 @@ int spw__persist_layout(spw_optimizer *o)
 	if (o->persist.resumed) {
 		r = layout_io(o, have, bytes, false);
 		if (r == 0 && memcmp(want, have, bytes)) {
-			layout_diff(o, want, have, why, sizeof(why));
+			spw__persist_layout_diff(o, want, have, why, sizeof(why));
 			r = spw__opt_error(o, -ESTALE, "begin: session %s was left by an optimizer of another layout: %s; "
 					   "drop the session (spillwayctl drop %s) to start over", o->c->session, why,
 					   o->c->session);

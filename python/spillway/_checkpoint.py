@@ -126,12 +126,16 @@ def load(opt, directory):
     is released, restored from directory under the same name and taken
     over, as a restarted trainer would (the model's parameters get the
     checkpoint's master weights, opt.resumed_step its step). The checkpoint
-    must be of the same model and settings (the takeover checks the
-    region's geometry, the layout record the rest). The directory is looked
-    at first (its manifest, each data file's size, the page size): a wrong
-    or cut directory raises CheckpointError and leaves the optimizer as it
-    was. When the restore fails past that (a page's CRC, another model's
-    tensors), the optimizer is closed: its previous state was released."""
+    must be of the same model and settings. Before anything is released the
+    whole checkpoint is checked (spw_optimizer_checkpoint_check: its
+    manifest, each data file's size, the page size, the layout record
+    against this optimizer's, every page's CRC-32C; one read of it, which
+    the restore's own read then mostly finds in the page cache): a wrong,
+    cut or damaged directory, or one of another model or other settings,
+    raises CheckpointError naming the tensor, page or difference and leaves
+    the optimizer as it was. Only a restore the daemon refuses after that
+    (its caps, a disk failing meanwhile) closes the optimizer, its previous
+    state released."""
     from ._portable import CheckpointError, read_manifest
     from ._torch_hooks import remove_hooks
     if not getattr(opt, "_persistent", False) or not opt._own_session:
@@ -148,6 +152,9 @@ def load(opt, directory):
                               "it was saved with other settings (page_size=, tier=, state_dtype=) or of another "
                               "model; nothing was changed" % (directory, m.get("page_size"), psz))
     opt._opt.sync()
+    why = opt._opt.checkpoint_check(directory)
+    if why is not None:
+        raise CheckpointError("load_checkpoint: " + why)
     for e in opt._entries:
         remove_hooks(e)
         e.forget_step()

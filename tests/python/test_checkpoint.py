@@ -7,7 +7,9 @@ optimizer's state_dict), for the cpu and nvme tiers. opt.load_checkpoint
 (dir) in the same process puts the model and the optimizer back at K, and
 the run from there ends equal too. save_checkpoint on a non-persistent
 optimizer is refused saying why; a restore into a name in use, or from a
-directory that is not a checkpoint, is refused.
+directory that is not a checkpoint, is refused; load_checkpoint refuses a
+cut or damaged checkpoint, or one of another model, with the optimizer
+untouched.
 """
 import copy
 import errno
@@ -129,14 +131,36 @@ class CheckpointTest(unittest.TestCase):
         for n in range(AT + 1, AT + 4):
             step(n)
         self.assertFalse(torch.equal(m[0].weight, model_at["0.weight"]))
-        # A directory that is not a checkpoint, or one cut short, is
-        # refused before anything is released: the optimizer trains on.
+        # A directory that is not a checkpoint, one cut short, one with a
+        # damaged byte (the sizes all right: only the CRCs tell), and the
+        # checkpoint of another model (wider, the same page size): each
+        # refused before anything is released, naming what is wrong; the
+        # optimizer trains on.
         cut = ck + "-cut"
         shutil.copytree(ck, cut)
         data = sorted(f for f in os.listdir(cut) if f.endswith(".bin"))[0]
         os.truncate(os.path.join(cut, data), 10)
+        bent = ck + "-bent"
+        shutil.copytree(ck, bent)
+        big = max((f for f in os.listdir(bent) if f.endswith(".bin")),
+                  key=lambda f: os.path.getsize(os.path.join(bent, f)))
+        with open(os.path.join(bent, big), "r+b") as fh:
+            fh.seek(os.path.getsize(os.path.join(bent, big)) // 2)
+            b = fh.read(1)
+            fh.seek(-1, os.SEEK_CUR)
+            fh.write(bytes([b[0] ^ 0x40]))
+        other = ck + "-other"
+        wide = persist_worker.model(True)
+        o2 = OffloadAdamW(wide.parameters(), lr=1e-2, mode="exact", tier="nvme", socket=self.d.control,
+                          page_size=64 << 10, session="py/load-other", persistent=True, lease=60)
+        x, y = persist_worker.batch(1)
+        nn.functional.cross_entropy(wide(x), y).backward()
+        o2.step()
+        o2.save_checkpoint(other)
+        o2.close()  # its session goes with it (a clean detach)
         now = {k: v.clone() for k, v in m.state_dict().items()}
-        for bad, why in ((ck + "-none", "manifest"), (cut, data)):
+        for bad, why in ((ck + "-none", "manifest"), (cut, data), (bent, "CRC-32C"), (bent, big),
+                         (other, "another model")):
             with self.assertRaises(CheckpointError) as e:
                 opt.load_checkpoint(bad)
             self.assertIn(why, str(e.exception))

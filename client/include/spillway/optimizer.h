@@ -248,6 +248,20 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 SPW_EXPORT uint64_t spw_optimizer_resumed_step(const spw_optimizer *o);
 
 /*
+ * Whether the checkpoint in dir (spw_client_checkpoint) would load into
+ * this optimizer's persistent session, found out before the caller
+ * releases anything to restore it: its manifest, the page size, the
+ * layout record (the same model and settings: every tensor's name, size
+ * and group, mode, tier, state dtype; the first difference named), each
+ * data file's size and every page's CRC-32C. Reads the whole checkpoint
+ * once; touches neither the session nor the optimizer's state. 0, or
+ * -EINVAL (not a checkpoint, or of another page size), -ESTALE (another
+ * layout), -EBADMSG (a page's CRC: tensor, page and file named), -errno
+ * of a read, with the sentence in spw_optimizer_last_error().
+ */
+SPW_EXPORT int spw_optimizer_checkpoint_check(spw_optimizer *o, const char *dir);
+
+/*
  * Waits for work in flight, unregisters the optimizer's tensors (when the
  * daemon is still there), stops the threads and frees. The client is the
  * caller's again afterwards. Accepts NULL; returns NULL.
