@@ -482,31 +482,32 @@ void pager_snap_copied(struct pager_snap *sn, uint64_t i)
 		sn->wake(sn->arg);
 }
 
-uint64_t pager_snap_urgent(struct pager_snap *sn)
+/* The oldest entry of one of the snapshot's queues (npages places, each
+ * entry in it at most once), or UINT64_MAX. */
+static uint64_t queue_pop(struct pager_snap *sn, const uint64_t *q, uint64_t *head, const uint64_t *tail)
 {
 	uint64_t i = UINT64_MAX;
 
 	pthread_mutex_lock(&sn->lock);
-	if (sn->qhead != sn->qtail)
-		i = sn->queue[sn->qhead++ % sn->npages];
+	if (*head != *tail)
+		i = q[(*head)++ % sn->npages];
 	pthread_mutex_unlock(&sn->lock);
 	return i;
+}
+
+uint64_t pager_snap_urgent(struct pager_snap *sn)
+{
+	return queue_pop(sn, sn->queue, &sn->qhead, &sn->qtail);
+}
+
+uint64_t pager_snap_ready(struct pager_snap *sn)
+{
+	return queue_pop(sn, sn->ready, &sn->rhead, &sn->rtail);
 }
 
 void pager_snap_save_reads(struct pager_snap *sn)
 {
 	__atomic_store_n(&sn->from_reads, 1, __ATOMIC_RELAXED);
-}
-
-uint64_t pager_snap_ready(struct pager_snap *sn)
-{
-	uint64_t i = UINT64_MAX;
-
-	pthread_mutex_lock(&sn->lock);
-	if (sn->rhead != sn->rtail)
-		i = sn->ready[sn->rhead++ % sn->npages];
-	pthread_mutex_unlock(&sn->lock);
-	return i;
 }
 
 bool pager_snap_disk_waited(struct pager_snap *sn)
