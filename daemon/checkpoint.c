@@ -309,7 +309,7 @@ static void ck_done(uv_work_t *w, int status)
 	struct session *s = ck->s;
 	double secs = (double)(uv_hrtime() - ck->t_start) / 1e9;
 	struct client *c;
-	char a[32], b[32], c2[32], d1[32], d2[32];
+	char a[32], b[32], c2[32], c3[32], c4[32], d1[32], d2[32];
 	cJSON *o;
 
 	if (status < 0 && !ck->err) {
@@ -347,14 +347,16 @@ static void ck_done(uv_work_t *w, int status)
 		log_info("checkpoint %s: its data files were written through the page cache: %s", ck->session, ck->note);
 	log_info("checkpoint %s: step %" PRIu64 ", %u tensors, %s in %.3f s (%.0f MB/s; %s reflinked, %s "
 		 "written with O_DIRECT, %s buffered) to %s; the session committed %" PRIu64 " step%s meanwhile, its ring "
-		 "waited %.3f s (plan %.3f s), %s saved for the copy, %" PRIu64 " rewritten pages moved to spare swap, "
+		 "waited %.3f s (plan %.3f s), %s saved for the copy (%s of it as the session's reads brought it in; "
+		 "the copy read %s from swap itself), %" PRIu64 " rewritten pages moved to spare swap, "
 		 "%" PRIu64 " pages waited for it; it gave the disk to waiting sessions %" PRIu64 " times (%.3f s)",
 		 ck->session, ck->step, ck->nt, format_bytes(ck->bytes, a, sizeof(a)), secs,
 		 secs > 0 ? (double)ck->bytes / secs / 1e6 : 0.0, format_bytes(ck->copied, b, sizeof(b)),
 		 format_bytes(ck->direct, d1, sizeof(d1)), format_bytes(ck->buffered, d2, sizeof(d2)), ck->path,
 		 ck->steps_during, ck->steps_during == 1 ? "" : "s",
 		 (double)(ck->plan_ns + ck->cow.held_ns) / 1e9, (double)ck->plan_ns / 1e9,
-		 format_bytes(ck->cow.saved_bytes, c2, sizeof(c2)), ck->cow.moved, ck->cow.waits, ck->yields,
+		 format_bytes(ck->cow.saved_bytes, c2, sizeof(c2)), format_bytes(ck->cow.read_saved_bytes, c3, sizeof(c3)),
+		 format_bytes(ck->swap_read, c4, sizeof(c4)), ck->cow.moved, ck->cow.waits, ck->yields,
 		 (double)ck->yield_ns / 1e9);
 	c = ck->c;
 	if (c) {
