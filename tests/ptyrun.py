@@ -1,10 +1,13 @@
 # SPDX-License-Identifier: MIT
 """Running a program with its stderr on a terminal, for the tests of what
 spillway shows only there (bench progress, the attach's tqdm bar)."""
+import fcntl
 import os
 import pty
 import select
+import struct
 import subprocess
+import termios
 
 
 def run_on_pty(args, stream="stderr"):
@@ -12,6 +15,9 @@ def run_on_pty(args, stream="stderr"):
     other on a pipe; returns (exit status, what the pipe got, what the
     terminal received)."""
     master, slave = pty.openpty()
+    # A terminal's size, as a real one has: a new pty has 0 columns, and
+    # tqdm 4.70 draws nothing in them (4.64 did).
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     if stream == "stdout":
         p = subprocess.Popen(args, stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     else:

@@ -13,14 +13,57 @@ import torch
 from . import _lib as L, _torch_persist as _persist
 from ._torch_persist import RewoundError
 from ._torch_gradref import after_early_end
-from ._torch_offload import grad_of
+from ._torch_offload import grad_of, is_offloaded
+
+
+# GradScaler.unscale_(opt) divides each p.grad in place, and torch 2.x's
+# kernel for it (_amp_foreach_non_finite_check_and_unscale_) leaves the
+# tensors' _version as it was: OffloadAdamW, which takes a gradient over
+# when backward writes it and checks _version at step(), would go on with
+# the scaled copy it holds. So unscale_ is wrapped, once per process: an
+# OffloadAdamW passed to it is told (_grads_unscaled), and takes every
+# gradient over again from p.grad. Other optimizers see no difference.
+
+
+def watch_unscale():
+    """Wraps GradScaler.unscale_ (torch.amp's, and torch.cuda.amp's where it
+    is its own, as in torch 1.13) to tell an OffloadAdamW before and after."""
+    classes = []
+    amp = getattr(torch, "amp", None)
+    if amp is not None and hasattr(amp, "GradScaler"):
+        classes.append(amp.GradScaler)
+    try:
+        from torch.cuda.amp import GradScaler as CudaScaler
+        classes.append(CudaScaler)
+    except ImportError:
+        pass
+    for cls in classes:
+        orig = cls.__dict__.get("unscale_")
+        if orig is None or getattr(orig, "_spillway", False):
+            continue  # inherited (torch 2.x's torch.cuda.amp), or wrapped already
+
+        def unscale_(self, optimizer, _orig=orig):
+            before = getattr(optimizer, "_grads_unscaling", None)
+            if before is not None:
+                before()
+            r = _orig(self, optimizer)
+            after = getattr(optimizer, "_grads_unscaled", None)
+            if after is not None:
+                after()
+            return r
+        unscale_._spillway = True
+        unscale_.__doc__, unscale_.__name__ = orig.__doc__, orig.__name__
+        cls.unscale_ = unscale_
 
 
 def scaler_stage(scaler, opt):
     """(unscaled, found_inf) from torch.cuda.amp.GradScaler's record of opt:
     whether unscale_(opt) already ran this iteration (the gradients in .grad
     are unscaled), and if so whether it found inf/nan."""
-    from torch.cuda.amp.grad_scaler import OptState
+    try:
+        from torch.amp.grad_scaler import OptState  # torch 2.x (torch.cuda.amp's is an alias)
+    except ImportError:
+        from torch.cuda.amp.grad_scaler import OptState  # torch 1.13
     st = scaler._per_optimizer_states[id(opt)]
     if st["stage"] is OptState.UNSCALED:
         found = sum(float(v.item()) for v in st["found_inf_per_device"].values())
@@ -48,6 +91,27 @@ def scaler_record(scaler, opt, nonfinite):
 
 class AmpMixin:
     """OffloadAdamW's clipping and loss-scaling methods."""
+
+    def _grads_unscaling(self):
+        """GradScaler.unscale_(self) is about to run (watch_unscale): it can
+        only reach gradients in p.grad."""
+        offloaded = [e.name for e in self._entries if is_offloaded(self, e)]
+        if offloaded:
+            raise RuntimeError("OffloadAdamW: GradScaler.unscale_(opt) cannot unscale the gradients of offloaded "
+                               "parameters (%s%s): they went to spillway in backward and were never in .grad. "
+                               "Call scaler.step(opt) without unscale_ (spillway unscales them in its own pass) "
+                               "and clip with OffloadAdamW(max_grad_norm=)"
+                               % (", ".join(offloaded[:3]), " and %d more" % (len(offloaded) - 3)
+                                  if len(offloaded) > 3 else ""))
+
+    def _grads_unscaled(self):
+        """GradScaler.unscale_(self) divided p.grad in place, which torch 2.x
+        does without a new _version: every gradient handed over is taken
+        again from p.grad at the next settle (mode='exact'; in overlapped
+        mode Adam already ran, and step() says the gradient changed)."""
+        for e in self._entries:
+            if e.src is not None and e.p.grad is e.src:
+                e.src_version = None
 
     def _step_scaled(self, scaler):
         if self.mode != "exact":

@@ -22,6 +22,7 @@ gradient: summed over its uses, it goes to spillway's gradient store
 None. OffloadAdamW on such parameters takes over the same spillway
 optimizer instead of building its own (adopt()).
 """
+import inspect
 import itertools
 import os
 import threading
@@ -71,6 +72,26 @@ def _patch_saved_tensors_hooks():
         return exit_(self, *a)
     cls.__enter__, cls.__exit__ = __enter__, __exit__
     _patched = True
+
+
+def _is_recompute_pack(pack):
+    """Whether pack is non-reentrant checkpointing's hook for the forward it
+    recomputes in backward: torch 1.13 names it inner_pack; torch 2.x
+    marks its checkpoint hooks _checkpoint_internal, the recomputation's
+    made in _recomputation_hook (its forward's in _checkpoint_hook)."""
+    if getattr(pack, "__name__", "") == "inner_pack":
+        return True
+    return (getattr(pack, "_checkpoint_internal", False)
+            and "_recomputation_hook" in getattr(pack, "__qualname__", ""))
+
+
+# torch >= 2.1 runs a forward hook registered with always_call=True when
+# the forward raises too. torch 2.x's checkpointing stops a recomputed
+# forward half way by raising (early stop): the saved-tensor hooks pre()
+# pushed must come off the stack before the exception reaches the
+# checkpoint's own, which would otherwise pop ours and leave its hook in
+# place for every later forward.
+_ALWAYS_CALL = "always_call" in inspect.signature(torch.nn.Module.register_forward_hook).parameters
 
 
 class _Token:
@@ -155,11 +176,12 @@ class _Handle:
         grad = torch.is_grad_enabled()
         st.demand(tuple(e.idx for _, e in pairs))
         # Non-reentrant checkpointing recomputes the forward inside backward
-        # under its own hooks (torch 1.13 names their pack hook inner_pack)
-        # and never runs that graph backward: uses made there send no
-        # gradient. (Elsewhere the box's finaliser finds it out later.)
+        # under its own hooks and never runs that graph backward: uses made
+        # there send no gradient. (Elsewhere the box's finaliser finds it
+        # out later.)
         top = _stack()[-1] if _stack() else None
-        recompute = top is not None and getattr(top[0], "__name__", "") == "inner_pack"
+        below = next((h for h in reversed(_stack()) if not getattr(h[0], "_spillway", False)), None)
+        recompute = below is not None and _is_recompute_pack(below[0])
         for attr, e in pairs:
             st.hold(e)
             if e.live is None or e.live_grad != grad or not st.valid(e):
@@ -220,6 +242,7 @@ class _Handle:
             if isinstance(x, _Outer):
                 return outer[1](x.v)
             return x
+        pack._spillway = True  # ours: pre() looks past it for checkpointing's
         return pack, unpack
 
     def unpack(self, tok):
@@ -403,7 +426,7 @@ def offload_parameters(model, tier="cpu", device="cpu", max_live_bytes=None, pre
     hooks = [model.register_forward_pre_hook(handle.root_pre)]
     for m in owners:
         hooks.append(m.register_forward_pre_hook(handle.pre))
-        hooks.append(m.register_forward_hook(handle.post))
+        hooks.append(m.register_forward_hook(handle.post, **({"always_call": True} if _ALWAYS_CALL else {})))
         hooks.append(m._register_load_state_dict_pre_hook(_loading_hook(handle), with_module=True))
     hooks.append(model._register_state_dict_hook(_state_dict_hook))
     handle.hooks = hooks
@@ -535,6 +558,12 @@ def _named_buffers(model):
 
 
 # ------------------------------------------------------------ OffloadAdamW side
+
+def is_offloaded(opt, e):
+    """Whether OffloadAdamW's entry e is an offloaded parameter (its
+    gradients go to spillway in backward, never into p.grad)."""
+    return isinstance(opt._opt, _Adopted) and id(e.p) in opt._opt._h.by_param
+
 
 def grad_of(opt, e):
     """OffloadAdamW's p.grad at step(): for an offloaded parameter, what

@@ -4,7 +4,8 @@ loss scale, with inf/nan steps skipped.
 
 torch 1.13's torch.cuda.amp.GradScaler is CUDA-only (it disables itself
 without CUDA, and two of its kernels have no CPU version), and this test
-runs on the CPU. CpuGradScaler is a stand-in: GradScaler itself (its state
+runs on the CPU. CpuGradScaler is torch.amp.GradScaler("cpu") where torch
+has one (2.3 and later), else a stand-in: GradScaler itself (its state
 machine, unscale_, step and the _step_supports_amp_scaling dispatch are
 torch's code) with scale(), the unscale kernel and update() written in
 Python to the same policy. What is tested is the contract between
@@ -29,7 +30,16 @@ RTOL, ATOL = 1e-5, 1e-6
 INF_STEPS = (2, 7)
 
 
-class CpuGradScaler(GradScaler):
+def CpuGradScaler(**kw):
+    """A GradScaler on the CPU: torch's own where it has one (torch >= 2.3:
+    torch.amp.GradScaler("cpu")), else the stand-in below."""
+    try:
+        return torch.amp.GradScaler("cpu", **kw)
+    except (AttributeError, TypeError):
+        return StandInGradScaler(**kw)
+
+
+class StandInGradScaler(GradScaler):
     def __init__(self, **kw):
         super().__init__(enabled=False, **kw)  # would warn and disable itself on a CPU host
         self._enabled = True
@@ -57,7 +67,9 @@ class CpuGradScaler(GradScaler):
                         continue
                     if not bool(torch.isfinite(p.grad).all()):
                         found_inf.fill_(1.0)
-                    p.grad.mul_(inv_scale)
+                    # In place and, as torch 2.x's unscale kernel does,
+                    # without a new p.grad._version (.data has its own).
+                    p.grad.data.mul_(inv_scale)
         return {found_inf.device: found_inf}
 
     def update(self, new_scale=None):
@@ -135,8 +147,13 @@ class Scaler(unittest.TestCase):
                     self.assertTrue(torch.allclose(pa, pb, rtol=RTOL, atol=ATOL),
                                     "%s step %d %s: %g" % (variant, step, n, d))
             self.assertGreater(float(sa.get_scale()), 2.0 ** 9, "the scale never grew back")
-            for pa, pb in zip(a.parameters(), b.parameters()):
+            for (n, pa), pb in zip(a.named_parameters(), b.parameters()):
                 self.assertEqual(float(oa.state[pa]["step"]), float(ob.state[pb]["step"]))
+                # Adam's step hardly moves when every gradient is scaled
+                # alike; its moments do: none was taken in scaled.
+                for k in ("exp_avg", "exp_avg_sq"):
+                    self.assertTrue(torch.allclose(oa.state[pa][k], ob.state[pb][k], rtol=1e-4, atol=1e-9),
+                                    "%s %s %s: %g" % (variant, n, k, (oa.state[pa][k] - ob.state[pb][k]).abs().max()))
         finally:
             oa.close()
         print("parity GradScaler (%s): max |offload - torch| = %.3g" % (variant, worst))

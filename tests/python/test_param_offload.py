@@ -109,6 +109,29 @@ class ParamOffload(unittest.TestCase):
         # Adam runs as each gradient arrives, during backward
         om.pair(self, om.GPT, "gpt", mode="overlapped", max_live_bytes=40000)
 
+    def test_grad_scaler_unscale_refused(self):
+        # An offloaded parameter's gradient goes to spillway in backward and
+        # never into .grad: GradScaler.unscale_ could not reach it, and the
+        # step would apply it scaled. Refused; scaler.step(opt) alone (spillway
+        # unscales in its pass) still works.
+        from test_amp import CpuGradScaler
+        m = om.MLP()
+        st.offload_parameters(m, socket=self.d.control)
+        opt = OffloadAdamW(m.parameters(), lr=1e-2, tier="cpu", mode="exact", socket=self.d.control)
+        s = CpuGradScaler(init_scale=2.0 ** 10)
+        try:
+            x, y = torch.randn(4, 12), torch.randn(4, 5)
+            s.scale(torch.nn.functional.mse_loss(m(x), y)).backward()
+            with self.assertRaises(RuntimeError) as cm:
+                s.unscale_(opt)
+            self.assertIn("cannot unscale the gradients of offloaded parameters", str(cm.exception))
+            s.step(opt)
+            s.update()
+            self.assertFalse(opt.last_result.skipped)
+            self.assertEqual(opt.last_result.loss_scale, 2.0 ** 10)
+        finally:
+            opt.close()
+
     def test_prefetch_bytes(self):
         b, _ = om.pair(self, lambda: om.GPT(layers=4), "gpt", max_live_bytes=60000,
                        prefetch_bytes=30000)
