@@ -56,6 +56,44 @@ def watch_unscale():
         cls.unscale_ = unscale_
 
 
+class PassedScaler:
+    """The GradScaler as step(grad_scaler=...) gets it (torch 1.13 to 2.15
+    pass it to an optimizer with _step_supports_amp_scaling): its stage,
+    its scale, and a way to tell it what spillway's check found."""
+
+    def __init__(self, scaler, opt):
+        self.scaler, self.opt = scaler, opt
+        self.unscaled, self.found_inf = scaler_stage(scaler, opt)
+
+    def scale(self):
+        return scaler_scale(self.scaler)
+
+    def record(self, nonfinite):
+        scaler_record(self.scaler, self.opt, nonfinite)
+
+
+class AttributeScaler:
+    """The GradScaler as its newer contract gives it (what torch's GradScaler
+    does for a step() without a grad_scaler parameter, e.g. one wrapped by
+    accelerate): before step() it has checked p.grad for inf/nan itself
+    (unscale_ or a check at scale 1) and set opt.grad_scale (None once
+    unscale_ ran) and opt.found_inf. It reads found_inf after step(), so
+    there is nothing to tell it: its own check saw the gradients spillway
+    applies, all of them in p.grad (offloaded parameters are refused)."""
+
+    def __init__(self, opt):
+        gs = opt.grad_scale
+        self.unscaled = gs is None
+        self.found_inf = float(opt.found_inf) > 0
+        self._scale = None if gs is None else float(gs)
+
+    def scale(self):
+        return self._scale
+
+    def record(self, nonfinite):
+        pass
+
+
 def scaler_stage(scaler, opt):
     """(unscaled, found_inf) from torch.cuda.amp.GradScaler's record of opt:
     whether unscale_(opt) already ran this iteration (the gradients in .grad
@@ -113,7 +151,21 @@ class AmpMixin:
             if e.src is not None and e.p.grad is e.src:
                 e.src_version = None
 
-    def _step_scaled(self, scaler):
+    def _attribute_scaler(self):
+        """The AttributeScaler of this step, unless offloaded parameters'
+        gradients (never in p.grad) would escape the GradScaler's check."""
+        offloaded = [e.name for e in self._entries if is_offloaded(self, e)]
+        if offloaded and self.grad_scale is not None:
+            raise RuntimeError("OffloadAdamW: this GradScaler checked only .grad for inf/nan (it set "
+                               "optimizer.found_inf; step() was called without grad_scaler=), and the "
+                               "gradients of offloaded parameters (%s) went to spillway in backward instead: "
+                               "its scale would never back off. Call step() as GradScaler.step(opt) does for "
+                               "an unwrapped optimizer, or use OffloadAdamW(loss_scale='dynamic')"
+                               % ", ".join(offloaded[:3]))
+        return AttributeScaler(self)
+
+    def _step_scaled(self, sc):
+        """step() under a GradScaler: sc a PassedScaler or an AttributeScaler."""
         if self.mode != "exact":
             raise RuntimeError("OffloadAdamW: GradScaler needs mode='exact': a step with inf/nan "
                                "gradients must be skipped before Adam runs, and mode='overlapped' "
@@ -124,7 +176,7 @@ class AmpMixin:
         if not self._opt.can("spw_optimizer_set_loss_scale"):
             raise NotImplementedError("OffloadAdamW: GradScaler needs spw_optimizer_set_loss_scale() "
                                       "in libspillway, which %s lacks" % L.library_path())
-        unscaled, found_inf = scaler_stage(scaler, self)
+        unscaled, found_inf = sc.unscaled, sc.found_inf
         if self._ended is not None:
             if not unscaled:
                 raise RuntimeError("OffloadAdamW: clip_grad_norm_() ran on gradients GradScaler had "
@@ -142,23 +194,23 @@ class AmpMixin:
                     self._finish(self._end())
                 return
             if not self._in_step and all(grad_of(self, e) is None for e in self._entries):
-                scaler_record(scaler, self, False)
+                sc.record(False)
                 return
             self._open_step()
             self._settle()
-            self._opt.set_loss_scale(1.0 if unscaled else scaler_scale(scaler))
+            self._opt.set_loss_scale(1.0 if unscaled else sc.scale())
             res = self._end()
             if not unscaled:
-                scaler_record(scaler, self, res.nonfinite)
+                sc.record(res.nonfinite)
             self._finish(res)
         try:
             done = _persist.ride(self, work)
         except RewoundError:
             if not unscaled:
-                scaler_record(scaler, self, False)  # so that scaler.update() may run before the loop goes back
+                sc.record(False)  # so that scaler.update() may run before the loop goes back
             raise
         if done is _persist.COMMITTED and not unscaled:
-            scaler_record(scaler, self, False)  # committed, so not skipped (a skipped one is redone)
+            sc.record(False)  # committed, so not skipped (a skipped one is redone)
 
     def _end_clipped(self, max_norm):
         """Begins the step (unless backward did), settles the gradients and

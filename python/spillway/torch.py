@@ -47,7 +47,7 @@ from . import _torch_region as _region
 from . import _lib as L, _torch_persist as _persist, _checkpoint as _ckpt, _state_dtype, _torch_view as _view, \
     _torch_gradref as _gradref
 from ._torch_persist import RewoundError  # noqa: F401
-from ._torch_amp import AmpMixin, watch_unscale as _watch_unscale
+from ._torch_amp import AmpMixin, PassedScaler as _PassedScaler, watch_unscale as _watch_unscale
 from ._torch_hooks import make_accumulated_hook as _make_accumulated_hook, \
     make_average_hook as _make_average_hook, remove_hooks as _remove_hooks
 from ._torch_checks import _TYPES, f32 as _f32, check_flags as _check_flags, \
@@ -692,23 +692,21 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
         grad_scaler: passed by GradScaler.step (torch.amp's and
         torch.cuda.amp's: this optimizer unscales, checks for inf/nan and
         skips in its own pass; torch 2.x warns once that it will stop
-        passing it)."""
-        if grad_scaler is None and getattr(self, "found_inf", None) is not None:
-            # A GradScaler that no longer passes itself sets grad_scale and
-            # found_inf instead, from a scan of p.grad: gradients already
-            # handed to spillway are not there, and stepping would apply
-            # them scaled. Refused rather than guessed.
-            raise RuntimeError("OffloadAdamW: this GradScaler sets optimizer.found_inf instead of passing "
-                               "grad_scaler= to step(), which this version of spillway does not read; use "
-                               "OffloadAdamW's own loss_scale='dynamic', or a torch whose GradScaler passes "
-                               "grad_scaler= (1.13 to 2.15 do)")
+        passing it). A GradScaler that does not pass it (step() wrapped,
+        as by accelerate) sets self.grad_scale and self.found_inf
+        instead, which are read the same way."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         self._usable()
         if grad_scaler is not None:
-            self._step_scaled(grad_scaler)
+            self._step_scaled(_PassedScaler(grad_scaler, self))
+            return loss
+        if getattr(self, "found_inf", None) is not None:
+            # GradScaler's newer contract: it set grad_scale and found_inf
+            # (a step() wrapped without grad_scaler=, as accelerate does).
+            self._step_scaled(self._attribute_scaler())
             return loss
         if self._ended is not None:  # clip_grad_norm_ ended the step; a restart: redone with its max_norm
             self._finish_clipped()

@@ -17,6 +17,7 @@ GradScaler drives the ordinary way; parameters must agree after every
 step (torch.allclose(rtol=1e-5, atol=1e-6)) and so must the scales.
 """
 import copy
+import inspect
 import math
 import unittest
 
@@ -72,6 +73,27 @@ class StandInGradScaler(GradScaler):
                     p.grad.data.mul_(inv_scale)
         return {found_inf.device: found_inf}
 
+    def step(self, optimizer, *args, **kwargs):
+        # torch 2.x's newer contract, for an optimizer with
+        # _step_supports_amp_scaling whose step() takes no grad_scaler=
+        # (wrapped, as accelerate wraps it): the inf/nan check of .grad at
+        # scale 1 unless unscale_ ran, then optimizer.grad_scale and
+        # optimizer.found_inf for step() to read. (torch 1.13 passes
+        # grad_scaler= to any such step().)
+        if (getattr(optimizer, "_step_supports_amp_scaling", False)
+                and "grad_scaler" not in inspect.signature(optimizer.step).parameters):
+            from torch.cuda.amp.grad_scaler import OptState
+            st = self._per_optimizer_states[id(optimizer)]
+            if st["stage"] is OptState.READY:
+                st["found_inf_per_device"] = self._unscale_grads_(optimizer, torch.ones(1), torch.zeros(1), True)
+            optimizer.grad_scale = None if st["stage"] is OptState.UNSCALED else self._scale
+            optimizer.found_inf = sum(st["found_inf_per_device"].values())
+            r = optimizer.step(*args, **kwargs)
+            st["stage"] = OptState.STEPPED
+            del optimizer.grad_scale, optimizer.found_inf
+            return r
+        return super().step(optimizer, *args, **kwargs)
+
     def update(self, new_scale=None):
         found = sum(float(f.item()) for st in self._per_optimizer_states.values()
                     for f in st["found_inf_per_device"].values())
@@ -108,6 +130,11 @@ class Scaler(unittest.TestCase):
         b = copy.deepcopy(a)
         oa = OffloadAdamW(a.named_parameters(), lr=1e-2, mode="exact", socket=self.d.control)
         ob = torch.optim.AdamW(b.parameters(), lr=1e-2)
+        if variant == "wrapped":
+            # as accelerate wraps step() under a GradScaler: the scaler then
+            # passes no grad_scaler= but sets grad_scale and found_inf
+            for o in (oa, ob):
+                o.step = (lambda f: lambda *a, **k: f(*a, **k))(o.step)
         sa, sb = CpuGradScaler(init_scale=2.0 ** 10, growth_interval=3), \
             CpuGradScaler(init_scale=2.0 ** 10, growth_interval=3)
         gen = torch.Generator().manual_seed(32)
@@ -123,7 +150,7 @@ class Scaler(unittest.TestCase):
                     if step in INF_STEPS:
                         loss = loss * math.inf
                     s.scale(loss).backward()
-                    if variant != "fused":
+                    if variant not in ("fused", "wrapped"):
                         s.unscale_(o)
                         if variant == "clip-opt" and o is oa:
                             oa.clip_grad_norm_(0.05)
@@ -136,9 +163,11 @@ class Scaler(unittest.TestCase):
                     self.assertLess(float(sa.get_scale()), scale_before)
                     for p, q in zip(a.parameters(), before):
                         self.assertTrue(torch.equal(p, q), "a skipped step moved a parameter")
+                    # fused: spillway's own check skipped it; otherwise the
+                    # scaler's check before step() did
                     self.assertTrue(oa.last_result is None or oa.last_result.skipped
                                     or variant != "fused")
-                elif variant == "fused":
+                elif variant in ("fused", "wrapped"):
                     self.assertFalse(oa.last_result.skipped)
                     self.assertEqual(oa.last_result.loss_scale, scale_before)
                 for (n, pa), pb in zip(a.named_parameters(), b.parameters()):
@@ -160,6 +189,9 @@ class Scaler(unittest.TestCase):
 
     def test_fused_unscale(self):
         self.loop("fused")
+
+    def test_wrapped_step(self):
+        self.loop("wrapped")
 
     def test_unscale_then_step(self):
         self.loop("unscale")

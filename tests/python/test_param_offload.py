@@ -129,6 +129,16 @@ class ParamOffload(unittest.TestCase):
             s.update()
             self.assertFalse(opt.last_result.skipped)
             self.assertEqual(opt.last_result.loss_scale, 2.0 ** 10)
+            # step() wrapped (as accelerate does): the scaler checks only
+            # .grad and sets found_inf; it would miss an inf of an offloaded
+            # parameter and never back off. Refused.
+            step = opt.step
+            opt.step = lambda *a, **k: step(*a, **k)
+            opt.zero_grad()
+            s.scale(torch.nn.functional.mse_loss(m(x), y)).backward()
+            with self.assertRaises(RuntimeError) as cm:
+                s.step(opt)
+            self.assertIn("checked only .grad", str(cm.exception))
         finally:
             opt.close()
 
