@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -105,6 +106,19 @@ class Daemon:
         shutil.rmtree(self.dir, ignore_errors=True)
         if self.swapdir:
             shutil.rmtree(self.swapdir, ignore_errors=True)
+
+
+class DaemonCase(unittest.TestCase):
+    """A test class whose tests share one spillwayd without swap (self.d),
+    started before the first and stopped, cleanly, after the last."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon(swap=False)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.d.stop() == 0
 
 
 def metrics_port(d):

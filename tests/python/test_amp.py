@@ -116,15 +116,7 @@ def net():
     return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
 
 
-class Scaler(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.d = spwtest.Daemon(swap=False)
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.d.stop() == 0
-
+class Scaler(spwtest.DaemonCase):
     def loop(self, variant):
         a = net()
         b = copy.deepcopy(a)
@@ -227,18 +219,10 @@ class Fp16Model(nn.Module):
         return (y * y).float().mean()
 
 
-class DynamicLossScale(unittest.TestCase):
+class DynamicLossScale(spwtest.DaemonCase):
     """OffloadAdamW(loss_scale='dynamic') on an fp16 model, against
     torch.optim.AdamW on an fp32 master copy fed the same fp16 gradients
     with GradScaler's policy written out."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.d = spwtest.Daemon(swap=False)
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.d.stop() == 0
 
     def test_fp16_dynamic(self):
         m = Fp16Model()

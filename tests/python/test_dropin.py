@@ -32,15 +32,7 @@ def data(n, seed):
     return [(torch.randn(8, 6, generator=g), torch.randn(8, 2, generator=g)) for _ in range(n)]
 
 
-class DropIn(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.d = spwtest.Daemon(swap=False)
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.d.stop() == 0
-
+class DropIn(spwtest.DaemonCase):
     def test_flags(self):
         m = net()
         opt = OffloadAdamW(m.parameters(), 1e-3, (0.9, 0.999), 1e-8, 1e-2, False, maximize=False,
@@ -178,15 +170,7 @@ class Elementwise(nn.Module):
         return y * y
 
 
-class LowPrecisionStateDict(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.d = spwtest.Daemon(swap=False)
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.d.stop() == 0
-
+class LowPrecisionStateDict(spwtest.DaemonCase):
     def steps(self, m, opt, n, seed):
         g = torch.Generator().manual_seed(seed)
         for _ in range(n):

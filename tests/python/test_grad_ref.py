@@ -61,15 +61,7 @@ def batches(n):
     return [(torch.randn(8, 24, generator=g), torch.randn(8, 4, generator=g)) for _ in range(n)]
 
 
-class GradRef(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.d = spwtest.Daemon(swap=False)
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.d.stop() == 0
-
+class GradRef(spwtest.DaemonCase):
     def pair(self, **kw):
         a = Net()
         b = copy.deepcopy(a)

@@ -136,15 +136,7 @@ def _add_cases():
 _add_cases()
 
 
-class Refusals(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.d = spwtest.Daemon(swap=False)
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.d.stop() == 0
-
+class Refusals(spwtest.DaemonCase):
     def sessions(self):
         return {s["name"]: s for s in spillway.status(self.d.control).get("sessions", [])}
 

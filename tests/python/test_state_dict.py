@@ -44,15 +44,7 @@ def close(test, a, b, what):
                         "%s: %s differs by %g" % (what, n, (pa - pb).abs().max().item()))
 
 
-class StateDict(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.d = spwtest.Daemon(swap=False)
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.d.stop() == 0
-
+class StateDict(spwtest.DaemonCase):
     def test_offload_to_torch(self):
         a = model()
         twin = copy.deepcopy(a)

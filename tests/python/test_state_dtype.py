@@ -162,15 +162,7 @@ def is_bf16(t):
     return torch.equal(t.bfloat16().float(), t)
 
 
-class StateDtype(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.d = spwtest.Daemon(swap=False)
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.d.stop() == 0
-
+class StateDtype(spwtest.DaemonCase):
     def test_bf16_matches_twin(self):
         a = model()
         twin = copy.deepcopy(a)
