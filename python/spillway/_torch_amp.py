@@ -155,7 +155,7 @@ class AmpMixin:
         """The AttributeScaler of this step, unless offloaded parameters'
         gradients (never in p.grad) would escape the GradScaler's check."""
         offloaded = [e.name for e in self._entries if is_offloaded(self, e)]
-        if offloaded and self.grad_scale is not None:
+        if offloaded:
             raise RuntimeError("OffloadAdamW: this GradScaler checked only .grad for inf/nan (it set "
                                "optimizer.found_inf; step() was called without grad_scaler=), and the "
                                "gradients of offloaded parameters (%s) went to spillway in backward instead: "
@@ -177,6 +177,11 @@ class AmpMixin:
             raise NotImplementedError("OffloadAdamW: GradScaler needs spw_optimizer_set_loss_scale() "
                                       "in libspillway, which %s lacks" % L.library_path())
         unscaled, found_inf = sc.unscaled, sc.found_inf
+        if unscaled:
+            # A scaler whose unscale_ the wrapper does not see (a subclass
+            # with its own) divided .grad only: offloaded parameters'
+            # gradients are still scaled in spillway.
+            self._grads_unscaling()
         if self._ended is not None:
             if not unscaled:
                 raise RuntimeError("OffloadAdamW: clip_grad_norm_() ran on gradients GradScaler had "
