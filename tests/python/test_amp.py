@@ -40,6 +40,28 @@ def CpuGradScaler(**kw):
         return StandInGradScaler(**kw)
 
 
+def OwnUnscaleScaler(**kw):
+    """CpuGradScaler's class with an unscale_ of its own that does not call
+    GradScaler's (as FSDP's ShardedGradScaler has one): spillway's wrapper of
+    GradScaler.unscale_ does not see it."""
+    base = type(CpuGradScaler())
+
+    class OwnUnscale(base):
+        def unscale_(self, optimizer):
+            try:
+                from torch.amp.grad_scaler import OptState
+            except ImportError:
+                from torch.cuda.amp.grad_scaler import OptState
+            st = self._per_optimizer_states[id(optimizer)]
+            inv = self._scale.double().reciprocal().float()
+            st["found_inf_per_device"] = self._unscale_grads_(optimizer, inv, torch.zeros(1), False)
+            st["stage"] = OptState.UNSCALED
+    try:
+        return OwnUnscale("cpu", **kw)  # torch.amp.GradScaler's signature
+    except TypeError:
+        return OwnUnscale(**kw)  # the stand-in's
+
+
 class StandInGradScaler(GradScaler):
     def __init__(self, **kw):
         super().__init__(enabled=False, **kw)  # would warn and disable itself on a CPU host
@@ -127,8 +149,8 @@ class Scaler(spwtest.DaemonCase):
             # passes no grad_scaler= but sets grad_scale and found_inf
             for o in (oa, ob):
                 o.step = (lambda f: lambda *a, **k: f(*a, **k))(o.step)
-        sa, sb = CpuGradScaler(init_scale=2.0 ** 10, growth_interval=3), \
-            CpuGradScaler(init_scale=2.0 ** 10, growth_interval=3)
+        make = OwnUnscaleScaler if variant == "own-unscale" else CpuGradScaler
+        sa, sb = make(init_scale=2.0 ** 10, growth_interval=3), make(init_scale=2.0 ** 10, growth_interval=3)
         gen = torch.Generator().manual_seed(32)
         worst = 0.0
         try:
@@ -184,6 +206,9 @@ class Scaler(spwtest.DaemonCase):
 
     def test_wrapped_step(self):
         self.loop("wrapped")
+
+    def test_own_unscale_then_step(self):
+        self.loop("own-unscale")
 
     def test_unscale_then_step(self):
         self.loop("unscale")

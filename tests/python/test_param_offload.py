@@ -146,27 +146,11 @@ class ParamOffload(unittest.TestCase):
         # A GradScaler subclass with its own unscale_ (as FSDP's
         # ShardedGradScaler has), which the library's wrapper does not see:
         # step() finds the stage unscaled and refuses for offloaded parameters.
-        from test_amp import CpuGradScaler
-        base = type(CpuGradScaler())
-
-        class OwnUnscale(base):
-            def unscale_(self, optimizer):
-                try:
-                    from torch.amp.grad_scaler import OptState
-                except ImportError:
-                    from torch.cuda.amp.grad_scaler import OptState
-                st = self._per_optimizer_states[id(optimizer)]
-                inv = self._scale.double().reciprocal().float()
-                st["found_inf_per_device"] = self._unscale_grads_(optimizer, inv, torch.zeros(1), False)
-                st["stage"] = OptState.UNSCALED
-
+        from test_amp import OwnUnscaleScaler
         m = om.MLP()
         st.offload_parameters(m, socket=self.d.control)
         opt = OffloadAdamW(m.parameters(), lr=1e-2, tier="cpu", mode="exact", socket=self.d.control)
-        try:
-            s = OwnUnscale("cpu", init_scale=2.0 ** 10)  # torch.amp.GradScaler's signature
-        except TypeError:
-            s = OwnUnscale(init_scale=2.0 ** 10)  # test_amp's stand-in
+        s = OwnUnscaleScaler(init_scale=2.0 ** 10)
         try:
             s.scale(torch.nn.functional.mse_loss(m(torch.randn(4, 12)), torch.randn(4, 5))).backward()
             s.unscale_(opt)
