@@ -16,6 +16,23 @@ from . import Session, SpillwayError, _state_dtype, _torch_persist as _persist
 READAHEAD_MAX = 1 << 30
 
 
+# Spare swap of a persistent session on the NVMe tier, a fraction of its
+# state: while a checkpoint copies, a page the trainer writes back over a
+# swap home the copy still owes goes to a spare page instead of waiting for
+# the copy (docs/persistent.md, "copy-on-write"; spillway-bench checkpoint
+# --spare, whose default is the same eighth). Asked for only where the
+# daemon's caps allow it.
+CHECKPOINT_SPARE = 0.125
+
+
+def spare_swap_bytes(opt, swap, psz):
+    """The spare swap to ask for beside swap (the state's): an eighth of
+    it in whole pages on a persistent nvme session, else none."""
+    if opt.tier != "nvme" or not opt._persistent or swap == 0:
+        return 0
+    return -(-int(swap * CHECKPOINT_SPARE) // psz) * psz
+
+
 def readahead_bytes(state, psz):
     """The region to ask for on the nvme tier: half of the state's bytes,
     at most READAHEAD_MAX, in whole pages."""
@@ -52,20 +69,23 @@ def swap_bytes(opt, entries, psz):
     return swap
 
 
-def open_session(opt, region, minimum, psz, swap):
-    """opt's session, with region bytes if the daemon's caps allow them,
-    else with the minimum the pipeline needs: read-ahead is worth having,
-    not worth failing for."""
-    def attach(r):
+def open_session(opt, region, minimum, psz, swap, spare=0):
+    """opt's session, with region bytes and swap + spare if the daemon's
+    caps allow them, else with less: the minimum region the pipeline
+    needs, the swap the state needs. Read-ahead and spare swap are worth
+    having, not worth failing for."""
+    def attach(r, w):
         return Session(opt._session_name, region_bytes=r, page_size=psz, socket=opt._socket,
-                       reply_timeout_ms=opt._timeout_ms(), swap_bytes=swap, **_persist.session_args(opt))
-    if region > minimum:
+                       reply_timeout_ms=opt._timeout_ms(), swap_bytes=w, **_persist.session_args(opt))
+    tries = [(r, w) for w in (swap + spare, swap) for r in (region, minimum)]
+    tries = [t for i, t in enumerate(tries) if t not in tries[:i]]
+    for r, w in tries[:-1]:
         try:
-            return attach(region)
+            return attach(r, w)
         except SpillwayError as e:
             if e.errno not in (errno.EDQUOT, errno.ENOSPC, errno.ENOMEM):
                 raise
-    return attach(minimum)
+    return attach(*tries[-1])
 
 
 def own_session(opt, entries):
@@ -86,4 +106,4 @@ def own_session(opt, entries):
             opt._session.close()
             opt._session = None
     if opt._session is None:
-        opt._session = open_session(opt, region, minimum, psz, swap)
+        opt._session = open_session(opt, region, minimum, psz, swap, spare_swap_bytes(opt, swap, psz))

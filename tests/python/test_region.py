@@ -3,7 +3,8 @@
 needs plus read-ahead (half the state, at most 1 GiB) so that the disk
 works through forward too; the minimum where the daemon's caps refuse the
 read-ahead; exactly region_bytes= when given; and no read-ahead on a
-persistent session, whose takeover must ask for the same region again."""
+persistent session, whose takeover must ask for the same region again,
+but spare swap for its checkpoints where the caps allow."""
 import unittest
 
 import spwtest
@@ -65,6 +66,34 @@ class Region(unittest.TestCase):
         ra = _torch_region.readahead_bytes(info["swap_bytes"], info["page_size"])
         info = self.region(self.d, session="region/persistent", persistent=True, lease=10)
         self.assertLess(info["region_bytes"], ra)
+
+    def test_persistent_spare_swap(self):
+        # A persistent session on the nvme tier asks for an eighth of spare
+        # swap beyond its state (a checkpoint's rewritten pages go there
+        # instead of waiting for the copy); where the daemon's caps leave
+        # no room for it, just the state's.
+        def swap_of(d, name):
+            m = model()
+            opt = OffloadAdamW(m.parameters(), tier="nvme", socket=d.control, session=name, persistent=True,
+                               lease=10)
+            try:
+                one_step(m, opt)
+                info = opt.session.info()
+                need = _torch_region.swap_bytes(opt, opt._entries, info["page_size"])
+                return info["swap_bytes"], need, _torch_region.spare_swap_bytes(opt, need, info["page_size"])
+            finally:
+                opt.close()
+        got, need, spare = swap_of(self.d, "region/spare")
+        print("persistent: state swap %d, spare %d, got %d" % (need, spare, got))
+        self.assertGreaterEqual(spare, need // 8)
+        self.assertEqual(got, need + spare)
+        capped = spwtest.Daemon(swap=True, extra={"limits": {"swap_bytes_per_uid": need}})
+        try:
+            got, need2, _ = swap_of(capped, "region/spare-capped")
+            self.assertEqual(need2, need)
+            self.assertEqual(got, need)
+        finally:
+            self.assertEqual(capped.stop(), 0)
 
     def test_readahead_bytes(self):
         self.assertEqual(_torch_region.readahead_bytes(10 << 20, 1 << 20), 5 << 20)
