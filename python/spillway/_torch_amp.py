@@ -130,17 +130,21 @@ def scaler_record(scaler, opt, nonfinite):
 class AmpMixin:
     """OffloadAdamW's clipping and loss-scaling methods."""
 
+    def _offloaded_names(self):
+        """The offloaded parameters' names, three and a count ("" for none):
+        their gradients never reach .grad, where a GradScaler looks."""
+        names = [e.name for e in self._entries if is_offloaded(self, e)]
+        return ", ".join(names[:3]) + (" and %d more" % (len(names) - 3) if len(names) > 3 else "")
+
     def _grads_unscaling(self):
         """GradScaler.unscale_(self) is about to run (watch_unscale): it can
         only reach gradients in p.grad."""
-        offloaded = [e.name for e in self._entries if is_offloaded(self, e)]
+        offloaded = self._offloaded_names()
         if offloaded:
             raise RuntimeError("OffloadAdamW: GradScaler.unscale_(opt) cannot unscale the gradients of offloaded "
-                               "parameters (%s%s): they went to spillway in backward and were never in .grad. "
+                               "parameters (%s): they went to spillway in backward and were never in .grad. "
                                "Call scaler.step(opt) without unscale_ (spillway unscales them in its own pass) "
-                               "and clip with OffloadAdamW(max_grad_norm=)"
-                               % (", ".join(offloaded[:3]), " and %d more" % (len(offloaded) - 3)
-                                  if len(offloaded) > 3 else ""))
+                               "and clip with OffloadAdamW(max_grad_norm=)" % offloaded)
 
     def _grads_unscaled(self):
         """GradScaler.unscale_(self) divided p.grad in place, which torch 2.x
@@ -154,14 +158,13 @@ class AmpMixin:
     def _attribute_scaler(self):
         """The AttributeScaler of this step, unless offloaded parameters'
         gradients (never in p.grad) would escape the GradScaler's check."""
-        offloaded = [e.name for e in self._entries if is_offloaded(self, e)]
+        offloaded = self._offloaded_names()
         if offloaded:
             raise RuntimeError("OffloadAdamW: this GradScaler checked only .grad for inf/nan (it set "
                                "optimizer.found_inf; step() was called without grad_scaler=), and the "
                                "gradients of offloaded parameters (%s) went to spillway in backward instead: "
                                "its scale would never back off. Call step() as GradScaler.step(opt) does for "
-                               "an unwrapped optimizer, or use OffloadAdamW(loss_scale='dynamic')"
-                               % ", ".join(offloaded[:3]))
+                               "an unwrapped optimizer, or use OffloadAdamW(loss_scale='dynamic')" % offloaded)
         return AttributeScaler(self)
 
     def _step_scaled(self, sc):

@@ -109,16 +109,21 @@ class ParamOffload(unittest.TestCase):
         # Adam runs as each gradient arrives, during backward
         om.pair(self, om.GPT, "gpt", mode="overlapped", max_live_bytes=40000)
 
+    def offloaded_with(self, make_scaler):
+        """An MLP with offloaded parameters, its OffloadAdamW (exact, cpu)
+        and make_scaler's GradScaler at scale 2^10."""
+        m = om.MLP()
+        st.offload_parameters(m, socket=self.d.control)
+        opt = OffloadAdamW(m.parameters(), lr=1e-2, tier="cpu", mode="exact", socket=self.d.control)
+        return m, opt, make_scaler(init_scale=2.0 ** 10)
+
     def test_grad_scaler_unscale_refused(self):
         # An offloaded parameter's gradient goes to spillway in backward and
         # never into .grad: GradScaler.unscale_ could not reach it, and the
         # step would apply it scaled. Refused; scaler.step(opt) alone (spillway
         # unscales in its pass) still works.
         from test_amp import CpuGradScaler
-        m = om.MLP()
-        st.offload_parameters(m, socket=self.d.control)
-        opt = OffloadAdamW(m.parameters(), lr=1e-2, tier="cpu", mode="exact", socket=self.d.control)
-        s = CpuGradScaler(init_scale=2.0 ** 10)
+        m, opt, s = self.offloaded_with(CpuGradScaler)
         try:
             x, y = torch.randn(4, 12), torch.randn(4, 5)
             s.scale(torch.nn.functional.mse_loss(m(x), y)).backward()
@@ -147,10 +152,7 @@ class ParamOffload(unittest.TestCase):
         # ShardedGradScaler has), which the library's wrapper does not see:
         # step() finds the stage unscaled and refuses for offloaded parameters.
         from test_amp import OwnUnscaleScaler
-        m = om.MLP()
-        st.offload_parameters(m, socket=self.d.control)
-        opt = OffloadAdamW(m.parameters(), lr=1e-2, tier="cpu", mode="exact", socket=self.d.control)
-        s = OwnUnscaleScaler(init_scale=2.0 ** 10)
+        m, opt, s = self.offloaded_with(OwnUnscaleScaler)
         try:
             s.scale(torch.nn.functional.mse_loss(m(torch.randn(4, 12)), torch.randn(4, 5))).backward()
             s.unscale_(opt)
