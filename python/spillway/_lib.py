@@ -257,7 +257,7 @@ def load():
         "spillway: cannot load libspillway: "
         + ("; ".join(tried) if tried else "not found")
         + ". Set SPILLWAY_LIB to the library (e.g. build/client/libspillway.so), "
-          "or install spillway (meson install) so the loader finds it.")
+          "or install spillway (meson install, then ldconfig) so the loader finds it.")
 
 
 def library_path():

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
-"""One version: the package's __version__, the library's spw_version() and
-meson's project version agree, and a library of another release is refused
+"""One version: the package's __version__, the library's spw_version(),
+python/pyproject.toml's and meson's project version agree, and a library of another release is refused
 at load with both versions named (never half-working calls)."""
 import os
+import re
 import unittest
 
 import spillway
@@ -14,6 +15,11 @@ class Version(unittest.TestCase):
         want = os.environ["SPILLWAY_PROJECT_VERSION"]
         self.assertEqual(spillway.__version__, want)
         self.assertEqual(spillway.library_version(), want)
+        # and what `pip install ./python` installs as
+        with open(os.path.join(os.path.dirname(__file__), "..", "..", "python", "pyproject.toml")) as f:
+            got = re.search(r'^version = "([^"]*)"', f.read(), re.M)
+        self.assertIsNotNone(got, "python/pyproject.toml has no version line")
+        self.assertEqual(got.group(1), want)
 
     def test_other_release_refused(self):
         saved = (L._lib, L._lib_path, L.VERSION)
