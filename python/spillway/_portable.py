@@ -21,7 +21,9 @@ The torch file is a dict:
 Reading a checkpoint checks every page's CRC-32C; a mismatch names the
 tensor, the page and the file. from_torch(..., like=CKPT) also takes
 torch's own {"optimizer": AdamW state_dict, "params": {name: tensor}},
-with the "spillway" section of the checkpoint CKPT.
+with the "spillway" section of the checkpoint CKPT; given a to-torch file,
+like= replaces its section: the state comes out in CKPT's settings (its
+state dtype, say int8 moments from an fp32 run).
 """
 import ctypes
 import json
@@ -418,11 +420,12 @@ def _rename_noreplace(dirfd, old, new, shown):
 
 
 def _adopt_template(doc, like):
-    """A torch file without a "spillway" section ({"optimizer": an AdamW
-    state_dict, "params": {name: tensor}}, from torch itself) takes the
-    section of the checkpoint like (one the same optimizer settings wrote,
-    at any step), with the step of the torch state: committed_step the
-    largest update count, each parameter's count its own."""
+    """A torch file ({"optimizer": an AdamW state_dict, "params": {name:
+    tensor}}, from torch itself, or to-torch's with its own "spillway"
+    section, which is dropped) takes the section of the checkpoint like
+    (one the same model and the wanted optimizer settings wrote, at any
+    step), with the step of the torch state: committed_step the largest
+    update count, each parameter's count its own."""
     import copy
     if not isinstance(doc.get("optimizer"), dict) or not isinstance(doc.get("params"), dict):
         raise CheckpointError("from-torch --like: the file must be a dict with \"optimizer\" (a torch.optim.AdamW "
@@ -450,14 +453,15 @@ def from_torch(doc, directory, like=None):
     CRC-32C, each fsync'd, written as DIR.tmp-PID and renamed to DIR last.
     The state dtype, the geometry and the tensors are the ones the
     "spillway" section recorded (the optimizer that takes the restored
-    session over must be the same); moments are coded in that dtype. A
-    file without that section (torch's own state) takes it from the
-    checkpoint directory like (_adopt_template). Returns the manifest."""
+    session over must be the same); moments are coded in that dtype. With
+    like (a checkpoint directory), the section is like's instead
+    (_adopt_template): torch's own state, which has none, or a to-torch
+    file converted to other settings. Returns the manifest."""
     import numpy as np
     import torch
     if not isinstance(doc, dict):
         doc = torch.load(doc, map_location="cpu")
-    if "spillway" not in doc and like is not None:
+    if like is not None:
         doc = _adopt_template(doc, like)
     if doc.get("format") != FORMAT or "spillway" not in doc:
         raise CheckpointError("from-torch needs a file made by to-torch (a dict with format %r and its "

@@ -28,10 +28,12 @@ USAGE = """usage: python -m spillway.checkpoint to-torch DIR OUT.pt
 to-torch    the checkpoint in DIR (spillwayctl checkpoint, OffloadAdamW.save_checkpoint)
             to OUT.pt: {"optimizer": AdamW state_dict, "params": {name: fp32 master},
             "spillway": the session's geometry and layout}
-from-torch  IN.pt (as to-torch writes it) to a new checkpoint directory DIR;
-            --like CKPT: IN.pt is torch's own {"optimizer": AdamW state_dict,
-            "params": {name: tensor}}, laid out as the spillway checkpoint CKPT
-            (the same model and OffloadAdamW settings) is
+from-torch  IN.pt (as to-torch writes it) to a new checkpoint directory DIR,
+            in the settings it recorded;
+            --like CKPT: laid out as the spillway checkpoint CKPT (the same
+            model, the OffloadAdamW settings wanted: another state_dtype, say)
+            is; IN.pt may then be torch's own {"optimizer": AdamW state_dict,
+            "params": {name: tensor}}
 """
 
 
@@ -54,8 +56,9 @@ def main(argv=None):
                      doc["spillway"]["layout"]["state_dtype"], dst, doc["spillway"]["hyperparameters"]))
         else:
             man = from_torch(src, dst, like=like)
-            print("%s -> %s: step %d, %d tensors, state dtype as recorded" % (src, dst, man["committed_step"],
-                                                                                len(man["tensors"])))
+            print("%s -> %s: step %d, %d tensors, state dtype %s" % (
+                src, dst, man["committed_step"], len(man["tensors"]),
+                "of " + like if like else "as recorded"))
     except (CheckpointError, OSError) as e:
         sys.stderr.write("spillway.checkpoint %s: %s\n" % (verb, e))
         return 1

@@ -14,6 +14,8 @@ to-torch DIR OUT.pt` and `from-torch IN.pt DIR`, with no daemon involved.
   implementations' float rounding);
 - torch's own AdamW state comes in with --like (a checkpoint of the same
   model for the layout) and resumes with exactly its weights and moments;
+- an fp32 run's checkpoint comes back as int8 moments with --like an int8
+  checkpoint of the same model, and resumes under state_dtype="int8";
 - a checkpoint without the client's meta converts with flat tensors and
   AdamW's defaults, saying so;
 - a damaged page is refused naming tensor, page and file;
@@ -354,6 +356,36 @@ class Torch(Base):
             for k in ("step", "exp_avg", "exp_avg_sq"):
                 self.assertTrue(torch.equal(torch.as_tensor(got["opt"]["state"][i][k]), opt.state[p][k]),
                                 "state %s of %d" % (k, i))
+
+    def test_other_state_dtype(self):
+        """An fp32 run's checkpoint -> to-torch -> from-torch --like an int8
+        checkpoint of the same model: the restored session resumes under
+        state_dtype="int8" at the fp32 run's step, with its master weights
+        exactly and its moments as int8 codes them (what encode_moment
+        gives, decoded)."""
+        from spillway._portable import decode_moment, encode_moment
+        from spillway.checkpoint import from_torch, to_torch
+        ck32, tpl8, dst = (os.path.join(self.tmp, f) for f in ("ck-dt32", "ck-dt8-tpl", "ck-dt32-as-int8"))
+        self.worker("py/pdt32", True, AT, os.path.join(self.tmp, "dt32.pt"), "ckpt:%d:%s" % (AT, ck32))
+        self.worker("py/pdt8tpl", True, 1, os.path.join(self.tmp, "dt8tpl.pt"), "ckpt:1:%s" % tpl8, dtype="int8")
+        doc = to_torch(ck32)
+        self.assertEqual(doc["spillway"]["layout"]["state_dtype"], "fp32")
+        from_torch(doc, dst, like=tpl8)
+        self.assertEqual(to_torch(dst)["spillway"]["layout"]["state_dtype"], "int8")
+        spillway.restore("py/pdt8", dst, socket=self.d.control, lease=60)
+        out = os.path.join(self.tmp, "dt8.pt")
+        self.assertTrue(self.worker("py/pdt8", True, AT, out, dtype="int8").startswith("resumed %d\n" % AT))
+        got = torch.load(out)
+        for k, v in doc["params"].items():
+            self.assertTrue(torch.equal(got["model"][k], v), "weights of %s" % k)
+        for i, st in doc["optimizer"]["state"].items():
+            self.assertEqual(int(float(got["opt"]["state"][i]["step"])), int(float(st["step"])))
+            for role in ("exp_avg", "exp_avg_sq"):
+                m = st[role].reshape(-1).numpy()
+                codes, scales = encode_moment(m, role, "int8", m.size)
+                want = torch.from_numpy(decode_moment(bytes(codes), role, "int8", m.size, scales))
+                self.assertTrue(torch.equal(got["opt"]["state"][i][role].reshape(-1), want),
+                                "%s of %s: not the int8 coding of the fp32 run's" % (role, i))
 
     def test_damaged_page(self):
         ck = os.path.join(self.tmp, "ck-bad")
