@@ -19,25 +19,11 @@
 
 #include "optimizer-private.h"
 #include "util/crc32c.h"
+#include "util/fdio.h"
 
 #define MANIFEST "manifest.json"
 #define MANIFEST_MAX (512u << 20) /* a CRC a page: 100 GiB of 64 KiB pages is ~20 MB */
 #define LAYOUT_MAX (64u << 20)
-
-/* All of fd's bytes from off (n of them), or -errno; -EIO when it ends early. */
-static int read_all(int fd, void *buf, size_t n, off_t off)
-{
-	for (size_t done = 0; done < n;) {
-		ssize_t r = pread(fd, (char *)buf + done, n - done, off + (off_t)done);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -EIO;
-		done += (size_t)r;
-	}
-	return 0;
-}
 
 /* dir's manifest, parsed; NULL with why in o's error. */
 static cJSON *manifest_of(spw_optimizer *o, int dir, const char *path, int *err)
@@ -63,7 +49,7 @@ static cJSON *manifest_of(spw_optimizer *o, int dir, const char *path, int *err)
 		*err = spw__opt_error(o, -ENOMEM, "checkpoint_check: out of memory for %s/%s", path, MANIFEST);
 		return NULL;
 	}
-	*err = read_all(fd, text, (size_t)st.st_size, 0);
+	*err = fd_pread_all(fd, text, (size_t)st.st_size, 0);
 	close(fd);
 	text[*err == 0 ? st.st_size : 0] = '\0';
 	m = *err == 0 ? cJSON_Parse(text) : NULL;
@@ -121,7 +107,7 @@ static int check_tensor(spw_optimizer *o, int dir, const char *path, const cJSON
 		const cJSON *want = cJSON_GetArrayItem(crcs, (int)k);
 		uint32_t got;
 
-		r = read_all(fd, buf, len, (off_t)(k * o->page_size));
+		r = fd_pread_all(fd, buf, len, k * o->page_size);
 		if (r < 0) {
 			r = spw__opt_error(o, r, "checkpoint_check: tensor %s page %llu: reading %s/%s: %s", tn,
 					   (unsigned long long)k, path, file, strerror(-r));
@@ -161,7 +147,7 @@ static int check_layout(spw_optimizer *o, int dir, const char *path, const cJSON
 	want = malloc(n);
 	have = malloc(n);
 	fd = openat(dir, file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	r = !want || !have ? -ENOMEM : fd < 0 ? -errno : read_all(fd, have, n, 0);
+	r = !want || !have ? -ENOMEM : fd < 0 ? -errno : fd_pread_all(fd, have, n, 0);
 	if (fd >= 0)
 		close(fd);
 	if (r < 0) {

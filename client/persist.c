@@ -18,7 +18,6 @@
 #define UD_MARK 4u
 #define UD_STATS 5u /* engine.c: a STATS mark's answer only frees its ring room */
 
-#define LAYOUT_NAME SPW__LAYOUT_NAME
 #define LAYOUT_MAGIC 0x4c575053u /* "SPWL" */
 #define LAYOUT_VERSION 1u
 /* int8 moments with four chunks' codes a page and the scales in the
@@ -201,7 +200,7 @@ int spw__persist_layout(spw_optimizer *o)
 	spw__persist_layout_record(o, want);
 	/* On the tier of the state: a region smaller than the state has no
 	 * free slot to give a resident tensor by now. */
-	r = spw__persist_tensor(o, LAYOUT_NAME, bytes, o->tier, &o->persist.layout_id);
+	r = spw__persist_tensor(o, SPW__LAYOUT_NAME, bytes, o->tier, &o->persist.layout_id);
 	if (r == 0)
 		r = spw__journal_done_tensor(o);
 	if (r < 0) {

@@ -105,7 +105,8 @@ int ck_page_verify(struct checkpoint *ck, uint64_t gi, uint32_t k, const struct 
 /* Pages k to k + m - 1 of o's tensor, claimed, whole and side by side in
  * one swap file, reflinked into its file at once: 0 (copied, their CRCs
  * the pager's), 1 where the filesystem refuses (*reflinks false from then
- * on: the caller copies them), or the failure. */
+ * on: the caller copies them, and the loop saves swap pages as its reads
+ * bring them in, since the copy will read them), or the failure. */
 static int reflink_pages(struct checkpoint *ck, struct ck_out *o, uint32_t k, uint32_t m, bool *reflinks)
 {
 	const struct ck_tensor *t = o->t;
@@ -118,6 +119,7 @@ static int reflink_pages(struct checkpoint *ck, struct ck_out *o, uint32_t k, ui
 			     t->name, ck->srcpath[pg->src], ck->path, t->file, strerror(-r));
 	if (r > 0) {
 		*reflinks = false;
+		pager_snap_save_reads(ck->snap);
 		return 1;
 	}
 	for (uint32_t j = 0; j < m; j++) {
@@ -431,10 +433,8 @@ static int write_tensor(struct checkpoint *ck, struct ck_writer *w, const struct
 			r = wfail(ck, ECANCELED, "the session ended while its pages were being copied");
 		/* Swap pages are read in the second pass, once the first
 		 * one's refusal said they do not reflink. */
-		if (r == 0 && !*reflinks && ck->pages[t->first + k].kind == PAGER_SRC_DISK) {
-			pager_snap_save_reads(ck->snap);
+		if (r == 0 && !*reflinks && ck->pages[t->first + k].kind == PAGER_SRC_DISK)
 			continue;
-		}
 		/* Runs once a page has reflinked: where the filesystem
 		 * refuses, the first page says so alone. */
 		if (r == 0 && *reflinks && ck->copied && ck->pages[t->first + k].kind == PAGER_SRC_DISK) {
@@ -487,7 +487,6 @@ static int read_swap_pages(struct checkpoint *ck, struct ck_writer *w, bool *ref
 		n += ck->pages[gi].kind == PAGER_SRC_DISK;
 	if (!n || *reflinks)
 		return 0;
-	pager_snap_save_reads(ck->snap);
 	if (!(order = malloc(n * sizeof(*order))))
 		return wfail(ck, ENOMEM, "out of memory for the order of %" PRIu64 " swap pages", n);
 	n = 0;
@@ -515,8 +514,8 @@ static int read_swap_pages(struct checkpoint *ck, struct ck_writer *w, bool *ref
 
 /*
  * The first swap page before anything else: it reflinks, or the refusal
- * says none will (then it is read and written), and the loop is told to
- * save swap pages as its reads bring them in from then on.
+ * says none will (then it is read and written, and the loop saves swap
+ * pages as its reads bring them in from then on: reflink_pages()).
  */
 static int first_swap_page(struct checkpoint *ck, struct ck_writer *w, bool *reflinks, struct side_outs *so)
 {
@@ -529,8 +528,6 @@ static int first_swap_page(struct checkpoint *ck, struct ck_writer *w, bool *ref
 		t = tensor_of(ck, gi);
 		if (!(o = side_out(w, so, NULL, t)) || copy_page(ck, w, o, (uint32_t)(gi - t->first), reflinks, false) < 0)
 			return ck->err;
-		if (!*reflinks)
-			pager_snap_save_reads(ck->snap);
 		return 0;
 	}
 	return 0;

@@ -410,10 +410,7 @@ class Optimizer:
         """None when the checkpoint in directory would load into this
         optimizer's session (the same page size and layout, every page's
         CRC-32C right); else the sentence saying why not. Reads the whole
-        checkpoint; changes nothing. None too with a library too old to
-        check."""
-        if not L.has("spw_optimizer_checkpoint_check"):
-            return None
+        checkpoint; changes nothing."""
         r = L.lib.spw_optimizer_checkpoint_check(self._o, os.fsencode(directory))
         return L.decode(L.lib.spw_optimizer_last_error(self._o)) if r < 0 else None
 

@@ -127,8 +127,8 @@ def load(opt, directory):
     over, as a restarted trainer would (the model's parameters get the
     checkpoint's master weights, opt.resumed_step its step). The checkpoint
     must be of the same model and settings. Before anything is released the
-    whole checkpoint is checked (spw_optimizer_checkpoint_check: its
-    manifest, each data file's size, the page size, the layout record
+    whole checkpoint is checked (its manifest's format; then
+    spw_optimizer_checkpoint_check: each data file's size, the page size, the layout record
     against this optimizer's, every page's CRC-32C; one read of it, which
     the restore's own read then mostly finds in the page cache): a wrong,
     cut or damaged directory, or one of another model or other settings,
@@ -145,12 +145,9 @@ def load(opt, directory):
     if opt._opt is None or opt._session is None:
         raise RuntimeError("load_checkpoint: the optimizer was closed")
     name = opt._session_name
-    m = read_manifest(directory)
-    psz = opt._session.info()["page_size"]
-    if m.get("page_size") != psz:
-        raise CheckpointError("%s: a checkpoint of pages of %s bytes, and this optimizer's session has pages of %d: "
-                              "it was saved with other settings (page_size=, tier=, state_dtype=) or of another "
-                              "model; nothing was changed" % (directory, m.get("page_size"), psz))
+    # A checkpoint's format and version (the library's check below does
+    # the page size, the layout, the files' sizes and the CRCs).
+    read_manifest(directory, sizes=False)
     opt._opt.sync()
     why = opt._opt.checkpoint_check(directory)
     if why is not None:

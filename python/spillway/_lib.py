@@ -154,6 +154,8 @@ _PROTOS = {
     "spw_optimizer_sync": (ctypes.c_int, [_vp]),
     "spw_optimizer_read": (ctypes.c_int, [_vp, u32, ctypes.c_int, _vp]),
     "spw_optimizer_stats": (ctypes.c_int, [_vp, ctypes.POINTER(OptimizerStats)]),
+    # int spw_optimizer_checkpoint_check(spw_optimizer *o, const char *dir);
+    "spw_optimizer_checkpoint_check": (ctypes.c_int, [_vp, ctypes.c_char_p]),
 }
 # Not in every library: looked up, declared when present.
 _OPTIONAL = {
@@ -164,8 +166,6 @@ _OPTIONAL = {
     "spw_client_reconnect": (ctypes.c_int, [_vp, u32]),
     # uint64_t spw_optimizer_resumed_step(const spw_optimizer *o);
     "spw_optimizer_resumed_step": (u64, [_vp]),
-    # int spw_optimizer_checkpoint_check(spw_optimizer *o, const char *dir);
-    "spw_optimizer_checkpoint_check": (ctypes.c_int, [_vp, ctypes.c_char_p]),
     # int spw_optimizer_write(spw_optimizer *o, uint32_t tensor,
     #                         enum spw_optimizer_state which, const float *in);
     "spw_optimizer_write": (ctypes.c_int, [_vp, u32, ctypes.c_int, _vp]),

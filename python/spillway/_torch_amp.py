@@ -58,18 +58,36 @@ def watch_unscale():
 
 class PassedScaler:
     """The GradScaler as step(grad_scaler=...) gets it (torch 1.13 to 2.15
-    pass it to an optimizer with _step_supports_amp_scaling): its stage,
-    its scale, and a way to tell it what spillway's check found."""
+    pass it to an optimizer with _step_supports_amp_scaling): from its
+    record of opt, whether unscale_(opt) already ran this iteration (the
+    gradients in .grad are unscaled) and if so whether it found inf/nan;
+    its scale; and a way to tell it what spillway's check found."""
 
     def __init__(self, scaler, opt):
+        try:
+            from torch.amp.grad_scaler import OptState  # torch 2.x (torch.cuda.amp's is an alias)
+        except ImportError:
+            from torch.cuda.amp.grad_scaler import OptState  # torch 1.13
         self.scaler, self.opt = scaler, opt
-        self.unscaled, self.found_inf = scaler_stage(scaler, opt)
+        st = scaler._per_optimizer_states[id(opt)]
+        self.unscaled = st["stage"] is OptState.UNSCALED
+        self.found_inf = self.unscaled and sum(float(v.item()) for v in st["found_inf_per_device"].values()) > 0
 
     def scale(self):
-        return scaler_scale(self.scaler)
+        """The scale the loss was multiplied by (a float; syncs with the device)."""
+        s = self.scaler._get_scale_async()
+        if s is None:
+            raise RuntimeError("OffloadAdamW.step(grad_scaler=...): the GradScaler has no scale yet "
+                               "(call scaler.scale(loss) before backward)")
+        return float(s.item())
 
     def record(self, nonfinite):
-        scaler_record(self.scaler, self.opt, nonfinite)
+        """Tells GradScaler what spillway's fused check found, so that
+        scaler.update() backs off or grows the scale as it would have."""
+        st = self.scaler._per_optimizer_states[id(self.opt)]
+        dev = self.scaler._scale.device
+        st["found_inf_per_device"] = {dev: torch.full((1,), 1.0 if nonfinite else 0.0,
+                                                      dtype=torch.float32, device=dev)}
 
 
 class AttributeScaler:
@@ -92,39 +110,6 @@ class AttributeScaler:
 
     def record(self, nonfinite):
         pass
-
-
-def scaler_stage(scaler, opt):
-    """(unscaled, found_inf) from torch.cuda.amp.GradScaler's record of opt:
-    whether unscale_(opt) already ran this iteration (the gradients in .grad
-    are unscaled), and if so whether it found inf/nan."""
-    try:
-        from torch.amp.grad_scaler import OptState  # torch 2.x (torch.cuda.amp's is an alias)
-    except ImportError:
-        from torch.cuda.amp.grad_scaler import OptState  # torch 1.13
-    st = scaler._per_optimizer_states[id(opt)]
-    if st["stage"] is OptState.UNSCALED:
-        found = sum(float(v.item()) for v in st["found_inf_per_device"].values())
-        return True, found > 0
-    return False, False
-
-
-def scaler_scale(scaler):
-    """The scale the loss was multiplied by (a float; syncs with the device)."""
-    s = scaler._get_scale_async()
-    if s is None:
-        raise RuntimeError("OffloadAdamW.step(grad_scaler=...): the GradScaler has no scale yet "
-                           "(call scaler.scale(loss) before backward)")
-    return float(s.item())
-
-
-def scaler_record(scaler, opt, nonfinite):
-    """Tells GradScaler what spillway's fused check found, so that
-    scaler.update() backs off or grows the scale as it would have."""
-    st = scaler._per_optimizer_states[id(opt)]
-    dev = scaler._scale.device
-    st["found_inf_per_device"] = {dev: torch.full((1,), 1.0 if nonfinite else 0.0,
-                                                  dtype=torch.float32, device=dev)}
 
 
 class AmpMixin:
