@@ -9,7 +9,7 @@
  *                           [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]
  *                           [--steps S] [--threads T] [--device host|cuda]
  *                           [--trace] [--state-dtype fp32|bf16|int8]
- *                           [--grad-store fp32|bf16]
+ *                           [--grad-store fp32|bf16] [--master-dtype fp32|bf16]
  *
  * The device is the host backend, or with --device cuda (a build with
  * CUDA, on a GPU host) the GPU: gradients and parameters then live in
@@ -29,10 +29,13 @@
  *   grad_store         the type of exact mode's gradient store (fp32, or
  *                      bf16: SPW_GRAD_STORE_BF16, exact for these bf16
  *                      gradients and half the store's bytes)
+ *   master_dtype       the master weights' type (fp32, or bf16:
+ *                      SPW_MASTER_BF16, rounded stochastically, 2 bytes)
  *   state_bytes        master weights and moments: 12 bytes per parameter
  *                      with fp32 moments, 8 with bf16, 4 + 2 * (1 + 1/64)
  *                      with int8 (four chunks' codes a page, an fp32 scale
- *                      per 256 elements in the optimizer's scale pages)
+ *                      per 256 elements in the optimizer's scale pages);
+ *                      2 bytes less with bf16 master weights
  *   disk_bytes_per_step  the session's tier reads + writes (the daemon's
  *                      status, sessions[].tier) over the measured steps,
  *                      per step; 0 on the resident tier. On the NVMe tier
@@ -111,6 +114,7 @@ struct cfg {
 	bool cuda;
 	enum spw_state_dtype sd; /* --state-dtype */
 	bool grad16;             /* --grad-store bf16 */
+	bool master16;           /* --master-dtype bf16 */
 };
 
 /* Zeroed buffers on the device under test: plain host memory for the
@@ -443,7 +447,7 @@ static const char usage[] =
 	"usage: spillway-bench pipeline [--json] [--mode overlapped|exact] [--tier resident|nvme]\n"
 	"         [--socket PATH] [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]\n"
 	"         [--steps S] [--threads T] [--device host|cuda] [--trace | --persistent]\n"
-	"         [--state-dtype fp32|bf16|int8] [--grad-store fp32|bf16]\n";
+	"         [--state-dtype fp32|bf16|int8] [--grad-store fp32|bf16] [--master-dtype fp32|bf16]\n";
 
 int bench_pipeline(int argc, char **argv)
 {
@@ -509,6 +513,8 @@ int bench_pipeline(int argc, char **argv)
 			c.sd = !strcmp(v, "int8") ? SPW_STATE_INT8 : !strcmp(v, "bf16") ? SPW_STATE_BF16 : SPW_STATE_F32;
 		else if (!strcmp(argv[i], "--grad-store") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
 			c.grad16 = !strcmp(v, "bf16");
+		else if (!strcmp(argv[i], "--master-dtype") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
+			c.master16 = !strcmp(v, "bf16");
 		else {
 			return bench_usage(usage, NULL);
 		}
@@ -555,7 +561,8 @@ int bench_pipeline(int argc, char **argv)
 		own = true;
 		socket_path = d.control;
 	}
-	state_bytes = (c.sd == SPW_STATE_INT8 ? 4.0 + 2.0 * (1.0 + 1.0 / 64.0) : c.sd == SPW_STATE_BF16 ? 8.0 : 12.0) *
+	state_bytes = ((c.master16 ? 2.0 : 4.0) +
+		       (c.sd == SPW_STATE_INT8 ? 2.0 * (1.0 + 1.0 / 64.0) : c.sd == SPW_STATE_BF16 ? 4.0 : 8.0)) *
 		      (double)c.params * c.layers;
 	/* Smaller pages on the NVMe tier, so a region of a quarter of the
 	 * state still holds a window of several chunks. */
@@ -578,6 +585,7 @@ int bench_pipeline(int argc, char **argv)
 	oo.window = 4;
 	oo.state_dtype = c.sd;
 	oo.grad_store = c.grad16 ? SPW_GRAD_STORE_BF16 : SPW_GRAD_STORE;
+	oo.master_dtype = c.master16 ? SPW_MASTER_BF16 : SPW_MASTER_F32;
 	if (own)
 		snprintf(status_path, sizeof(status_path), "%s", d.status);
 	else /* the status socket beside the control socket */
@@ -692,11 +700,12 @@ int bench_pipeline(int argc, char **argv)
 		       "\"adam_s\":%.6f,\"disk_s\":%.6f,\"step_s\":%.6f,\"serial_s\":%.6f,"
 		       "\"after_backward_s\":%.6f,\"bound_s\":%.6f,\"overlap_efficiency\":%.3f,"
 		       "\"speedup_vs_after_backward\":%.3f,\"speedup_vs_serial\":%.3f,\"state_dtype\":\"%s\","
-		       "\"grad_store\":\"%s\",\"disk_bytes_per_step\":%.0f",
+		       "\"grad_store\":\"%s\",\"master_dtype\":\"%s\",\"disk_bytes_per_step\":%.0f",
 		       oo.device, c.mode == SPW_OPT_EXACT ? "exact" : "overlapped", c.nvme ? "nvme" : "resident",
 		       c.layers, (uintmax_t)c.params, state_bytes, (uintmax_t)a.region_bytes, p.compute, transfers,
 		       p.adam_pool, p.disk, step_s, serial_s, after_s, bound_s, bound_s / step_s,
-		       after_s / step_s, serial_s / step_s, sd_name[c.sd], c.grad16 ? "bf16" : "fp32", disk_per_step);
+		       after_s / step_s, serial_s / step_s, sd_name[c.sd], c.grad16 ? "bf16" : "fp32",
+		       c.master16 ? "bf16" : "fp32", disk_per_step);
 		if (trace)
 			printf(",\"trace_step_s\":%.6f,\"trace_overhead\":%.4f,\"trace_bytes\":%lld", trace_step_s,
 			       trace_overhead, trace_bytes);

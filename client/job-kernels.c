@@ -14,6 +14,14 @@
 
 #define FAST_PIN_NS 200000ull
 
+/* The random bits of bf16 master weights' rounding (kernels/sr.h) for
+ * a tensor's update in a step, so a redo or a resumed run draws the same
+ * ones. */
+static uint32_t sr_key(const struct job *j)
+{
+	return spw_sr_key((uint32_t)(j->ch->t - j->o->tensors), j->step);
+}
+
 /* The kernels a job runs on each tile, in order, over its pinned and
  * staging pages. */
 static void plan_ops(struct job *j)
@@ -27,6 +35,7 @@ static void plan_ops(struct job *j)
 		.q8 = j->o->state_dtype == SPW_STATE_INT8,
 		.m_scale = j->run->ptr[R_MS], .v_scale = j->run->ptr[R_VS],
 		.copy = j->copy ? j->scopy : NULL, .copy_dtype = j->copy ? j->cdt : SPW_DTYPE_NONE,
+		.p16 = j->o->master16, .sr_key = j->o->master16 ? sr_key(j) : 0, .sr_index = j->ch->off,
 	};
 
 	switch (j->kind) {
@@ -68,8 +77,8 @@ static void plan_ops(struct job *j)
 	case JOB_FETCH:
 		/* Through a copy page, not from the slot: the page is unpinned
 		 * (and may be evicted) before the device has read it. */
-		*op++ = (struct spw__kernel_op){ .op = SPW_POOL_CAST, .src = j->run->ptr[R_P], .src_dtype = SPW_DTYPE_F32,
-						 .dst = j->scopy, .dst_dtype = j->cdt };
+		*op++ = (struct spw__kernel_op){ .op = SPW_POOL_CAST, .src = j->run->ptr[R_P],
+						 .src_dtype = master_dtype(j->o), .dst = j->scopy, .dst_dtype = j->cdt };
 		break;
 	}
 	j->run->nops = (unsigned)(op - j->run->ops);
@@ -130,7 +139,7 @@ static void journalled_tile(struct job *j, size_t tile, size_t b, size_t e)
 		if (spw__journal_unit_done(o, j, u)) {
 			if (j->copy) {
 				struct spw__kernel_op cast = { .op = SPW_POOL_CAST, .src = j->run->ptr[R_P],
-							       .src_dtype = SPW_DTYPE_F32, .dst = j->scopy,
+							       .src_dtype = master_dtype(o), .dst = j->scopy,
 							       .dst_dtype = j->cdt };
 
 				spw__kernel_op_run(o->k, &cast, ub, ue);

@@ -575,8 +575,12 @@ int spw__journal_enter(spw_optimizer *o, const struct job *j, size_t tile, size_
 	 * non-temporal stores. */
 	atomic_thread_fence(memory_order_release);
 	atomic_store_explicit(&h->step, j->step, memory_order_release);
-	if (j->run->ptr[R_U] && (j->roles & 1u << R_U))
-		memcpy(j->run->ptr[R_U] + b, j->run->ptr[R_P] + b, (e - b) * sizeof(float));
+	if (j->run->ptr[R_U] && (j->roles & 1u << R_U)) {
+		size_t es = role_elem_bytes(o, R_P);
+
+		memcpy((unsigned char *)j->run->ptr[R_U] + b * es, (const unsigned char *)j->run->ptr[R_P] + b * es,
+		       (e - b) * es);
+	}
 	atomic_thread_fence(memory_order_release);
 	return (int)s;
 }
@@ -601,7 +605,8 @@ int spw__journal_undo_fix(spw_optimizer *o, const struct chunk *ch, float *out)
 {
 	size_t ntiles = (ch->n + SPW_JOURNAL_UNIT - 1) / SPW_JOURNAL_UNIT;
 	bool any = false;
-	float *u;
+	unsigned char *u;
+	size_t es = role_elem_bytes(o, R_U);
 	int r;
 
 	/* Until the redo's begin: from then on p is the truth again. */
@@ -614,11 +619,12 @@ int spw__journal_undo_fix(spw_optimizer *o, const struct chunk *ch, float *out)
 	r = spw_pin(o->c, ch->t->id[R_U], role_page(o, R_U, ch->t, ch->index), (void **)&u);
 	if (r < 0)
 		return r;
+	u += role_offset(o, R_U, ch->t, ch->index);
 	for (size_t t = 0; t < ntiles; t++) {
 		size_t b = t * SPW_JOURNAL_UNIT, e = b + SPW_JOURNAL_UNIT < ch->n ? b + SPW_JOURNAL_UNIT : ch->n;
 
 		if (unit_is_done(o, o->persist.torn, global_unit(o, ch, t)))
-			memcpy(out + ch->off + b, u + b, (e - b) * sizeof(float));
+			o->k->cast[SPW_DTYPE_F32][master_dtype(o)](out + ch->off + b, u + b * es, e - b);
 	}
 	return spw_unpin(o->c, ch->t->id[R_U], role_page(o, R_U, ch->t, ch->index), SPW_CLEAN);
 }

@@ -230,6 +230,7 @@ struct spw_optimizer {
 	 * trainer keeps it (chunk.gref); no store, no staging page for it. */
 	bool grad_ref;
 	bool grad16;            /* SPW_GRAD_STORE_BF16: the gradient store holds bf16 */
+	bool master16;          /* SPW_MASTER_BF16: p (and its undo copy) hold bf16 */
 	float clip_coef, max_norm;
 	bool dynamic;
 	struct spw__loss_scale dyn_scale;       /* exact mode's, when dynamic */
@@ -423,11 +424,25 @@ static inline unsigned roles_moments(const spw_optimizer *o)
 	return 1u << R_M | 1u << R_V | (o->state_dtype == SPW_STATE_INT8 ? 1u << R_MS | 1u << R_VS : 0u);
 }
 
-/* Whether role r holds 16-bit values: bf16 moments, or a bf16 gradient
- * store (SPW_GRAD_STORE_BF16; two chunks a page, as bf16 moments). */
+/* Whether role r holds bf16 master weights (SPW_MASTER_BF16): p and the
+ * overlapped optimizer's undo copy of it. */
+static inline bool role_p16(const spw_optimizer *o, unsigned r)
+{
+	return o->master16 && (r == R_P || r == R_U);
+}
+
+/* Whether role r holds 16-bit values: bf16 moments, a bf16 gradient
+ * store (SPW_GRAD_STORE_BF16) or bf16 master weights; two chunks a page,
+ * as bf16 moments. */
 static inline bool role_16(const spw_optimizer *o, unsigned r)
 {
-	return role_m16(o, r) || (r == R_G && o->grad16);
+	return role_m16(o, r) || (r == R_G && o->grad16) || role_p16(o, r);
+}
+
+/* The type of the master weights' values. */
+static inline enum spw_dtype master_dtype(const spw_optimizer *o)
+{
+	return o->master16 ? SPW_DTYPE_BF16 : SPW_DTYPE_F32;
 }
 
 /* The type of the gradient store's values. */

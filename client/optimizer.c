@@ -267,10 +267,11 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	    (opts->mode != SPW_OPT_OVERLAPPED && opts->mode != SPW_OPT_EXACT) ||
 	    (opts->tier != SPW_TENSOR_RESIDENT && opts->tier != SPW_TENSOR_SWAPPABLE) ||
 	    (unsigned)opts->state_dtype > SPW_STATE_INT8 || (unsigned)opts->grad_store > SPW_GRAD_STORE_BF16 ||
+	    (unsigned)opts->master_dtype > SPW_MASTER_BF16 ||
 	    !(opts->clip_coef >= 0.0f) || !isfinite(opts->clip_coef) || !(opts->max_norm >= 0.0f) ||
 	    !(opts->init_loss_scale >= 0.0f))
 		return c ? spw__error(c, -EINVAL, "spw_optimizer_new: bad options (groups, mode, tier, state_dtype, "
-				      "grad_store or a coefficient)")
+				      "grad_store, master_dtype or a coefficient)")
 			 : -EINVAL;
 	if (opts->grad_store == SPW_GRAD_BY_REFERENCE && (why = grad_ref_refusal(opts)))
 		return spw__error(c, -EINVAL, "spw_optimizer_new: grad_store SPW_GRAD_BY_REFERENCE: %s", why);
@@ -310,6 +311,7 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	o->trace = spw__trace_new(c->trace_path);
 	o->grad_ref = opts->grad_store == SPW_GRAD_BY_REFERENCE;
 	o->grad16 = opts->grad_store == SPW_GRAD_STORE_BF16;
+	o->master16 = opts->master_dtype == SPW_MASTER_BF16;
 	r = spw__persist_init(o);
 	if (r < 0)
 		goto fail;

@@ -68,6 +68,9 @@ static const char *view_refusal(const spw_optimizer *o, const struct tensor *t)
 		return "the parameters are on a GPU: the master copy in host memory is a second copy anyway";
 	if (t->frozen)
 		return "a frozen tensor takes no updates: keep the trainer's own copy";
+	if (o->master16)
+		return "the master weights are bf16 (SPW_MASTER_BF16), two chunks a page, and a view shows fp32 ones: "
+		       "keep the trainer's own parameters (each update's copy-out writes them)";
 	if (!t->view && (!t->dev || t->ptype != SPW_DTYPE_F32))
 		return "only an fp32 tensor added with a device buffer (spw_optimizer_add, SPW_TYPE_F32) can "
 		       "use its master weights as its parameters";

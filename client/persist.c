@@ -99,10 +99,13 @@ struct layout_entry {
 size_t spw__persist_layout_record(const spw_optimizer *o, unsigned char *buf)
 {
 	/* The state dtype rides in the mode word's high half, a bf16
-	 * gradient store above it: an fp32 optimizer's record is the one
-	 * earlier versions wrote. */
+	 * gradient store's bit above it and bf16 master weights' above
+	 * that: an fp32 optimizer's record is the one earlier versions
+	 * wrote. */
 	uint32_t head[6] = { LAYOUT_MAGIC, layout_version(o),
-			     (uint32_t)o->mode | (uint32_t)o->state_dtype << 16 | (uint32_t)o->grad16 << 24, o->tier,
+			     (uint32_t)o->mode | (uint32_t)o->state_dtype << 16 | (uint32_t)o->grad16 << 24 |
+				     (uint32_t)o->master16 << 25,
+			     o->tier,
 			     o->chunk_elems, o->ngroups };
 	size_t at = sizeof(head);
 
@@ -138,8 +141,8 @@ void spw__persist_layout_diff(const spw_optimizer *o, const unsigned char *want,
 		return;
 	}
 	if (memcmp(want, have, at)) {
-		snprintf(out, len, "the mode, state dtype, gradient store, tier, chunk size or number of param groups "
-			 "differ");
+		snprintf(out, len, "the mode, state dtype, gradient store, master dtype, tier, chunk size or number of param "
+			 "groups differ");
 		return;
 	}
 	for (uint32_t i = 0; i < o->ntensors; i++) {

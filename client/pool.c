@@ -441,6 +441,44 @@ static void acc_bf16(const struct spw_kernels *k, uint16_t *acc, const unsigned 
 	}
 }
 
+/* ADAMW over bf16 master weights: each piece widened into a buffer the
+ * fp32 kernels update (in L1), rounded back stochastically, and the copy
+ * cast from what was stored, so the device gets the master's bits. Pieces
+ * start on q8 blocks. */
+#define P16_PIECE 1024
+_Static_assert(P16_PIECE % SPW_Q8_BLOCK == 0, "pieces start on q8 blocks");
+
+static void adamw_p16(const struct spw_kernels *k, const struct spw__kernel_op *op, size_t b, size_t e)
+{
+	float buf[P16_PIECE] __attribute__((aligned(64)));
+	uint16_t *p = (uint16_t *)(void *)op->param;
+	size_t cs = spw_dtype_size(op->copy_dtype), ss = spw_dtype_size(op->src_dtype);
+	size_t ms = op->q8 ? 1 : spw_dtype_size(op->state_dtype);
+
+	for (size_t pb = b; pb < e; pb += P16_PIECE) {
+		size_t n = e - pb < P16_PIECE ? e - pb : P16_PIECE;
+		/* The fp32 op over this piece, buf its weights, from element 0. */
+		struct spw__kernel_op wide = *op;
+
+		wide.p16 = false;
+		wide.param = buf;
+		wide.src = (const unsigned char *)op->src + pb * ss;
+		wide.exp_avg = (unsigned char *)op->exp_avg + pb * ms;
+		wide.exp_avg_sq = (unsigned char *)op->exp_avg_sq + pb * ms;
+		if (op->q8) {
+			wide.m_scale = op->m_scale + pb / SPW_Q8_BLOCK;
+			wide.v_scale = op->v_scale + pb / SPW_Q8_BLOCK;
+		}
+		wide.copy = NULL;
+		wide.copy_dtype = SPW_DTYPE_NONE;
+		k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](buf, p + pb, n);
+		spw__kernel_op_run(k, &wide, 0, n);
+		k->round_sr(p + pb, buf, n, op->sr_key, op->sr_index + pb);
+		if (op->copy)
+			k->cast[op->copy_dtype][SPW_DTYPE_BF16]((unsigned char *)op->copy + pb * cs, p + pb, n);
+	}
+}
+
 double spw__kernel_op_run(const struct spw_kernels *k, const struct spw__kernel_op *op, size_t b,
 			  size_t e)
 {
@@ -451,7 +489,9 @@ double spw__kernel_op_run(const struct spw_kernels *k, const struct spw__kernel_
 	case SPW_POOL_ADAMW: {
 		void *c = op->copy ? (unsigned char *)op->copy + b * spw_dtype_size(op->copy_dtype) : NULL;
 
-		if (op->q8)
+		if (op->p16)
+			adamw_p16(k, op, b, e);
+		else if (op->q8)
 			k->adamw_q8[op->src_dtype][op->copy_dtype](op->consts, op->param + b, (int8_t *)op->exp_avg + b,
 								   op->m_scale + b / SPW_Q8_BLOCK,
 								   (uint8_t *)op->exp_avg_sq + b,
@@ -562,7 +602,7 @@ int spw__pool_kernel_submit(struct spw__pool *p, struct spw__pool_kcall *kc)
 		.dst_dtype = kc->dst_dtype, .consts = &kc->consts, .param = kc->param,
 		.exp_avg = kc->exp_avg, .exp_avg_sq = kc->exp_avg_sq, .state_dtype = kc->state_dtype,
 		.q8 = kc->q8, .m_scale = kc->m_scale, .v_scale = kc->v_scale, .copy = kc->copy,
-		.copy_dtype = kc->copy_dtype,
+		.copy_dtype = kc->copy_dtype, .p16 = kc->p16, .sr_key = kc->sr_key, .sr_index = kc->sr_index,
 	};
 	kc->call.fn = kernel_tile;
 	kc->call.arg = kc;

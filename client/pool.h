@@ -155,6 +155,13 @@ struct spw__kernel_op {
 	float *m_scale, *v_scale;
 	void *copy;
 	enum spw_dtype copy_dtype;
+	/* ADAMW with bf16 master weights (SPW_MASTER_BF16): param holds bf16;
+	 * each tile is widened, updated in fp32 and rounded back
+	 * stochastically with kernels' round_sr(key, sr_index + element),
+	 * then the copy is cast from the rounded weights. */
+	bool p16;
+	uint32_t sr_key;
+	uint64_t sr_index;
 };
 
 /*
@@ -200,6 +207,9 @@ struct spw__pool_kcall {
 	float *m_scale, *v_scale;
 	void *copy;                     /* NULL with copy_dtype SPW_DTYPE_NONE */
 	enum spw_dtype copy_dtype;
+	bool p16;                       /* bf16 param, as struct spw__kernel_op */
+	uint32_t sr_key;
+	uint64_t sr_index;
 	/* results */
 	atomic_uint nonfinite;
 	double partial[SPW_POOL_MAX_PARTIALS];

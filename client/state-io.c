@@ -113,7 +113,7 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 		/* Moments never updated are torch's zeros, whatever the page holds. */
 		if (which != SPW_STATE_PARAM && !ch->zeroed)
 			memset(out + ch->off, 0, ch->n * sizeof(float));
-		else if (role_m16(o, which)) /* widening bf16 is exact */
+		else if (role_16(o, which)) /* widening bf16 is exact */
 			o->k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](out + ch->off, p, ch->n);
 		else if (sp)
 			q8_decode(which, p, (const float *)sp, out + ch->off, ch->n);
@@ -137,8 +137,8 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor, enum spw_op
 
 /* Copies chunk k's n values of role ro into its page, which the caller's
  * ring holds (in NULL: zeros; bf16 moments rounded to nearest even, as
- * the kernels store them), and hands it back dirty so the daemon keeps
- * them. */
+ * the kernels store them, and bf16 master weights too), and hands it back
+ * dirty so the daemon keeps them. */
 static int put_page(spw_optimizer *o, const struct tensor *t, unsigned ro, uint32_t k, const float *in, uint64_t n)
 {
 	unsigned sr = scale_role(o, ro);
@@ -157,7 +157,7 @@ static int put_page(spw_optimizer *o, const struct tensor *t, unsigned ro, uint3
 			memset(sp, 0, role_chunk_bytes(o, sr, n));
 	} else if (sp) {
 		q8_encode(ro, in, p, (float *)sp, n);
-	} else if (role_m16(o, ro)) {
+	} else if (role_16(o, ro)) {
 		o->k->cast[SPW_DTYPE_BF16][SPW_DTYPE_F32](p, in, n);
 	} else {
 		memcpy(p, in, n * sizeof(float));

@@ -14,21 +14,24 @@
 
 #define MAX_NAME 200
 
-/* Writes the initial master weights page by page, cast to fp32 (exact
- * from bf16 and fp16). The ring is ours. */
+/* Writes the initial master weights chunk by chunk, cast to the master
+ * dtype (fp32: exact from bf16 and fp16; bf16: rounded to nearest even).
+ * The ring is ours. */
 static int write_init(spw_optimizer *o, const struct tensor *t, const void *init, enum spw_dtype dt)
 {
 	size_t es = spw_dtype_size(dt);
 
 	for (uint32_t k = 0; k < t->nchunks; k++) {
 		const struct chunk *ch = &t->chunks[k];
-		void *p;
-		int r = spw_pin(o->c, t->id[R_P], k, &p);
+		uint32_t page = role_page(o, R_P, t, k);
+		unsigned char *p;
+		int r = spw_pin(o->c, t->id[R_P], page, (void **)&p);
 
 		if (r < 0)
 			return r;
-		o->k->cast[SPW_DTYPE_F32][dt](p, (const unsigned char *)init + ch->off * es, ch->n);
-		r = spw_unpin(o->c, t->id[R_P], k, SPW_DIRTY);
+		o->k->cast[master_dtype(o)][dt](p + role_offset(o, R_P, t, k), (const unsigned char *)init + ch->off * es,
+						ch->n);
+		r = spw_unpin(o->c, t->id[R_P], page, SPW_DIRTY);
 		if (r < 0)
 			return r;
 	}
@@ -209,7 +212,10 @@ static int add_tensor(spw_optimizer *o, const char *name, uint32_t group, uint64
 		spw__opt_error(o, r, "add %s: %s%s", name, spw_client_last_error(o->c),
 			       (r == -EEXIST || r == -ENOENT) && o->persist.adopting && registered == R_G
 			       ? " (was the session left by an optimizer with another grad_store, fp32 or bf16?)"
-			       : (r == -EEXIST || r == -ENOENT) && o->persist.adopting && registered != R_P
+			       : (r == -EEXIST || r == -ENOENT) && o->persist.adopting && registered == R_P
+			       ? " (was the session left by another model, or by an optimizer of another master "
+				 "dtype, fp32 or bf16?)"
+			       : (r == -EEXIST || r == -ENOENT) && o->persist.adopting
 			       ? " (was the session left by an optimizer of another state_dtype, or, with int8 "
 				 "moments, by an older spillway that kept three chunks' codes and scales a page?)"
 			       : "");

@@ -167,6 +167,10 @@ def main():
     ap.add_argument("--clip", type=float, default=1.0, help="max grad norm (exact mode); 0: off")
     ap.add_argument("--socket", help="spillwayd's control socket (default: $SPILLWAY_SOCKET)")
     ap.add_argument("--spawn-daemon", action="store_true", help="start a private spillwayd")
+    ap.add_argument("--state-dtype", choices=["fp32", "bf16", "int8"], default="fp32",
+                    help="the moments' type in spillway (docs/pipeline.md, State dtypes)")
+    ap.add_argument("--master-dtype", choices=["fp32", "bf16"], default="fp32",
+                    help="the master weights' type in spillway (bf16: stochastic rounding)")
     ap.add_argument("--check", type=float, default=0.0,
                     help="exit 1 unless the loss fell by this factor (for tests)")
     args = ap.parse_args()
@@ -184,11 +188,13 @@ def main():
         opt = OffloadAdamW(groups(model, 0.1), lr=args.lr, betas=(0.9, 0.95), tier=args.tier,
                            mode=args.mode,
                            max_grad_norm=args.clip if args.mode == "exact" and args.clip > 0 else None,
-                           socket=args.socket, session="example/tiny-gpt")
+                           socket=args.socket, session="example/tiny-gpt", state_dtype=args.state_dtype,
+                           master_dtype=args.master_dtype)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10))
         nparams = sum(p.numel() for p in model.parameters())
         print("tiny GPT: %d parameters, %d characters of text, vocabulary %d; "
-              "OffloadAdamW tier=%s mode=%s" % (nparams, len(data), len(chars), args.tier, args.mode))
+              "OffloadAdamW tier=%s mode=%s state_dtype=%s master_dtype=%s"
+              % (nparams, len(data), len(chars), args.tier, args.mode, args.state_dtype, args.master_dtype))
         g = torch.Generator().manual_seed(1)
         losses = []
         for step in range(1, args.steps + 1):

@@ -535,4 +535,62 @@ static void scale_f32(float *x, float s, size_t n)
 		x[i] *= s; /* a single IEEE multiply either way */
 }
 
+/*
+ * ---- stochastic rounding to bf16 (sr.h) ----
+ * The same integer steps, eight lanes at a time; the last n % 8 elements
+ * take sr.h's scalar function, which integer arithmetic makes the same bits.
+ */
+
+static inline __attribute__((always_inline)) __m256i sr_mix8(__m256i x)
+{
+	x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+	x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0x21f0aaadu));
+	x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+	x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0x735a2d97u));
+	return _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+}
+
+/* Eight values whose elements have the low 32 index bits idx, rounded
+ * under key: bf16 bits in the low half of each 32-bit lane. */
+static inline __attribute__((always_inline)) __m256i sr8(__m256 x, __m256i key, __m256i idx)
+{
+	__m256i u = _mm256_castps_si256(x);
+	__m256i h = sr_mix8(_mm256_add_epi32(key, _mm256_mullo_epi32(idx, _mm256_set1_epi32((int)0x9e3779b9u))));
+	__m256i r = _mm256_add_epi32(u, _mm256_srli_epi32(h, 16));
+	__m256i q = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+	__m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+
+	return _mm256_srli_epi32(_mm256_blendv_epi8(r, q, _mm256_castps_si256(nan)), 16);
+}
+
+static void round_sr(uint16_t *dst, const float *x, size_t n, uint32_t key, uint64_t index)
+{
+	const __m256i kv = _mm256_set1_epi32((int)key), eight = _mm256_set1_epi32(8);
+	/* Lane j holds the index of element i + j; only its low 32 bits
+	 * count, so 32-bit lanes that wrap are exactly sr.h's arithmetic. */
+	__m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)index),
+				       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	size_t i = 0;
+
+	for (; i + 16 <= n; i += 16) {
+		__m256i a = sr8(_mm256_loadu_ps(x + i), kv, idx);
+		__m256i b = sr8(_mm256_loadu_ps(x + i + 8), kv, _mm256_add_epi32(idx, eight));
+		/* Every lane is below 2^16, so packus saturates nothing; it
+		 * interleaves 128-bit lanes (a0-3 b0-3 | a4-7 b4-7), put back in order. */
+		__m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+
+		_mm256_storeu_si256((__m256i *)(dst + i), w);
+		idx = _mm256_add_epi32(idx, _mm256_set1_epi32(16));
+	}
+	if (i + 8 <= n) {
+		__m256i a = sr8(_mm256_loadu_ps(x + i), kv, idx);
+		__m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, a), 0xd8);
+
+		_mm_storeu_si128((__m128i *)(dst + i), _mm256_castsi256_si128(w));
+		i += 8;
+	}
+	for (; i < n; i++)
+		dst[i] = spw_f32_to_bf16_sr(x[i], key, index + i);
+}
+
 VARIANT_TABLE(spw__kernels_avx2, "avx2", );

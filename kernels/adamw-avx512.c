@@ -383,6 +383,47 @@ static void scale_f32(float *x, float s, size_t n)
 	}
 }
 
+/* ---- stochastic rounding to bf16 (sr.h): the same integer steps, 16 lanes ---- */
+
+static inline __attribute__((always_inline)) __m512i sr_mix16(__m512i x)
+{
+	x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+	x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)0x21f0aaadu));
+	x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+	x = _mm512_mullo_epi32(x, _mm512_set1_epi32((int)0x735a2d97u));
+	return _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+}
+
+/* Sixteen values whose elements have the low 32 index bits idx, rounded
+ * under key, as bf16 bits. */
+static inline __attribute__((always_inline)) __m256i sr16(__m512 x, __m512i key, __m512i idx)
+{
+	__m512i u = _mm512_castps_si512(x);
+	__m512i h = sr_mix16(_mm512_add_epi32(key, _mm512_mullo_epi32(idx, _mm512_set1_epi32((int)0x9e3779b9u))));
+	__m512i r = _mm512_add_epi32(u, _mm512_srli_epi32(h, 16));
+	__mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+
+	r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+	/* Every lane is below 2^16 after the shift: the truncating narrow is exact. */
+	return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+static void round_sr(uint16_t *dst, const float *x, size_t n, uint32_t key, uint64_t index)
+{
+	const __m512i kv = _mm512_set1_epi32((int)key);
+	/* Lane j holds the index of element i + j; only its low 32 bits
+	 * count, so 32-bit lanes that wrap are exactly sr.h's arithmetic. */
+	__m512i idx = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)index),
+				       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+
+	for (size_t i = 0; i < n; i += 16) {
+		__mmask16 k = tail_mask(n - i);
+
+		_mm256_mask_storeu_epi16(dst + i, k, sr16(_mm512_maskz_loadu_ps(k, x + i), kv, idx));
+		idx = _mm512_add_epi32(idx, _mm512_set1_epi32(16));
+	}
+}
+
 VARIANT_TABLE(spw__kernels_avx512, "avx512", );
 
 /* Same name: to the user it is one variant that uses what the CPU has. */

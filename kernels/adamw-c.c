@@ -185,4 +185,10 @@ static void scale_f32(float *x, float s, size_t n)
 		x[i] *= s;
 }
 
+static void round_sr(uint16_t *restrict dst, const float *restrict x, size_t n, uint32_t key, uint64_t index)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = spw_f32_to_bf16_sr(x[i], key, index + i);
+}
+
 VARIANT_TABLE(spw__kernels_c, "c", );

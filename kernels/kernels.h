@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "convert.h"
+#include "sr.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -182,6 +183,15 @@ struct spw_kernels {
 
 	/* x[i] *= s in place: the separate unscale pass other optimizers run. */
 	void (*scale_f32)(float *x, float s, size_t n);
+
+	/*
+	 * dst[i] = spw_f32_to_bf16_sr(x[i], key, index + i) for i in [0, n):
+	 * fp32 to bf16 with stochastic rounding (sr.h), for bf16 master
+	 * weights. index is the span's first element's index in the whole
+	 * tensor, so the bits do not depend on how the tensor is cut. dst and
+	 * x must not overlap. The same bits in every variant.
+	 */
+	void (*round_sr)(uint16_t *dst, const float *x, size_t n, uint32_t key, uint64_t index);
 };
 
 /*

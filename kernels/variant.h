@@ -84,8 +84,8 @@
 	VARIANT_BY_TYPE_FNS(bf16, SPW_DTYPE_BF16)            \
 	VARIANT_BY_TYPE_FNS(f16, SPW_DTYPE_F16)
 
-/* The table, from the functions above plus the variant's nonfinite_<t>
- * and scale_f32. nat names a suffix (or nothing) of the functions that
+/* The table, from the functions above plus the variant's nonfinite_<t>,
+ * scale_f32 and round_sr. nat names a suffix (or nothing) of the functions that
  * write bf16 (the bf16 copy-outs, and every update with bf16 moments), for a
  * second table that uses native bf16 instructions. */
 #define VARIANT_TABLE(sym, isa, nat)                                                                   \
@@ -121,6 +121,7 @@
 		},                                                                                     \
 		.acc = { acc_f32, acc_bf16, acc_f16 },                                                 \
 		.scale_f32 = scale_f32,                                                                \
+		.round_sr = round_sr,                                                                  \
 	}
 
 #endif

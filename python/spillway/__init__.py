@@ -247,10 +247,11 @@ class Optimizer:
                  clip_coef=0.0, max_norm=0.0, window=0, threads=0, device=None,
                  dynamic_loss_scale=False, init_loss_scale=0.0, growth_interval=0,
                  timeout_ms=0, trace=None, state_dtype="fp32", grad_by_reference=False,
-                 grad_store_dtype="fp32"):
+                 grad_store_dtype="fp32", master_dtype="fp32"):
         lib = L.load()
         sdt = _state_dtype.check(state_dtype)
         gst = _state_dtype.check_grad_store(grad_store_dtype)
+        mdt = _state_dtype.check_master(master_dtype)
         if session.owner is not None:
             raise ValueError("session %s already has an optimizer" % session.name)
         if mode not in self.MODES:
@@ -268,7 +269,8 @@ class Optimizer:
                                init_loss_scale=init_loss_scale, growth_interval=growth_interval,
                                window=window, threads=threads, device=self._device,
                                wait_timeout_ms=timeout_ms, state_dtype=sdt,
-                               grad_store=L.GRAD_BY_REFERENCE if grad_by_reference else gst)
+                               grad_store=L.GRAD_BY_REFERENCE if grad_by_reference else gst,
+                               master_dtype=mdt)
         if not L.has("spw_optimizer_grad_none"):
             if timeout_ms:
                 raise NotImplementedError("a wait timeout needs a libspillway with "

@@ -206,7 +206,8 @@ def torch_meta(opt):
     groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items() if k != "params" and _plain(v)}
               for g in opt.param_groups]
     t = {"param_groups": groups, "steps": [e.steps for e in opt._entries], "shapes": shapes,
-         "names": [e.name for e in opt._entries], "state_dtype": opt.state_dtype, "mode": opt.mode}
+         "names": [e.name for e in opt._entries], "state_dtype": opt.state_dtype, "mode": opt.mode,
+         "master_dtype": getattr(opt, "master_dtype", "fp32")}
     for drop in ("names", "shapes", "steps"):
         if len(json.dumps({"torch": t})) <= META_MAX:
             break

@@ -84,7 +84,10 @@ class OptimizerOpts(ctypes.Structure):
                 ("reserved", u32), ("state_dtype", ctypes.c_int),
                 # Later still (a library without it refuses a nonzero one):
                 # exact mode's gradients by reference, GRAD_BY_REFERENCE.
-                ("reserved2", u32), ("grad_store", ctypes.c_int)]
+                ("reserved2", u32), ("grad_store", ctypes.c_int),
+                # Later still (a library without it refuses a nonzero one):
+                # bf16 master weights, MASTER_BF16.
+                ("master_dtype", ctypes.c_int)]
 
 
 # sizeof(struct spw_optimizer_opts) before wait_timeout_ms
@@ -119,6 +122,8 @@ OPT_OVERLAPPED, OPT_EXACT = 0, 1
 GRAD_STORE, GRAD_BY_REFERENCE, GRAD_STORE_BF16 = 0, 1, 2
 STATE_PARAM, STATE_EXP_AVG, STATE_EXP_AVG_SQ = 0, 1, 2
 STATE_F32, STATE_BF16, STATE_INT8 = 0, 1, 2
+# enum spw_master_dtype
+MASTER_F32, MASTER_BF16 = 0, 1
 ALL_CHUNKS = 0xFFFFFFFF
 
 # ---------------------------------------------------------------- loading

@@ -157,12 +157,13 @@ def parse_layout(rec):
         entries.append({"name": name, "count": count, "group": group, "ptype": ptype, "frozen": bool(frozen)})
         at += 24 + nlen
     # The mode word: the mode, the state dtype above it, a bf16 gradient
-    # store's bit above that (client/persist.c).
-    dtype, gstore = (mode_word >> 16) & 0xff, mode_word >> 24
+    # store's bit above that, then bf16 master weights' (client/persist.c).
+    dtype, gstore, master = (mode_word >> 16) & 0xff, (mode_word >> 24) & 1, (mode_word >> 25) & 1
     if dtype not in DTYPES:
         raise CheckpointError("the layout record names state dtype %d, unknown here" % dtype)
-    if gstore not in (0, 1):
-        raise CheckpointError("the layout record names gradient store %d, unknown here" % gstore)
+    if mode_word >> 26:
+        raise CheckpointError("the layout record's mode word 0x%x has bits this version does not know "
+                              "(a newer spillway's settings)" % mode_word)
     if (DTYPES[dtype] == "int8") != (ver == 2):
         if ver == 1:
             raise CheckpointError("the layout record %s is version 1 with int8 moments: the layout of an older "
@@ -173,7 +174,8 @@ def parse_layout(rec):
         raise CheckpointError("the layout record %s is version 2 with %s moments; version 2 is int8's"
                               % (LAYOUT, DTYPES[dtype]))
     return {"version": ver, "mode": mode_word & 0xffff, "state_dtype": DTYPES[dtype], "tier": tier,
-            "grad_store": "bf16" if gstore else "fp32", "chunk_elems": chunk_elems, "ngroups": ngroups,
+            "grad_store": "bf16" if gstore else "fp32", "master_dtype": "bf16" if master else "fp32",
+            "chunk_elems": chunk_elems, "ngroups": ngroups,
             "tensors": entries}
 
 
@@ -345,7 +347,12 @@ def to_torch(directory, out=None):
         shape = tuple(shapes[i]) if shapes and i < len(shapes) else (p["count"],)
         name = names[i] if names and i < len(names) else p["torch"]
         key = "spw.opt.%s." % p["spw"]
-        master = torch.frombuffer(data[key + "param"], dtype=torch.float32, count=p["count"]).clone()
+        if len(data.get(key + "param", b"")) < moment_bytes(layout.get("master_dtype", "fp32"), p["count"]):
+            raise CheckpointError("%s: tensor %sparam is missing or shorter than %d %s master weights"
+                                  % (directory, key, p["count"], layout.get("master_dtype", "fp32")))
+        # bf16 master weights are bf16 moments' bits: widened exactly.
+        master = torch.from_numpy(decode_moment(data[key + "param"], "exp_avg",
+                                                layout.get("master_dtype", "fp32"), p["count"]))
         params[name] = master.view(shape)
         if p["frozen"]:
             continue
@@ -492,7 +499,10 @@ def from_torch(doc, directory, like=None):
             raise CheckpointError("from-torch: params[%s] has %d elements; the layout says %d"
                                   % (name, master.numel(), p["count"]))
         key = "spw.opt.%s." % p["spw"]
-        byname[key + "param"] = bytearray(master.numpy().astype("<f4").tobytes())
+        # Into bf16 master weights rounded to nearest even, as
+        # spw_optimizer_write stores them.
+        byname[key + "param"] = encode_moment(master.numpy(), "exp_avg", layout.get("master_dtype", "fp32"),
+                                              p["count"])[0]
         if p["frozen"]:
             continue
         st = state.get(i, {})

@@ -15,6 +15,19 @@ STATE_DTYPES = {"fp32": L.STATE_F32, "bf16": L.STATE_BF16, "int8": L.STATE_INT8}
 GRAD_STORE_DTYPES = {"fp32": L.GRAD_STORE, "bf16": L.GRAD_STORE_BF16}
 
 
+# name -> enum spw_master_dtype (spw_optimizer_opts.master_dtype): the
+# type of the master weights in the tiers; bf16 rounds each update
+# stochastically (docs/pipeline.md, bf16 master weights).
+MASTER_DTYPES = {"fp32": L.MASTER_F32, "bf16": L.MASTER_BF16}
+
+
+def check_master(name):
+    """The enum value of a master_dtype name, or ValueError."""
+    if name not in MASTER_DTYPES:
+        raise ValueError("master_dtype must be 'fp32' or 'bf16', not %r" % (name,))
+    return MASTER_DTYPES[name]
+
+
 def check_grad_store(name):
     """The enum value of a grad_store_dtype name, or ValueError."""
     if name not in GRAD_STORE_DTYPES:
@@ -34,12 +47,13 @@ def _moment_pages(numel, psz, chunks, state_dtype):
     return -(-chunks // _PER_PAGE[state_dtype])
 
 
-def pages(numel, psz, k, state_dtype):
+def pages(numel, psz, k, state_dtype, master_dtype="fp32"):
     """Pages one tensor of numel elements takes with k roles (master, the
     two moments, and in exact mode the gradient store): the moments' pages
-    shared by 1, 2 or (int8 codes) 4 chunks."""
+    shared by 1, 2 or (int8 codes) 4 chunks, bf16 master weights' by 2."""
     chunks = -(-numel * 4 // psz)
-    return chunks * (k - 2) + 2 * _moment_pages(numel, psz, chunks, state_dtype)
+    master = chunks if master_dtype == "fp32" else -(-chunks // 2)
+    return master + chunks * (k - 3) + 2 * _moment_pages(numel, psz, chunks, state_dtype)
 
 
 def scale_pages(numels, psz, state_dtype):
@@ -51,9 +65,10 @@ def scale_pages(numels, psz, state_dtype):
     return -(-chunks // 128)
 
 
-def state_pages(numels, psz, k, state_dtype):
+def state_pages(numels, psz, k, state_dtype, master_dtype="fp32"):
     """Pages of every tensor's state (pages()) and the scale pages."""
-    return sum(pages(n, psz, k, state_dtype) for n in numels) + scale_pages(numels, psz, state_dtype)
+    return (sum(pages(n, psz, k, state_dtype, master_dtype) for n in numels)
+            + scale_pages(numels, psz, state_dtype))
 
 
 # Page sizes OffloadAdamW chooses from (powers of two), and the share of the
@@ -61,7 +76,7 @@ def state_pages(numels, psz, k, state_dtype):
 PAGE_MIN, PAGE_MAX, CPU_WASTE = 64 << 10, 4 << 20, 0.02
 
 
-def page_size(numels, k, state_dtype, tier):
+def page_size(numels, k, state_dtype, tier, master_dtype="fp32"):
     """The page size for tensors of numels elements with k roles. Larger
     pages mean fewer chunks (jobs, pins) per step; each tensor's last page
     is partly empty. The nvme tier keeps to about 4096 pages. The cpu
@@ -84,7 +99,7 @@ def page_size(numels, k, state_dtype, tier):
     exact = total * k
     while psz < PAGE_MAX:
         wider = 2 * psz
-        if sum(pages(n, wider, k, state_dtype) for n in numels) * wider - exact > CPU_WASTE * exact:
+        if sum(pages(n, wider, k, state_dtype, master_dtype) for n in numels) * wider - exact > CPU_WASTE * exact:
             break
         psz = wider
     return psz

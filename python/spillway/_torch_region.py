@@ -45,10 +45,10 @@ def layout(opt, entries):
     tier; staging, slack and a persistent session's journal on either."""
     k = _persist.state_roles(opt)
     numels = [e.numel for e in entries]
-    psz = opt._page_size or _state_dtype.page_size(numels, k, opt.state_dtype, opt.tier)
+    psz = opt._page_size or _state_dtype.page_size(numels, k, opt.state_dtype, opt.tier, opt.master_dtype)
     win = opt._window or 4
     if opt.tier == "cpu":
-        pages = _state_dtype.state_pages(numels, psz, k, opt.state_dtype)
+        pages = _state_dtype.state_pages(numels, psz, k, opt.state_dtype, opt.master_dtype)
     else:
         pages = 4 * win * k
     pages += (1 if opt._grad_ref else 2) * win + 8 + _persist.journal_pages(opt, psz)
@@ -62,7 +62,8 @@ def swap_bytes(opt, entries, psz):
     if opt.tier != "nvme":
         return 0
     k = _persist.state_roles(opt)
-    swap = _state_dtype.state_pages([e.numel for e in entries], psz, k, opt.state_dtype) * psz
+    swap = _state_dtype.state_pages([e.numel for e in entries], psz, k, opt.state_dtype,
+                                     opt.master_dtype) * psz
     if opt._persistent:  # the layout record and the journal's done bitmaps live on this tier too
         swap += -(-(24 + sum(24 + len(e.name) + 8 for e in entries) + 256) // psz) * psz
         swap += _persist.done_pages(entries, psz) * psz

@@ -31,9 +31,10 @@ def eligible(opt, e):
     # restart, but a view does not (the daemon releases the region it maps,
     # and a step under way would go on with those weights gone), and an
     # overlapped redo after a kill needs the weights before the step in the
-    # model while the master holds the new ones of the chunks done.
+    # model while the master holds the new ones of the chunks done. Nor
+    # with bf16 master weights: a view shows fp32 ones.
     return (opt.tier == "cpu" and e.p.device.type == "cpu" and e.p.dtype == torch.float32
-            and not opt._persistent
+            and not opt._persistent and opt.master_dtype == "fp32"
             and e.numel > 0 and _own_storage(e.p) and L.has("spw_optimizer_param_view_dlpack")
             and os.environ.get("SPILLWAY_PARAM_VIEW", "1") != "0")
 

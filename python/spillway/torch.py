@@ -105,6 +105,8 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
     the daemon may take before it raises (None: the library's default).
     page_size, region_bytes, window, threads: tuning (see spillway.h).
     state_dtype: 'fp32', 'bf16' or 'int8' moments in the tiers (docs/pipeline.md).
+    master_dtype: 'fp32' or 'bf16' master weights in the tiers; bf16 (2 bytes a weight
+    instead of 4) rounds each update stochastically, lossy (docs/pipeline.md).
     grad_store_dtype: 'fp32' or 'bf16', the store exact mode keeps a step's gradients
     in until their norm is known (where it needs one: a GPU, or persistent=True); bf16
     halves its memory and disk traffic and is exact for a bf16 model's gradients.
@@ -130,11 +132,13 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                  init_loss_scale=65536.0, growth_interval=2000, session=None, socket=None,
                  clip_coef=None, data_parallel_group=None, timeout=None, page_size=None,
                  region_bytes=None, window=0, threads=0, trace=None, persistent=False, lease=None,
-                 state_dtype="fp32", reconnect=60.0, grad_store_dtype="fp32"):
+                 state_dtype="fp32", reconnect=60.0, grad_store_dtype="fp32", master_dtype="fp32"):
         _state_dtype.check(state_dtype)  # moments as bf16 in the tiers: docs/pipeline.md
         _state_dtype.check_grad_store(grad_store_dtype)
+        _state_dtype.check_master(master_dtype)
         self.state_dtype = state_dtype
         self.grad_store_dtype = grad_store_dtype
+        self.master_dtype = master_dtype
         self._live_state = LiveState(self)
         _persist.check(self, persistent, lease, session, reconnect)  # sets _persistent, _lease, _reconnect
         self._built = False
@@ -329,7 +333,7 @@ class OffloadAdamW(StateMixin, AmpMixin, torch.optim.Optimizer):
                             growth_interval=self._growth_interval if self._dynamic else 0,
                             window=self._window, threads=self._threads, device=device, grad_by_reference=self._grad_ref,
                             timeout_ms=self._timeout_ms(), trace=self._trace, state_dtype=self.state_dtype,
-                            grad_store_dtype=self.grad_store_dtype)
+                            grad_store_dtype=self.grad_store_dtype, master_dtype=self.master_dtype)
         try:
             idx = {e: i for i, e in enumerate(entries)}
             # Backward produces the last layers' gradients first.

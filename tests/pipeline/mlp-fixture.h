@@ -71,4 +71,19 @@ static inline void add_sumsq(const struct spw_kernels *k, const float *g, size_t
 	}
 }
 
+/* Mean loss over 16 batches of task the training never sees. */
+static inline double mlp_eval_loss(struct mlp *m, const struct mlp_task *task)
+{
+	float x[BATCH * 64], loss;
+	int32_t y[BATCH];
+	double sum = 0.0;
+
+	for (int b = 0; b < 16; b++) {
+		mlp_task_batch(task, 1000000u + (uint64_t)b, BATCH, x, y);
+		ASSERT_OK(mlp_forward(m, x, y, BATCH, &loss, NULL));
+		sum += loss;
+	}
+	return sum / 16.0;
+}
+
 #endif

@@ -12,7 +12,8 @@
  *                   ACCUM FP16(0|1) STEPS PAUSE_US PERSISTENT(0|1) OUT
  *
  * PERSIST_STATE_DTYPE=bf16|int8 in the environment sets the optimizer's
- * state_dtype (fp32 without it).
+ * state_dtype (fp32 without it); PERSIST_MASTER_DTYPE=bf16 bf16 master
+ * weights.
  *
  * With PERSIST_CHECKPOINT_AT=K and PERSIST_CHECKPOINT_DIR=DIR in the
  * environment, after step K a second client (on its own thread) asks the
@@ -264,6 +265,8 @@ int main(int argc, char **argv)
 	if (getenv("PERSIST_STATE_DTYPE"))
 		oo.state_dtype = !strcmp(getenv("PERSIST_STATE_DTYPE"), "int8") ? SPW_STATE_INT8
 				 : !strcmp(getenv("PERSIST_STATE_DTYPE"), "bf16") ? SPW_STATE_BF16 : SPW_STATE_F32;
+	if (getenv("PERSIST_MASTER_DTYPE") && !strcmp(getenv("PERSIST_MASTER_DTYPE"), "bf16"))
+		oo.master_dtype = SPW_MASTER_BF16;
 	accum = strtoull(argv[5], NULL, 10);
 	tr.fp16 = atoi(argv[6]) != 0;
 	steps = strtoull(argv[7], NULL, 10);

@@ -176,12 +176,18 @@ int main(int argc, char **argv)
 		kill_tile = NULL;
 		/* On the NVMe tier the overlapped mode's undo copies took over
 		 * p's disk copies rather than be written (pager-copy.c), and
-		 * the resume below reads them from there. */
+		 * the resume below reads them from there. Not with bf16 master
+		 * weights (PERSIST_MASTER_DTYPE): two chunks share a page of
+		 * them, so no undo page is a whole copy of p's; written back. */
 		if (!strcmp(mode, "overlapped") && !strcmp(tier, "swappable")) {
 			double taken = session_figure(d.status, "storm/run", "tier.disk_copies_taken");
+			const char *md = getenv("PERSIST_MASTER_DTYPE");
 
 			printf("# undo pages that took over p's disk copy: %.0f\n", taken);
-			ASSERT_TRUE(taken > 0);
+			if (md && !strcmp(md, "bf16"))
+				ASSERT_TRUE(taken == 0);
+			else
+				ASSERT_TRUE(taken > 0);
 		}
 		kills = kills_wanted = 1;
 		pid = spawn("storm/run", "1", storm_out, &fd);

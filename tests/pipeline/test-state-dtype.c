@@ -66,21 +66,6 @@ struct out {
 	double eval_loss;
 };
 
-/* Mean loss over 16 batches the training never sees. */
-static double eval_loss(struct mlp *m, const struct mlp_task *task)
-{
-	float x[BATCH * 64], loss;
-	int32_t y[BATCH];
-	double sum = 0.0;
-
-	for (int b = 0; b < 16; b++) {
-		mlp_task_batch(task, 1000000u + (uint64_t)b, BATCH, x, y);
-		ASSERT_OK(mlp_forward(m, x, y, BATCH, &loss, NULL));
-		sum += loss;
-	}
-	return sum / 16.0;
-}
-
 static struct spw_param_group group_of(const struct cfg *c)
 {
 	return (struct spw_param_group){ .lr = c->lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
@@ -159,7 +144,7 @@ static void run_plain(const struct cfg *c, struct out *o)
 		free(msc[i]);
 		free(vsc[i]);
 	}
-	o->eval_loss = eval_loss(m, task);
+	o->eval_loss = mlp_eval_loss(m, task);
 	mlp_task_free(task);
 	mlp_free(m);
 }
@@ -213,7 +198,7 @@ static int run_spillway(const struct spw_test_daemon *d, const struct cfg *c, st
 			ASSERT_OK(spw_optimizer_read(opt, id[i], SPW_STATE_EXP_AVG_SQ, o->st.v[i]));
 			ASSERT_EQ(memcmp(o->st.p[i], t[i].param, t[i].count * 4), 0);
 		}
-		o->eval_loss = eval_loss(m, task);
+		o->eval_loss = mlp_eval_loss(m, task);
 	}
 	spw_optimizer_free(opt);
 	ASSERT_OK(spw_client_detach(cl));
@@ -554,7 +539,7 @@ static void case_converge(void)
 		struct mlp_task *task;
 
 		ASSERT_OK(mlp_task_create(64, 10, 3, &task));
-		first = eval_loss(m, task);
+		first = mlp_eval_loss(m, task);
 		mlp_task_free(task);
 		mlp_free(m);
 	}

@@ -140,6 +140,34 @@ enum spw_grad_store {
 	SPW_GRAD_STORE_BF16 = 2,
 };
 
+/*
+ * The type the master weights (SPW_STATE_PARAM) are kept in, in the tier
+ * and on disk.
+ *
+ * SPW_MASTER_F32: 4 bytes per parameter; every state_dtype's updates are
+ * computed from and stored to them exactly (torch's bits with
+ * SPW_STATE_F32).
+ * SPW_MASTER_BF16: 2 bytes per parameter (with SPW_STATE_INT8, 4 bytes of
+ * state per parameter in all instead of 6). Each update widens the stored
+ * weight to fp32 (exactly), computes the moments and the new weight in
+ * fp32 as SPW_MASTER_F32 does, and stores the weight rounded to bf16
+ * *stochastically*: up with probability (the 16 bits dropped) / 65536, so
+ * the rounding is unbiased and updates far below a bf16 ulp still move the
+ * weights on average (rounding to nearest would drop every update smaller
+ * than half an ulp: the known failure of pure-bf16 training). The random
+ * bits are a function of the tensor's place in the optimizer, its step and
+ * the element (kernels/sr.h): the same bits on every CPU variant, thread
+ * count, chunking and tier, and a resumed run equals one that never
+ * stopped. The device copy is the stored bf16 weight (widened for an fp32
+ * device tensor). Lossy: 8 significant bits per weight; for people who
+ * accept it (docs/pipeline.md, "bf16 master weights"). Not with a
+ * parameter view (spw_optimizer_param_view: it shows fp32 weights).
+ */
+enum spw_master_dtype {
+	SPW_MASTER_F32 = 0,
+	SPW_MASTER_BF16 = 1,
+};
+
 /* torch.optim.AdamW's per-group hyperparameters. */
 struct spw_param_group {
 	float lr, beta1, beta2, eps, weight_decay;
@@ -195,7 +223,7 @@ struct spw_optimizer_opts {
 	/* Added later still (a caller whose struct ends before it gets
 	 * SPW_STATE_F32): the type exp_avg and exp_avg_sq are kept in, in
 	 * the tier and on disk (docs/pipeline.md, State dtypes). Master
-	 * weights are fp32 whatever this says. */
+	 * weights are master_dtype's, whatever this says. */
 	enum spw_state_dtype state_dtype;
 	/* Ignored: the tail padding of the struct's version that ends at
 	 * state_dtype. */
@@ -204,6 +232,9 @@ struct spw_optimizer_opts {
 	 * SPW_GRAD_STORE): where exact mode keeps a step's gradients until
 	 * the norm is known (docs/pipeline.md, Gradients by reference). */
 	enum spw_grad_store grad_store;
+	/* Added after grad_store (a caller whose struct ends before it gets
+	 * SPW_MASTER_F32): the type the master weights are kept in. */
+	enum spw_master_dtype master_dtype;
 };
 
 /*
@@ -543,7 +574,7 @@ SPW_EXPORT int spw_optimizer_param_view_dlpack(spw_optimizer *o, uint32_t tensor
 SPW_EXPORT int spw_optimizer_sync(spw_optimizer *o);
 
 enum spw_optimizer_state {
-	SPW_STATE_PARAM = 0,    /* fp32 master weights */
+	SPW_STATE_PARAM = 0,    /* master weights (read and written as fp32) */
 	SPW_STATE_EXP_AVG = 1,
 	SPW_STATE_EXP_AVG_SQ = 2,
 };
@@ -551,7 +582,8 @@ enum spw_optimizer_state {
 /*
  * Copies a tensor's fp32 state (count elements) into out, after
  * spw_optimizer_sync(); for checkpoints and tests. With SPW_STATE_BF16 the
- * moments are widened to fp32, which is exact; with SPW_STATE_INT8 they
+ * moments (and SPW_MASTER_BF16's master weights) are widened to fp32,
+ * which is exact; with SPW_STATE_INT8 they
  * are decoded (the values the next update starts from). Returns 0, -EINVAL for
  * an unknown tensor or state (a frozen tensor has only SPW_STATE_PARAM), -EBUSY while a step is open, or the pin's
  * error.
@@ -571,6 +603,8 @@ SPW_EXPORT int spw_optimizer_read(spw_optimizer *o, uint32_t tensor,
  * there (cast to the parameters' type). Offloaded tensors' next fetch
  * returns the written master weights.
  *
+ * Master weights: with SPW_MASTER_BF16 each value is stored rounded to
+ * the nearest bf16 (ties to even), as a read after the write returns it.
  * Moments: with SPW_STATE_BF16 each value is stored rounded to the
  * nearest bf16 (ties to even; a nan stays a nan), with SPW_STATE_INT8
  * coded in blocks of 256 as an update would store them, so a read after a
