@@ -72,6 +72,7 @@
  * swap files there.
  */
 #include <errno.h>
+#include <math.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -571,8 +572,16 @@ int bench_pipeline(int argc, char **argv)
 	 * region well under a third of the state, the same whatever the
 	 * state dtype (a quarter of fp32 state), so the dtypes are compared
 	 * at one pinned-memory budget. */
-	a.region_bytes = c.nvme ? (uint64_t)(12.0 * (double)c.params * c.layers / 4)
-				: (uint64_t)(state_bytes * 1.5) + (64u << 20);
+	{
+		/* Resident: every role of every layer in whole pages (a small
+		 * dtype's tensor still takes one). */
+		double psz = (double)a.page_size, mb = c.sd == SPW_STATE_INT8 ? 1.0 : c.sd == SPW_STATE_BF16 ? 2.0 : 4.0;
+		double paged = (ceil((c.master16 ? 2.0 : 4.0) * (double)c.params / psz) +
+				2.0 * ceil(mb * (double)c.params / psz)) * psz * c.layers;
+
+		a.region_bytes = c.nvme ? (uint64_t)(12.0 * (double)c.params * c.layers / 4)
+					: (uint64_t)((paged > state_bytes ? paged : state_bytes) * 1.5) + (64u << 20);
+	}
 	/* The NVMe tier's swap: the state twice over, named so that the
 	 * traced session (--trace) finds room beside the first one. */
 	if (c.nvme) {
