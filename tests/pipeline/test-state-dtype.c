@@ -44,6 +44,7 @@
 #include "q8.h"
 #include "pipeline-fixture.h"
 #include "mlp-fixture.h"
+#include "mlp-run.h"
 #include "session-figure.h"
 #include "test.h"
 
@@ -59,13 +60,6 @@ struct cfg {
 	float lr;
 };
 
-/* A run's end: every tensor's master weights and moments (fp32; bf16
- * moments widened), and the loss on the held-out batches. */
-struct out {
-	struct mlp_state st;
-	double eval_loss;
-};
-
 static struct spw_param_group group_of(const struct cfg *c)
 {
 	return (struct spw_param_group){ .lr = c->lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
@@ -75,7 +69,7 @@ static struct spw_param_group group_of(const struct cfg *c)
 /* The reference: AdamW with bf16 or int8 moments straight from kernels/,
  * whole tensors at once (chunks hold a whole number of int8 blocks, so the
  * blocks are the pipeline's). */
-static void run_plain(const struct cfg *c, struct out *o)
+static void run_plain(const struct cfg *c, struct mlp_run *o)
 {
 	const struct spw_kernels *k = spw_kernels();
 	struct spw_param_group g = group_of(c);
@@ -150,7 +144,7 @@ static void run_plain(const struct cfg *c, struct out *o)
 }
 
 /* The same run through spillway. Returns 0 or -EOPNOTSUPP (no NVMe tier). */
-static int run_spillway(const struct spw_test_daemon *d, const struct cfg *c, struct out *o)
+static int run_spillway(const struct spw_test_daemon *d, const struct cfg *c, struct mlp_run *o)
 {
 	struct spw_param_group g = group_of(c);
 	struct spw_optimizer_opts oo = {
@@ -158,69 +152,19 @@ static int run_spillway(const struct spw_test_daemon *d, const struct cfg *c, st
 		.clip_coef = c->clip_coef, .max_norm = c->max_norm, .threads = c->threads, .device = "host",
 		.state_dtype = c->sd,
 	};
-	spw_client *cl = connect_client(d, "state/0", c->region);
-	struct mlp *m = mlp_model();
-	struct mlp_task *task;
-	const struct mlp_tensor *t;
-	spw_optimizer *opt;
-	uint32_t id[MAXT];
-	float x[BATCH * 64], loss;
-	int32_t y[BATCH];
-	int n, r = 0;
 
-	ASSERT_OK(spw_optimizer_new(cl, &oo, &opt));
-	ASSERT_OK(mlp_task_create(64, 10, 3, &task));
-	t = mlp_tensors(m, &n);
-	mlp_state_alloc(&o->st, t, n);
-	for (int i = 0; i < n && r == 0; i++) {
-		r = spw_optimizer_add(opt, t[i].name, 0, t[i].count, t[i].param, t[i].param, SPW_TYPE_F32, &id[i]);
-		if (r == -EOPNOTSUPP)
-			break;
-		ASSERT_OK(r);
-	}
-	for (int step = 1; step <= c->steps && r == 0; step++) {
-		ASSERT_OK(spw_optimizer_begin(opt, (uint64_t)step, NULL, 0.0f));
-		for (int i = 0; i < n; i++)
-			ASSERT_OK(spw_optimizer_wait_params(opt, id[i], NULL));
-		mlp_task_batch(task, (uint64_t)step - 1, BATCH, x, y);
-		ASSERT_OK(mlp_forward(m, x, y, BATCH, &loss, NULL));
-		ASSERT_OK(mlp_backward(m, NULL, NULL));
-		for (int i = 0; i < n; i++)
-			ASSERT_OK(spw_optimizer_grad_ready(opt, id[i], SPW_ALL_CHUNKS, t[i].grad, t[i].count * 4,
-							   SPW_TYPE_F32, NULL));
-		ASSERT_OK(spw_optimizer_end(opt, NULL));
-	}
-	if (r == 0) {
-		ASSERT_OK(spw_optimizer_sync(opt));
-		for (int i = 0; i < n; i++) {
-			ASSERT_OK(spw_optimizer_read(opt, id[i], SPW_STATE_PARAM, o->st.p[i]));
-			ASSERT_OK(spw_optimizer_read(opt, id[i], SPW_STATE_EXP_AVG, o->st.m[i]));
-			ASSERT_OK(spw_optimizer_read(opt, id[i], SPW_STATE_EXP_AVG_SQ, o->st.v[i]));
-			ASSERT_EQ(memcmp(o->st.p[i], t[i].param, t[i].count * 4), 0);
-		}
-		o->eval_loss = mlp_eval_loss(m, task);
-	}
-	spw_optimizer_free(opt);
-	ASSERT_OK(spw_client_detach(cl));
-	spw_client_free(cl);
-	mlp_task_free(task);
-	mlp_free(m);
-	return r;
+	return mlp_run_spillway(d, "state/0", c->region, &oo, c->steps, o);
 }
 
-static void assert_same(const struct out *a, const struct out *b, const char *what)
+static void assert_same(const struct mlp_run *a, const struct mlp_run *b, const char *what)
 {
 	struct mlp *m = mlp_model();
 	const struct mlp_tensor *t;
 	int n;
 
 	t = mlp_tensors(m, &n);
+	mlp_runs_same(a, b, what);
 	for (int i = 0; i < n; i++) {
-		size_t bytes = t[i].count * 4;
-
-		if (memcmp(a->st.p[i], b->st.p[i], bytes) || memcmp(a->st.m[i], b->st.m[i], bytes) ||
-		    memcmp(a->st.v[i], b->st.v[i], bytes))
-			TEST_FAIL("%s: tensor %s differs from the plain run over kernels/", what, t[i].name);
 		/* bf16 moments: the low 16 bits of every value read back are 0. */
 		for (size_t j = 0; !strstr(what, "int8") && j < t[i].count; j++) {
 			uint32_t u, w;
@@ -236,7 +180,7 @@ static void assert_same(const struct out *a, const struct out *b, const char *wh
 
 static int compare(const struct spw_test_daemon *d, struct cfg c, const char *what)
 {
-	struct out plain, spw;
+	struct mlp_run plain, spw;
 	int r;
 
 	run_plain(&c, &plain);
@@ -530,7 +474,7 @@ static void case_converge(void)
 	struct spw_test_daemon d;
 	struct cfg c = { .mode = SPW_OPT_OVERLAPPED, .tier = SPW_TENSOR_RESIDENT, .steps = 400,
 			 .region = 16u << 20, .lr = 1e-3f, .threads = 2 };
-	struct out f32, b16, q8;
+	struct mlp_run f32, b16, q8;
 	double first, rel, rel8;
 
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
