@@ -213,6 +213,9 @@ static int measure_parts(const struct cfg *c, struct parts *p)
 	kc.v_scale = (float *)((unsigned char *)v + n);
 	kc.copy = out;
 	kc.copy_dtype = SPW_DTYPE_BF16;
+	/* bf16 master weights: w's zeros read as bf16 zeros. */
+	kc.p16 = c->master16;
+	kc.sr_key = 1;
 	/* Twice each, keeping the second: the first touches fresh memory. */
 	for (int i = 0; i < 2; i++) {
 		t0 = now_ns();
