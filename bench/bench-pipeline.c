@@ -469,7 +469,7 @@ int bench_pipeline(int argc, char **argv)
 	char trace_dir[] = "/tmp/spw-bench-trace-XXXXXX", trace_path[sizeof(trace_dir) + 16] = "";
 	char *env_trace = NULL;
 	double step_s = 0, trace_step_s = 0, trace_overhead = 0, serial_s, after_s, bound_s, transfers,
-	       state_bytes;
+	       state_bytes, pbytes, mbytes, paged;
 	long long trace_bytes = -1;
 	uint16_t **grad = NULL;
 	float *init = NULL;
@@ -565,9 +565,11 @@ int bench_pipeline(int argc, char **argv)
 		own = true;
 		socket_path = d.control;
 	}
-	state_bytes = ((c.master16 ? 2.0 : 4.0) +
-		       (c.sd == SPW_STATE_INT8 ? 2.0 * (1.0 + 1.0 / 64.0) : c.sd == SPW_STATE_BF16 ? 4.0 : 8.0)) *
-		      (double)c.params * c.layers;
+	/* Bytes per parameter of the weights and of each moment (int8: its
+	 * code and its share of a block's scale). */
+	pbytes = c.master16 ? 2.0 : 4.0;
+	mbytes = c.sd == SPW_STATE_INT8 ? 1.0 + 1.0 / 64.0 : c.sd == SPW_STATE_BF16 ? 2.0 : 4.0;
+	state_bytes = (pbytes + 2.0 * mbytes) * (double)c.params * c.layers;
 	/* Smaller pages on the NVMe tier, so a region of a quarter of the
 	 * state still holds a window of several chunks. */
 	a.page_size = c.nvme ? 1u << 20 : 4u << 20;
@@ -575,16 +577,11 @@ int bench_pipeline(int argc, char **argv)
 	 * region well under a third of the state, the same whatever the
 	 * state dtype (a quarter of fp32 state), so the dtypes are compared
 	 * at one pinned-memory budget. */
-	{
-		/* Resident: every role of every layer in whole pages (a small
-		 * dtype's tensor still takes one). */
-		double psz = (double)a.page_size, mb = c.sd == SPW_STATE_INT8 ? 1.0 : c.sd == SPW_STATE_BF16 ? 2.0 : 4.0;
-		double paged = (ceil((c.master16 ? 2.0 : 4.0) * (double)c.params / psz) +
-				2.0 * ceil(mb * (double)c.params / psz)) * psz * c.layers;
-
-		a.region_bytes = c.nvme ? (uint64_t)(12.0 * (double)c.params * c.layers / 4)
-					: (uint64_t)((paged > state_bytes ? paged : state_bytes) * 1.5) + (64u << 20);
-	}
+	/* Resident: every role of every layer in whole pages (a small
+	 * dtype's tensor still takes one). */
+	paged = (ceil(pbytes * (double)c.params / a.page_size) + 2.0 * ceil(mbytes * (double)c.params / a.page_size)) *
+		a.page_size * c.layers;
+	a.region_bytes = c.nvme ? (uint64_t)(12.0 * (double)c.params * c.layers / 4) : (uint64_t)(paged * 1.5) + (64u << 20);
 	/* The NVMe tier's swap: the state twice over, named so that the
 	 * traced session (--trace) finds room beside the first one. */
 	if (c.nvme) {

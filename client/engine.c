@@ -214,10 +214,10 @@ static bool admit(spw_optimizer *o)
 
 			/* The undo copy of the weights is rewritten whole, but
 			 * in the redo of a torn step (journal.c), where the
-			 * tiles done before keep theirs, and with bf16 master
-			 * weights, whose undo page holds two chunks' copies. */
+			 * tiles done before keep theirs, and where its page
+			 * holds another chunk's copy too (bf16 weights). */
 			if (r == R_U)
-				rewrite = j->step != o->persist.torn && !o->master16;
+				rewrite = j->step != o->persist.torn && role_page_own(o, R_U);
 
 			if (!(j->roles & (1u << r)))
 				continue;
@@ -343,10 +343,10 @@ static void kernels_done(spw_optimizer *o, struct job *j)
 			fl = SPW_CLEAN;
 		/* An undo copy written whole holds what p's page held when
 		 * pinned: when that came from disk, it is p's disk copy. Not
-		 * so for bf16 master weights: two chunks share p's page and
-		 * the undo page, each writing its half in its own job. */
+		 * where two chunks share the pages (bf16 weights), each
+		 * writing its half in its own job. */
 		if (ro == R_U && j->kind != JOB_FETCH && j->step != o->persist.torn && o->tier == SPW_TENSOR_SWAPPABLE &&
-		    !o->master16 && (o->c->features & SPW_FEAT_UNPIN_COPY))
+		    role_page_own(o, R_U) && (o->c->features & SPW_FEAT_UNPIN_COPY))
 			r = spw_submit_unpin_copy(o->c, tensor_id(j, ro), role_page(o, ro, ch->t, ch->index),
 						  tensor_id(j, R_P), role_page(o, R_P, ch->t, ch->index),
 						  (uint64_t)(uintptr_t)j | (R__N + ro));

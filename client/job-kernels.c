@@ -14,14 +14,6 @@
 
 #define FAST_PIN_NS 200000ull
 
-/* The random bits of bf16 master weights' rounding (kernels/sr.h) for
- * a tensor's update in a step, so a redo or a resumed run draws the same
- * ones. */
-static uint32_t sr_key(const struct job *j)
-{
-	return spw_sr_key((uint32_t)(j->ch->t - j->o->tensors), j->step);
-}
-
 /* The kernels a job runs on each tile, in order, over its pinned and
  * staging pages. */
 static void plan_ops(struct job *j)
@@ -35,7 +27,11 @@ static void plan_ops(struct job *j)
 		.q8 = j->o->state_dtype == SPW_STATE_INT8,
 		.m_scale = j->run->ptr[R_MS], .v_scale = j->run->ptr[R_VS],
 		.copy = j->copy ? j->scopy : NULL, .copy_dtype = j->copy ? j->cdt : SPW_DTYPE_NONE,
-		.p16 = j->o->master16, .sr_key = j->o->master16 ? sr_key(j) : 0, .sr_index = j->ch->off,
+		/* bf16 weights' random bits (kernels/sr.h): the tensor's
+		 * place and the step, so a redo or a resumed run draws the
+		 * same ones. */
+		.p16 = j->o->master16, .sr_key = j->o->master16 ? spw_sr_key((uint32_t)(j->ch->t - j->o->tensors), j->step) : 0,
+		.sr_index = j->ch->off,
 	};
 
 	switch (j->kind) {

@@ -439,6 +439,14 @@ static inline bool role_16(const spw_optimizer *o, unsigned r)
 	return role_m16(o, r) || (r == R_G && o->grad16) || role_p16(o, r);
 }
 
+/* Whether chunk k's data of role r fills page k of its tensor alone
+ * (fp32 values); 16-bit values share a page between two chunks. A page
+ * one chunk's job rewrites whole holds nothing of another's only then. */
+static inline bool role_page_own(const spw_optimizer *o, unsigned r)
+{
+	return !role_16(o, r);
+}
+
 /* The type of the master weights' values. */
 static inline enum spw_dtype master_dtype(const spw_optimizer *o)
 {

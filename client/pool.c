@@ -441,6 +441,28 @@ static void acc_bf16(const struct spw_kernels *k, uint16_t *acc, const unsigned 
 	}
 }
 
+/* ADAMW's fp32 kernel for op's state dtype over elements [b, e), with
+ * the fp32 weights of element b at p (op->param + b, or a buffer) and the
+ * copy written when copy is true. */
+static void adamw_span(const struct spw_kernels *k, const struct spw__kernel_op *op, float *p, size_t b, size_t e,
+		       bool copy)
+{
+	const void *src = (const unsigned char *)op->src + b * spw_dtype_size(op->src_dtype);
+	enum spw_dtype ct = copy && op->copy ? op->copy_dtype : SPW_DTYPE_NONE;
+	void *c = ct != SPW_DTYPE_NONE ? (unsigned char *)op->copy + b * spw_dtype_size(ct) : NULL;
+	size_t n = e - b;
+
+	if (op->q8)
+		k->adamw_q8[op->src_dtype][ct](op->consts, p, (int8_t *)op->exp_avg + b, op->m_scale + b / SPW_Q8_BLOCK,
+					       (uint8_t *)op->exp_avg_sq + b, op->v_scale + b / SPW_Q8_BLOCK, src, c, n);
+	else if (op->state_dtype == SPW_DTYPE_BF16)
+		k->adamw_m16[op->src_dtype][ct](op->consts, p, (uint16_t *)op->exp_avg + b,
+						(uint16_t *)op->exp_avg_sq + b, src, c, n);
+	else
+		k->adamw[op->src_dtype][ct](op->consts, p, (float *)op->exp_avg + b, (float *)op->exp_avg_sq + b,
+					    src, c, n);
+}
+
 /* ADAMW over bf16 master weights: each piece widened into a buffer the
  * fp32 kernels update (in L1), rounded back stochastically, and the copy
  * cast from what was stored, so the device gets the master's bits. Pieces
@@ -452,27 +474,13 @@ static void adamw_p16(const struct spw_kernels *k, const struct spw__kernel_op *
 {
 	float buf[P16_PIECE] __attribute__((aligned(64)));
 	uint16_t *p = (uint16_t *)(void *)op->param;
-	size_t cs = spw_dtype_size(op->copy_dtype), ss = spw_dtype_size(op->src_dtype);
-	size_t ms = op->q8 ? 1 : spw_dtype_size(op->state_dtype);
+	size_t cs = spw_dtype_size(op->copy_dtype);
 
 	for (size_t pb = b; pb < e; pb += P16_PIECE) {
 		size_t n = e - pb < P16_PIECE ? e - pb : P16_PIECE;
-		/* The fp32 op over this piece, buf its weights, from element 0. */
-		struct spw__kernel_op wide = *op;
 
-		wide.p16 = false;
-		wide.param = buf;
-		wide.src = (const unsigned char *)op->src + pb * ss;
-		wide.exp_avg = (unsigned char *)op->exp_avg + pb * ms;
-		wide.exp_avg_sq = (unsigned char *)op->exp_avg_sq + pb * ms;
-		if (op->q8) {
-			wide.m_scale = op->m_scale + pb / SPW_Q8_BLOCK;
-			wide.v_scale = op->v_scale + pb / SPW_Q8_BLOCK;
-		}
-		wide.copy = NULL;
-		wide.copy_dtype = SPW_DTYPE_NONE;
 		k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](buf, p + pb, n);
-		spw__kernel_op_run(k, &wide, 0, n);
+		adamw_span(k, op, buf, pb, pb + n, false);
 		k->round_sr(p + pb, buf, n, op->sr_key, op->sr_index + pb);
 		if (op->copy)
 			k->cast[op->copy_dtype][SPW_DTYPE_BF16]((unsigned char *)op->copy + pb * cs, p + pb, n);
@@ -486,26 +494,12 @@ double spw__kernel_op_run(const struct spw_kernels *k, const struct spw__kernel_
 	const unsigned char *src = (const unsigned char *)op->src + b * ss;
 
 	switch (op->op) {
-	case SPW_POOL_ADAMW: {
-		void *c = op->copy ? (unsigned char *)op->copy + b * spw_dtype_size(op->copy_dtype) : NULL;
-
+	case SPW_POOL_ADAMW:
 		if (op->p16)
 			adamw_p16(k, op, b, e);
-		else if (op->q8)
-			k->adamw_q8[op->src_dtype][op->copy_dtype](op->consts, op->param + b, (int8_t *)op->exp_avg + b,
-								   op->m_scale + b / SPW_Q8_BLOCK,
-								   (uint8_t *)op->exp_avg_sq + b,
-								   op->v_scale + b / SPW_Q8_BLOCK, src, c, n);
-		else if (op->state_dtype == SPW_DTYPE_BF16)
-			k->adamw_m16[op->src_dtype][op->copy_dtype](op->consts, op->param + b,
-								    (uint16_t *)op->exp_avg + b,
-								    (uint16_t *)op->exp_avg_sq + b, src, c, n);
 		else
-			k->adamw[op->src_dtype][op->copy_dtype](op->consts, op->param + b,
-								(float *)op->exp_avg + b,
-								(float *)op->exp_avg_sq + b, src, c, n);
+			adamw_span(k, op, op->param + b, b, e, true);
 		break;
-	}
 	case SPW_POOL_SUMSQ:
 		return k->sumsq[op->src_dtype](src, n);
 	case SPW_POOL_NONFINITE:

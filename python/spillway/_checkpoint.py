@@ -207,7 +207,7 @@ def torch_meta(opt):
               for g in opt.param_groups]
     t = {"param_groups": groups, "steps": [e.steps for e in opt._entries], "shapes": shapes,
          "names": [e.name for e in opt._entries], "state_dtype": opt.state_dtype, "mode": opt.mode,
-         "master_dtype": getattr(opt, "master_dtype", "fp32")}
+         "master_dtype": opt.master_dtype}
     for drop in ("names", "shapes", "steps"):
         if len(json.dumps({"torch": t})) <= META_MAX:
             break

@@ -334,7 +334,7 @@ def to_torch(directory, out=None):
                               "whose tensors were registered by hand holds no AdamW state)" % (directory, LAYOUT))
     layout = parse_layout(data[LAYOUT])
     meta = (m.get("client") or {}).get("torch") or {}
-    psz, ce, dt = m["page_size"], layout["chunk_elems"], layout["state_dtype"]
+    psz, ce, dt, mdt = m["page_size"], layout["chunk_elems"], layout["state_dtype"], layout["master_dtype"]
     if ce * 4 != psz or ce % Q8_BLOCK:
         raise CheckpointError("%s: chunks of %d elements in pages of %d bytes: not a layout this version reads"
                               % (directory, ce, psz))
@@ -347,12 +347,11 @@ def to_torch(directory, out=None):
         shape = tuple(shapes[i]) if shapes and i < len(shapes) else (p["count"],)
         name = names[i] if names and i < len(names) else p["torch"]
         key = "spw.opt.%s." % p["spw"]
-        if len(data.get(key + "param", b"")) < moment_bytes(layout.get("master_dtype", "fp32"), p["count"]):
+        if len(data.get(key + "param", b"")) < moment_bytes(mdt, p["count"]):
             raise CheckpointError("%s: tensor %sparam is missing or shorter than %d %s master weights"
-                                  % (directory, key, p["count"], layout.get("master_dtype", "fp32")))
+                                  % (directory, key, p["count"], mdt))
         # bf16 master weights are bf16 moments' bits: widened exactly.
-        master = torch.from_numpy(decode_moment(data[key + "param"], "exp_avg",
-                                                layout.get("master_dtype", "fp32"), p["count"]))
+        master = torch.from_numpy(decode_moment(data[key + "param"], "exp_avg", mdt, p["count"]))
         params[name] = master.view(shape)
         if p["frozen"]:
             continue
@@ -480,6 +479,7 @@ def from_torch(doc, directory, like=None):
     if LAYOUT in raw:  # the record itself, not the parsed copy: an old int8 one is refused
         parse_layout(raw[LAYOUT].numpy().tobytes())
     psz, ce, dt = man["page_size"], layout["chunk_elems"], layout["state_dtype"]
+    mdt = layout.get("master_dtype", "fp32")  # a to-torch file of an earlier version has none
     ps = _params(layout)
     meta = (man.get("client") or {}).get("torch") or {}
     names = meta.get("names")
@@ -501,8 +501,7 @@ def from_torch(doc, directory, like=None):
         key = "spw.opt.%s." % p["spw"]
         # Into bf16 master weights rounded to nearest even, as
         # spw_optimizer_write stores them.
-        byname[key + "param"] = encode_moment(master.numpy(), "exp_avg", layout.get("master_dtype", "fp32"),
-                                              p["count"])[0]
+        byname[key + "param"] = encode_moment(master.numpy(), "exp_avg", mdt, p["count"])[0]
         if p["frozen"]:
             continue
         st = state.get(i, {})

@@ -75,6 +75,20 @@ static inline int mlp_run_spillway(const struct spw_test_daemon *d, const char *
 	return r;
 }
 
+/* The held-out loss of the untrained MLP (training must bring it down). */
+static inline double mlp_untrained_loss(void)
+{
+	struct mlp *m = mlp_model();
+	struct mlp_task *task;
+	double l;
+
+	ASSERT_OK(mlp_task_create(64, 10, 3, &task));
+	l = mlp_eval_loss(m, task);
+	mlp_task_free(task);
+	mlp_free(m);
+	return l;
+}
+
 /* Fails the test unless a and b hold the same bits in every tensor's
  * weights and moments. */
 static inline void mlp_runs_same(const struct mlp_run *a, const struct mlp_run *b, const char *what)

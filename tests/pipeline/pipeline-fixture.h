@@ -58,6 +58,19 @@ static inline void same_opt_state(spw_optimizer *const o[2], const uint32_t ids[
 	}
 }
 
+/* A client attached to persistent session name (4 MiB region, 60 s lease). */
+static inline spw_client *connect_persistent(const struct spw_test_daemon *d, const char *name)
+{
+	struct spw_attach_opts a = { .size = sizeof(a), .session = name, .region_bytes = 4u << 20, .page_size = PAGE,
+				     .persistent = 1, .lease_s = 60 };
+	spw_client *c;
+
+	ASSERT_OK(spw_client_new(NULL, &c));
+	ASSERT_OK(spw_client_connect(c, d->control));
+	ASSERT_OK(spw_client_attach(c, &a));
+	return c;
+}
+
 static inline spw_client *connect_client(const struct spw_test_daemon *d, const char *session, uint64_t region)
 {
 	struct spw_attach_opts a = { .size = sizeof(a), .session = session, .region_bytes = region,

@@ -78,11 +78,9 @@ static void moments_read(const struct moments *s, enum spw_state_dtype sd, size_
 {
 	const struct spw_kernels *k = spw_kernels();
 
-	for (size_t j = 0; j < count; j++) {
-		if (sd == SPW_STATE_INT8) {
-			m[j] = spw_q8_dec_m(((int8_t *)s->m)[j], s->ms[j / SPW_Q8_BLOCK]);
-			v[j] = spw_q8_dec_v(((uint8_t *)s->v)[j], s->vs[j / SPW_Q8_BLOCK]);
-		}
+	for (size_t j = 0; sd == SPW_STATE_INT8 && j < count; j++) {
+		m[j] = spw_q8_dec_m(((int8_t *)s->m)[j], s->ms[j / SPW_Q8_BLOCK]);
+		v[j] = spw_q8_dec_v(((uint8_t *)s->v)[j], s->vs[j / SPW_Q8_BLOCK]);
 	}
 	if (sd == SPW_STATE_BF16) {
 		k->cast[SPW_DTYPE_F32][SPW_DTYPE_BF16](m, s->m, count);
@@ -317,18 +315,6 @@ static void case_write(void)
 
 #define ADOPT_N (3 * CHUNK + 123)
 
-static spw_client *persistent_client(const struct spw_test_daemon *d, const char *name)
-{
-	struct spw_attach_opts a = { .size = sizeof(a), .session = name, .region_bytes = 4u << 20, .page_size = PAGE,
-				     .persistent = 1, .lease_s = 60 };
-	spw_client *c;
-
-	ASSERT_OK(spw_client_new(NULL, &c));
-	ASSERT_OK(spw_client_connect(c, d->control));
-	ASSERT_OK(spw_client_attach(c, &a));
-	return c;
-}
-
 /* Steps [from, to] of tensor "w" on session name: weights, gradients and
  * the optimizer's settings fixed, so every run is the same run. Returns
  * the optimizer, synced; *ret its client. */
@@ -339,7 +325,7 @@ static spw_optimizer *adopt_steps(const struct spw_test_daemon *d, const char *n
 	struct spw_optimizer_opts oo = { .size = sizeof(oo), .tier = SPW_TENSOR_RESIDENT, .groups = &group,
 					 .ngroups = 1, .threads = threads, .device = "host", .mode = SPW_OPT_EXACT,
 					 .master_dtype = SPW_MASTER_BF16 };
-	spw_client *c = persistent_client(d, name);
+	spw_client *c = connect_persistent(d, name);
 	spw_optimizer *o;
 	uint32_t id;
 
@@ -400,7 +386,7 @@ static void case_adopt(void)
 	ASSERT_EQ(waitpid(pid, &st, 0), pid);
 	ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	/* fp32 master weights do not fit the session: refused, by name. */
-	c = persistent_client(&d, "master/taken");
+	c = connect_persistent(&d, "master/taken");
 	ASSERT_OK(spw_optimizer_new(c, &oo, &o));
 	r = spw_optimizer_add(o, "w", 0, ADOPT_N, w, dev, SPW_TYPE_F32, &id);
 	if (r == 0)
@@ -426,15 +412,7 @@ static void case_converge(void)
 	double first, rel, relq;
 
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
-	{
-		struct mlp *m = mlp_model();
-		struct mlp_task *task;
-
-		ASSERT_OK(mlp_task_create(64, 10, 3, &task));
-		first = mlp_eval_loss(m, task);
-		mlp_task_free(task);
-		mlp_free(m);
-	}
+	first = mlp_untrained_loss();
 	ASSERT_OK(run_spillway(&d, &c, &f32));
 	c.md = SPW_MASTER_BF16;
 	ASSERT_OK(run_spillway(&d, &c, &b16));

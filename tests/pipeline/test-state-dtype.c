@@ -338,18 +338,6 @@ static void case_write(void)
 #define OLD_N 4096u
 #define OLD_SESSION "state/old"
 
-static spw_client *persistent_client(const struct spw_test_daemon *d)
-{
-	struct spw_attach_opts a = { .size = sizeof(a), .session = OLD_SESSION, .region_bytes = 4u << 20,
-				     .page_size = PAGE, .persistent = 1, .lease_s = 60 };
-	spw_client *c;
-
-	ASSERT_OK(spw_client_new(NULL, &c));
-	ASSERT_OK(spw_client_connect(c, d->control));
-	ASSERT_OK(spw_client_attach(c, &a));
-	return c;
-}
-
 static spw_optimizer *int8_optimizer(spw_client *c, const struct spw_param_group *g)
 {
 	struct spw_optimizer_opts oo = { .size = sizeof(oo), .tier = SPW_TENSOR_RESIDENT, .groups = g, .ngroups = 1,
@@ -381,7 +369,7 @@ static const struct spw_param_group old_group = { .lr = 1e-3f, .beta1 = 0.9f, .b
 static void old_train(const struct spw_test_daemon *d)
 {
 	static float w[OLD_N], dev[OLD_N], g[OLD_N];
-	spw_client *c = persistent_client(d);
+	spw_client *c = connect_persistent(d, OLD_SESSION);
 	spw_optimizer *o = int8_optimizer(c, &old_group);
 	uint32_t id;
 
@@ -402,7 +390,7 @@ static void old_train(const struct spw_test_daemon *d)
  * version word 1 (the record's second uint32). */
 static void old_record(const struct spw_test_daemon *d)
 {
-	spw_client *c = persistent_client(d);
+	spw_client *c = connect_persistent(d, OLD_SESSION);
 	/* The record: 6 words, then per tensor 24 bytes and its name. */
 	uint32_t id, *head;
 
@@ -416,7 +404,7 @@ static void old_record(const struct spw_test_daemon *d)
 /* And the size it gave an int8 moment tensor: codes, then scales. */
 static void old_sizes(const struct spw_test_daemon *d)
 {
-	spw_client *c = persistent_client(d);
+	spw_client *c = connect_persistent(d, OLD_SESSION);
 	uint32_t id;
 
 	ASSERT_OK(spw_tensor_adopt(c, "spw.opt.w.exp_avg", OLD_N, SPW_TENSOR_RESIDENT, &id, NULL));
@@ -430,7 +418,7 @@ static void old_sizes(const struct spw_test_daemon *d)
 static int take_over(const struct spw_test_daemon *d, char *msg, size_t len)
 {
 	static float w[OLD_N], dev[OLD_N];
-	spw_client *c = persistent_client(d);
+	spw_client *c = connect_persistent(d, OLD_SESSION);
 	spw_optimizer *o = int8_optimizer(c, &old_group);
 	uint32_t id;
 	int r = spw_optimizer_add(o, "w", 0, OLD_N, w, dev, SPW_TYPE_F32, &id);
@@ -478,15 +466,7 @@ static void case_converge(void)
 	double first, rel, rel8;
 
 	ASSERT_OK(spw_test_daemon_start(&d, NULL));
-	{
-		struct mlp *m = mlp_model();
-		struct mlp_task *task;
-
-		ASSERT_OK(mlp_task_create(64, 10, 3, &task));
-		first = mlp_eval_loss(m, task);
-		mlp_task_free(task);
-		mlp_free(m);
-	}
+	first = mlp_untrained_loss();
 	c.sd = SPW_STATE_F32;
 	ASSERT_OK(run_spillway(&d, &c, &f32));
 	c.sd = SPW_STATE_BF16;
