@@ -230,6 +230,11 @@ void pager_sched_pump(struct pager *p, bool serve)
 		 * needs new writes. */
 		uint32_t coming = p->nreading + p->nwriting;
 
+		/* Those that went out as write-behind, before anyone waited,
+		 * may still wait for room in the background class, which other
+		 * sessions' urgent I/O keeps out of the ring for as long as it
+		 * has any: they are waited for now. */
+		uring_hurry_owner(p->c.uring, &p->owner, p->nslotwait);
 		if (coming < p->nslotwait)
 			start_writebacks(p, p->nslotwait - coming, NO_LIMIT, &p->st.writebacks);
 		return; /* waiters first: no read-ahead competes for slots */
