@@ -22,8 +22,17 @@
  * session starts its write pass with the others and its read pass with
  * the others too (after all have flushed): a session reading while the
  * others still write would share the disk with writes, not with its
- * peers. Fairness is the slowest session's rate over the fastest's, each
- * over its own pass.
+ * peers. Fairness is the smallest session's share over the largest's
+ * while all of them stream steadily: the pages each moved between the
+ * moment the last got past its first quarter and the moment the first got
+ * to its last (window_fairness). Each session's rate over
+ * its own pass (read_fairness_own_pass) also counts what happens once
+ * the first has finished: a session whose last pages were still in its
+ * region (a read pass finds a quarter of them there, each session a
+ * different number) finishes early, and this disk holds every request in
+ * flight for 0.3-1.4 s now and then after a write pass (seen in the
+ * daemon's ring: all 32 reads complete together), so who was still
+ * reading at that moment decided that figure, not the daemon's turns.
  *
  * The disk is shared and drifts, so the two alternate (spillway first in
  * odd pairs, fio first in even ones) and each ratio is the median of the
@@ -38,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -64,8 +74,11 @@ struct opts {
 struct pass {
 	double write_gbs, read_gbs;
 	double bytes, cpu_s; /* for the daemon's CPU per GB */
-	/* With several sessions: the slowest session's rate over the fastest's. */
+	/* With several sessions: the smallest share over the largest while
+	 * all stream; and the slowest rate over the fastest, each over its
+	 * own pass. */
 	double write_fairness, read_fairness;
+	double write_fairness_own, read_fairness_own;
 };
 
 /* One session's pass, as a child reports it: its bytes and when (the
@@ -131,8 +144,10 @@ static bool stamped(const uint8_t *p, uint32_t bytes, uint64_t page)
 }
 
 /* One streaming pass: window PINs ahead, each page filled (or checked) as
- * its PIN completes and unpinned at once. */
-static int stream(spw_client *c, uint32_t t, uint32_t npages, uint32_t page_size, unsigned window, bool writing)
+ * its PIN completes and unpinned at once; done_at[k] the time the k-th
+ * page's PIN completed. */
+static int stream(spw_client *c, uint32_t t, uint32_t npages, uint32_t page_size, unsigned window, bool writing,
+		  uint64_t *done_at)
 {
 	struct spw_completion cq[64];
 	uint32_t next = 0, done = 0, pins = 0, unpins = 0;
@@ -165,6 +180,7 @@ static int stream(spw_client *c, uint32_t t, uint32_t npages, uint32_t page_size
 				continue;
 			}
 			pins--;
+			done_at[done] = now_ns();
 			p = spw_slot_ptr(c, (uint32_t)cq[i].res);
 			if (writing) {
 				stamp(p, page_size, ud);
@@ -199,7 +215,7 @@ static int barrier(int ready, int go, bool wait)
 /* One session's write then read pass over `total` bytes; with ready >= 0
  * each pass starts with the other sessions' (barrier()). */
 static void one_session(const struct local_daemon *d, const struct opts *o, uint32_t page_size, const char *name,
-			uint64_t total, int ready, int go, struct share *out)
+			uint64_t total, int ready, int go, uint64_t *done_at, struct share *out)
 {
 	struct spw_attach_opts ao = { .size = sizeof(ao), .session = name, .page_size = page_size,
 				      .region_bytes = total / 4, .swap_bytes = total, .flags = SPW_ATTACH_SWAP_BYTES };
@@ -225,7 +241,7 @@ static void one_session(const struct local_daemon *d, const struct opts *o, uint
 	if (window > ao.region_bytes / page_size / 2)
 		window = (unsigned)(ao.region_bytes / page_size / 2);
 	out->w0 = now_ns();
-	r = stream(c, t, npages, page_size, window, true);
+	r = stream(c, t, npages, page_size, window, true, done_at);
 	if (r < 0)
 		goto out;
 	/* The write pass ends when the last dirty page is on the disk, not
@@ -244,7 +260,7 @@ static void one_session(const struct local_daemon *d, const struct opts *o, uint
 	if ((r = barrier(ready, go, true)) < 0)
 		goto out;
 	out->r0 = now_ns();
-	r = stream(c, t, npages, page_size, window, false);
+	r = stream(c, t, npages, page_size, window, false, done_at + npages);
 	if (r < 0)
 		goto out;
 	out->r1 = now_ns();
@@ -272,6 +288,35 @@ static double min_over_max(const double *x, int n)
 	return hi > 0 ? lo / hi : 0;
 }
 
+/* The smallest session's share over the largest's while all n stream
+ * steadily: the pages each completed (done_at[i * stride + k], npages
+ * each) between the moment the last of them got past its first quarter
+ * and the moment the first of them got to its last. The quarters are
+ * the region's pages: at the start of a write pass they are free slots
+ * (a PIN needs no disk), at the end of a read pass some are still there
+ * from the write pass (each session a different number). */
+static double window_fairness(const uint64_t *done_at, size_t stride, uint32_t npages, int n)
+{
+	uint32_t q = npages / 4;
+	uint64_t a = 0, b = UINT64_MAX;
+	double got[64] = { 0 };
+
+	if (npages == 0)
+		return 0;
+	for (int i = 0; i < n; i++) {
+		const uint64_t *t = done_at + (size_t)i * stride;
+
+		a = t[q] > a ? t[q] : a;
+		b = t[npages - 1 - q] < b ? t[npages - 1 - q] : b;
+	}
+	if (b <= a)
+		return 0;
+	for (int i = 0; i < n; i++)
+		for (uint32_t k = 0; k < npages; k++)
+			got[i] += done_at[(size_t)i * stride + k] >= a && done_at[(size_t)i * stride + k] <= b;
+	return min_over_max(got, n);
+}
+
 /* o->sessions sessions (one process each) stream their share of the
  * bytes at once; rates are everything moved over the time from the first
  * start to the last end. */
@@ -280,34 +325,44 @@ static int spillway_pass(const struct local_daemon *d, const struct opts *o, uin
 {
 	int n = o->sessions, ready[2], go[2], r = 0;
 	uint64_t total = (uint64_t)(o->gib * (1ull << 30)) / page_size / (uint64_t)n * page_size;
+	uint32_t npages = (uint32_t)(total / page_size);
+	size_t stride = 2 * (size_t)npages, times_bytes = (size_t)n * stride * sizeof(uint64_t);
+	/* Every session's page times, where the parent reads them after. */
+	uint64_t *done_at = mmap(NULL, times_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	struct share sh[64];
 	double wr[64], rr[64], wb = 0, rb = 0, cpu = 0;
 	uint64_t w0 = UINT64_MAX, w1 = 0, r0 = UINT64_MAX, r1 = 0;
 	pid_t pid[64];
 	int res[64][2];
 
+	if (done_at == MAP_FAILED)
+		return -ENOMEM;
 	if (n == 1) {
 		char name[64];
 
 		snprintf(name, sizeof(name), "bench/swap-%u-%d", page_size >> 20, round);
 		memset(&sh[0], 0, sizeof(sh[0]));
-		one_session(d, o, page_size, name, total, -1, -1, &sh[0]);
+		one_session(d, o, page_size, name, total, -1, -1, done_at, &sh[0]);
 		if (sh[0].r < 0)
-			return sh[0].r;
+			r = sh[0].r;
 	} else {
-		if (pipe(ready) < 0 || pipe(go) < 0)
+		if (pipe(ready) < 0 || pipe(go) < 0) {
+			munmap(done_at, times_bytes);
 			return -errno;
+		}
 		fflush(stdout);
 		for (int i = 0; i < n; i++) {
-			if (pipe(res[i]) < 0)
+			if (pipe(res[i]) < 0) {
+				munmap(done_at, times_bytes);
 				return -errno;
+			}
 			pid[i] = fork();
 			if (pid[i] == 0) {
 				char name[64];
 				struct share me = { 0 };
 
 				snprintf(name, sizeof(name), "bench/swap-%u-%d-%d", page_size >> 20, round, i);
-				one_session(d, o, page_size, name, total, ready[1], go[0], &me);
+				one_session(d, o, page_size, name, total, ready[1], go[0], done_at + (size_t)i * stride, &me);
 				_exit(write(res[i][1], &me, sizeof(me)) == sizeof(me) ? 0 : 1);
 			}
 			close(res[i][1]);
@@ -333,8 +388,10 @@ static int spillway_pass(const struct local_daemon *d, const struct opts *o, uin
 				r = sh[i].r;
 		}
 		close(ready[0]), close(ready[1]), close(go[0]), close(go[1]);
-		if (r < 0)
-			return r;
+	}
+	if (r < 0) {
+		munmap(done_at, times_bytes);
+		return r;
 	}
 	for (int i = 0; i < n; i++) {
 		w0 = sh[i].w0 < w0 ? sh[i].w0 : w0;
@@ -347,13 +404,16 @@ static int spillway_pass(const struct local_daemon *d, const struct opts *o, uin
 		wr[i] = sh[i].write_bytes / (double)(sh[i].w1 - sh[i].w0);
 		rr[i] = sh[i].read_bytes / (double)(sh[i].r1 - sh[i].r0);
 	}
+	out->write_fairness = window_fairness(done_at, stride, npages, n);
+	out->read_fairness = window_fairness(done_at + npages, stride, npages, n);
+	munmap(done_at, times_bytes);
 	out->write_gbs = wb / (double)(w1 - w0);
 	out->read_gbs = rb / (double)(r1 - r0);
 	out->bytes = wb + rb;
 	/* Each session's figure includes the daemon's CPU for everyone. */
 	out->cpu_s = cpu / n;
-	out->write_fairness = min_over_max(wr, n);
-	out->read_fairness = min_over_max(rr, n);
+	out->write_fairness_own = min_over_max(wr, n);
+	out->read_fairness_own = min_over_max(rr, n);
 	if (!o->json)
 		printf("  spillway %u MiB pages, %d session%s: write %.2f GB/s (%.0f MiB), read %.2f GB/s (%.0f MiB)%s\n",
 		       page_size >> 20, n, n == 1 ? "" : "s", out->write_gbs, wb / (1 << 20), out->read_gbs,
@@ -438,8 +498,9 @@ static const char usage[] =
 	"  --pairs N    spillway/fio pairs per page size (default 3; --quick 1)\n"
 	"  --window N   PINs the client keeps in flight (default 32)\n"
 	"  --sessions N sessions streaming at once, each 1/N of the bytes, against fio with\n"
-	"               N jobs (default 1; 1..64): aggregate rates and the slowest session's\n"
-	"               rate over the fastest's (fairness)\n";
+	"               N jobs (default 1; 1..64): aggregate rates, the smallest session's share\n"
+	"               over the largest's while all stream (fairness) and the slowest session's\n"
+	"               rate over the fastest's, each over its own pass (fairness_own_pass)\n";
 
 int bench_swap(int argc, char **argv)
 {
@@ -504,7 +565,8 @@ int bench_swap(int argc, char **argv)
 		       o.gib / 4, o.pairs, o.window, DEPTH, dir);
 	bench_progress_init(&pg, "swap", (unsigned)(o.pairs * (int)(sizeof(page_sizes) / sizeof(page_sizes[0]))));
 	for (size_t k = 0; k < sizeof(page_sizes) / sizeof(page_sizes[0]); k++) {
-		double sw[64], sr[64], fw[64], fr[64], wr[64], rr[64], wf[64], rf[64], fwf[64], frf[64], cpu = 0, gb = 0;
+		double sw[64], sr[64], fw[64], fr[64], wr[64], rr[64], wf[64], rf[64], wfo[64], rfo[64], fwf[64], frf[64];
+		double cpu = 0, gb = 0;
 
 		for (int i = 0; i < o.pairs; i++) {
 			struct pass s = { 0 }, f = { 0 };
@@ -524,6 +586,8 @@ int bench_swap(int argc, char **argv)
 			rr[i] = f.read_gbs > 0 ? s.read_gbs / f.read_gbs : 0;
 			wf[i] = s.write_fairness;
 			rf[i] = s.read_fairness;
+			wfo[i] = s.write_fairness_own;
+			rfo[i] = s.read_fairness_own;
 			fwf[i] = f.write_fairness;
 			frf[i] = f.read_fairness;
 			cpu += s.cpu_s;
@@ -534,13 +598,16 @@ int bench_swap(int argc, char **argv)
 		if (o.json)
 			printf("{\"bench\":\"swap\",\"page_bytes\":%u,\"gbytes_per_pass\":%.3f,\"sessions\":%d,\"pairs\":%d,"
 			       "\"window\":%u,\"queue_depth\":%u,\"write_fairness\":%.3f,\"read_fairness\":%.3f,"
+			       "\"write_fairness_own_pass\":%.3f,\"read_fairness_own_pass\":%.3f,"
 			       "\"write_gbytes_per_s\":%.3f,\"read_gbytes_per_s\":%.3f,"
 			       "\"fio_write_gbytes_per_s\":%.3f,\"fio_read_gbytes_per_s\":%.3f,\"write_ratio\":%.3f,"
 			       "\"read_ratio\":%.3f,\"fio_write_fairness\":%.3f,\"fio_read_fairness\":%.3f,"
 			       "\"daemon_cpu_s_per_gbyte\":%.4f}\n",
 			       page_sizes[k], o.gib * 1.073741824, o.sessions, o.pairs, o.window, DEPTH,
 			       o.sessions > 1 ? bench_median(wf, (size_t)o.pairs) : 1.0,
-			       o.sessions > 1 ? bench_median(rf, (size_t)o.pairs) : 1.0, bench_median(sw, (size_t)o.pairs),
+			       o.sessions > 1 ? bench_median(rf, (size_t)o.pairs) : 1.0,
+			       o.sessions > 1 ? bench_median(wfo, (size_t)o.pairs) : 1.0,
+			       o.sessions > 1 ? bench_median(rfo, (size_t)o.pairs) : 1.0, bench_median(sw, (size_t)o.pairs),
 			       bench_median(sr, (size_t)o.pairs), bench_median(fw, (size_t)o.pairs),
 			       bench_median(fr, (size_t)o.pairs), bench_median(wr, (size_t)o.pairs),
 			       bench_median(rr, (size_t)o.pairs), bench_median(fwf, (size_t)o.pairs),
