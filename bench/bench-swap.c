@@ -494,7 +494,8 @@ static int fio_pass(const char *dir, const struct opts *o, uint32_t page_size, s
 static const char usage[] =
 	"usage: spillway-bench swap [--json] [--quick] [--dir PATH] [--gib N] [--pairs N] [--window N] [--sessions N]\n"
 	"  --dir PATH   where the swap files and fio's file go (default /var/tmp)\n"
-	"  --gib N      tensor size per pass in GiB, region a quarter of it (default 2; --quick 0.5)\n"
+	"  --gib N      tensor size per pass in GiB, region a quarter of it (default 2, times N\n"
+	"               with --sessions N up to 8; --quick 0.5)\n"
 	"  --pairs N    spillway/fio pairs per page size (default 3; --quick 1)\n"
 	"  --window N   PINs the client keeps in flight (default 32)\n"
 	"  --sessions N sessions streaming at once, each 1/N of the bytes, against fio with\n"
@@ -529,8 +530,11 @@ int bench_swap(int argc, char **argv)
 		else
 			return bench_usage(usage, argv[i]);
 	}
+	/* Several sessions: 2 GiB each, so that the time all of them stream
+	 * holds enough pages to tell their shares apart from the kernel's
+	 * bursts (it completes a file's merged writes ten or so at a time). */
 	if (o.gib <= 0)
-		o.gib = o.quick ? 0.5 : 2.0;
+		o.gib = o.quick ? 0.5 : 2.0 * (o.sessions > 1 ? (o.sessions < 8 ? o.sessions : 8) : 1);
 	if (o.pairs <= 0)
 		o.pairs = o.quick ? 1 : 3;
 	if (o.window == 0 || o.window > 256 || o.pairs > 64 || o.gib < 0.0625 || o.gib > 64 || o.sessions < 1 ||
