@@ -9,7 +9,7 @@
  *                           [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]
  *                           [--steps S] [--threads T] [--device host|cuda]
  *                           [--trace] [--state-dtype fp32|bf16|int8]
- *                           [--grad-store fp32|bf16] [--master-dtype fp32|bf16]
+ *                           [--grad-store fp32|bf16|ref] [--master-dtype fp32|bf16]
  *
  * The device is the host backend, or with --device cuda (a build with
  * CUDA, on a GPU host) the GPU: gradients and parameters then live in
@@ -28,7 +28,10 @@
  *   state_dtype        the moments' type (spw_optimizer_opts.state_dtype)
  *   grad_store         the type of exact mode's gradient store (fp32, or
  *                      bf16: SPW_GRAD_STORE_BF16, exact for these bf16
- *                      gradients and half the store's bytes)
+ *                      gradients and half the store's bytes; or ref:
+ *                      SPW_GRAD_BY_REFERENCE, no store, the updates read
+ *                      the trainer's gradients where grad_ready found
+ *                      them, as a CPU trainer's OffloadAdamW does)
  *   master_dtype       the master weights' type (fp32, or bf16:
  *                      SPW_MASTER_BF16, rounded stochastically, 2 bytes)
  *   state_bytes        master weights and moments: 12 bytes per parameter
@@ -115,6 +118,7 @@ struct cfg {
 	bool cuda;
 	enum spw_state_dtype sd; /* --state-dtype */
 	bool grad16;             /* --grad-store bf16 */
+	bool gradref;            /* --grad-store ref */
 	bool master16;           /* --master-dtype bf16 */
 };
 
@@ -451,7 +455,7 @@ static const char usage[] =
 	"usage: spillway-bench pipeline [--json] [--mode overlapped|exact] [--tier resident|nvme]\n"
 	"         [--socket PATH] [--layers L] [--params N] [--fwd-ms F] [--bwd-ms B]\n"
 	"         [--steps S] [--threads T] [--device host|cuda] [--trace | --persistent]\n"
-	"         [--state-dtype fp32|bf16|int8] [--grad-store fp32|bf16] [--master-dtype fp32|bf16]\n";
+	"         [--state-dtype fp32|bf16|int8] [--grad-store fp32|bf16|ref] [--master-dtype fp32|bf16]\n";
 
 int bench_pipeline(int argc, char **argv)
 {
@@ -515,8 +519,11 @@ int bench_pipeline(int argc, char **argv)
 		else if (!strcmp(argv[i], "--state-dtype") && (!strcmp(v, "fp32") || !strcmp(v, "bf16") ||
 								!strcmp(v, "int8")))
 			c.sd = !strcmp(v, "int8") ? SPW_STATE_INT8 : !strcmp(v, "bf16") ? SPW_STATE_BF16 : SPW_STATE_F32;
-		else if (!strcmp(argv[i], "--grad-store") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
+		else if (!strcmp(argv[i], "--grad-store") && (!strcmp(v, "fp32") || !strcmp(v, "bf16") ||
+							      !strcmp(v, "ref"))) {
 			c.grad16 = !strcmp(v, "bf16");
+			c.gradref = !strcmp(v, "ref");
+		}
 		else if (!strcmp(argv[i], "--master-dtype") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
 			c.master16 = !strcmp(v, "bf16");
 		else {
@@ -593,7 +600,7 @@ int bench_pipeline(int argc, char **argv)
 	oo.threads = c.threads;
 	oo.window = 4;
 	oo.state_dtype = c.sd;
-	oo.grad_store = c.grad16 ? SPW_GRAD_STORE_BF16 : SPW_GRAD_STORE;
+	oo.grad_store = c.gradref ? SPW_GRAD_BY_REFERENCE : c.grad16 ? SPW_GRAD_STORE_BF16 : SPW_GRAD_STORE;
 	oo.master_dtype = c.master16 ? SPW_MASTER_BF16 : SPW_MASTER_F32;
 	if (own)
 		snprintf(status_path, sizeof(status_path), "%s", d.status);
@@ -713,7 +720,7 @@ int bench_pipeline(int argc, char **argv)
 		       oo.device, c.mode == SPW_OPT_EXACT ? "exact" : "overlapped", c.nvme ? "nvme" : "resident",
 		       c.layers, (uintmax_t)c.params, state_bytes, (uintmax_t)a.region_bytes, p.compute, transfers,
 		       p.adam_pool, p.disk, step_s, serial_s, after_s, bound_s, bound_s / step_s,
-		       after_s / step_s, serial_s / step_s, sd_name[c.sd], c.grad16 ? "bf16" : "fp32",
+		       after_s / step_s, serial_s / step_s, sd_name[c.sd], c.gradref ? "ref" : c.grad16 ? "bf16" : "fp32",
 		       c.master16 ? "bf16" : "fp32", disk_per_step);
 		if (trace)
 			printf(",\"trace_step_s\":%.6f,\"trace_overhead\":%.4f,\"trace_bytes\":%lld", trace_step_s,
