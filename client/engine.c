@@ -79,6 +79,15 @@ void spw__opt_grad_arrived(void *arg)
 	spw__opt_wake(o);
 }
 
+/* An update's gradient copied in again (by reference on a device). */
+static void grad_refetched(void *arg)
+{
+	struct job *j = arg;
+
+	TRACE_JOB(j->o, SPW_TRACK_D2H, "d2h grad again", j->t_d2h, j);
+	hand_over(j->o, &j->o->refetch_head, j);
+}
+
 static void params_arrived(void *arg)
 {
 	struct job *j = arg;
@@ -178,6 +187,32 @@ static bool store_page_dead(const spw_optimizer *o, const struct job *j)
 	return t->chunks[k].g_step != j->step && (t->chunks[k].g_spent || t->chunks[k].g_step == 0);
 }
 
+/* Queues the copy of j's gradient from the device into its staging page
+ * (rbuf), after which grad_refetched() lets its kernels run. The trainer
+ * keeps the gradient until the step's updates are done (spillway.h).
+ * Returns false when the optimizer broke. */
+static bool refetch(spw_optimizer *o, struct job *j)
+{
+	size_t bytes = j->ch->n * spw_dtype_size(j->gdt);
+	char buf[256];
+	int r;
+
+	j->t_d2h = TRACE_NOW(o);
+	r = spw__memcpy_d2h_async(o->dev, (void *)j->sgrad, j->refetch_src, bytes, o->d2h);
+	if (r >= 0)
+		r = spw__launch_host_fn(o->dev, o->d2h, grad_refetched, j);
+	if (r < 0) {
+		pthread_mutex_lock(&o->lock);
+		spw__opt_fatal_locked(o, r, "%s chunk %u: copying the gradient again for its update: %s",
+				      j->ch->t->name, j->ch->index, spw__device_errmsg(o->dev, buf, sizeof(buf)));
+		pthread_mutex_unlock(&o->lock);
+		return false;
+	}
+	j->refetch_src = NULL;
+	atomic_fetch_add_explicit(&o->st_d2h, bytes, memory_order_relaxed);
+	return true;
+}
+
 /* Pins the pages of the queued jobs while the window has room. */
 static bool admit(spw_optimizer *o)
 {
@@ -205,6 +240,12 @@ static bool admit(spw_optimizer *o)
 		j->pins_back = 0;
 		j->cbuf = j->copy ? o->cfree[--o->ncfree] : -1;
 		j->scopy = j->cbuf >= 0 ? o->sbuf[j->cbuf] : NULL;
+		/* A pool of its own, a page per job in flight like the
+		 * copy-out's: an update never waits for one. */
+		j->rbuf = j->refetch_src ? o->rfree[--o->nrfree] : -1;
+		j->refetch_pending = j->refetch_src != NULL;
+		if (j->rbuf >= 0)
+			j->sgrad = o->sbuf[j->rbuf];
 		j->t_pin = now_ns();
 		for (unsigned r = 0; r < R__N; r++) {
 			/* A first arrival rewrites its store page whole: the
@@ -236,9 +277,11 @@ static bool admit(spw_optimizer *o)
 			hint_fetch(o, j);
 		else
 			hint_ahead(o, j->ch);
+		if (j->refetch_src && !refetch(o, j))
+			return true;
 		/* A job that pins nothing (a gradient's norm by reference)
 		 * has all its pages now. */
-		if (np == 0)
+		if (np == 0 && !j->refetch_pending)
 			spw__opt_start_kernels(o, j);
 		progress = true;
 	}
@@ -252,6 +295,9 @@ static void finish_job(spw_optimizer *o, struct job *j)
 	if (j->cbuf >= 0)
 		o->cfree[o->ncfree++] = j->cbuf;
 	j->cbuf = -1;
+	if (j->rbuf >= 0)
+		o->rfree[o->nrfree++] = j->rbuf;
+	j->rbuf = -1;
 	j->run->next_free = o->run_free;
 	o->run_free = j->run;
 	j->run = NULL;
@@ -404,7 +450,7 @@ static void completion(spw_optimizer *o, const struct spw_completion *cp)
 		unsigned char *p = spw_slot_ptr(o->c, (uint32_t)cp->res);
 
 		j->run->ptr[role] = (float *)(p + role_offset(o, role, j->ch->t, j->ch->index));
-		if (++j->pins_back == j->npins)
+		if (++j->pins_back == j->npins && !j->refetch_pending)
 			spw__opt_start_kernels(o, j);
 		return;
 	}
@@ -417,7 +463,7 @@ void *spw__opt_engine_main(void *arg)
 	spw_optimizer *o = arg;
 
 	for (;;) {
-		struct job *ready, *done, *h2d;
+		struct job *ready, *done, *h2d, *refetched;
 		bool progress = false, stop, mark, park;
 		uint64_t v;
 		int r;
@@ -432,6 +478,8 @@ void *spw__opt_engine_main(void *arg)
 		o->done_head = NULL;
 		h2d = reverse(o->h2d_head);
 		o->h2d_head = NULL;
+		refetched = o->refetch_head;
+		o->refetch_head = NULL;
 		stop = o->stop;
 		mark = o->step_mark;
 		o->step_mark = false;
@@ -472,6 +520,15 @@ void *spw__opt_engine_main(void *arg)
 				j->h2d_pending = false;
 				if (j->unpins_left == 0)
 					finish_job(o, j);
+				progress = true;
+			}
+			while (refetched) {
+				struct job *j = refetched;
+
+				refetched = j->next;
+				j->refetch_pending = false;
+				if (j->pins_back == j->npins)
+					spw__opt_start_kernels(o, j);
 				progress = true;
 			}
 			spw__persist_commit(o);

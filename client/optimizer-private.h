@@ -132,6 +132,12 @@ struct job {
 	unsigned npins, pins_back, unpins_left;
 	const void *sgrad;              /* the staging page holding the gradient, or the
 					 * trainer's gradient (by reference) */
+	/* By reference on a device: the gradient to copy into a staging
+	 * page (rbuf) before the update runs; pending until it is there
+	 * (engine). */
+	const void *refetch_src;
+	int rbuf;
+	bool refetch_pending;
 	void *scopy;                    /* the staging page for the copy-out */
 	bool h2d_pending;
 	enum spw_dtype cdt;             /* type of the copy-out */
@@ -227,8 +233,11 @@ struct spw_optimizer {
 	struct spw_param_group *groups;
 	uint32_t ngroups, accum, window;
 	/* SPW_GRAD_BY_REFERENCE: exact mode reads each gradient where the
-	 * trainer keeps it (chunk.gref); no store, no staging page for it. */
-	bool grad_ref;
+	 * trainer keeps it (chunk.gref); no store, no staging page for it.
+	 * grad_refetch: on a device whose memory the CPU does not read, a
+	 * gradient is copied to a staging page for its norm and again, at
+	 * the update, to another (rfree). */
+	bool grad_ref, grad_refetch;
 	bool grad16;            /* SPW_GRAD_STORE_BF16: the gradient store holds bf16 */
 	bool master16;          /* SPW_MASTER_BF16: p (and its undo copy) hold bf16 */
 	float clip_coef, max_norm;
@@ -241,11 +250,14 @@ struct spw_optimizer {
 	bool counted;            /* in c->optimizers (spw_client_reconnect refuses while any lives) */
 
 	uint32_t staging_id;
-	void **sbuf;            /* 2 * window staging pages: grads [0, w), copies [w, 2w) */
+	void **sbuf;            /* staging pages: grads, copies, refetched grads */
+	uint32_t nsbuf;
 	int *gfree;             /* free gradient buffers (lock) */
 	uint32_t ngfree;
 	int *cfree;             /* free copy buffers (engine) */
 	uint32_t ncfree;
+	int *rfree;             /* free buffers for refetched gradients (engine) */
+	uint32_t nrfree;
 
 	struct tensor *tensors;
 	uint32_t ntensors;
@@ -281,7 +293,7 @@ struct spw_optimizer {
 	/* Exact mode: the last end sent the STEP mark that also opens the
 	 * next step (trainer). */
 	bool marked_at_end;
-	struct job *ready_head, *ready_tail, *done_head, *h2d_head;
+	struct job *ready_head, *ready_tail, *done_head, *h2d_head, *refetch_head;
 	uint32_t d2h_open, grad_jobs_open, jobs_open;
 	int err;
 	char fatal_msg[SPW__ERRMSG_MAX];

@@ -238,9 +238,6 @@ static const char *grad_ref_refusal(const struct spw_optimizer_opts *opts)
 		return "needs SPW_OPT_EXACT (overlapped mode runs Adam as each gradient arrives and keeps none)";
 	if (opts->accumulation > 1)
 		return "needs accumulation 1 (micro-batches' gradients are summed into the store)";
-	/* An automatic choice is checked once the device is open. */
-	if (opts->device && strcmp(opts->device, "host") != 0)
-		return "needs the host device (a GPU's gradients are not host memory the CPU kernels can read)";
 	return NULL;
 }
 
@@ -365,11 +362,12 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	o->groups = calloc(o->ngroups, sizeof(*o->groups));
 	o->lrs = calloc(o->ngroups, sizeof(*o->lrs));
 	o->gconsts = calloc(o->ngroups, sizeof(*o->gconsts));
-	o->sbuf = calloc(2 * w, sizeof(*o->sbuf));
+	o->sbuf = calloc(3 * w, sizeof(*o->sbuf));
 	o->gfree = calloc(w, sizeof(*o->gfree));
 	o->cfree = calloc(w, sizeof(*o->cfree));
+	o->rfree = calloc(w, sizeof(*o->rfree));
 	o->runs = calloc(w, sizeof(*o->runs));
-	if (!o->groups || !o->lrs || !o->gconsts || !o->sbuf || !o->gfree || !o->cfree || !o->runs) {
+	if (!o->groups || !o->lrs || !o->gconsts || !o->sbuf || !o->gfree || !o->cfree || !o->rfree || !o->runs) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -389,12 +387,10 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 		spw__error(c, r, "spw_optimizer_new: %s", err);
 		goto fail;
 	}
-	if (o->grad_ref && strcmp(spw__device_name(o->dev), "host") != 0) {
-		r = spw__error(c, -EINVAL, "spw_optimizer_new: grad_store SPW_GRAD_BY_REFERENCE: needs the host "
-			       "device (the %s device's gradients are not host memory the CPU kernels can read)",
-			       spw__device_name(o->dev));
-		goto fail;
-	}
+	/* A GPU's gradients are not memory the CPU kernels can read: they
+	 * are copied in twice instead (for the norm, for the update), which
+	 * costs the copy engine what the store would cost the tier. */
+	o->grad_refetch = o->grad_ref && strcmp(spw__device_name(o->dev), "host") != 0;
 	/* Page-locks the region for the cuda backend's DMA; the host backend
 	 * only keeps note. */
 	r = spw__host_register(o->dev, c->region, c->region_bytes);
@@ -413,13 +409,17 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 
 	/* Staging pages stay pinned for the optimizer's life: their
 	 * addresses are where the copy streams read and write. Gradients by
-	 * reference are read where they are: copy-out pages only. */
-	gstage = o->grad_ref ? 0 : w;
-	r = spw__persist_tensor(o, "spw.opt.staging", (uint64_t)(gstage + w) * o->page_size, SPW_TENSOR_RESIDENT,
+	 * reference are read where they are: copy-out pages only; on a
+	 * device, a window of pages for the gradients as they arrive and
+	 * one for their second copy at the updates (pools apart: an update
+	 * never waits for a page a gradient behind it in the queue holds). */
+	gstage = o->grad_ref && !o->grad_refetch ? 0 : w;
+	o->nsbuf = gstage + w + (o->grad_refetch ? w : 0);
+	r = spw__persist_tensor(o, "spw.opt.staging", (uint64_t)o->nsbuf * o->page_size, SPW_TENSOR_RESIDENT,
 				&o->staging_id);
 	if (r < 0)
 		goto fail;
-	for (i = 0; i < gstage + w; i++) {
+	for (i = 0; i < o->nsbuf; i++) {
 		r = spw_pin(c, o->staging_id, i, &o->sbuf[i]);
 		if (r < 0)
 			goto fail;
@@ -428,9 +428,12 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 		if (i < gstage)
 			o->gfree[i] = (int)i;
 		o->cfree[i] = (int)(gstage + i);
+		if (o->grad_refetch)
+			o->rfree[i] = (int)(gstage + w + i);
 	}
 	o->ngfree = gstage;
 	o->ncfree = w;
+	o->nrfree = o->grad_refetch ? w : 0;
 
 	r = pthread_create(&o->engine, NULL, spw__opt_engine_main, o);
 	if (r) {
@@ -480,7 +483,7 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 	}
 	spw__journal_close(o);
 	if (!o->c->dead && !o->err) {
-		for (i = 0; i < 2 * o->window && o->sbuf && o->sbuf[i]; i++)
+		for (i = 0; i < o->nsbuf && o->sbuf && o->sbuf[i]; i++)
 			spw_unpin(o->c, o->staging_id, i, SPW_CLEAN);
 		if (o->staging_id != UINT32_MAX && !o->persist.on)
 			spw_tensor_unregister(o->c, o->staging_id);
@@ -531,6 +534,7 @@ SPW_EXPORT spw_optimizer *spw_optimizer_free(spw_optimizer *o)
 	free(o->sbuf);
 	free(o->gfree);
 	free(o->cfree);
+	free(o->rfree);
 	free(o->runs);
 	if (o->wake_fd >= 0)
 		close(o->wake_fd);

@@ -192,6 +192,7 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 	uint32_t first, last;
 	uint64_t span;
 	size_t es;
+	bool in_place;
 	int r;
 
 	if (!(t = open_step_tensor(o, "grad_ready", tensor, &r)))
@@ -203,6 +204,9 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 	if ((unsigned)type > SPW_TYPE_F16 || !grad)
 		return spw__opt_error(o, -EINVAL, "grad_ready %s: %s", t->name,
 				      grad ? "the type is not SPW_TYPE_F32, _BF16 or _F16" : "grad is NULL");
+	/* The kernels read a gradient by reference where it is on the host
+	 * device, from a staging page copy on any other. */
+	in_place = o->grad_ref && !o->grad_refetch;
 	first = chunk == SPW_ALL_CHUNKS ? 0 : chunk;
 	last = chunk == SPW_ALL_CHUNKS ? t->nchunks - 1 : chunk;
 	es = spw_dtype_size((enum spw_dtype)type);
@@ -231,8 +235,8 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 		pthread_mutex_lock(&o->lock);
 		/* A chunk takes its next gradient once its last job is done,
 		 * and a free staging page bounds what is in flight (none is
-		 * needed by reference). */
-		WAIT_UNTIL(o, !ch->busy && (o->grad_ref || o->ngfree > 0), "grad_ready %s chunk %u: a free staging page",
+		 * needed by reference on the host). */
+		WAIT_UNTIL(o, !ch->busy && (in_place || o->ngfree > 0), "grad_ready %s chunk %u: a free staging page",
 			   t->name, k);
 		if ((r = spw__opt_broken_locked(o)) < 0) {
 			pthread_mutex_unlock(&o->lock);
@@ -242,14 +246,15 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 		ch->busy = true;
 		t->none = false;
 		plan_job(o, ch, (enum spw_dtype)type);
-		if (o->grad_ref) {
+		if (in_place) {
 			j->gbuf = -1;
 			j->sgrad = (const unsigned char *)grad + (ch->off - t->chunks[first].off) * es;
-			ch->gref = j->sgrad;
 		} else {
 			j->gbuf = o->gfree[--o->ngfree];
 			j->sgrad = o->sbuf[j->gbuf];
 		}
+		if (o->grad_ref)
+			ch->gref = (const unsigned char *)grad + (ch->off - t->chunks[first].off) * es;
 		/* A chunk taken back by grad_none and handed over again keeps
 		 * its first place. */
 		if (!ch->ordered && o->norder < o->nchunks) {
@@ -265,8 +270,8 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 		j->t_d2h = TRACE_NOW(o);
 		/* By reference nothing is copied: the job still goes through
 		 * the d2h stream, after the producer's work. */
-		r = o->grad_ref ? 0
-				: spw__memcpy_d2h_async(o->dev, (void *)j->sgrad,
+		r = in_place ? 0
+			     : spw__memcpy_d2h_async(o->dev, (void *)j->sgrad,
 							(const unsigned char *)grad + (ch->off - t->chunks[first].off) * es,
 							ch->n * es, o->d2h);
 		if (r >= 0)
@@ -279,7 +284,7 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 			pthread_mutex_unlock(&o->lock);
 			return r;
 		}
-		if (!o->grad_ref)
+		if (!in_place)
 			atomic_fetch_add_explicit(&o->st_d2h, ch->n * es, memory_order_relaxed);
 	}
 	return 0;
@@ -438,8 +443,10 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 			j->want_norm = false;
 			j->gbuf = -1;
 			/* By reference: the gradient grad_ready was given, in
-			 * its own type (j->gdt, from its plan_job). */
-			j->sgrad = o->grad_ref ? ch->gref : NULL;
+			 * its own type (j->gdt, from its plan_job); on a device
+			 * the engine copies it in again first (admit()). */
+			j->sgrad = o->grad_ref && !o->grad_refetch ? ch->gref : NULL;
+			j->refetch_src = o->grad_refetch ? ch->gref : NULL;
 			j->consts = tensor_consts(o, ch->t);
 			ch->busy = true;
 			ch->t->pending++;

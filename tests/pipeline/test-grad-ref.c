@@ -14,10 +14,15 @@
  *   region  by reference the session holds no gradient store: one tensor
  *           fewer per trainable tensor and that many pages fewer (plus
  *           the gradients' staging pages); no gradient bytes copied
+ *   device  as same, by reference on a device whose memory the CPU may
+ *           not read (device "cuda": tests/device/sim-plugin.c, the host
+ *           backend under that name): each gradient is copied in for its
+ *           norm and again for its update, into staging pages, and the
+ *           session still holds no store
  *   refuse  -EINVAL naming the reason for overlapped mode, accumulation,
- *           a GPU device, a persistent session and an unknown grad_store
+ *           a persistent session and an unknown grad_store
  *
- *   test-grad-ref same|region|refuse
+ *   test-grad-ref same|region|device|refuse
  */
 #include <errno.h>
 #include <math.h>
@@ -29,6 +34,7 @@
 
 #include <spillway/spillway.h>
 
+#include "../device/sim-plugin.h"
 #include "harness.h"
 #include "pipeline-fixture.h"
 #include "session-figure.h"
@@ -53,6 +59,7 @@ struct config {
 	enum spw_type gtype;    /* the gradients' type */
 	float max_norm;         /* 0: no clipping */
 	float loss_scale;       /* what the gradients are multiplied by; 0: none */
+	const char *ref_device; /* the by-reference optimizer's device; NULL: host */
 };
 
 static struct spw_optimizer_opts opts_for(enum spw_optimizer_mode mode, enum spw_tensor_kind tier,
@@ -65,6 +72,14 @@ static struct spw_optimizer_opts opts_for(enum spw_optimizer_mode mode, enum spw
 	};
 }
 
+/* Where the optimizer with this store should see host memory p: on the
+ * sim plugin's "cuda" device, at its device address (dereferencing it
+ * faults, so the library must copy). */
+static void *seen_at(const struct config *cf, enum spw_grad_store store, void *p)
+{
+	return store == SPW_GRAD_BY_REFERENCE && cf->ref_device ? sim_device_ptr(p) : p;
+}
+
 static spw_optimizer *make_opt(spw_client *c, const struct config *cf, enum spw_grad_store store, uint32_t ids[2],
 			       float *dev[2])
 {
@@ -72,12 +87,15 @@ static spw_optimizer *make_opt(spw_client *c, const struct config *cf, enum spw_
 	spw_optimizer *o = NULL;
 	static float init[N0];
 
+	if (store == SPW_GRAD_BY_REFERENCE && cf->ref_device)
+		oo.device = cf->ref_device;
 	if (spw_optimizer_new(c, &oo, &o) < 0)
 		TEST_FAIL("%s: spw_optimizer_new: %s", cf->what, spw_client_last_error(c));
 	for (int t = 0; t < 2; t++) {
 		fill(init, counts[t], 10 + (unsigned)t);
 		memcpy(dev[t], init, counts[t] * 4);
-		ASSERT_OK(spw_optimizer_add(o, t ? "b" : "a", 0, counts[t], init, dev[t], SPW_TYPE_F32, &ids[t]));
+		ASSERT_OK(spw_optimizer_add(o, t ? "b" : "a", 0, counts[t], init, seen_at(cf, store, dev[t]), SPW_TYPE_F32,
+					    &ids[t]));
 	}
 	return o;
 }
@@ -154,8 +172,12 @@ static void compare(const struct spw_test_daemon *d, const struct config *cf)
 			for (int v = 0; v < 2; v++)
 				make_grad(cf, t, s, v, g, buf[t][v]);
 		for (int k = 0; k < 2; k++) {
+			enum spw_grad_store store = k ? SPW_GRAD_BY_REFERENCE : SPW_GRAD_STORE;
+			void *seen[2][2] = { { seen_at(cf, store, buf[0][0]), seen_at(cf, store, buf[0][1]) },
+					     { seen_at(cf, store, buf[1][0]), seen_at(cf, store, buf[1][1]) } };
+
 			ASSERT_OK(spw_optimizer_begin(o[k], s, NULL, cf->loss_scale));
-			give_step(o[k], cf, ids[k], s, buf);
+			give_step(o[k], cf, ids[k], s, seen);
 			ASSERT_OK(spw_optimizer_end(o[k], &res[k]));
 			/* The gradients are read until the updates are done. */
 			ASSERT_OK(spw_optimizer_sync(o[k]));
@@ -185,11 +207,11 @@ static void compare(const struct spw_test_daemon *d, const struct config *cf)
 static void case_same(void)
 {
 	static const struct config cfs[] = {
-		{ "fp32 gradients", SPW_TENSOR_RESIDENT, SPW_TYPE_F32, 0.0f, 0.0f },
-		{ "fp32 gradients, clipped", SPW_TENSOR_RESIDENT, SPW_TYPE_F32, 1.0f, 0.0f },
-		{ "fp32 gradients, loss scale 1024, clipped", SPW_TENSOR_RESIDENT, SPW_TYPE_F32, 1.0f, 1024.0f },
-		{ "bf16 gradients, loss scale 256, clipped", SPW_TENSOR_RESIDENT, SPW_TYPE_BF16, 2.0f, 256.0f },
-		{ "swappable tier, clipped", SPW_TENSOR_SWAPPABLE, SPW_TYPE_F32, 1.0f, 0.0f },
+		{ "fp32 gradients", SPW_TENSOR_RESIDENT, SPW_TYPE_F32, 0.0f, 0.0f, NULL },
+		{ "fp32 gradients, clipped", SPW_TENSOR_RESIDENT, SPW_TYPE_F32, 1.0f, 0.0f, NULL },
+		{ "fp32 gradients, loss scale 1024, clipped", SPW_TENSOR_RESIDENT, SPW_TYPE_F32, 1.0f, 1024.0f, NULL },
+		{ "bf16 gradients, loss scale 256, clipped", SPW_TENSOR_RESIDENT, SPW_TYPE_BF16, 2.0f, 256.0f, NULL },
+		{ "swappable tier, clipped", SPW_TENSOR_SWAPPABLE, SPW_TYPE_F32, 1.0f, 0.0f, NULL },
 	};
 	struct spw_test_daemon d;
 
@@ -199,9 +221,11 @@ static void case_same(void)
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
 }
 
-static void case_region(void)
+/* On the host device nothing is copied; on another one each gradient
+ * twice (for its norm, for its update) through the staging pages. */
+static void region(const char *ref_device)
 {
-	static const struct config cf = { "region", SPW_TENSOR_RESIDENT, SPW_TYPE_F32, 1.0f, 0.0f };
+	const struct config cf = { "region", SPW_TENSOR_RESIDENT, SPW_TYPE_F32, 1.0f, 0.0f, ref_device };
 	static float g0[N0], g1[N1], dev[2][2][N0];
 	static const char *const names[2] = { "gref/store", "gref/ref" };
 	struct spw_optimizer_stats st = { .size = sizeof(st) };
@@ -219,8 +243,12 @@ static void case_region(void)
 		o[k] = make_opt(c[k], &cf, k ? SPW_GRAD_BY_REFERENCE : SPW_GRAD_STORE, ids[k],
 				(float *[]){ dev[k][0], dev[k][1] });
 		ASSERT_OK(spw_optimizer_begin(o[k], 1, NULL, 0.0f));
-		ASSERT_OK(spw_optimizer_grad_ready(o[k], ids[k][1], SPW_ALL_CHUNKS, g1, sizeof(g1), SPW_TYPE_F32, NULL));
-		ASSERT_OK(spw_optimizer_grad_ready(o[k], ids[k][0], SPW_ALL_CHUNKS, g0, sizeof(g0), SPW_TYPE_F32, NULL));
+		enum spw_grad_store store = k ? SPW_GRAD_BY_REFERENCE : SPW_GRAD_STORE;
+
+		ASSERT_OK(spw_optimizer_grad_ready(o[k], ids[k][1], SPW_ALL_CHUNKS, seen_at(&cf, store, g1), sizeof(g1),
+						   SPW_TYPE_F32, NULL));
+		ASSERT_OK(spw_optimizer_grad_ready(o[k], ids[k][0], SPW_ALL_CHUNKS, seen_at(&cf, store, g0), sizeof(g0),
+						   SPW_TYPE_F32, NULL));
 		ASSERT_OK(spw_optimizer_end(o[k], NULL));
 		ASSERT_OK(spw_optimizer_sync(o[k]));
 		slots[k] = session_figure(d.status, names[k], "slots_used");
@@ -229,17 +257,45 @@ static void case_region(void)
 	}
 	fprintf(stderr, "store: %.0f tensors, %.0f slots; by reference: %.0f tensors, %.0f slots\n", tensors[0],
 		slots[0], tensors[1], slots[1]);
-	/* One gradient store per trainable tensor (4 + 1 pages), and the
-	 * window's gradient staging pages. */
+	/* One gradient store per trainable tensor (4 + 1 pages); the host
+	 * reads in place, without the window's gradient staging pages, and
+	 * a device takes a second window of them for the updates' copies. */
 	ASSERT_TRUE(tensors[0] - tensors[1] == 2.0);
-	ASSERT_TRUE(slots[0] - slots[1] == 4.0 + 1.0 + WINDOW);
+	ASSERT_TRUE(slots[0] - slots[1] == 4.0 + 1.0 + (ref_device ? -(double)WINDOW : (double)WINDOW));
 	ASSERT_OK(spw_optimizer_stats(o[1], &st));
-	ASSERT_UEQ(st.bytes_d2h, 0); /* nothing copied */
+	ASSERT_UEQ(st.bytes_d2h, ref_device ? 2 * (sizeof(g0) + sizeof(g1)) : 0);
 	for (int k = 0; k < 2; k++) {
 		spw_optimizer_free(o[k]);
 		spw_client_free(c[k]);
 	}
 	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+}
+
+static void case_region(void)
+{
+	region(NULL);
+}
+
+/* By reference on a device: every configuration of case_same, and the
+ * region's figures with the copies counted. */
+static void case_device(void)
+{
+	static const struct config cfs[] = {
+		{ "device: fp32 gradients, clipped", SPW_TENSOR_RESIDENT, SPW_TYPE_F32, 1.0f, 0.0f, "cuda" },
+		{ "device: fp32 gradients, loss scale 1024, clipped", SPW_TENSOR_RESIDENT, SPW_TYPE_F32, 1.0f, 1024.0f,
+		  "cuda" },
+		{ "device: bf16 gradients, loss scale 256, clipped", SPW_TENSOR_RESIDENT, SPW_TYPE_BF16, 2.0f, 256.0f,
+		  "cuda" },
+		{ "device: swappable tier, clipped", SPW_TENSOR_SWAPPABLE, SPW_TYPE_F32, 1.0f, 0.0f, "cuda" },
+		{ "device: swappable tier, bf16 gradients", SPW_TENSOR_SWAPPABLE, SPW_TYPE_BF16, 0.0f, 0.0f, "cuda" },
+	};
+	struct spw_test_daemon d;
+
+	ASSERT_OK(spw_test_daemon_start(&d, swap_config));
+	for (size_t i = 0; i < sizeof(cfs) / sizeof(cfs[0]); i++)
+		compare(&d, &cfs[i]);
+	ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+	region("cuda");
 }
 
 /* spw_optimizer_new with oo on c fails with -EINVAL and a sentence
@@ -271,9 +327,6 @@ static void case_refuse(void)
 	oo.accumulation = 2;
 	expect_refused(c, oo, "needs accumulation 1");
 	oo = opts_for(SPW_OPT_EXACT, SPW_TENSOR_RESIDENT, SPW_GRAD_BY_REFERENCE, 0.0f);
-	oo.device = "cuda";
-	expect_refused(c, oo, "needs the host device");
-	oo.device = "host";
 	oo.grad_store = (enum spw_grad_store)7;
 	expect_refused(c, oo, "grad_store");
 	/* Nothing was left behind: the same options with the store work. */
@@ -295,11 +348,13 @@ static void case_refuse(void)
 int main(int argc, char **argv)
 {
 	if (argc != 2)
-		TEST_FAIL("usage: test-grad-ref same|region|refuse");
+		TEST_FAIL("usage: test-grad-ref same|region|device|refuse");
 	if (!strcmp(argv[1], "same"))
 		case_same();
 	else if (!strcmp(argv[1], "region"))
 		case_region();
+	else if (!strcmp(argv[1], "device"))
+		case_device();
 	else if (!strcmp(argv[1], "refuse"))
 		case_refuse();
 	else

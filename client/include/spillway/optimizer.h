@@ -115,13 +115,16 @@ enum spw_state_dtype {
  * until the step's updates are done (spw_optimizer_sync(), or
  * spw_optimizer_wait_params() of its tensor, returns), not only until
  * spw_optimizer_end(). Same bits as SPW_GRAD_STORE: the same kernels
- * read the same values. Only where it holds: exact mode, accumulation 1
- * (accumulating needs a store), the host device (a GPU's gradient is not
- * host memory the kernels can read) and a session that is not
- * persistent (a trainer killed inside the updates leaves its gradients
- * with it, and the step could not be finished at takeover);
- * spw_optimizer_new() refuses it elsewhere with -EINVAL, naming why.
- * Either tier.
+ * read the same values. On a GPU, whose memory the kernels cannot read,
+ * each gradient is copied into a staging page for its norm and again,
+ * just before its update, into another (a second window of staging
+ * pages): the copy engine moves it twice where the store would have the
+ * tier write and read it once each, which on the NVMe tier is the disk.
+ * Only where it holds: exact mode, accumulation 1 (accumulating needs a
+ * store) and a session that is not persistent (a trainer killed inside
+ * the updates leaves its gradients with it, and the step could not be
+ * finished at takeover); spw_optimizer_new() refuses it elsewhere with
+ * -EINVAL, naming why. Either tier, any device.
  * SPW_GRAD_STORE_BF16: a gradient store in bf16, 2 bytes per parameter
  * (half the store's memory, and its disk traffic on the NVMe tier). Each
  * gradient handed over is stored rounded to the nearest bf16 (ties to
