@@ -117,8 +117,7 @@ struct cfg {
 	unsigned threads;
 	bool cuda;
 	enum spw_state_dtype sd; /* --state-dtype */
-	bool grad16;             /* --grad-store bf16 */
-	bool gradref;            /* --grad-store ref */
+	enum spw_grad_store gs;  /* --grad-store */
 	bool master16;           /* --master-dtype bf16 */
 };
 
@@ -450,6 +449,8 @@ static int tier_bytes(const char *status, const char *session, double *ret)
 }
 
 static const char *const sd_name[] = { "fp32", "bf16", "int8" };
+/* By enum spw_grad_store. */
+static const char *const gs_name[] = { "fp32", "ref", "bf16" };
 
 static const char usage[] =
 	"usage: spillway-bench pipeline [--json] [--mode overlapped|exact] [--tier resident|nvme]\n"
@@ -521,8 +522,9 @@ int bench_pipeline(int argc, char **argv)
 			c.sd = !strcmp(v, "int8") ? SPW_STATE_INT8 : !strcmp(v, "bf16") ? SPW_STATE_BF16 : SPW_STATE_F32;
 		else if (!strcmp(argv[i], "--grad-store") && (!strcmp(v, "fp32") || !strcmp(v, "bf16") ||
 							      !strcmp(v, "ref"))) {
-			c.grad16 = !strcmp(v, "bf16");
-			c.gradref = !strcmp(v, "ref");
+			c.gs = !strcmp(v, "ref")    ? SPW_GRAD_BY_REFERENCE
+			       : !strcmp(v, "bf16") ? SPW_GRAD_STORE_BF16
+						    : SPW_GRAD_STORE;
 		}
 		else if (!strcmp(argv[i], "--master-dtype") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
 			c.master16 = !strcmp(v, "bf16");
@@ -600,7 +602,7 @@ int bench_pipeline(int argc, char **argv)
 	oo.threads = c.threads;
 	oo.window = 4;
 	oo.state_dtype = c.sd;
-	oo.grad_store = c.gradref ? SPW_GRAD_BY_REFERENCE : c.grad16 ? SPW_GRAD_STORE_BF16 : SPW_GRAD_STORE;
+	oo.grad_store = c.gs;
 	oo.master_dtype = c.master16 ? SPW_MASTER_BF16 : SPW_MASTER_F32;
 	if (own)
 		snprintf(status_path, sizeof(status_path), "%s", d.status);
@@ -720,7 +722,7 @@ int bench_pipeline(int argc, char **argv)
 		       oo.device, c.mode == SPW_OPT_EXACT ? "exact" : "overlapped", c.nvme ? "nvme" : "resident",
 		       c.layers, (uintmax_t)c.params, state_bytes, (uintmax_t)a.region_bytes, p.compute, transfers,
 		       p.adam_pool, p.disk, step_s, serial_s, after_s, bound_s, bound_s / step_s,
-		       after_s / step_s, serial_s / step_s, sd_name[c.sd], c.gradref ? "ref" : c.grad16 ? "bf16" : "fp32",
+		       after_s / step_s, serial_s / step_s, sd_name[c.sd], gs_name[c.gs],
 		       c.master16 ? "bf16" : "fp32", disk_per_step);
 		if (trace)
 			printf(",\"trace_step_s\":%.6f,\"trace_overhead\":%.4f,\"trace_bytes\":%lld", trace_step_s,

@@ -30,7 +30,8 @@ static void plan_ops(struct job *j)
 		/* bf16 weights' random bits (kernels/sr.h): the tensor's
 		 * place and the step, so a redo or a resumed run draws the
 		 * same ones. */
-		.p16 = j->o->master16, .sr_key = j->o->master16 ? spw_sr_key((uint32_t)(j->ch->t - j->o->tensors), j->step) : 0,
+		.p16 = j->o->master16,
+		.sr_key = j->o->master16 ? spw_sr_key((uint32_t)(j->ch->t - j->o->tensors), j->step) : 0,
 		.sr_index = j->ch->off,
 	};
 

@@ -459,6 +459,13 @@ static inline bool role_page_own(const spw_optimizer *o, unsigned r)
 	return !role_16(o, r);
 }
 
+/* Whether the kernels read a gradient by reference where the trainer
+ * keeps it (host memory); on a device it is copied to staging pages. */
+static inline bool grad_in_place(const spw_optimizer *o)
+{
+	return o->grad_ref && !o->grad_refetch;
+}
+
 /* The type of the master weights' values. */
 static inline enum spw_dtype master_dtype(const spw_optimizer *o)
 {

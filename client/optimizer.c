@@ -413,7 +413,7 @@ SPW_EXPORT int spw_optimizer_new(spw_client *c, const struct spw_optimizer_opts 
 	 * device, a window of pages for the gradients as they arrive and
 	 * one for their second copy at the updates (pools apart: an update
 	 * never waits for a page a gradient behind it in the queue holds). */
-	gstage = o->grad_ref && !o->grad_refetch ? 0 : w;
+	gstage = grad_in_place(o) ? 0 : w;
 	o->nsbuf = gstage + w + (o->grad_refetch ? w : 0);
 	r = spw__persist_tensor(o, "spw.opt.staging", (uint64_t)o->nsbuf * o->page_size, SPW_TENSOR_RESIDENT,
 				&o->staging_id);

@@ -204,9 +204,7 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 	if ((unsigned)type > SPW_TYPE_F16 || !grad)
 		return spw__opt_error(o, -EINVAL, "grad_ready %s: %s", t->name,
 				      grad ? "the type is not SPW_TYPE_F32, _BF16 or _F16" : "grad is NULL");
-	/* The kernels read a gradient by reference where it is on the host
-	 * device, from a staging page copy on any other. */
-	in_place = o->grad_ref && !o->grad_refetch;
+	in_place = grad_in_place(o);
 	first = chunk == SPW_ALL_CHUNKS ? 0 : chunk;
 	last = chunk == SPW_ALL_CHUNKS ? t->nchunks - 1 : chunk;
 	es = spw_dtype_size((enum spw_dtype)type);
@@ -230,6 +228,8 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 	for (uint32_t k = first; k <= last; k++) {
 		struct chunk *ch = &t->chunks[k];
 		struct job *j = &ch->job;
+		/* Chunk k's elements in the caller's gradient. */
+		const unsigned char *src = (const unsigned char *)grad + (ch->off - t->chunks[first].off) * es;
 		char buf[256];
 
 		pthread_mutex_lock(&o->lock);
@@ -248,13 +248,13 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 		plan_job(o, ch, (enum spw_dtype)type);
 		if (in_place) {
 			j->gbuf = -1;
-			j->sgrad = (const unsigned char *)grad + (ch->off - t->chunks[first].off) * es;
+			j->sgrad = src;
 		} else {
 			j->gbuf = o->gfree[--o->ngfree];
 			j->sgrad = o->sbuf[j->gbuf];
 		}
 		if (o->grad_ref)
-			ch->gref = (const unsigned char *)grad + (ch->off - t->chunks[first].off) * es;
+			ch->gref = src;
 		/* A chunk taken back by grad_none and handed over again keeps
 		 * its first place. */
 		if (!ch->ordered && o->norder < o->nchunks) {
@@ -270,10 +270,7 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 		j->t_d2h = TRACE_NOW(o);
 		/* By reference nothing is copied: the job still goes through
 		 * the d2h stream, after the producer's work. */
-		r = in_place ? 0
-			     : spw__memcpy_d2h_async(o->dev, (void *)j->sgrad,
-							(const unsigned char *)grad + (ch->off - t->chunks[first].off) * es,
-							ch->n * es, o->d2h);
+		r = in_place ? 0 : spw__memcpy_d2h_async(o->dev, (void *)j->sgrad, src, ch->n * es, o->d2h);
 		if (r >= 0)
 			r = spw__launch_host_fn(o->dev, o->d2h, spw__opt_grad_arrived, j);
 		if (r < 0) {
@@ -445,7 +442,7 @@ SPW_EXPORT int spw_optimizer_end(spw_optimizer *o, struct spw_step_result *res)
 			/* By reference: the gradient grad_ready was given, in
 			 * its own type (j->gdt, from its plan_job); on a device
 			 * the engine copies it in again first (admit()). */
-			j->sgrad = o->grad_ref && !o->grad_refetch ? ch->gref : NULL;
+			j->sgrad = grad_in_place(o) ? ch->gref : NULL;
 			j->refetch_src = o->grad_refetch ? ch->gref : NULL;
 			j->consts = tensor_consts(o, ch->t);
 			ch->busy = true;

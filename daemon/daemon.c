@@ -81,7 +81,7 @@ static const char *socket_name(const char *path, struct sockaddr_un *sa)
 	if (socket_dirfd >= 0 && access("/proc/self/fd", X_OK) == 0)
 		n = snprintf(sa->sun_path, sizeof(sa->sun_path), "/proc/self/fd/%d/%s", socket_dirfd, name);
 	if (n < 0 || (size_t)n >= sizeof(sa->sun_path)) {
-		/* Fits: socket_path() refuses a path sun_path cannot hold. */
+		/* Fits: daemon_socket_path() refuses a path sun_path cannot hold. */
 		size_t len = strnlen(path, sizeof(sa->sun_path) - 1);
 
 		memcpy(sa->sun_path, path, len);

@@ -528,17 +528,13 @@ void uring_hurry(struct uring *u, struct uring_req *req)
 	queue_push(u, req);
 }
 
-unsigned uring_hurry_owner(struct uring *u, struct uring_owner *owner, unsigned n)
+void uring_hurry_owner(struct uring *u, struct uring_owner *owner, unsigned n)
 {
 	struct uring_owner *o = owner ? owner : &u->anyone;
-	unsigned moved = 0;
 
 	/* The head each time: uring_hurry() finds it at once. */
-	while (moved < n && o->head[1]) {
+	for (; n > 0 && o->head[1]; n--)
 		uring_hurry(u, o->head[1]);
-		moved++;
-	}
-	return moved;
 }
 
 static void hold(struct uring_req *req, uint64_t ms)

@@ -138,8 +138,8 @@ void uring_submit_after(struct uring *u, struct uring_req *req, unsigned delay_m
 void uring_hurry(struct uring *u, struct uring_req *req);
 /* Up to n of owner's requests that wait for room as background move to
  * the urgent class, oldest first: someone waits for one of them now (a
- * PIN for a slot that any of its write-backs frees). Returns how many. */
-unsigned uring_hurry_owner(struct uring *u, struct uring_owner *owner, unsigned n);
+ * PIN for a slot that any of its write-backs frees). */
+void uring_hurry_owner(struct uring *u, struct uring_owner *owner, unsigned n);
 
 /* Processes every available completion (running callbacks) and submits
  * what is queued. Returns the number of requests completed. */

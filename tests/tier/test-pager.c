@@ -462,6 +462,22 @@ static void test_two_sessions(void)
 	fx_teardown(&f);
 }
 
+/* Another session's file in f's first swap dir, `pages` pages long and
+ * registered with f's ring, for reads that keep the ring busy: its index
+ * in the ring; path and *fd for the caller to close and unlink. */
+static int filler_open(struct fx *f, uint32_t pages, char *path, size_t len, int *fd)
+{
+	int file;
+
+	snprintf(path, len, "%s/filler", f->dir[0]);
+	*fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+	ASSERT_GE(*fd, 0);
+	ASSERT_EQ(fallocate(*fd, 0, 0, (off_t)PAGE * pages), 0);
+	file = uring_file_register(f->u, *fd);
+	ASSERT_GE(file, 0);
+	return file;
+}
+
 /* Write-behind that finds the shared ring full (other sessions' I/O) is
  * not forgotten: once the ring has room again the pager is pumped and its
  * dirty pages go to disk, though its own session does nothing more. */
@@ -484,12 +500,7 @@ static void test_room(void)
 	f.p = fx_pager(&f, "job/room", (uint64_t)NPAGES * PAGE, 0, DEPTH);
 	ASSERT_OK(pager_tensor_add(f.p, "w", (uint64_t)NPAGES * PAGE, true, &t, &n, err, sizeof(err)));
 	/* Another "session" fills the ring: reads of a file of its own. */
-	snprintf(path, sizeof(path), "%s/filler", f.dir[0]);
-	fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
-	ASSERT_GE(fd, 0);
-	ASSERT_EQ(fallocate(fd, 0, 0, (off_t)PAGE * DEPTH), 0);
-	file = uring_file_register(f.u, fd);
-	ASSERT_GE(file, 0);
+	file = filler_open(&f, DEPTH, path, sizeof(path), &fd);
 	for (uint32_t i = 0; i < DEPTH; i++) {
 		filler[i] = (struct uring_req){ .op = URING_READ, .file = file,
 						.addr = f.region + (size_t)(SLOTS - 1) * PAGE, .len = PAGE,
@@ -604,7 +615,6 @@ static void test_slot_wait_hurries(void)
 	struct fx f;
 	struct uring_owner other = { 0 };
 	struct uring_req filler[DEPTH + 2];
-	struct pager_config c;
 	struct pager_stats st;
 	uint32_t t, n, order[SLOTS];
 	uint8_t *buf;
@@ -612,13 +622,8 @@ static void test_slot_wait_hurries(void)
 	int fd, file, slot;
 
 	fx_setup(&f, NULL, 1, PAGE, SLOTS, DEPTH);
-	c = (struct pager_config){
-		.session = "job/hurry", .region = f.region, .page_size = PAGE, .nslots = SLOTS, .uring = f.u,
-		.dirs = f.sd, .ndirs = 1, .swap_bytes = (uint64_t)NPAGES * PAGE, .prefetch_window = 0,
-		.queue_depth = DEPTH, .max_pending = 64, .complete = fx_complete, .ctx = &f,
-		.offload = offload_deferred,
-	};
-	ASSERT_OK(pager_new(&c, err, sizeof(err), &f.p));
+	f.offload = offload_deferred;
+	f.p = fx_pager(&f, "job/hurry", (uint64_t)NPAGES * PAGE, 0, DEPTH);
 	ASSERT_OK(pager_tensor_add(f.p, "w", (uint64_t)NPAGES * PAGE, true, &t, &n, err, sizeof(err)));
 	/* Every slot dirty; the write-behind's checksums wait in the pool. */
 	defer_jobs = true;
@@ -629,12 +634,7 @@ static void test_slot_wait_hurries(void)
 	ASSERT_GE(ndeferred, 1u);
 	/* Another session's urgent reads fill the ring and keep some queued,
 	 * each going back in as it completes. */
-	snprintf(path, sizeof(path), "%s/filler", f.dir[0]);
-	fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
-	ASSERT_GE(fd, 0);
-	ASSERT_EQ(fallocate(fd, 0, 0, (off_t)PAGE * (DEPTH + 2)), 0);
-	file = uring_file_register(f.u, fd);
-	ASSERT_GE(file, 0);
+	file = filler_open(&f, DEPTH + 2, path, sizeof(path), &fd);
 	ASSERT_EQ(posix_memalign((void **)&buf, 4096, PAGE), 0);
 	filler_ring = f.u;
 	filler_runs = 0;
@@ -653,6 +653,8 @@ static void test_slot_wait_hurries(void)
 	}
 	pager_stats(f.p, &st);
 	ASSERT_GE(st.writes_inflight, 1u);
+	/* They wait for room: more than the filler's two are queued. */
+	ASSERT_TRUE(uring_busy(f.u) > DEPTH + 2);
 	/* A PIN of a page not in the region: every slot is dirty or being
 	 * written, so it waits for one of those writes. */
 	slot = fx_pin(&f, t, SLOTS);

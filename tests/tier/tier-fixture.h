@@ -34,6 +34,9 @@ struct fx {
 	struct uring *u;
 	bool own_uring;
 	struct pager *p;
+	/* The daemon's threadpool for fx_pager()'s pagers (NULL: checksums
+	 * on the caller's thread). */
+	void (*offload)(void *ctx, struct pager_job *j);
 	uint64_t next_ud;
 	int32_t res[FX_MAX_UD];
 	bool done[FX_MAX_UD];
@@ -104,7 +107,7 @@ static inline struct pager *fx_pager(struct fx *f, const char *session, uint64_t
 		.session = session, .region = f->region, .page_size = f->page_size, .nslots = f->nslots,
 		.uring = f->u, .dirs = f->sd, .ndirs = f->ndirs, .swap_bytes = swap_bytes,
 		.prefetch_window = window, .queue_depth = depth, .max_pending = 64,
-		.complete = fx_complete, .ctx = f,
+		.complete = fx_complete, .ctx = f, .offload = f->offload,
 	};
 	char err[512] = "";
 	struct pager *p = NULL;
