@@ -90,19 +90,56 @@ static inline float spw_q8_kv(float s)
 	return 255.0f / sqrtf(sqrtf(s));
 }
 
+/*
+ * Coding splits in two: a root that needs no scale (sqrt(|m|) with m's
+ * sign bit; sqrt(sqrt(v)), from the update's own r = sqrt(v)), computed
+ * while the update runs, and the code from the root once the block's
+ * multiplier is known. The kernels take the roots in the update's pass,
+ * where the square roots overlap the update's other arithmetic; the
+ * coding pass is then a product and a rounding (on Zen 3, whose divider
+ * is busy 5 cycles a vector square root, it was a pass of square roots
+ * alone). The same IEEE operations on the same values, so the same bits.
+ */
+static inline float spw_q8_root_m(float m)
+{
+	uint32_t u;
+	float r = sqrtf(spw_q8_of_bits(spw_q8_absbits(m)));
+
+	memcpy(&u, &m, 4);
+	return spw_q8_of_bits(spw_q8_absbits(r) | (u & 0x80000000u));
+}
+
+static inline float spw_q8_root_v(float r)
+{
+	return sqrtf(r);
+}
+
+/* m's code from x = spw_q8_root_m(m), in a block of multiplier km. */
+static inline int8_t spw_q8_enc_root_m(float x, float km)
+{
+	uint32_t u;
+	int q = spw_q8_clamp(rintf(spw_q8_of_bits(spw_q8_absbits(x)) * km), 127.0f);
+
+	memcpy(&u, &x, 4);
+	return (int8_t)(u >> 31 ? -q : q);
+}
+
+/* v's code from x = spw_q8_root_v(sqrtf(v)), in a block of multiplier kv. */
+static inline uint8_t spw_q8_enc_root_v(float x, float kv)
+{
+	return (uint8_t)spw_q8_clamp(rintf(x * kv), 255.0f);
+}
+
 /* m's code in a block of multiplier km = spw_q8_km(s). */
 static inline int8_t spw_q8_enc_m(float m, float km)
 {
-	float x = spw_q8_of_bits(spw_q8_absbits(m));
-	int q = spw_q8_clamp(rintf(sqrtf(x) * km), 127.0f);
-
-	return (int8_t)(signbit(m) ? -q : q);
+	return spw_q8_enc_root_m(spw_q8_root_m(m), km);
 }
 
 /* v's code from r = sqrtf(v), in a block of multiplier kv = spw_q8_kv(s). */
 static inline uint8_t spw_q8_enc_v_root(float r, float kv)
 {
-	return (uint8_t)spw_q8_clamp(rintf(sqrtf(r) * kv), 255.0f);
+	return spw_q8_enc_root_v(spw_q8_root_v(r), kv);
 }
 
 static inline uint8_t spw_q8_enc_v(float v, float kv)
@@ -143,7 +180,7 @@ static inline __attribute__((always_inline)) void spw_q8_adamw_portable(
 
 	for (size_t b = 0; b < n; b += SPW_Q8_BLOCK) {
 		size_t e = n - b < SPW_Q8_BLOCK ? n - b : SPW_Q8_BLOCK, blk = b / SPW_Q8_BLOCK;
-		/* m and sqrt(v) of the block, to code once its scales are known. */
+		/* The roots of m and v, to code once the block's scales are known. */
 		float m[SPW_Q8_BLOCK], r[SPW_Q8_BLOCK], sm = ms[blk], sv = vs[blk], km, kv;
 		uint32_t mmax = 0, vmax = 0;
 
@@ -159,8 +196,8 @@ static inline __attribute__((always_inline)) void spw_q8_adamw_portable(
 			pi = pi + K.neg_step_size * (mi / d);
 			p[i] = pi;
 			spw_q8_store_copy(c, ct, i, pi);
-			m[j] = mi;
-			r[j] = ri;
+			m[j] = spw_q8_root_m(mi);
+			r[j] = spw_q8_root_v(ri);
 			if (spw_q8_absbits(mi) > mmax)
 				mmax = spw_q8_absbits(mi);
 			if (spw_q8_absbits(vi) > vmax)
@@ -171,8 +208,8 @@ static inline __attribute__((always_inline)) void spw_q8_adamw_portable(
 		km = spw_q8_km(sm);
 		kv = spw_q8_kv(sv);
 		for (size_t j = 0; j < e; j++) {
-			mq[b + j] = spw_q8_enc_m(m[j], km);
-			vq[b + j] = spw_q8_enc_v_root(r[j], kv);
+			mq[b + j] = spw_q8_enc_root_m(m[j], km);
+			vq[b + j] = spw_q8_enc_root_v(r[j], kv);
 		}
 	}
 }

@@ -198,8 +198,12 @@ struct st {
 	int8_t mq[MAXN + PADC];
 	uint8_t vq[MAXN + PADC];
 	float ms[MAXB + 4], vs[MAXB + 4];
-	union { float f[MAXN + PADC]; uint16_t h[2 * (MAXN + PADC)]; } c;
+	_Alignas(32) union { float f[MAXN + PADC]; uint16_t h[2 * (MAXN + PADC)]; } c;
 };
+
+/* The copy-out again one element past a 32-byte boundary: the kernels
+ * stream aligned copies around the cache and store the others. */
+static _Alignas(32) unsigned char shifted[4 * (MAXN + PADC + 1)];
 
 static struct st src, want, got;
 static float gsrc[MAXN];
@@ -274,6 +278,16 @@ static void check_kernel(const struct spw_kernels *k, const char *name, const st
 				r_adamw_q8(kc, want.p, want.mq, want.ms, want.vq, want.vs, gt_buf.f, gtp, cw, ct, n);
 				k->adamw_q8[gtp][ct](kc, got.p, got.mq, got.ms, got.vq, got.vs, gt_buf.f, cg, n);
 				compare(name, gtp, ct, n);
+				if (cg) {
+					size_t cs = spw_dtype_size(ct);
+
+					memset(shifted, 0x5a, sizeof(shifted));
+					got = src;
+					k->adamw_q8[gtp][ct](kc, got.p, got.mq, got.ms, got.vq, got.vs, gt_buf.f,
+							     shifted + cs, n);
+					if (memcmp(shifted + cs, want.c.f, (MAXN + PADC) * cs))
+						TEST_FAIL("%s adamw_q8 unaligned copy g=%d c=%d n=%zu", name, gtp, ct, n);
+				}
 				/* In pieces cut at block boundaries: the same. */
 				if (n > 2 * SPW_Q8_BLOCK && ct == SPW_DTYPE_BF16) {
 					size_t cut = SPW_Q8_BLOCK * (1 + n % 2), gs = spw_dtype_size(gtp);
