@@ -16,7 +16,10 @@
  * kernels/q8.h): the fused kernel is adamw_q8, the roofline twin reads and
  * writes the same bytes (p, both codes, both blocks' scales, g, the copy)
  * with no math, unfused is the unscale pass, adamw_q8 and the cast pass,
- * and scalar is q8.h's portable loop (the c variant's).
+ * and scalar is q8.h's portable loop (the c variant's). With --state bf16
+ * the moments are bf16 (adamw_m16): the twin reads and writes their two
+ * bytes each, unchanged, and scalar is the plain loop widening and
+ * rounding them.
  *
  * Each figure is the median of --runs (>= 7) timed repetitions after a
  * warm-up, with min and max; buffers are hugepage-advised and prefaulted.
@@ -53,6 +56,7 @@ struct cfg {
 	enum spw_dtype grad, copy;
 	float loss_scale;       /* 0: none */
 	bool q8;                /* int8 moments */
+	bool m16;               /* bf16 moments */
 };
 
 struct job {
@@ -60,7 +64,7 @@ struct job {
 	enum spw_dtype grad, copy;
 	struct spw_adamw_consts k;
 	float inv_scale;
-	bool q8;
+	bool q8, m16;
 };
 
 static void *map_prefaulted(size_t bytes)
@@ -228,6 +232,33 @@ static void twin_q8(float *p, int8_t *mq, float *ms, uint8_t *vq, float *vs, con
 	}
 }
 
+/* The bf16-moment twin: p += g, the moments' two bytes each read and
+ * written back as they were (xor with a zero the compiler cannot see, so
+ * the stores stay), the copy as twin_avx2 makes it. */
+static uint16_t twin_flip; /* always 0 */
+
+__attribute__((target("avx2")))
+static void twin_m16(float *p, uint16_t *m, uint16_t *v, const void *g, uint16_t *c, size_t n,
+		     enum spw_dtype gt, bool copy)
+{
+	uint16_t flip = __atomic_load_n(&twin_flip, __ATOMIC_RELAXED);
+
+	for (size_t i = 0; i < n; i++) {
+		float gi = gt == SPW_DTYPE_BF16 ? spw_bf16_to_f32(((const uint16_t *)g)[i]) : ((const float *)g)[i];
+		float pi = p[i] + gi;
+
+		p[i] = pi;
+		m[i] ^= flip;
+		v[i] ^= flip;
+		if (copy) {
+			uint32_t u;
+
+			memcpy(&u, &pi, 4);
+			c[i] = (uint16_t)(u >> 16);
+		}
+	}
+}
+
 static void twin_tile(void *arg, size_t tile, size_t b, size_t e)
 {
 	const struct job *j = arg;
@@ -235,7 +266,9 @@ static void twin_tile(void *arg, size_t tile, size_t b, size_t e)
 	const void *g = (const char *)B->g + b * spw_dtype_size(j->grad);
 	bool copy = j->copy != SPW_DTYPE_NONE;
 
-	if (j->q8)
+	if (j->m16)
+		twin_m16(B->p + b, (uint16_t *)B->m + b, (uint16_t *)B->v + b, g, B->copy + b, e - b, j->grad, copy);
+	else if (j->q8)
 		twin_q8(B->p + b, B->mq + b, B->ms + b / SPW_Q8_BLOCK, B->vq + b, B->vs + b / SPW_Q8_BLOCK, g,
 			B->copy + b, e - b, j->grad, copy);
 	else if (use_avx2_twin)
@@ -271,7 +304,22 @@ static void scalar_tile(void *arg, size_t tile, size_t b, size_t e)
 			spw_q8_adamw_portable(k, p + b, mq, ms, vq, vs, g, c, e - b, SPW_DTYPE_F32, SPW_DTYPE_NONE);
 		return;
 	}
-	for (size_t i = b; i < e; i++) {
+	for (size_t i = b; i < e && j->m16; i++) {
+		uint16_t *mh = (uint16_t *)m, *vh = (uint16_t *)v;
+		float g = (j->grad == SPW_DTYPE_BF16 ? spw_bf16_to_f32(((const uint16_t *)B->g)[i])
+						      : ((const float *)B->g)[i]) * k->grad_scale;
+		float pi = p[i] * k->decay, mi = spw_bf16_to_f32(mh[i]), vi = spw_bf16_to_f32(vh[i]), d;
+
+		mi = mi + k->one_minus_beta1 * (g - mi);
+		vi = vi * k->beta2 + k->one_minus_beta2 * g * g;
+		d = sqrtf(vi) * k->inv_bc2_sqrt + k->eps;
+		p[i] = pi + k->neg_step_size * (mi / d);
+		mh[i] = spw_f32_to_bf16(mi);
+		vh[i] = spw_f32_to_bf16(vi);
+		if (j->copy == SPW_DTYPE_BF16)
+			B->copy[i] = spw_f32_to_bf16(p[i]);
+	}
+	for (size_t i = b; i < e && !j->m16; i++) {
 		float g = (j->grad == SPW_DTYPE_BF16 ? spw_bf16_to_f32(((const uint16_t *)B->g)[i])
 						      : ((const float *)B->g)[i]) * k->grad_scale;
 		float d;
@@ -315,9 +363,11 @@ static size_t scalar_n(size_t n)
 enum { FUSED, ROOF, UNFUSED, SCALAR, KINDS };
 static const char *const kind_names[KINDS] = { "", "roofline_", "unfused_", "scalar_" };
 
-/* An AdamW call on the int8 moments instead, when the job has them. */
+/* An AdamW call on the job's bf16 or int8 moments, when it has them. */
 static void q8_kcall(struct spw__pool_kcall *kc, const struct job *j)
 {
+	if (j->m16)
+		kc->state_dtype = SPW_DTYPE_BF16;
 	if (!j->q8)
 		return;
 	kc->q8 = true;
@@ -406,12 +456,14 @@ static void run_cfg(struct spw__pool *pool, struct bufs *b, const float *g32, co
 {
 	struct spw_adamw_hparams hp = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
 					.weight_decay = 0.01f, .grad_scale = 1.0f, .step = 10 };
-	struct job j = { .b = b, .grad = c->grad, .copy = c->copy, .q8 = c->q8 };
+	struct job j = { .b = b, .grad = c->grad, .copy = c->copy, .q8 = c->q8, .m16 = c->m16 };
 	struct bench_progress pg;
 	double t[KINDS][64], pps[KINDS], mn[KINDS], mx[KINDS];
-	/* Moments: read and written, 4 bytes each, or an int8 code each and
-	 * a 4-byte scale a block (rounded down here: 1/32 of a byte). */
-	size_t mom = c->q8 ? 2 * 2 : 2 * 8;
+	/* Moments: read and written, 4 bytes each, 2 in bf16, or an int8
+	 * code each and a 4-byte scale a block (rounded down here: 1/32 of a
+	 * byte). */
+	size_t mom = c->q8 ? 2 * 2 : c->m16 ? 2 * 4 : 2 * 8;
+	const char *state = c->q8 ? "int8" : c->m16 ? "bf16" : "fp32";
 	size_t bpp = 8 + mom + spw_dtype_size(c->grad) + spw_dtype_size(c->copy);
 	/* The unfused path's bytes: Adam's, plus the unscale pass (read and
 	 * write the gradient) and the cast pass (read p, write the copy).
@@ -424,6 +476,11 @@ static void run_cfg(struct spw__pool *pool, struct bufs *b, const float *g32, co
 
 	b->n = c->n;
 	bufs_grad_as(b, c->grad, g32);
+	if (c->m16) /* bf16 moments in the fp32 ones' memory: m = 0, v = 1e-6 */
+		for (size_t i = 0; i < b->n; i++) {
+			((uint16_t *)b->m)[i] = 0;
+			((uint16_t *)b->v)[i] = spw_f32_to_bf16(1e-6f);
+		}
 	spw_adamw_prepare(&hp, &j.k);
 	j.inv_scale = c->loss_scale > 0 ? 1.0f / c->loss_scale : 1.0f;
 	bench_progress_init(&pg, "adam", (unsigned)(runs + 1) * KINDS);
@@ -447,7 +504,7 @@ static void run_cfg(struct spw__pool *pool, struct bufs *b, const float *g32, co
 		printf("{\"bench\":\"adam\",\"variant\":\"%s\",\"params\":%zu,\"threads\":%u,\"grad\":\"%s\","
 		       "\"copy\":\"%s\",\"state\":\"%s\",\"loss_scale\":%g,\"runs\":%u,\"bytes_per_param\":%zu,",
 		       spw_kernels_name(), c->n, spw__pool_threads(pool), dtype_name(c->grad),
-		       dtype_name(c->copy), c->q8 ? "int8" : "fp32", c->loss_scale, runs, bpp);
+		       dtype_name(c->copy), state, c->loss_scale, runs, bpp);
 		for (int k = 0; k < KINDS; k++)
 			printf("\"%sparams_per_s\":%.4g,\"%sparams_per_s_min\":%.4g,\"%sparams_per_s_max\":%.4g,",
 			       kind_names[k], pps[k], kind_names[k], mn[k], kind_names[k], mx[k]);
@@ -460,7 +517,7 @@ static void run_cfg(struct spw__pool *pool, struct bufs *b, const float *g32, co
 		printf("adam %s n=%zu threads=%u grad=%s copy=%s state=%s: %.3f Gparam/s (%.1f GB/s), "
 		       "roofline %.3f (%.2f), unfused %.3f (x%.2f), scalar %.3f (x%.1f)\n",
 		       spw_kernels_name(), c->n, spw__pool_threads(pool), dtype_name(c->grad),
-		       dtype_name(c->copy), c->q8 ? "int8" : "fp32", pps[FUSED] * 1e-9, pps[FUSED] * (double)bpp * 1e-9,
+		       dtype_name(c->copy), state, pps[FUSED] * 1e-9, pps[FUSED] * (double)bpp * 1e-9,
 		       pps[ROOF] * 1e-9, pps[FUSED] / pps[ROOF], pps[UNFUSED] * 1e-9,
 		       pps[FUSED] / pps[UNFUSED], pps[SCALAR] * 1e-9, pps[FUSED] / pps[SCALAR]);
 	}
@@ -503,7 +560,7 @@ static int parse_dtype(const char *s, bool copy, enum spw_dtype *ret)
 static const char usage[] =
 	"usage: spillway-bench adam [--json] [--quick] [--params N] [--threads T]\n"
 	"                           [--grad fp32|bf16] [--copy none|bf16] [--loss-scale S] [--runs R]\n"
-	"                           [--state fp32|int8]\n"
+	"                           [--state fp32|bf16|int8]\n"
 	"  Without --params/--threads/--grad/--copy it runs every combination of\n"
 	"  64M and (memory allowing) 256M params, fp32 and bf16 grads, no copy and a\n"
 	"  bf16 copy, 1 thread and all threads of the node. --quick: 4M params, 7 runs.\n"
@@ -511,7 +568,8 @@ static const char usage[] =
 	"  separate pass first); 0 for none. Default: 65536 with fp32 grads (fp16 AMP),\n"
 	"  none with bf16 grads.\n"
 	"  N takes K/M/G suffixes (powers of 1024). T=0 means all cores of the node.\n"
-	"  --state int8: 8-bit blockwise moments (adamw_q8); default fp32.\n";
+	"  --state bf16: bf16 moments (adamw_m16); int8: 8-bit blockwise moments\n"
+	"  (adamw_q8); default fp32.\n";
 
 int bench_adam(int argc, char **argv)
 {
@@ -528,7 +586,7 @@ int bench_adam(int argc, char **argv)
 	int threads_opt = -1, c, r;
 	unsigned runs = 7;
 	float loss_scale = -1; /* -1: 65536 with fp32 grads (fp16 AMP), none with bf16 */
-	bool json = false, quick = false, sized = false, q8 = false;
+	bool json = false, quick = false, sized = false, q8 = false, m16 = false;
 	struct spw__pool *pools[2] = { NULL, NULL };
 	unsigned npools;
 	struct bufs b = { 0 };
@@ -552,9 +610,10 @@ int bench_adam(int argc, char **argv)
 		case 's': loss_scale = strtof(optarg, NULL); if (!(loss_scale >= 0)) goto bad; break;
 		case 'r': runs = (unsigned)atoi(optarg); if (runs < 7 || runs > 64) goto bad; break;
 		case 'S':
-			if (strcmp(optarg, "int8") && strcmp(optarg, "fp32"))
+			if (strcmp(optarg, "int8") && strcmp(optarg, "bf16") && strcmp(optarg, "fp32"))
 				goto bad;
 			q8 = !strcmp(optarg, "int8");
+			m16 = !strcmp(optarg, "bf16");
 			break;
 		case 'h': return bench_usage(usage, "--help");
 		default: goto bad;
@@ -627,7 +686,7 @@ int bench_adam(int argc, char **argv)
 				for (unsigned pi = 0; pi < npools; pi++) {
 					struct cfg cf = { .n = sizes[si], .threads = spw__pool_threads(pools[pi]),
 							  .grad = grads[gi], .copy = copies[ci],
-							  .loss_scale = loss_scale, .q8 = q8 };
+							  .loss_scale = loss_scale, .q8 = q8, .m16 = m16 };
 
 					if (loss_scale < 0) /* fp16 AMP scales fp32 grads; bf16 needs no scale */
 						cf.loss_scale = grads[gi] == SPW_DTYPE_F32 ? 65536.0f : 0.0f;
