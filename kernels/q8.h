@@ -94,11 +94,10 @@ static inline float spw_q8_kv(float s)
  * Coding splits in two: a root that needs no scale (sqrt(|m|) with m's
  * sign bit; sqrt(sqrt(v)), from the update's own r = sqrt(v)), computed
  * while the update runs, and the code from the root once the block's
- * multiplier is known. The kernels take the roots in the update's pass,
- * where the square roots overlap the update's other arithmetic; the
- * coding pass is then a product and a rounding (on Zen 3, whose divider
- * is busy 5 cycles a vector square root, it was a pass of square roots
- * alone). The same IEEE operations on the same values, so the same bits.
+ * multiplier is known. The portable loop and the avx2 kernel take the
+ * roots in the update's pass, which leaves the coding pass a product and
+ * a rounding; the avx512 kernel still takes them while coding. The same
+ * IEEE operations on the same values either way, so the same bits.
  */
 static inline float spw_q8_root_m(float m)
 {
