@@ -51,9 +51,19 @@ void control_client_watch(struct client *c)
 	if (c->closing)
 		return;
 	if (control_client_busy(c) && !c->tx)
-		uv_poll_stop(&c->poll);
-	else
+		ev = 0;
+	/* uv_poll_start() takes the fd out of epoll and puts it back even
+	 * when the events stay the same: two epoll_ctl calls (one failing
+	 * with EEXIST) after every reply, a quarter of the control plane's
+	 * system calls under a registration storm. epoll is level-triggered:
+	 * a request already waiting is seen at the next poll all the same. */
+	if (ev == c->watching)
+		return;
+	c->watching = ev;
+	if (ev)
 		uv_poll_start(&c->poll, ev, client_event);
+	else
+		uv_poll_stop(&c->poll);
 }
 
 static void client_freed(uv_handle_t *h)

@@ -25,6 +25,7 @@ struct client {
 	struct list link;      /* daemon.clients */
 	int fd;
 	uv_poll_t poll;
+	int watching;          /* the events poll is started with; 0: stopped */
 	unsigned id;
 	uid_t uid;
 	gid_t gid;
