@@ -134,8 +134,9 @@ def load(opt, directory):
     cut or damaged directory, or one of another model or other settings,
     raises CheckpointError naming the tensor, page or difference and leaves
     the optimizer as it was. Only a restore the daemon refuses after that
-    (its caps, a disk failing meanwhile) closes the optimizer, its previous
-    state released."""
+    (its caps, a disk failing meanwhile, another client taking the name)
+    closes the optimizer, its previous state released: the SpillwayError
+    says so and how to go on from the checkpoint."""
     from ._portable import CheckpointError, read_manifest
     from ._torch_hooks import remove_hooks
     if not getattr(opt, "_persistent", False) or not opt._own_session:
@@ -161,7 +162,13 @@ def load(opt, directory):
     opt._session = None
     try:
         restore(name, directory, socket=opt._socket, lease=opt._lease)
-    except Exception:
+    except SpillwayError as e:
+        opt.close()
+        raise SpillwayError(e.errno, "load_checkpoint: %s. This optimizer's state was released before the restore, "
+                            "so it is closed now; the checkpoint %s is intact: once that is fixed, "
+                            "spillway.restore(%r, %r), then OffloadAdamW(..., session=%r, persistent=True) "
+                            "goes on from its step" % (e, directory, name, os.fspath(directory), name)) from e
+    except BaseException:
         opt.close()
         raise
     opt._build(snapshot=None)

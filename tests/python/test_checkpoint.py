@@ -9,7 +9,9 @@ the run from there ends equal too. save_checkpoint on a non-persistent
 optimizer is refused saying why; a restore into a name in use, or from a
 directory that is not a checkpoint, is refused; load_checkpoint refuses a
 cut or damaged checkpoint, or one of another model, with the optimizer
-untouched.
+untouched; a restore the daemon refuses after the optimizer's state is
+released (another client took the name) says the optimizer is closed and
+how to go on from the checkpoint, which restores once the name is free.
 """
 import copy
 import errno
@@ -181,6 +183,44 @@ class CheckpointTest(unittest.TestCase):
         torch.save({"model": m.state_dict(), "opt": opt.state_dict()}, out)
         opt.close()
         self.same(ref, out)
+
+    def test_load_refused_after_release(self):
+        # The daemon refuses the restore only after the optimizer's state
+        # is released: here another client takes the session's name in
+        # between. The error says the optimizer is closed and how to go
+        # on from the checkpoint, which is intact and restores later.
+        from spillway import _checkpoint
+        torch.set_num_threads(1)
+        m = persist_worker.model(False)
+        opt = OffloadAdamW(m.named_parameters(), lr=1e-2, mode="exact", tier="nvme", socket=self.d.control,
+                           page_size=64 << 10, session="py/load-race", persistent=True, lease=60)
+        x, y = persist_worker.batch(1)
+        nn.functional.cross_entropy(m(x), y).backward()
+        opt.step()
+        ck = os.path.join(self.tmp, "ck-race")
+        opt.save_checkpoint(ck)
+        real, taker = _checkpoint.restore, []
+
+        def restore_after_a_taker(name, directory, **kw):
+            taker.append(spillway.Session(name, region_bytes=1 << 20, page_size=64 << 10,
+                                          socket=self.d.control))
+            return real(name, directory, **kw)
+
+        _checkpoint.restore = restore_after_a_taker
+        try:
+            with self.assertRaises(spillway.SpillwayError) as e:
+                opt.load_checkpoint(ck)
+        finally:
+            _checkpoint.restore = real
+        msg = str(e.exception)
+        for what in ("py/load-race", "closed", ck, "spillway.restore"):
+            self.assertIn(what, msg)
+        self.assertEqual(e.exception.errno, errno.EEXIST, msg)
+        with self.assertRaises(RuntimeError):
+            opt.step()
+        taker[0].close()
+        self.assertEqual(spillway.restore("py/load-race", ck, socket=self.d.control, lease=60)["committed_step"], 1)
+        spillway.drop("py/load-race", socket=self.d.control)
 
     def test_refusals(self):
         torch.manual_seed(0)
