@@ -54,6 +54,15 @@ class CheckpointTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         return p.stdout
 
+    def stepped_once(self, model, session):
+        """A persistent OffloadAdamW of model on the nvme tier, one step taken."""
+        opt = OffloadAdamW(model.parameters(), lr=1e-2, mode="exact", tier="nvme", socket=self.d.control,
+                           page_size=64 << 10, session=session, persistent=True, lease=60)
+        x, y = persist_worker.batch(1)
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        return opt
+
     def same(self, a_path, b_path):
         a, b = torch.load(a_path), torch.load(b_path)
         for k, v in a["model"].items():
@@ -152,12 +161,7 @@ class CheckpointTest(unittest.TestCase):
             fh.seek(-1, os.SEEK_CUR)
             fh.write(bytes([b[0] ^ 0x40]))
         other = ck + "-other"
-        wide = persist_worker.model(True)
-        o2 = OffloadAdamW(wide.parameters(), lr=1e-2, mode="exact", tier="nvme", socket=self.d.control,
-                          page_size=64 << 10, session="py/load-other", persistent=True, lease=60)
-        x, y = persist_worker.batch(1)
-        nn.functional.cross_entropy(wide(x), y).backward()
-        o2.step()
+        o2 = self.stepped_once(persist_worker.model(True), "py/load-other")
         o2.save_checkpoint(other)
         o2.close()  # its session goes with it (a clean detach)
         now = {k: v.clone() for k, v in m.state_dict().items()}
@@ -191,12 +195,7 @@ class CheckpointTest(unittest.TestCase):
         # on from the checkpoint, which is intact and restores later.
         from spillway import _checkpoint
         torch.set_num_threads(1)
-        m = persist_worker.model(False)
-        opt = OffloadAdamW(m.named_parameters(), lr=1e-2, mode="exact", tier="nvme", socket=self.d.control,
-                           page_size=64 << 10, session="py/load-race", persistent=True, lease=60)
-        x, y = persist_worker.batch(1)
-        nn.functional.cross_entropy(m(x), y).backward()
-        opt.step()
+        opt = self.stepped_once(persist_worker.model(False), "py/load-race")
         ck = os.path.join(self.tmp, "ck-race")
         opt.save_checkpoint(ck)
         real, taker = _checkpoint.restore, []
