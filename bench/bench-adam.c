@@ -304,22 +304,25 @@ static void scalar_tile(void *arg, size_t tile, size_t b, size_t e)
 			spw_q8_adamw_portable(k, p + b, mq, ms, vq, vs, g, c, e - b, SPW_DTYPE_F32, SPW_DTYPE_NONE);
 		return;
 	}
-	for (size_t i = b; i < e && j->m16; i++) {
-		uint16_t *mh = (uint16_t *)m, *vh = (uint16_t *)v;
-		float g = (j->grad == SPW_DTYPE_BF16 ? spw_bf16_to_f32(((const uint16_t *)B->g)[i])
-						      : ((const float *)B->g)[i]) * k->grad_scale;
-		float pi = p[i] * k->decay, mi = spw_bf16_to_f32(mh[i]), vi = spw_bf16_to_f32(vh[i]), d;
+	if (j->m16) {
+		for (size_t i = b; i < e; i++) {
+			uint16_t *mh = (uint16_t *)m, *vh = (uint16_t *)v;
+			float g = (j->grad == SPW_DTYPE_BF16 ? spw_bf16_to_f32(((const uint16_t *)B->g)[i])
+							       : ((const float *)B->g)[i]) * k->grad_scale;
+			float pi = p[i] * k->decay, mi = spw_bf16_to_f32(mh[i]), vi = spw_bf16_to_f32(vh[i]), d;
 
-		mi = mi + k->one_minus_beta1 * (g - mi);
-		vi = vi * k->beta2 + k->one_minus_beta2 * g * g;
-		d = sqrtf(vi) * k->inv_bc2_sqrt + k->eps;
-		p[i] = pi + k->neg_step_size * (mi / d);
-		mh[i] = spw_f32_to_bf16(mi);
-		vh[i] = spw_f32_to_bf16(vi);
-		if (j->copy == SPW_DTYPE_BF16)
-			B->copy[i] = spw_f32_to_bf16(p[i]);
+			mi = mi + k->one_minus_beta1 * (g - mi);
+			vi = vi * k->beta2 + k->one_minus_beta2 * g * g;
+			d = sqrtf(vi) * k->inv_bc2_sqrt + k->eps;
+			p[i] = pi + k->neg_step_size * (mi / d);
+			mh[i] = spw_f32_to_bf16(mi);
+			vh[i] = spw_f32_to_bf16(vi);
+			if (j->copy == SPW_DTYPE_BF16)
+				B->copy[i] = spw_f32_to_bf16(p[i]);
+		}
+		return;
 	}
-	for (size_t i = b; i < e && !j->m16; i++) {
+	for (size_t i = b; i < e; i++) {
 		float g = (j->grad == SPW_DTYPE_BF16 ? spw_bf16_to_f32(((const uint16_t *)B->g)[i])
 						      : ((const float *)B->g)[i]) * k->grad_scale;
 		float d;

@@ -79,6 +79,17 @@ void spw__opt_grad_arrived(void *arg)
 	spw__opt_wake(o);
 }
 
+int spw__opt_d2h(spw_optimizer *o, void *dst, const void *src, size_t bytes, void (*fn)(void *), void *arg)
+{
+	int r = dst ? spw__memcpy_d2h_async(o->dev, dst, src, bytes, o->d2h) : 0;
+
+	if (r >= 0)
+		r = spw__launch_host_fn(o->dev, o->d2h, fn, arg);
+	if (r >= 0 && dst)
+		atomic_fetch_add_explicit(&o->st_d2h, bytes, memory_order_relaxed);
+	return r;
+}
+
 /* An update's gradient copied in again (by reference on a device). */
 static void grad_refetched(void *arg)
 {
@@ -193,14 +204,11 @@ static bool store_page_dead(const spw_optimizer *o, const struct job *j)
  * Returns false when the optimizer broke. */
 static bool refetch(spw_optimizer *o, struct job *j)
 {
-	size_t bytes = j->ch->n * spw_dtype_size(j->gdt);
 	char buf[256];
 	int r;
 
 	j->t_d2h = TRACE_NOW(o);
-	r = spw__memcpy_d2h_async(o->dev, (void *)j->sgrad, j->refetch_src, bytes, o->d2h);
-	if (r >= 0)
-		r = spw__launch_host_fn(o->dev, o->d2h, grad_refetched, j);
+	r = spw__opt_d2h(o, (void *)j->sgrad, j->refetch_src, j->ch->n * spw_dtype_size(j->gdt), grad_refetched, j);
 	if (r < 0) {
 		pthread_mutex_lock(&o->lock);
 		spw__opt_fatal_locked(o, r, "%s chunk %u: copying the gradient again for its update: %s",
@@ -209,8 +217,14 @@ static bool refetch(spw_optimizer *o, struct job *j)
 		return false;
 	}
 	j->refetch_src = NULL;
-	atomic_fetch_add_explicit(&o->st_d2h, bytes, memory_order_relaxed);
 	return true;
+}
+
+/* Whether a job admitted has all it reads: its pages pinned and, by
+ * reference on a device, its gradient copied in again. */
+static bool inputs_in(const struct job *j)
+{
+	return j->pins_back == j->npins && !j->refetch_pending;
 }
 
 /* Pins the pages of the queued jobs while the window has room. */
@@ -281,7 +295,7 @@ static bool admit(spw_optimizer *o)
 			return true;
 		/* A job that pins nothing (a gradient's norm by reference)
 		 * has all its pages now. */
-		if (np == 0 && !j->refetch_pending)
+		if (inputs_in(j))
 			spw__opt_start_kernels(o, j);
 		progress = true;
 	}
@@ -450,7 +464,8 @@ static void completion(spw_optimizer *o, const struct spw_completion *cp)
 		unsigned char *p = spw_slot_ptr(o->c, (uint32_t)cp->res);
 
 		j->run->ptr[role] = (float *)(p + role_offset(o, role, j->ch->t, j->ch->index));
-		if (++j->pins_back == j->npins && !j->refetch_pending)
+		j->pins_back++;
+		if (inputs_in(j))
 			spw__opt_start_kernels(o, j);
 		return;
 	}
@@ -527,7 +542,7 @@ void *spw__opt_engine_main(void *arg)
 
 				refetched = j->next;
 				j->refetch_pending = false;
-				if (j->pins_back == j->npins)
+				if (inputs_in(j))
 					spw__opt_start_kernels(o, j);
 				progress = true;
 			}

@@ -583,6 +583,12 @@ void *spw__opt_engine_main(void *arg);
 /* Host function on d2h: a job's gradient is in its staging page. */
 void spw__opt_grad_arrived(void *arg);
 
+/* Queues on the d2h stream the copy of bytes at src (device memory) into
+ * dst (a staging page), then fn(arg) once it is there; dst NULL: no copy
+ * (a gradient read in place), fn after the producer's work all the same.
+ * Counts the bytes copied. Returns 0 or the device's negative errno. */
+int spw__opt_d2h(spw_optimizer *o, void *dst, const void *src, size_t bytes, void (*fn)(void *), void *arg);
+
 /* The pool ran a job's last tile: the job goes back to the engine. */
 void spw__opt_tiles_done(struct job *j);
 

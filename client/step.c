@@ -270,9 +270,7 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 		j->t_d2h = TRACE_NOW(o);
 		/* By reference nothing is copied: the job still goes through
 		 * the d2h stream, after the producer's work. */
-		r = in_place ? 0 : spw__memcpy_d2h_async(o->dev, (void *)j->sgrad, src, ch->n * es, o->d2h);
-		if (r >= 0)
-			r = spw__launch_host_fn(o->dev, o->d2h, spw__opt_grad_arrived, j);
+		r = spw__opt_d2h(o, in_place ? NULL : (void *)j->sgrad, src, ch->n * es, spw__opt_grad_arrived, j);
 		if (r < 0) {
 			pthread_mutex_lock(&o->lock);
 			spw__opt_fatal_locked(o, r, "grad_ready %s chunk %u: copying the gradient: %s", t->name, k,
@@ -281,8 +279,6 @@ SPW_EXPORT int spw_optimizer_grad_ready(spw_optimizer *o, uint32_t tensor, uint3
 			pthread_mutex_unlock(&o->lock);
 			return r;
 		}
-		if (!in_place)
-			atomic_fetch_add_explicit(&o->st_d2h, ch->n * es, memory_order_relaxed);
 	}
 	return 0;
 }
