@@ -167,7 +167,7 @@ static int check_layout(spw_optimizer *o, int dir, const char *path, const cJSON
 
 SPW_EXPORT int spw_optimizer_checkpoint_check(spw_optimizer *o, const char *path)
 {
-	const cJSON *ps, *ts, *t, *layout = NULL;
+	const cJSON *ps, *ts, *t, *ver, *layout = NULL;
 	unsigned char *buf;
 	cJSON *m;
 	int dir, r = 0;
@@ -185,7 +185,13 @@ SPW_EXPORT int spw_optimizer_checkpoint_check(spw_optimizer *o, const char *path
 	}
 	ps = cJSON_GetObjectItemCaseSensitive(m, "page_size");
 	ts = cJSON_GetObjectItemCaseSensitive(m, "tensors");
-	if (!cJSON_IsNumber(ps) || ps->valuedouble != (double)o->page_size) {
+	ver = cJSON_GetObjectItemCaseSensitive(m, "version");
+	if (cJSON_IsNumber(ver) && ver->valuedouble == 3) {
+		/* Its swap pages are in the daemon's linked swap files. */
+		r = spw__opt_error(o, -EINVAL, "checkpoint_check: %s is a stopping spillwayd's save from its "
+				   "persist.state_dir (format version 3), not a checkpoint: spillwayd restores it at "
+				   "start; take a checkpoint of that session; nothing was changed", path);
+	} else if (!cJSON_IsNumber(ps) || ps->valuedouble != (double)o->page_size) {
 		r = spw__opt_error(o, -EINVAL, "checkpoint_check: %s holds pages of %.0f bytes, this optimizer's session "
 				   "%u: saved with other settings (page size, tier, state dtype) or of another model; "
 				   "nothing was changed", path, cJSON_IsNumber(ps) ? ps->valuedouble : -1.0, o->page_size);

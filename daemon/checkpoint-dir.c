@@ -37,6 +37,52 @@ int ck_create_files(struct checkpoint *ck, int dir)
 	return 0;
 }
 
+/* t's pages left in linked swap files: "refs": [[page, link, offset], ...]. */
+static int add_refs(const struct checkpoint *ck, const struct ck_tensor *t, cJSON *o)
+{
+	cJSON *refs = NULL, *r;
+
+	for (uint32_t k = 0; k < t->npages; k++) {
+		const struct ck_page *pg = &ck->pages[t->first + k];
+
+		if (!pg->kept)
+			continue;
+		if (!refs && !(refs = cJSON_AddArrayToObject(o, "refs")))
+			return -ENOMEM;
+		if (!(r = cJSON_CreateArray()) || !cJSON_AddItemToArray(refs, r) ||
+		    !cJSON_AddItemToArray(r, cJSON_CreateNumber(k)) ||
+		    !cJSON_AddItemToArray(r, cJSON_CreateNumber(ck->link_as[pg->src])) ||
+		    !cJSON_AddItemToArray(r, cJSON_CreateNumber((double)pg->off)))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int ck_link_swap_files(struct checkpoint *ck, int dir)
+{
+	for (unsigned k = 0; k < MAX_SRC; k++)
+		ck->link_as[k] = -1;
+	for (unsigned k = 0; ck->link && k < ck->nsrc; k++) {
+		char proc[64], name[24];
+
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", ck->srcfd[k]);
+		snprintf(name, sizeof(name), CHECKPOINT_LINK_FMT, ck->nlinks);
+		if (linkat(AT_FDCWD, proc, dir, name, AT_SYMLINK_FOLLOW) == 0) {
+			ck->link_as[k] = (int8_t)ck->nlinks++;
+			continue;
+		}
+		if (errno == ENOSPC || errno == EDQUOT || errno == EIO)
+			return checkpoint_fail(ck, errno, "linking swap file %s into %s: %s", ck->srcpath[k], ck->tmp,
+					       strerror(errno));
+		/* Another filesystem (EXDEV), or one without hard links:
+		 * that file's pages are copied as a flush copies them. */
+		snprintf(ck->link_note, sizeof(ck->link_note), "swap file %s could not be linked into %s (%s): its pages were "
+			 "copied; put persist.state_dir on the swap drive's filesystem for a save that writes only "
+			 "what is in memory", ck->srcpath[k], ck->path, strerror(errno));
+	}
+	return 0;
+}
+
 char *ck_manifest_text(struct checkpoint *ck)
 {
 	cJSON *m = cJSON_CreateObject(), *ts, *o, *crcs;
@@ -45,7 +91,9 @@ char *ck_manifest_text(struct checkpoint *ck)
 	if (!m)
 		return NULL;
 	cJSON_AddStringToObject(m, "format", CHECKPOINT_FORMAT);
-	cJSON_AddNumberToObject(m, "version", ck->opened > ck->step ? CHECKPOINT_VERSION_OPEN : CHECKPOINT_VERSION);
+	cJSON_AddNumberToObject(m, "version",
+				ck->kept ? CHECKPOINT_VERSION_LINKED
+					 : ck->opened > ck->step ? CHECKPOINT_VERSION_OPEN : CHECKPOINT_VERSION);
 	cJSON_AddStringToObject(m, "session", ck->session);
 	cJSON_AddNumberToObject(m, "uid", ck->uid);
 	cJSON_AddNumberToObject(m, "committed_step", (double)ck->step);
@@ -67,6 +115,16 @@ char *ck_manifest_text(struct checkpoint *ck)
 	 * hyperparameters, for the portable converter); restore ignores it. */
 	if (ck->meta)
 		cJSON_AddItemToObject(m, "client", cJSON_Duplicate(ck->meta, true));
+	if (ck->kept) {
+		cJSON *links = cJSON_AddArrayToObject(m, "links");
+		char name[24];
+
+		for (unsigned i = 0; links && i < ck->nlinks; i++) {
+			snprintf(name, sizeof(name), CHECKPOINT_LINK_FMT, i);
+			if (!cJSON_AddItemToArray(links, cJSON_CreateString(name)))
+				goto out;
+		}
+	}
 	ts = cJSON_AddArrayToObject(m, "tensors");
 	for (uint32_t i = 0; ts && i < ck->nt; i++) {
 		const struct ck_tensor *t = &ck->t[i];
@@ -82,6 +140,8 @@ char *ck_manifest_text(struct checkpoint *ck)
 		for (uint32_t k = 0; k < t->npages; k++)
 			if (!cJSON_AddItemToArray(crcs, cJSON_CreateNumber(ck->pages[t->first + k].crc)))
 				goto out;
+		if (ck->kept && add_refs(ck, t, o) < 0)
+			goto out;
 	}
 	if (ts)
 		text = cJSON_Print(m);
@@ -112,8 +172,14 @@ void ck_remove_tmp(struct checkpoint *ck)
 	int dir = openat(ck->parent, ck->tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
 	if (dir >= 0) {
+		char name[24];
+
 		for (uint32_t i = 0; i < ck->nt; i++)
 			unlinkat(dir, ck->t[i].file, 0);
+		for (unsigned i = 0; i < ck->nlinks; i++) {
+			snprintf(name, sizeof(name), CHECKPOINT_LINK_FMT, i);
+			unlinkat(dir, name, 0);
+		}
 		unlinkat(dir, CHECKPOINT_MANIFEST, 0);
 		close(dir);
 	}

@@ -27,6 +27,7 @@ struct ck_page {
 	uint64_t off;
 	uint32_t crc;      /* DISK: of the page_size bytes there; then of the bytes written */
 	uint64_t next_use; /* DISK: the session's next use of it (struct pager_src) */
+	bool kept;         /* DISK: left where it is, in its swap file linked into the directory */
 };
 
 struct ck_tensor {
@@ -51,6 +52,17 @@ struct checkpoint {
 	int parent;
 	bool running;
 	bool state;                /* a save at shutdown (state.c): replaces, keeps the daemon's ownership */
+	/* The save of a daemon that is stopping: its swap files are linked
+	 * into the directory and its pages on disk stay where they are
+	 * (the session is not served again, nothing rewrites them); only
+	 * what sits in memory is written. link_as[k]: srcfd[k]'s index among
+	 * the directory's links ("s<NN>.swap"), -1 where it could not be
+	 * linked (another filesystem) and its pages are copied. */
+	bool link;
+	int8_t link_as[MAX_SRC];
+	unsigned nlinks;
+	uint64_t kept;             /* bytes left in linked swap files */
+	char link_note[256];       /* why a swap file was not linked, for the log; or empty */
 	void (*done)(void *arg, int err);
 	void *done_arg;
 	void (*also)(void *arg, int err); /* a shutdown counting on this save (checkpoint_also_tell) */
@@ -181,6 +193,11 @@ int ck_writer_drain(struct ck_writer *w);
 /* checkpoint-dir.c, on the copier's thread. Each tensor's data file,
  * empty, in the temporary dir (0 or the failure, set in ck). */
 int ck_create_files(struct checkpoint *ck, int dir);
+/* A stopping daemon's save (ck->link): each swap file hard-linked into
+ * the directory as s<NN>.swap, ck->link_as set; one that cannot be
+ * (another filesystem, say) keeps -1, its pages copied (ck->note says
+ * why). 0, or a failure of the directory itself. */
+int ck_link_swap_files(struct checkpoint *ck, int dir);
 /* The manifest's JSON text (malloc'd), or NULL when out of memory. */
 char *ck_manifest_text(struct checkpoint *ck);
 /* The temporary directory and the files in it, gone. */

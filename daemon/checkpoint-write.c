@@ -149,6 +149,16 @@ static int copy_claimed(struct checkpoint *ck, struct ck_writer *w, struct ck_ou
 
 	if (claim == PAGER_SNAP_DONE)
 		return 0;
+	if (claim == PAGER_SNAP_COPY && pg->kind == PAGER_SRC_DISK && ck->link && ck->link_as[pg->src] >= 0) {
+		/* A stopping daemon's save: the page stays in the swap file
+		 * linked into the directory, its CRC the pager's (of the
+		 * whole page). Nothing will write there again. */
+		pg->kept = true;
+		ck->kept += ck->page_size;
+		checkpoint_add_done(ck, len);
+		pager_snap_copied(ck->snap, gi);
+		return 0;
+	}
 	if (claim != PAGER_SNAP_SAVED && pg->kind == PAGER_SRC_DISK && len == ck->page_size && *reflinks &&
 	    (r = reflink_pages(ck, o, k, 1, reflinks)) <= 0)
 		return r;
@@ -558,7 +568,7 @@ void checkpoint_write(uv_work_t *w)
 		wfail(ck, errno, "chown of %s: %s", ck->tmp, strerror(errno));
 		goto out;
 	}
-	if (ck_writer_new(ck, dir, &wr) < 0 || ck_create_files(ck, dir) < 0 ||
+	if (ck_writer_new(ck, dir, &wr) < 0 || ck_create_files(ck, dir) < 0 || ck_link_swap_files(ck, dir) < 0 ||
 	    first_swap_page(ck, wr, &reflinks, &so) < 0)
 		goto out;
 	for (uint32_t i = 0; i < ck->nt; i++)

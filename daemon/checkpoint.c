@@ -343,6 +343,11 @@ static void ck_done(uv_work_t *w, int status)
 			       ck->msg);
 		return;
 	}
+	if (ck->link_note[0])
+		log_warn("checkpoint %s: %s", ck->session, ck->link_note);
+	if (ck->link)
+		log_info("checkpoint %s: a stopping daemon's save: %s of its pages left in the session's swap files, "
+			 "linked into %s; the rest written", ck->session, format_bytes(ck->kept, a, sizeof(a)), ck->path);
 	if (ck->note[0] && ck->buffered)
 		log_info("checkpoint %s: its data files were written through the page cache: %s", ck->session, ck->note);
 	log_info("checkpoint %s: step %" PRIu64 ", %u tensors, %s in %.3f s (%.0f MB/s; %s reflinked, %s "
@@ -418,6 +423,9 @@ static void ck_start(struct checkpoint *ck)
 	ck->region_bytes = s->bytes;
 	ck->swap_bytes = s->swap_bytes;
 	ck->lease_s = s->lease_s;
+	/* Stopping, the session is not served after the commit point (its
+	 * ring stays paused below): its pages on disk stay as they are. */
+	ck->link = ck->state && s->d->stopping;
 #if SPW_FAULT_INJECTION
 	/* Test-only: a copy slow enough that the trainer certainly meets
 	 * pages it has not reached. */

@@ -26,6 +26,15 @@ struct session;
  * spillwayd, the portable converter) refuses it instead of taking two
  * steps' mix for the committed one. */
 #define CHECKPOINT_VERSION_OPEN 2
+/* A save of a stopping daemon into persist.state_dir (checkpoint-write.c):
+ * its swap files are hard links in the directory ("links": s00.swap, ...)
+ * and a swappable tensor's pages that were on disk are left there
+ * ("refs": [page, link, offset], their CRC-32C of the whole page); only
+ * what was in memory went into the data files, which have holes where the
+ * refs are. "opened_step" as in version 2, when there. Only spillwayd
+ * reads it, and only from its state directory at start. */
+#define CHECKPOINT_VERSION_LINKED 3
+#define CHECKPOINT_LINK_FMT "s%02u.swap"
 #define CHECKPOINT_MANIFEST "manifest.json"
 /* The most a manifest may take (a CRC per page: 16 MiB is 1.4 million
  * pages, 5 TiB in pages of 4 MiB). */

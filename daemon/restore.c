@@ -34,6 +34,7 @@
 #include "pager.h"
 #include "persist.h"
 #include "region.h"
+#include "restore-links.h"
 #include "safemem.h"
 #include "session.h"
 #include "status.h"
@@ -47,6 +48,7 @@ struct r_tensor {
 	uint32_t npages;
 	uint32_t *crc;
 	uint64_t first;         /* its first page in restore.pages */
+	struct rs_refs refs;    /* a version 3 save: its pages left in linked swap files */
 };
 
 struct r_page {
@@ -72,6 +74,7 @@ struct restore {
 	struct r_tensor *t;
 	uint32_t nt;
 	struct r_page *pages;
+	struct rs_links links;  /* a version 3 save's (none before rs_links_parse) */
 	uint64_t npages, bytes; /* bytes: loaded so far (atomic while loading) */
 	uint64_t total;         /* the tensors' bytes */
 	int err;
@@ -103,7 +106,9 @@ static struct restore *rs_free(struct restore *rs)
 		free(rs->t[i].name);
 		free(rs->t[i].file);
 		free(rs->t[i].crc);
+		rs_refs_free(&rs->t[i].refs);
 	}
+	rs_links_close(&rs->links);
 	free(rs->t);
 	free(rs->pages);
 	free(rs->bad);
@@ -181,7 +186,13 @@ static int parse_manifest(struct restore *rs, const cJSON *m, uid_t uid, bool ne
 		snprintf(err, errlen, "%s is not a spillway checkpoint manifest", CHECKPOINT_MANIFEST);
 		return -EINVAL;
 	}
-	if (ver != CHECKPOINT_VERSION && ver != CHECKPOINT_VERSION_OPEN) {
+	if (ver == CHECKPOINT_VERSION_LINKED && !rs->startup) {
+		snprintf(err, errlen, "this is a stopping spillwayd's save from its persist.state_dir (format version %d: "
+			 "it links the session's swap files), not a checkpoint: only spillwayd restores it, from its state "
+			 "directory at start; take a checkpoint of the session once it is back", CHECKPOINT_VERSION_LINKED);
+		return -EPROTONOSUPPORT;
+	}
+	if (ver != CHECKPOINT_VERSION && ver != CHECKPOINT_VERSION_OPEN && ver != CHECKPOINT_VERSION_LINKED) {
 		snprintf(err, errlen, "the checkpoint is of format version %" PRIu64 "; this spillwayd reads versions %d "
 			 "and %d", ver, CHECKPOINT_VERSION, CHECKPOINT_VERSION_OPEN);
 		return -EPROTONOSUPPORT;
@@ -204,7 +215,8 @@ static int parse_manifest(struct restore *rs, const cJSON *m, uid_t uid, bool ne
 	/* Version 2: the save of an orphan whose client died inside a step's
 	 * updates; it comes back with that step open, as it was. */
 	rs->opened = rs->step;
-	if (ver == CHECKPOINT_VERSION_OPEN &&
+	if ((ver == CHECKPOINT_VERSION_OPEN ||
+	     (ver == CHECKPOINT_VERSION_LINKED && cJSON_GetObjectItemCaseSensitive(m, "opened_step"))) &&
 	    (get_uint(m, "opened_step", JSON_UINT_MAX, &rs->opened) < 0 || rs->opened <= rs->step)) {
 		snprintf(err, errlen, "%s: version %d names no opened_step past its committed_step", CHECKPOINT_MANIFEST,
 			 CHECKPOINT_VERSION_OPEN);
@@ -213,13 +225,15 @@ static int parse_manifest(struct restore *rs, const cJSON *m, uid_t uid, bool ne
 	{
 		const cJSON *w = cJSON_GetObjectItemCaseSensitive(m, "opened_by_write");
 
-		if (w && (!cJSON_IsBool(w) || ver != CHECKPOINT_VERSION_OPEN)) {
-			snprintf(err, errlen, "%s: opened_by_write is not true or false, or not in a version %d save",
-				 CHECKPOINT_MANIFEST, CHECKPOINT_VERSION_OPEN);
+		if (w && (!cJSON_IsBool(w) || rs->opened == rs->step)) {
+			snprintf(err, errlen, "%s: opened_by_write is not true or false, or not in a save inside a step",
+				 CHECKPOINT_MANIFEST);
 			return -EINVAL;
 		}
 		rs->opened_by_write = w && cJSON_IsTrue(w);
 	}
+	if (ver == CHECKPOINT_VERSION_LINKED && rs_links_parse(&rs->links, m, err, errlen) < 0)
+		return -EINVAL;
 	ts = cJSON_GetObjectItemCaseSensitive(m, "tensors");
 	if (!cJSON_IsArray(ts) || cJSON_GetArraySize(ts) == 0 || cJSON_GetArraySize(ts) > 1 << 20) {
 		snprintf(err, errlen, "%s: \"tensors\" is not a list of tensors", CHECKPOINT_MANIFEST);
@@ -278,6 +292,10 @@ static int parse_manifest(struct restore *rs, const cJSON *m, uid_t uid, bool ne
 			}
 			t->crc[k++] = (uint32_t)v;
 		}
+		k = (uint32_t)-rs_refs_parse(&rs->links, o, t->swappable, t->npages, rs->page_size, &t->refs, err,
+					     errlen);
+		if (k)
+			return -(int)k;
 	}
 	rs->npages = pages;
 	return 0;
@@ -359,14 +377,25 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 		struct r_page *pg = &rs->pages[t->first + i];
 		uint64_t at = (uint64_t)i * rs->page_size;
 		size_t len = t->bytes - at < rs->page_size ? (size_t)(t->bytes - at) : rs->page_size;
+		/* Left in a linked swap file: read whole, its CRC the
+		 * pager's, of the whole page. */
+		bool kept = t->refs.link && t->refs.link[i] != RS_NO_LINK;
+		size_t rlen = kept ? rs->page_size : len;
+		char where[PATH_MAX + 96];
 		uint32_t crc;
 
-		if ((r = fd_pread_all(fd, buf, len, at)) < 0) {
+		if (kept)
+			snprintf(where, sizeof(where), "linked swap file %s/" CHECKPOINT_LINK_FMT " at %" PRIu64, rs->path,
+				 t->refs.link[i], t->refs.off[i]);
+		else
+			snprintf(where, sizeof(where), "file %s/%s", rs->path, t->file);
+		r = kept ? rs_links_read(&rs->links, t->refs.link[i], t->refs.off[i], buf, rs->page_size)
+			 : fd_pread_all(fd, buf, len, at);
+		if (r < 0) {
 			close(fd);
-			return wfail(rs, r, "reading %s/%s: %s", rs->path, t->file,
-				     r == -EIO ? "short file" : strerror(-r));
+			return wfail(rs, r, "reading %s: %s", where, r == -EIO ? "short file" : strerror(-r));
 		}
-		crc = crc32c(0, buf, len);
+		crc = crc32c(0, buf, rlen);
 		if (crc != t->crc[i] && rs->startup && rs->nbad < RESTORE_BAD_MAX) {
 			/* After a crash: the session comes back marked
 			 * damaged, this page never handed out (zeros kept). */
@@ -382,14 +411,14 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 				rs->bad_cap = cap;
 			}
 			rs->bad[rs->nbad++] = (struct bad_page){ .tensor = (uint32_t)(t - rs->t), .page = i };
-			memset(buf, 0, len);
+			memset(buf, 0, rlen);
 			crc = t->crc[i];
 		}
 		if (crc != t->crc[i]) {
 			close(fd);
-			return wfail(rs, EBADMSG, "tensor %s page %u (file %s/%s, bytes %" PRIu64 "..%" PRIu64 "): its "
-				     "CRC-32C is 0x%08x, the manifest says 0x%08x: the checkpoint is damaged", t->name, i,
-				     rs->path, t->file, at, at + len - 1, crc, t->crc[i]);
+			return wfail(rs, EBADMSG, "tensor %s page %u (%s, bytes %" PRIu64 "..%" PRIu64 "): "
+				     "its CRC-32C is 0x%08x, the manifest says 0x%08x: the checkpoint is damaged", t->name,
+				     i, where, at, at + len - 1, crc, t->crc[i]);
 		}
 		if (!t->swappable) {
 			/* No client maps the region yet; safemem all the same. */
@@ -398,7 +427,7 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 			__atomic_add_fetch(&rs->bytes, len, __ATOMIC_RELAXED); /* status reads it */
 			continue;
 		}
-		memset(buf + len, 0, rs->page_size - len);
+		memset(buf + rlen, 0, rs->page_size - rlen);
 		pg->pcrc = crc32c(0, buf, rs->page_size);
 		if ((r = fd_pwrite_all(pg->fd, buf, rs->page_size, pg->off)) < 0) {
 			r = wfail(rs, r, "tensor %s page %u: writing swap file %s: %s", t->name, i, pg->path,
@@ -418,8 +447,16 @@ static void rs_work(uv_work_t *w)
 	struct restore *rs = w->data;
 	uint8_t *buf = aligned_alloc(4096, rs->page_size);
 
+	char err[256];
+	int r;
+
 	if (!buf) {
 		wfail(rs, ENOMEM, "out of memory for a page buffer");
+		return;
+	}
+	if ((r = rs_links_open(&rs->links, rs->dir, rs->owner, err, sizeof(err))) < 0) {
+		wfail(rs, r, "%s/%s", rs->path, err);
+		free(buf);
 		return;
 	}
 	for (uint32_t i = 0; i < rs->nt; i++)

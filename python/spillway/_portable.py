@@ -90,6 +90,13 @@ def read_manifest(directory, sizes=True):
                               "updates (committed step %s): it mixes two steps and is no checkpoint; take the "
                               "session over (a persistent attach) and checkpoint it at its next commit"
                               % (path, m.get("opened_step"), m.get("committed_step")))
+    if m.get("format") == "spillway-checkpoint" and m.get("version") == 3:
+        # A stopping daemon's save: its swap pages stayed in the daemon's
+        # swap files, hard-linked beside the manifest.
+        raise CheckpointError("%s: a stopping spillwayd's save in its persist.state_dir (format version 3: the "
+                              "session's swap files are linked into it, not copied), not a checkpoint; spillwayd "
+                              "restores it at start: take a checkpoint of session %r once it is back"
+                              % (path, m.get("session")))
     if m.get("format") != "spillway-checkpoint" or m.get("version") != 1:
         raise CheckpointError("%s: format %r version %r; this reads spillway-checkpoint version 1"
                               % (path, m.get("format"), m.get("version")))

@@ -10,15 +10,24 @@
  * the saved step and ends bit-identical to an uninterrupted run. A session
  * that ends with a detach leaves nothing in the state directory.
  *
- *   test-restart TIER [PAUSE_US [MODE]]  (the trainer's pause between steps, 20 ms,
- *                         and mode, exact; overlapped with a short pause lands SIGTERM
- *                         inside a step's updates, where the save waits for its commit)
+ * The stopping daemon's save writes only what is in memory: the swap
+ * pages stay where they are, in the session's swap files hard-linked into
+ * the save (format version 3, "links" and "refs"); a byte of such a page
+ * changed on disk before the next start ("corrupt") brings the session
+ * back damaged, that page named and never handed out.
+ *
+ *   test-restart TIER [PAUSE_US [MODE [corrupt]]]  (the trainer's pause between steps,
+ *                         20 ms, and mode, exact; overlapped with a short pause lands
+ *                         SIGTERM inside a step's updates, where the save waits for its
+ *                         commit)
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,6 +38,7 @@
 #include "harness.h"
 #include "child-io.h"
 #include "test.h"
+#include "util/command.h"
 
 #define STEPS "60"
 
@@ -107,16 +117,104 @@ static unsigned long long saved_step(const char *entry)
 	return step;
 }
 
+/*
+ * The save's pages left in linked swap files (refs), and the first of them
+ * (its tensor, page, link path and offset) for corrupt(). Only a version 3
+ * save has any; then each link is a file in the save.
+ */
+struct kept {
+	unsigned version, links, refs;
+	char tensor[256], link[512];
+	unsigned page;
+	long long off;
+};
+
+static void kept_pages(const char *entry, struct kept *k)
+{
+	char path[512];
+	const cJSON *t, *r;
+	cJSON *m;
+	size_t n;
+	char *text;
+
+	memset(k, 0, sizeof(*k));
+	snprintf(path, sizeof(path), "%s/%s/manifest.json", state, entry);
+	text = file_load(path, &n);
+	m = cJSON_ParseWithLength(text, n);
+	free(text);
+	ASSERT_TRUE(m != NULL);
+	k->version = (unsigned)cJSON_GetObjectItem(m, "version")->valuedouble;
+	k->links = (unsigned)cJSON_GetArraySize(cJSON_GetObjectItem(m, "links"));
+	for (unsigned i = 0; i < k->links; i++) {
+		struct stat st;
+
+		snprintf(path, sizeof(path), "%s/%s/%s", state, entry,
+			 cJSON_GetArrayItem(cJSON_GetObjectItem(m, "links"), (int)i)->valuestring);
+		ASSERT_OK(stat(path, &st));
+		ASSERT_TRUE(S_ISREG(st.st_mode));
+	}
+	cJSON_ArrayForEach(t, cJSON_GetObjectItem(m, "tensors")) {
+		cJSON_ArrayForEach(r, cJSON_GetObjectItem(t, "refs")) {
+			if (!k->refs++) {
+				snprintf(k->tensor, sizeof(k->tensor), "%s", cJSON_GetObjectItem(t, "name")->valuestring);
+				k->page = (unsigned)cJSON_GetArrayItem(r, 0)->valuedouble;
+				snprintf(k->link, sizeof(k->link), "%s/%s/%s", state, entry,
+					 cJSON_GetArrayItem(cJSON_GetObjectItem(m, "links"),
+							    (int)cJSON_GetArrayItem(r, 1)->valuedouble)->valuestring);
+				k->off = (long long)cJSON_GetArrayItem(r, 2)->valuedouble;
+			}
+		}
+	}
+	cJSON_Delete(m);
+}
+
+/* The session back from a save whose kept page k changed on disk:
+ * damaged, that page named. */
+static void corrupt_then_start(const char *entry)
+{
+	char *json = NULL;
+	cJSON *doc, *s, *bad = NULL;
+	struct kept k;
+	int fd;
+
+	kept_pages(entry, &k);
+	fd = open(k.link, O_RDWR);
+	ASSERT_TRUE(fd >= 0);
+	ASSERT_EQ(pwrite(fd, "\x5a\xa5", 2, k.off + 100), 2);
+	close(fd);
+	ASSERT_OK(spw_test_daemon_start(&d, config));
+	for (int i = 0; i < 500 && !bad; i++) {
+		usleep(10 * 1000);
+		ASSERT_OK(spw_status_fetch(d.status, &json));
+		doc = cJSON_Parse(json);
+		free(json);
+		cJSON_ArrayForEach(s, cJSON_GetObjectItem(doc, "sessions")) {
+			if (!strcmp(cJSON_GetObjectItem(s, "name")->valuestring, "rs/run") &&
+			    cJSON_IsTrue(cJSON_GetObjectItem(s, "damaged")))
+				bad = cJSON_Duplicate(cJSON_GetObjectItem(s, "bad_pages"), true);
+		}
+		cJSON_Delete(doc);
+	}
+	ASSERT_TRUE(bad != NULL);
+	ASSERT_EQ(cJSON_GetArraySize(bad), 1);
+	ASSERT_STREQ(cJSON_GetObjectItem(cJSON_GetArrayItem(bad, 0), "tensor")->valuestring, k.tensor);
+	ASSERT_EQ(cJSON_GetObjectItem(cJSON_GetArrayItem(bad, 0), "page")->valuedouble, (double)k.page);
+	printf("# %s page %u changed in %s: damaged\n", k.tensor, k.page, k.link);
+	cJSON_Delete(bad);
+}
+
 int main(int argc, char **argv)
 {
 	char ref[512], run[512], buf[4096], entry[256], st[64];
+	bool corrupt = argc > 4 && !strcmp(argv[4], "corrupt");
 	unsigned long long step;
+	struct kept k;
 	double committed = 0;
 	int fd, rc;
 	pid_t pid;
 
-	if (argc < 2 || argc > 4)
-		TEST_FAIL("usage: test-restart resident|swappable [PAUSE_US [MODE]]");
+	if (argc < 2 || argc > 5)
+		TEST_FAIL("usage: test-restart resident|swappable [PAUSE_US [MODE [corrupt]]]");
 	tier = argv[1];
 	if (argc > 2)
 		pause_between = argv[2];
@@ -150,6 +248,26 @@ int main(int argc, char **argv)
 	printf("# saved at step %llu (%.0f committed when SIGTERM came)\n", step, committed);
 	ASSERT_TRUE(step >= (unsigned long long)committed);
 	ASSERT_TRUE(step < 60);
+	/* Swap pages stay in the linked swap files: the save wrote only
+	 * what was in memory. */
+	kept_pages(entry, &k);
+	printf("# version %u, %u links, %u pages left in them\n", k.version, k.links, k.refs);
+	if (!strcmp(tier, "swappable")) {
+		ASSERT_EQ(k.version, 3u);
+		ASSERT_TRUE(k.links >= 1);
+		ASSERT_TRUE(k.refs >= 1);
+	} else {
+		ASSERT_TRUE(k.version < 3);
+		ASSERT_EQ(k.links, 0u);
+	}
+	if (corrupt) {
+		corrupt_then_start(entry);
+		ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+		snprintf(buf, sizeof(buf), "rm -rf %s %s %s", state, ref, run);
+		ASSERT_EQ(system(buf), 0);
+		printf("ok\n");
+		return 0;
+	}
 
 	/* A new daemon: the session is back, orphaned; the saved copy stays. */
 	ASSERT_OK(spw_test_daemon_start(&d, config));
@@ -162,6 +280,15 @@ int main(int argc, char **argv)
 	ASSERT_STREQ(st, "orphaned");
 	ASSERT_EQ(session_field("rs/run", "committed_step", NULL, 0), (double)step);
 	ASSERT_EQ(state_entries(NULL, 0), 1u); /* until the session ends */
+	if (k.version == 3 && getenv("SPILLWAYCTL")) {
+		char cmd[1024];
+
+		/* Not a checkpoint: a restore of it by hand is refused. */
+		snprintf(cmd, sizeof(cmd), "%s --socket-dir %s restore rs/copy %s/%s 2>&1", getenv("SPILLWAYCTL"), d.dir,
+			 state, entry);
+		ASSERT_NE(command_output(cmd, buf, sizeof(buf)), 0);
+		ASSERT_CONTAINS(buf, "not a checkpoint");
+	}
 
 	pid = spawn("rs/run", "1", "0", run, &fd);
 	rc = child_reap(pid, fd, buf, sizeof(buf));

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * restore-links.h: what a version 3 save (checkpoint.h,
+ * CHECKPOINT_VERSION_LINKED) adds for its restore: the stopping daemon's
+ * swap files, hard links in the save's directory ("links"), and for each
+ * swappable tensor the pages left in them ("refs": [page, link, offset]).
+ * Everything here is read from a file on disk: every number is checked
+ * before it is used, and a page read from a link must match its CRC-32C
+ * like any other (restore.c checks that).
+ */
+#ifndef SPW_DAEMON_RESTORE_LINKS_H
+#define SPW_DAEMON_RESTORE_LINKS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <cjson/cJSON.h>
+
+#define RS_LINKS_MAX 64
+/* A tensor page's entry in rs_refs.link: not left in a link. */
+#define RS_NO_LINK 0xff
+
+struct rs_links {
+	unsigned n;
+	int fd[RS_LINKS_MAX];     /* open once rs_links_open() ran; -1 before */
+	uint64_t size[RS_LINKS_MAX];
+};
+
+/* One tensor's pages in links: link[page] (RS_NO_LINK: in the data file)
+ * and off[page]; both NULL when it has none. */
+struct rs_refs {
+	uint8_t *link;
+	uint64_t *off;
+};
+
+/* The manifest's "links" into l (none is fine: l->n = 0). 0, or -EINVAL
+ * with a sentence in err. */
+int rs_links_parse(struct rs_links *l, const cJSON *m, char *err, size_t errlen);
+
+/* tensor's "refs" (absent: none) into r, for a tensor of npages pages
+ * (swappable: only those may have refs). 0, -EINVAL or -ENOMEM with a
+ * sentence in err. */
+int rs_refs_parse(const struct rs_links *l, const cJSON *tensor, bool swappable, uint32_t npages,
+		  uint32_t page_size, struct rs_refs *r, char *err, size_t errlen);
+void rs_refs_free(struct rs_refs *r);
+
+/* Opens every link in dir: regular files of uid owner, not symlinks. 0
+ * or -errno with a sentence in err. */
+int rs_links_open(struct rs_links *l, int dir, uid_t owner, char *err, size_t errlen);
+void rs_links_close(struct rs_links *l);
+
+/* page_size bytes at off of link into buf (4 KiB aligned). 0, or -errno
+ * (-EIO: the file is shorter). */
+int rs_links_read(const struct rs_links *l, uint8_t link, uint64_t off, uint8_t *buf, uint32_t page_size);
+
+#endif
