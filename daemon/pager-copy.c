@@ -61,8 +61,13 @@ int pager_unpin_copy(struct pager *p, uint32_t tensor, uint32_t page, uint32_t s
 	disk = dst->disk;
 	dst->disk = src->disk;
 	dst->crc = src->crc;
+	/* Where src's bytes are: a backing file's page goes with them. */
+	p->nbacked -= dst->back != 0;
+	dst->back = src->back;
+	dst->back_off = src->back_off;
 	dst->flags |= F_ONDISK;
 	src->disk = disk;
+	src->back = 0;
 	src->flags &= (uint8_t)~F_ONDISK;
 	src->state = PAGER_DIRTY; /* its new home holds nothing of it yet */
 	pager_page_sync(p, src);

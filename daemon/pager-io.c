@@ -26,7 +26,8 @@ static void start_io(struct pager *p, struct ppage *pg, enum uring_op op, unsign
 {
 	struct pslot *sl = &p->slots[pg->slot];
 	uint64_t off;
-	int file = swap_locate(p->swap, pg->disk, &off);
+	/* A read takes the bytes from where they are; a write goes home. */
+	int file = op == URING_READ ? page_on_disk(p, pg, &off) : swap_locate(p->swap, pg->disk, &off);
 
 	sl->req = (struct uring_req){
 		.op = op, .file = file, .addr = slot_addr(p, pg->slot),
@@ -161,7 +162,7 @@ static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int r
 		p->st.errors++;
 		pager_errors_all++;
 		pager_set_msg(p, "session '%s': read of tensor '%s' page %u from %s (offset %llu) failed: %s%s",
-			p->session, tname(p, pg), pg->index, swap_page_path(p->swap, pg->disk),
+			p->session, tname(p, pg), pg->index, page_path(p, pg),
 			(unsigned long long)sl->req.off, err_text(res),
 			res == -EBADMSG ? " (the data on disk is not what was written; it was not handed out)" : "");
 		/* The slot's contents are whatever the failed read left: never
@@ -262,6 +263,8 @@ static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 		p->st.write_lat[lat_bucket(dt)]++;
 		pg->crc = pg->wcrc;
 		pg->flags |= F_ONDISK;
+		p->nbacked -= pg->back != 0;
+		pg->back = 0;            /* at home from now on */
 		pg->read_failed = false; /* a fresh copy on disk */
 		pg->state = pg->flags & F_REDIRTY ? PAGER_DIRTY : PAGER_CLEAN;
 		pg->flags &= (uint8_t)~F_REDIRTY;

@@ -68,6 +68,8 @@ struct ppage {
 	uint8_t counted;          /* C_* : what pager's counters count it as */
 	bool read_failed;         /* its last read failed: read-ahead leaves it to the next PIN */
 	bool rewrite_wait;        /* a PIN for overwrite waits for its read or zero-fill: dirty once in */
+	uint8_t back;             /* F_ONDISK in a backing file (1 + its index), not at its home; 0: home */
+	uint64_t back_off;        /* there, at this offset */
 	struct ppage *sw_next;    /* slot-wait queue */
 	struct ppage *dl_prev, *dl_next; /* pager.dirty */
 	struct ppage *cl_prev, *cl_next; /* pager.clean */
@@ -120,11 +122,21 @@ struct cand {
 	uint64_t key;
 };
 
+/* A file the pager reads pages from but never writes (pager_backing_add()). */
+struct pback {
+	int fd;
+	int index;                /* the ring's file index */
+	char *path;
+};
+
 struct pager {
 	struct pager_config c;
 	char *session;
 	struct swap *swap;
 	int bufreg;
+	struct pback backs[PAGER_BACKS_MAX];
+	unsigned nbacks;
+	uint64_t nbacked;         /* pages with back set */
 	struct uring_owner owner; /* this session's turn in the shared ring */
 	/* Background writes deferred because the shared ring was full: on
 	 * the list pager_room_kick() pumps once it has room again. */
@@ -207,6 +219,23 @@ struct pager {
 static inline uint8_t *slot_addr(const struct pager *p, uint32_t s)
 {
 	return p->c.region + (size_t)s * p->c.page_size;
+}
+
+/* Where pg's bytes on disk are (F_ONDISK): its backing file or its home.
+ * Returns the ring's file index and sets *off. */
+static inline int page_on_disk(const struct pager *p, const struct ppage *pg, uint64_t *off)
+{
+	if (pg->back) {
+		*off = pg->back_off;
+		return p->backs[pg->back - 1].index;
+	}
+	return swap_locate(p->swap, pg->disk, off);
+}
+
+/* And its path, for messages. */
+static inline const char *page_path(const struct pager *p, const struct ppage *pg)
+{
+	return pg->back ? p->backs[pg->back - 1].path : swap_page_path(p->swap, pg->disk);
 }
 
 /* The page a plan position names. */

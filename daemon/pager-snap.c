@@ -12,7 +12,10 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "pager-private.h"
@@ -30,6 +33,7 @@ struct snap_page {
 	uint8_t state;  /* atomic: SNAP_* */
 	uint8_t urged;  /* atomic: the loop waits for it (queued once) */
 	uint8_t moved;  /* the loop's: PAGER_SRC_DISK, and the page's writes go elsewhere now */
+	uint8_t backed; /* PAGER_SRC_DISK in a backing file: its home holds nothing the copy needs */
 	uint32_t slot;  /* PAGER_SRC_SLOT: the slot planned */
 	uint8_t *saved; /* SAVED: the bytes, the loop's copy */
 };
@@ -134,7 +138,8 @@ int pager_snap_plan(struct pager *p, struct pager_snap *sn, uint32_t tensor, uin
 		return r < 0 ? r : -EINVAL;
 	if (page == 0)
 		sn->first[tensor] = i;
-	sn->pages[i] = (struct snap_page){ .kind = (uint8_t)src->kind, .state = SNAP_PENDING, .slot = src->slot };
+	sn->pages[i] = (struct snap_page){ .kind = (uint8_t)src->kind, .state = SNAP_PENDING, .slot = src->slot,
+					   .backed = src->backed };
 	return 0;
 }
 
@@ -319,7 +324,8 @@ bool pager_snap_home_ok(struct pager *p, struct ppage *pg)
 
 	/* SAVED: the bytes the copy needs are in a side buffer (the page
 	 * was read in, pager_snap_page_read()), so the home may change. */
-	if (!e || e->kind != PAGER_SRC_DISK || e->moved || settled(__atomic_load_n(&e->state, __ATOMIC_ACQUIRE)))
+	if (!e || e->kind != PAGER_SRC_DISK || e->moved || e->backed ||
+	    settled(__atomic_load_n(&e->state, __ATOMIC_ACQUIRE)))
 		return true;
 	if (!p->ndisk_free)
 		dheld_reclaim(p);
@@ -569,8 +575,14 @@ int pager_page_source(struct pager *p, uint32_t tensor, uint32_t page, struct pa
 		 * until the read lands, and nothing newer exists. */
 		if (pg->flags & F_ONDISK) {
 			src->kind = PAGER_SRC_DISK;
-			src->fd = swap_page_fd(p->swap, pg->disk, &src->off);
-			src->path = swap_page_path(p->swap, pg->disk);
+			src->backed = pg->back != 0;
+			if (src->backed) {
+				src->fd = p->backs[pg->back - 1].fd;
+				src->off = pg->back_off;
+			} else {
+				src->fd = swap_page_fd(p->swap, pg->disk, &src->off);
+			}
+			src->path = page_path(p, pg);
 			src->crc = pg->crc;
 			src->next_use = p->order.plan_ok ? pager_policy_next_use(&p->order, &pg->ord) : UINT64_MAX;
 		}
@@ -587,6 +599,47 @@ int pager_page_home(const struct pager *p, uint32_t tensor, uint32_t page, int *
 		return -EINVAL;
 	*fd = swap_page_fd(p->swap, pg->disk, off);
 	*path = swap_page_path(p->swap, pg->disk);
+	return 0;
+}
+
+int pager_backing_add(struct pager *p, int fd, const char *path)
+{
+	struct pback *b = &p->backs[p->nbacks];
+
+	if (p->nbacks == PAGER_BACKS_MAX) {
+		close(fd);
+		pager_set_msg(p, "session %s: more than %d backing files", p->session, PAGER_BACKS_MAX);
+		return -EMFILE;
+	}
+	b->path = strdup(path);
+	b->index = b->path ? uring_file_register(p->c.uring, fd) : -ENOMEM;
+	if (b->index < 0) {
+		int r = b->index;
+
+		free(b->path);
+		close(fd);
+		pager_set_msg(p, "session %s: backing file %s: cannot register it with the ring: %s", p->session, path,
+			      strerror(-r));
+		return r;
+	}
+	b->fd = fd;
+	return (int)p->nbacks++;
+}
+
+int pager_page_backed(struct pager *p, uint32_t tensor, uint32_t page, unsigned back, uint64_t off, uint32_t crc)
+{
+	struct ppage *pg = pager_lookup(p, tensor, page);
+
+	if (!pg || !p->tensors[tensor].swappable || pg->state != PAGER_ZERO || back >= p->nbacks ||
+	    off % p->c.page_size)
+		return -EINVAL;
+	pg->back = (uint8_t)(back + 1);
+	pg->back_off = off;
+	p->nbacked++;
+	pg->crc = crc;
+	pg->flags |= F_ONDISK;
+	pg->state = PAGER_DISK;
+	pager_page_sync(p, pg);
 	return 0;
 }
 

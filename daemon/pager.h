@@ -286,6 +286,7 @@ struct pager_stats {
 	uint64_t swap_bytes;          /* capacity (files' size) */
 	uint64_t swap_assigned_bytes; /* swap pages given to tensors */
 	uint64_t bytes_on_disk;       /* pages with a valid copy on disk */
+	uint64_t backed_bytes;        /* of which in backing files (a stopping daemon's save), not yet home */
 	/* Throughput inputs: divide deltas of bytes by deltas of wall time;
 	 * *_ns sum each request's latency (submit to completion). */
 	uint64_t reads, read_bytes, read_ns;
@@ -344,6 +345,7 @@ struct pager_src {
 	uint64_t off;
 	uint32_t crc;
 	const char *path;
+	bool backed;    /* DISK: in a backing file (pager_backing_add()), not at its home */
 	/* DISK: where the session's learned order uses the page next
 	 * (pager_policy_next_use(): positions from this step's start), or
 	 * UINT64_MAX (never, or no order learned). */
@@ -442,5 +444,24 @@ int pager_page_home(const struct pager *p, uint32_t tensor, uint32_t page, int *
 /* The page_size bytes whose CRC-32C is crc are now at its home: the page
  * is on disk (DISK), as if written back and evicted. */
 void pager_page_loaded(struct pager *p, uint32_t tensor, uint32_t page, uint32_t crc);
+
+/*
+ * Backing files: read-only sources of pages that are not at their homes.
+ * A restored session's pages can stay in the files they were saved in (a
+ * stopping daemon's swap files, linked into its save) instead of being
+ * copied to their homes first: such a page is read from there until its
+ * first write-back, which goes to its home as any. The files are never
+ * written, so the save stays whole (what a crash brings back).
+ *
+ * pager_backing_add() takes fd (open for reading, O_DIRECT where the
+ * filesystem allows; the pager closes it) and registers it with the
+ * ring: the backing's number (>= 0), or -errno with a message (fd closed
+ * either way). pager_page_backed(): a swappable page never written
+ * (ZERO) is on disk in backing `back` at off (page-aligned), its CRC-32C
+ * crc: DISK from now on. -EINVAL for a bad page, backing or offset.
+ */
+#define PAGER_BACKS_MAX 64
+int pager_backing_add(struct pager *p, int fd, const char *path);
+int pager_page_backed(struct pager *p, uint32_t tensor, uint32_t page, unsigned back, uint64_t off, uint32_t crc);
 
 #endif

@@ -26,6 +26,7 @@ struct rs_links {
 	unsigned n;
 	int fd[RS_LINKS_MAX];     /* open once rs_links_open() ran; -1 before */
 	uint64_t size[RS_LINKS_MAX];
+	int back[RS_LINKS_MAX];   /* its number among the session pager's backing files */
 };
 
 /* One tensor's pages in links: link[page] (RS_NO_LINK: in the data file)

@@ -57,6 +57,7 @@ struct r_page {
 	uint64_t off;
 	const char *path;
 	uint32_t pcrc;          /* of the page_size bytes written there */
+	bool backed;            /* left in its linked swap file, checked: read from there */
 };
 
 struct restore {
@@ -382,6 +383,7 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 		bool kept = t->refs.link && t->refs.link[i] != RS_NO_LINK;
 		size_t rlen = kept ? rs->page_size : len;
 		char where[PATH_MAX + 96];
+		bool bad = false;
 		uint32_t crc;
 
 		if (kept)
@@ -411,6 +413,7 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 				rs->bad_cap = cap;
 			}
 			rs->bad[rs->nbad++] = (struct bad_page){ .tensor = (uint32_t)(t - rs->t), .page = i };
+			bad = true;
 			memset(buf, 0, rlen);
 			crc = t->crc[i];
 		}
@@ -425,6 +428,13 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 			if (safemem_copy(pg->dst, buf, len) < 0)
 				r = wfail(rs, EFAULT, "tensor %s page %u: the region could not be written", t->name, i);
 			__atomic_add_fetch(&rs->bytes, len, __ATOMIC_RELAXED); /* status reads it */
+			continue;
+		}
+		if (kept && !bad) {
+			/* Whole where it is: the session reads it from the
+			 * link until its first write-back. */
+			pg->backed = true;
+			__atomic_add_fetch(&rs->bytes, len, __ATOMIC_RELAXED);
 			continue;
 		}
 		memset(buf + rlen, 0, rs->page_size - rlen);
@@ -447,16 +457,9 @@ static void rs_work(uv_work_t *w)
 	struct restore *rs = w->data;
 	uint8_t *buf = aligned_alloc(4096, rs->page_size);
 
-	char err[256];
-	int r;
 
 	if (!buf) {
 		wfail(rs, ENOMEM, "out of memory for a page buffer");
-		return;
-	}
-	if ((r = rs_links_open(&rs->links, rs->dir, rs->owner, err, sizeof(err))) < 0) {
-		wfail(rs, r, "%s/%s", rs->path, err);
-		free(buf);
 		return;
 	}
 	for (uint32_t i = 0; i < rs->nt; i++)
@@ -484,8 +487,18 @@ static void rs_done(uv_work_t *w, int status)
 		const struct r_tensor *t = &rs->t[i];
 		uint32_t id = session_tensor_find(s, t->name);
 
-		for (uint32_t k = 0; t->swappable && k < t->npages; k++)
-			pager_page_loaded(s->pager, id, k, rs->pages[t->first + k].pcrc);
+		for (uint32_t k = 0; t->swappable && k < t->npages; k++) {
+			if (!rs->pages[t->first + k].backed)
+				pager_page_loaded(s->pager, id, k, rs->pages[t->first + k].pcrc);
+			else if (pager_page_backed(s->pager, id, k, (unsigned)rs->links.back[t->refs.link[k]],
+						     t->refs.off[k], t->crc[k]) < 0)
+				wfail(rs, EINVAL, "tensor %s page %u: its place in link %u was refused", t->name, k,
+				      t->refs.link[k]);
+		}
+	}
+	if (rs->err) {
+		rs_fail(rs, -rs->err, "restore %s from %s: %s; nothing was kept", s->name, rs->path, rs->msg);
+		return;
 	}
 	for (uint32_t i = 0; i < rs->nbad; i++) {
 		const struct r_tensor *t = &rs->t[rs->bad[i].tensor];
@@ -563,6 +576,24 @@ void restore_attached(struct session *s, int r)
 	/* Nobody holds it while it loads; the next attach takes it over. */
 	s->owner = NULL;
 	dataplane_stop(s);
+	/* A stopping daemon's save: its linked swap files become the
+	 * pager's backing files, the pages left there read from them. */
+	if ((r = rs_links_open(&rs->links, rs->dir, rs->owner, err, sizeof(err))) < 0) {
+		rs_fail(rs, -r, "restore %s: %s/%s", s->name, rs->path, err);
+		return;
+	}
+	for (unsigned i = 0; i < rs->links.n; i++) {
+		char path[PATH_MAX];
+		int fd = fcntl(rs->links.fd[i], F_DUPFD_CLOEXEC, 0);
+
+		snprintf(path, sizeof(path), "%s/" CHECKPOINT_LINK_FMT, rs->path, i);
+		rs->links.back[i] = fd < 0 ? -errno : pager_backing_add(s->pager, fd, path);
+		if (rs->links.back[i] < 0) {
+			rs_fail(rs, -rs->links.back[i], "restore %s: %s", s->name,
+				fd < 0 ? strerror(errno) : pager_last_error(s->pager));
+			return;
+		}
+	}
 	for (uint32_t i = 0; i < rs->nt; i++) {
 		struct r_tensor *t = &rs->t[i];
 		uint32_t id, npages;

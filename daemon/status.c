@@ -48,6 +48,9 @@ static void tier_json(cJSON *o, const struct session *s)
 	cJSON_AddNumberToObject(t, "swap_bytes", (double)st.swap_bytes);
 	cJSON_AddNumberToObject(t, "swap_assigned_bytes", (double)st.swap_assigned_bytes);
 	cJSON_AddNumberToObject(t, "bytes_on_disk", (double)st.bytes_on_disk);
+	/* Restored from a stopping daemon's save: still read from its
+	 * linked swap files, not yet written to the session's own. */
+	cJSON_AddNumberToObject(t, "backed_bytes", (double)st.backed_bytes);
 	x = cJSON_AddObjectToObject(t, "pages");
 	for (unsigned i = 0; i < PAGER__STATES; i++)
 		cJSON_AddNumberToObject(x, pager_state_name(i), (double)st.pages_by_state[i]);

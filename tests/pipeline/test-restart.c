@@ -12,14 +12,19 @@
  *
  * The stopping daemon's save writes only what is in memory: the swap
  * pages stay where they are, in the session's swap files hard-linked into
- * the save (format version 3, "links" and "refs"); a byte of such a page
- * changed on disk before the next start ("corrupt") brings the session
- * back damaged, that page named and never handed out.
+ * the save (format version 3, "links" and "refs"), and the next daemon
+ * reads them from there (its status's backed_bytes) until the trainer's
+ * write-backs take them to the session's own swap files. A byte of such a
+ * page changed on disk before the next start ("corrupt") brings the
+ * session back damaged, that page named and never handed out. The save
+ * stays whole while the resumed trainer rewrites every page ("crash"): a
+ * kill -9 of the daemon then brings the session back at the saved step,
+ * read from the links as before, and it still ends bit-identical.
  *
- *   test-restart TIER [PAUSE_US [MODE [corrupt]]]  (the trainer's pause between steps,
- *                         20 ms, and mode, exact; overlapped with a short pause lands
- *                         SIGTERM inside a step's updates, where the save waits for its
- *                         commit)
+ *   test-restart TIER [PAUSE_US [MODE [corrupt|crash]]]  (the trainer's pause between
+ *                         steps, 20 ms, and mode, exact; overlapped with a short pause
+ *                         lands SIGTERM inside a step's updates, where the save waits for
+ *                         its commit)
  */
 #include <dirent.h>
 #include <errno.h>
@@ -80,6 +85,55 @@ static double session_field(const char *name, const char *key, char *st, size_t 
 	return v;
 }
 
+/*
+ * The save's pages left in linked swap files (refs), and the first of them
+ * (its tensor, page, link path and offset) for corrupt(). Only a version 3
+ * save has any; then each link is a file in the save.
+ */
+struct kept {
+	unsigned version, links, refs, page_size;
+	char tensor[256], link[512];
+	unsigned page;
+	long long off;
+};
+
+/* The session's tier.backed_bytes: what it still reads from a save's links. */
+static double backed_bytes(const char *name)
+{
+	char *json = NULL;
+	cJSON *doc, *s;
+	double v = -1;
+
+	ASSERT_OK(spw_status_fetch(d.status, &json));
+	doc = cJSON_Parse(json);
+	free(json);
+	ASSERT_TRUE(doc != NULL);
+	cJSON_ArrayForEach(s, cJSON_GetObjectItem(doc, "sessions")) {
+		if (!strcmp(cJSON_GetObjectItem(s, "name")->valuestring, name))
+			v = cJSON_GetObjectItem(cJSON_GetObjectItem(s, "tier"), "backed_bytes")->valuedouble;
+	}
+	cJSON_Delete(doc);
+	return v;
+}
+
+/* A new daemon on the state directory: the session back as an orphan at
+ * step, its kept pages read from the links. */
+static void start_and_find(unsigned long long step, const struct kept *k)
+{
+	char st[64] = "";
+
+	ASSERT_OK(spw_test_daemon_start(&d, config));
+	for (int i = 0; i < 500 && session_field("rs/run", "committed_step", st, sizeof(st)) < 0; i++)
+		usleep(10 * 1000);
+	for (int i = 0; i < 500 && strcmp(st, "orphaned"); i++) {
+		usleep(10 * 1000);
+		session_field("rs/run", "committed_step", st, sizeof(st));
+	}
+	ASSERT_STREQ(st, "orphaned");
+	ASSERT_EQ(session_field("rs/run", "committed_step", NULL, 0), (double)step);
+	ASSERT_EQ(backed_bytes("rs/run"), (double)k->refs * k->page_size);
+}
+
 static unsigned state_entries(char *first, size_t len)
 {
 	DIR *dd = opendir(state);
@@ -117,18 +171,6 @@ static unsigned long long saved_step(const char *entry)
 	return step;
 }
 
-/*
- * The save's pages left in linked swap files (refs), and the first of them
- * (its tensor, page, link path and offset) for corrupt(). Only a version 3
- * save has any; then each link is a file in the save.
- */
-struct kept {
-	unsigned version, links, refs;
-	char tensor[256], link[512];
-	unsigned page;
-	long long off;
-};
-
 static void kept_pages(const char *entry, struct kept *k)
 {
 	char path[512];
@@ -144,6 +186,7 @@ static void kept_pages(const char *entry, struct kept *k)
 	free(text);
 	ASSERT_TRUE(m != NULL);
 	k->version = (unsigned)cJSON_GetObjectItem(m, "version")->valuedouble;
+	k->page_size = (unsigned)cJSON_GetObjectItem(m, "page_size")->valuedouble;
 	k->links = (unsigned)cJSON_GetArraySize(cJSON_GetObjectItem(m, "links"));
 	for (unsigned i = 0; i < k->links; i++) {
 		struct stat st;
@@ -196,6 +239,8 @@ static void corrupt_then_start(const char *entry)
 		cJSON_Delete(doc);
 	}
 	ASSERT_TRUE(bad != NULL);
+	/* The others are read from the link; that one was put home, zeros. */
+	ASSERT_EQ(backed_bytes("rs/run"), (double)(k.refs - 1) * k.page_size);
 	ASSERT_EQ(cJSON_GetArraySize(bad), 1);
 	ASSERT_STREQ(cJSON_GetObjectItem(cJSON_GetArrayItem(bad, 0), "tensor")->valuestring, k.tensor);
 	ASSERT_EQ(cJSON_GetObjectItem(cJSON_GetArrayItem(bad, 0), "page")->valuedouble, (double)k.page);
@@ -205,8 +250,8 @@ static void corrupt_then_start(const char *entry)
 
 int main(int argc, char **argv)
 {
-	char ref[512], run[512], buf[4096], entry[256], st[64];
-	bool corrupt = argc > 4 && !strcmp(argv[4], "corrupt");
+	char ref[512], run[512], buf[4096], entry[256];
+	bool corrupt = argc > 4 && !strcmp(argv[4], "corrupt"), crash = argc > 4 && !strcmp(argv[4], "crash");
 	unsigned long long step;
 	struct kept k;
 	double committed = 0;
@@ -270,16 +315,24 @@ int main(int argc, char **argv)
 	}
 
 	/* A new daemon: the session is back, orphaned; the saved copy stays. */
-	ASSERT_OK(spw_test_daemon_start(&d, config));
-	for (int i = 0; i < 500 && session_field("rs/run", "committed_step", st, sizeof(st)) < 0; i++)
-		usleep(10 * 1000);
-	for (int i = 0; i < 500 && strcmp(st, "orphaned"); i++) {
-		usleep(10 * 1000);
-		session_field("rs/run", "committed_step", st, sizeof(st));
-	}
-	ASSERT_STREQ(st, "orphaned");
-	ASSERT_EQ(session_field("rs/run", "committed_step", NULL, 0), (double)step);
+	start_and_find(step, &k);
 	ASSERT_EQ(state_entries(NULL, 0), 1u); /* until the session ends */
+	if (crash) {
+		/* The resumed trainer rewrites its pages (home, not into the
+		 * links) for 10 steps; a kill -9 then loses them, not the save. */
+		pid = spawn("rs/run", "1", pause_between, run, &fd);
+		committed = 0;
+		for (int i = 0; i < 2000 && committed < (double)step + 10; i++) {
+			usleep(10 * 1000);
+			committed = session_field("rs/run", "committed_step", NULL, 0);
+		}
+		ASSERT_TRUE(committed >= (double)step + 10);
+		ASSERT_TRUE(backed_bytes("rs/run") < (double)k.refs * k.page_size);
+		spw_test_daemon_kill(&d);
+		ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), 1);
+		start_and_find(step, &k);
+		printf("# killed at step %.0f: back at step %llu from the same save\n", committed, step);
+	}
 	if (k.version == 3 && getenv("SPILLWAYCTL")) {
 		char cmd[1024];
 
