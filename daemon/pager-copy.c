@@ -36,9 +36,10 @@ static bool can_take(const struct pager *p, const struct ppage *dst, const struc
 	if (dst->npending || dst->pins != 1 || dst->slot == NONE ||
 	    (dst->state != PAGER_CLEAN && dst->state != PAGER_DIRTY) || (dst->flags & (F_FLUSH | F_REDIRTY)))
 		return false;
-	/* src: pinned, and its disk copy is what it held when pinned. */
+	/* src: pinned, and its disk copy is what it held when pinned (not
+	 * written while pinned: the write may carry the client's changes). */
 	return src->pins > src->npending && src->state == PAGER_CLEAN && (src->flags & F_ONDISK) &&
-	       !(src->flags & F_FLUSH);
+	       !(src->flags & F_FLUSH) && !src->write_pinned;
 }
 
 int pager_unpin_copy(struct pager *p, uint32_t tensor, uint32_t page, uint32_t src_tensor, uint32_t src_page)
@@ -62,7 +63,7 @@ int pager_unpin_copy(struct pager *p, uint32_t tensor, uint32_t page, uint32_t s
 	dst->disk = src->disk;
 	dst->crc = src->crc;
 	/* Where src's bytes are: a backing file's page goes with them. */
-	p->nbacked -= dst->back != 0;
+	pager_back_drop(p, dst);
 	dst->back = src->back;
 	dst->back_off = src->back_off;
 	dst->flags |= F_ONDISK;

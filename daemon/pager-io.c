@@ -262,9 +262,9 @@ static bool write_done(struct pager *p, struct pslot *sl, struct ppage *pg, int 
 		p->st.write_ns += dt;
 		p->st.write_lat[lat_bucket(dt)]++;
 		pg->crc = pg->wcrc;
+		pg->write_pinned = pg->pins > 0;
 		pg->flags |= F_ONDISK;
-		p->nbacked -= pg->back != 0;
-		pg->back = 0;            /* at home from now on */
+		pager_back_drop(p, pg);  /* at home from now on */
 		pg->read_failed = false; /* a fresh copy on disk */
 		pg->state = pg->flags & F_REDIRTY ? PAGER_DIRTY : PAGER_CLEAN;
 		pg->flags &= (uint8_t)~F_REDIRTY;

@@ -68,6 +68,12 @@ struct ppage {
 	uint8_t counted;          /* C_* : what pager's counters count it as */
 	bool read_failed;         /* its last read failed: read-ahead leaves it to the next PIN */
 	bool rewrite_wait;        /* a PIN for overwrite waits for its read or zero-fill: dirty once in */
+	/* Its last write-back landed while it was pinned: its client may
+	 * have changed the slot under the write, so the disk copy may hold
+	 * some of the new bytes under the old bytes' CRC. Whatever the
+	 * client writes it unpins dirty (rewritten later), but the copy must
+	 * not be taken over as another page's (pager_unpin_copy()). */
+	bool write_pinned;
 	uint8_t back;             /* F_ONDISK in a backing file (1 + its index), not at its home; 0: home */
 	uint64_t back_off;        /* there, at this offset */
 	struct ppage *sw_next;    /* slot-wait queue */
@@ -124,9 +130,10 @@ struct cand {
 
 /* A file the pager reads pages from but never writes (pager_backing_add()). */
 struct pback {
-	int fd;
+	int fd;                   /* -1 once no page is read from it */
 	int index;                /* the ring's file index */
 	char *path;
+	uint64_t npages;          /* pages with back naming it */
 };
 
 struct pager {
@@ -237,6 +244,13 @@ static inline const char *page_path(const struct pager *p, const struct ppage *p
 {
 	return pg->back ? p->backs[pg->back - 1].path : swap_page_path(p->swap, pg->disk);
 }
+
+/* pg's bytes are no longer read from its backing file (written home,
+ * dropped, or moved to another page): the file goes once no page needs
+ * it, so the space of a save replaced meanwhile is not held for nothing.
+ * No read of pg can be in flight (it is in a slot, or its tensor is
+ * being dropped with nothing in flight). */
+void pager_back_drop(struct pager *p, struct ppage *pg);
 
 /* The page a plan position names. */
 static inline struct ppage *page_of(struct pager_order_page *o)

@@ -623,7 +623,25 @@ int pager_backing_add(struct pager *p, int fd, const char *path)
 		return r;
 	}
 	b->fd = fd;
+	b->npages = 0;
 	return (int)p->nbacks++;
+}
+
+void pager_back_drop(struct pager *p, struct ppage *pg)
+{
+	struct pback *b;
+
+	if (!pg->back)
+		return;
+	b = &p->backs[pg->back - 1];
+	pg->back = 0;
+	p->nbacked--;
+	if (--b->npages == 0) {
+		uring_file_unregister(p->c.uring, b->index);
+		close(b->fd);
+		b->fd = -1;
+		b->index = -1;
+	}
 }
 
 int pager_page_backed(struct pager *p, uint32_t tensor, uint32_t page, unsigned back, uint64_t off, uint32_t crc)
@@ -631,11 +649,12 @@ int pager_page_backed(struct pager *p, uint32_t tensor, uint32_t page, unsigned 
 	struct ppage *pg = pager_lookup(p, tensor, page);
 
 	if (!pg || !p->tensors[tensor].swappable || pg->state != PAGER_ZERO || back >= p->nbacks ||
-	    off % p->c.page_size)
+	    p->backs[back].fd < 0 || off % p->c.page_size)
 		return -EINVAL;
 	pg->back = (uint8_t)(back + 1);
 	pg->back_off = off;
 	p->nbacked++;
+	p->backs[back].npages++;
 	pg->crc = crc;
 	pg->flags |= F_ONDISK;
 	pg->state = PAGER_DISK;

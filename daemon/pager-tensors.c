@@ -192,7 +192,7 @@ void pager_tensor_drop(struct pager *p, uint32_t id)
 			p->nfailed--;
 		if (pg->disk != NONE)
 			p->disk_free[p->ndisk_free++] = pg->disk;
-		p->nbacked -= pg->back != 0;
+		pager_back_drop(p, pg);
 		/* Out of the counts (no slot, no pin by now). */
 		p->by_state[pg->cstate]--;
 		if (pg->counted & C_ONDISK)

@@ -457,8 +457,10 @@ static void destroy(struct pager *p)
 		uring_buffer_unregister(p->c.uring, p->bufreg);
 	p->swap = swap_free(p->swap);
 	for (unsigned i = 0; i < p->nbacks; i++) {
-		uring_file_unregister(p->c.uring, p->backs[i].index);
-		close(p->backs[i].fd);
+		if (p->backs[i].fd >= 0) {
+			uring_file_unregister(p->c.uring, p->backs[i].index);
+			close(p->backs[i].fd);
+		}
 		free(p->backs[i].path);
 	}
 	for (uint32_t t = 0; t < p->ntensors; t++) {
