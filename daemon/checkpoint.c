@@ -346,8 +346,9 @@ static void ck_done(uv_work_t *w, int status)
 	if (ck->link_note[0])
 		log_warn("checkpoint %s: %s", ck->session, ck->link_note);
 	if (ck->link)
-		log_info("checkpoint %s: a stopping daemon's save: %s of its pages left in the session's swap files, "
-			 "linked into %s; the rest written", ck->session, format_bytes(ck->kept, a, sizeof(a)), ck->path);
+		log_info("checkpoint %s: a stopping daemon's save: %" PRIu64 " pages (%s) left where they are in the "
+			 "session's swap files, linked into %s; the rest written", ck->session, ck->kept / ck->page_size,
+			 format_bytes(ck->kept, a, sizeof(a)), ck->path);
 	if (ck->note[0] && ck->buffered)
 		log_info("checkpoint %s: its data files were written through the page cache: %s", ck->session, ck->note);
 	log_info("checkpoint %s: step %" PRIu64 ", %u tensors, %s in %.3f s (%.0f MB/s; %s reflinked, %s "

@@ -12,10 +12,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 #include <time.h>
 
 #include "pager-private.h"
@@ -599,66 +596,6 @@ int pager_page_home(const struct pager *p, uint32_t tensor, uint32_t page, int *
 		return -EINVAL;
 	*fd = swap_page_fd(p->swap, pg->disk, off);
 	*path = swap_page_path(p->swap, pg->disk);
-	return 0;
-}
-
-int pager_backing_add(struct pager *p, int fd, const char *path)
-{
-	struct pback *b = &p->backs[p->nbacks];
-
-	if (p->nbacks == PAGER_BACKS_MAX) {
-		close(fd);
-		pager_set_msg(p, "session %s: more than %d backing files", p->session, PAGER_BACKS_MAX);
-		return -EMFILE;
-	}
-	b->path = strdup(path);
-	b->index = b->path ? uring_file_register(p->c.uring, fd) : -ENOMEM;
-	if (b->index < 0) {
-		int r = b->index;
-
-		free(b->path);
-		close(fd);
-		pager_set_msg(p, "session %s: backing file %s: cannot register it with the ring: %s", p->session, path,
-			      strerror(-r));
-		return r;
-	}
-	b->fd = fd;
-	b->npages = 0;
-	return (int)p->nbacks++;
-}
-
-void pager_back_drop(struct pager *p, struct ppage *pg)
-{
-	struct pback *b;
-
-	if (!pg->back)
-		return;
-	b = &p->backs[pg->back - 1];
-	pg->back = 0;
-	p->nbacked--;
-	if (--b->npages == 0) {
-		uring_file_unregister(p->c.uring, b->index);
-		close(b->fd);
-		b->fd = -1;
-		b->index = -1;
-	}
-}
-
-int pager_page_backed(struct pager *p, uint32_t tensor, uint32_t page, unsigned back, uint64_t off, uint32_t crc)
-{
-	struct ppage *pg = pager_lookup(p, tensor, page);
-
-	if (!pg || !p->tensors[tensor].swappable || pg->state != PAGER_ZERO || back >= p->nbacks ||
-	    p->backs[back].fd < 0 || off % p->c.page_size)
-		return -EINVAL;
-	pg->back = (uint8_t)(back + 1);
-	pg->back_off = off;
-	p->nbacked++;
-	p->backs[back].npages++;
-	pg->crc = crc;
-	pg->flags |= F_ONDISK;
-	pg->state = PAGER_DISK;
-	pager_page_sync(p, pg);
 	return 0;
 }
 

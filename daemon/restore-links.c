@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A version 3 save's links and refs (restore-links.h), for restore.c.
+ * A save's files as the restore reads them (restore-links.h): its
+ * manifest, and a version 3 save's links and refs.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +14,53 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "pager.h"
 #include "restore-links.h"
 #include "util/fdio.h"
 #include "util/json.h"
+
+cJSON *rs_manifest_read(int dir, char *err, size_t errlen)
+{
+	int fd = openat(dir, CHECKPOINT_MANIFEST, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+	cJSON *m = NULL;
+	char *text = NULL;
+	ssize_t got = 0;
+
+	if (fd < 0) {
+		snprintf(err, errlen, "%s: %s", CHECKPOINT_MANIFEST, strerror(errno));
+		return NULL;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 || st.st_size > CHECKPOINT_MANIFEST_MAX) {
+		snprintf(err, errlen, "%s is not a file of 1 byte to %u MiB", CHECKPOINT_MANIFEST,
+			 CHECKPOINT_MANIFEST_MAX >> 20);
+		goto out;
+	}
+	text = malloc((size_t)st.st_size);
+	while (text && got < st.st_size) {
+		ssize_t r = read(fd, text + got, (size_t)(st.st_size - got));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += r;
+	}
+	if (!text || got != st.st_size) {
+		snprintf(err, errlen, "reading %s: %s", CHECKPOINT_MANIFEST, text ? "short read" : "out of memory");
+		goto out;
+	}
+	m = cJSON_ParseWithLength(text, (size_t)got);
+	if (!m || !cJSON_IsObject(m)) {
+		cJSON_Delete(m);
+		m = NULL;
+		snprintf(err, errlen, "%s is not a JSON object", CHECKPOINT_MANIFEST);
+	}
+out:
+	free(text);
+	close(fd);
+	return m;
+}
 
 int rs_links_parse(struct rs_links *l, const cJSON *m, char *err, size_t errlen)
 {
@@ -96,12 +142,13 @@ void rs_refs_free(struct rs_refs *r)
 	r->off = NULL;
 }
 
-int rs_links_open(struct rs_links *l, int dir, uid_t owner, char *err, size_t errlen)
+int rs_links_attach(struct rs_links *l, int dir, const char *path, uid_t owner, struct pager *p, char *err,
+		    size_t errlen)
 {
 	for (unsigned i = 0; i < l->n; i++) {
-		char name[24];
+		char name[24], where[PATH_MAX];
 		struct stat st;
-		int fd;
+		int fd, r;
 
 		snprintf(name, sizeof(name), CHECKPOINT_LINK_FMT, i);
 		/* Page-aligned reads of whole pages: past the page cache
@@ -110,15 +157,27 @@ int rs_links_open(struct rs_links *l, int dir, uid_t owner, char *err, size_t er
 		if (fd < 0 && errno == EINVAL)
 			fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0) {
-			snprintf(err, errlen, "%s: %s", name, strerror(errno));
+			snprintf(err, errlen, "%s/%s: %s", path, name, strerror(errno));
 			return -errno;
 		}
 		l->fd[i] = fd;
 		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != owner) {
-			snprintf(err, errlen, "%s is not a file owned by uid %u", name, (unsigned)owner);
+			snprintf(err, errlen, "%s/%s is not a file owned by uid %u", path, name, (unsigned)owner);
 			return -EINVAL;
 		}
 		l->size[i] = (uint64_t)st.st_size;
+		/* The pager's own descriptor: this one is the load's. */
+		fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		if (fd < 0) {
+			snprintf(err, errlen, "%s/%s: %s", path, name, strerror(errno));
+			return -errno;
+		}
+		snprintf(where, sizeof(where), "%s/%s", path, name);
+		if ((r = pager_backing_add(p, fd, where)) < 0) {
+			snprintf(err, errlen, "%s", pager_last_error(p));
+			return r;
+		}
+		l->back[i] = r;
 	}
 	return 0;
 }

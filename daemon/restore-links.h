@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * restore-links.h: what a version 3 save (checkpoint.h,
- * CHECKPOINT_VERSION_LINKED) adds for its restore: the stopping daemon's
- * swap files, hard links in the save's directory ("links"), and for each
- * swappable tensor the pages left in them ("refs": [page, link, offset]).
+ * restore-links.h: a save's manifest as the restore reads it, and what a
+ * version 3 save (checkpoint.h, CHECKPOINT_VERSION_LINKED) adds for its
+ * restore: the stopping daemon's swap files, hard links in the save's
+ * directory ("links"), and for each swappable tensor the pages left in
+ * them ("refs": [page, link, offset]).
  * Everything here is read from a file on disk: every number is checked
  * before it is used, and a page read from a link must match its CRC-32C
  * like any other (restore.c checks that).
@@ -36,6 +37,10 @@ struct rs_refs {
 	uint64_t *off;
 };
 
+/* dir's manifest, parsed (at most CHECKPOINT_MANIFEST_MAX bytes, a JSON
+ * object); NULL with a sentence in err. */
+cJSON *rs_manifest_read(int dir, char *err, size_t errlen);
+
 /* The manifest's "links" into l (none is fine: l->n = 0). 0, or -EINVAL
  * with a sentence in err. */
 int rs_links_parse(struct rs_links *l, const cJSON *m, char *err, size_t errlen);
@@ -47,9 +52,12 @@ int rs_refs_parse(const struct rs_links *l, const cJSON *tensor, bool swappable,
 		  uint32_t page_size, struct rs_refs *r, char *err, size_t errlen);
 void rs_refs_free(struct rs_refs *r);
 
-/* Opens every link in dir: regular files of uid owner, not symlinks. 0
- * or -errno with a sentence in err. */
-int rs_links_open(struct rs_links *l, int dir, uid_t owner, char *err, size_t errlen);
+/* Opens every link in dir (named path in messages): regular files of
+ * uid owner, not symlinks; each becomes one of p's backing files
+ * (l->back). 0 or -errno with a sentence in err. */
+struct pager;
+int rs_links_attach(struct rs_links *l, int dir, const char *path, uid_t owner, struct pager *p, char *err,
+		    size_t errlen);
 void rs_links_close(struct rs_links *l);
 
 /* page_size bytes at off of link into buf (4 KiB aligned). 0, or -errno

@@ -302,49 +302,6 @@ static int parse_manifest(struct restore *rs, const cJSON *m, uid_t uid, bool ne
 	return 0;
 }
 
-static cJSON *read_manifest(int dir, char *err, size_t errlen)
-{
-	int fd = openat(dir, CHECKPOINT_MANIFEST, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	struct stat st;
-	cJSON *m = NULL;
-	char *text = NULL;
-	ssize_t got = 0;
-
-	if (fd < 0) {
-		snprintf(err, errlen, "%s: %s", CHECKPOINT_MANIFEST, strerror(errno));
-		return NULL;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 || st.st_size > CHECKPOINT_MANIFEST_MAX) {
-		snprintf(err, errlen, "%s is not a file of 1 byte to %u MiB", CHECKPOINT_MANIFEST,
-			 CHECKPOINT_MANIFEST_MAX >> 20);
-		goto out;
-	}
-	text = malloc((size_t)st.st_size);
-	while (text && got < st.st_size) {
-		ssize_t r = read(fd, text + got, (size_t)(st.st_size - got));
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		got += r;
-	}
-	if (!text || got != st.st_size) {
-		snprintf(err, errlen, "reading %s: %s", CHECKPOINT_MANIFEST, text ? "short read" : "out of memory");
-		goto out;
-	}
-	m = cJSON_ParseWithLength(text, (size_t)got);
-	if (!m || !cJSON_IsObject(m)) {
-		cJSON_Delete(m);
-		m = NULL;
-		snprintf(err, errlen, "%s is not a JSON object", CHECKPOINT_MANIFEST);
-	}
-out:
-	free(text);
-	close(fd);
-	return m;
-}
-
 static int wfail(struct restore *rs, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int wfail(struct restore *rs, int err, const char *fmt, ...)
 {
@@ -578,21 +535,9 @@ void restore_attached(struct session *s, int r)
 	dataplane_stop(s);
 	/* A stopping daemon's save: its linked swap files become the
 	 * pager's backing files, the pages left there read from them. */
-	if ((r = rs_links_open(&rs->links, rs->dir, rs->owner, err, sizeof(err))) < 0) {
-		rs_fail(rs, -r, "restore %s: %s/%s", s->name, rs->path, err);
+	if ((r = rs_links_attach(&rs->links, rs->dir, rs->path, rs->owner, s->pager, err, sizeof(err))) < 0) {
+		rs_fail(rs, -r, "restore %s: %s", s->name, err);
 		return;
-	}
-	for (unsigned i = 0; i < rs->links.n; i++) {
-		char path[PATH_MAX];
-		int fd = fcntl(rs->links.fd[i], F_DUPFD_CLOEXEC, 0);
-
-		snprintf(path, sizeof(path), "%s/" CHECKPOINT_LINK_FMT, rs->path, i);
-		rs->links.back[i] = fd < 0 ? -errno : pager_backing_add(s->pager, fd, path);
-		if (rs->links.back[i] < 0) {
-			rs_fail(rs, -rs->links.back[i], "restore %s: %s", s->name,
-				fd < 0 ? strerror(errno) : pager_last_error(s->pager));
-			return;
-		}
 	}
 	for (uint32_t i = 0; i < rs->nt; i++) {
 		struct r_tensor *t = &rs->t[i];
@@ -694,7 +639,7 @@ void restore_request(struct client *c, const cJSON *msg)
 		return;
 	}
 	rs->owner = st.st_uid;
-	m = read_manifest(rs->dir, err, sizeof(err));
+	m = rs_manifest_read(rs->dir, err, sizeof(err));
 	r = m ? parse_manifest(rs, m, c->uid, c->uid != 0 && st.st_uid != c->uid, err, sizeof(err)) : -EINVAL;
 	cJSON_Delete(m);
 	if (r == 0 && !(rs->pages = calloc(rs->npages ? rs->npages : 1, sizeof(*rs->pages)))) {
@@ -774,7 +719,7 @@ int restore_from_state(struct daemon *d, int state_fd, const char *state_path, c
 		goto fail;
 	}
 	rs->owner = st.st_uid;
-	m = read_manifest(rs->dir, err, sizeof(err));
+	m = rs_manifest_read(rs->dir, err, sizeof(err));
 	r = m ? parse_manifest(rs, m, 0, false, err, sizeof(err)) : -EINVAL;
 	if (r == 0) {
 		sname = get_str(m, "session");

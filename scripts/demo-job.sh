@@ -125,3 +125,43 @@ else
 	diff "$demo_dir/ref.losses" "$demo_dir/run.losses" | head >&2
 	exit 1
 fi
+
+# A daemon restart (an upgrade, systemctl restart) under a persistent
+# trainer: SIGTERM saves the session at its next commit point into
+# persist.state_dir, writing only what is in memory (its swap files are
+# linked into the save, not copied); the next spillwayd brings it back
+# as an orphan that reads those pages where they are.
+say "daemon restart: demo/restart trains (--persistent); SIGTERM to spillwayd half way"
+demo_restart=(build-demo/examples/train-mlp "${demo_args[@]}" --region-bytes $((10 << 20)) --every 20
+	      --session demo/restart --persistent --losses "$demo_dir/restart.losses")
+"${demo_restart[@]}" >"$demo_dir/restart.out" 2>&1 &
+demo_train_pid=$!
+for _ in $(seq 1 1200); do
+	[ "$(cat "$demo_dir/restart.losses" 2>/dev/null | wc -l)" -ge 30 ] && break
+	sleep 0.05
+done
+demo_t0=$(date +%s%N)
+kill -TERM "$daemon_pid"
+wait "$daemon_pid" || { echo "spillwayd exited with status $? at SIGTERM" >&2; exit 1; }
+say "spillwayd saved and exited in $(( ($(date +%s%N) - demo_t0) / 1000000 )) ms:"
+grep -E "shutdown:|stopping daemon's save" "$demo_dir/spillwayd.log" | tail -n 3 | sed 's/^/    /'
+wait "$demo_train_pid" || true
+echo "  the trainer: $(grep -m1 -iE 'spillwayd|connection' "$demo_dir/restart.out" || tail -n 1 "$demo_dir/restart.out")"
+demo_start_daemon
+say "the session is back, orphaned, its pages read from the save's links (tier.backed_bytes):"
+build-demo/client/spillwayctl status | sed -n '/^SESSION/,/^$/p' || true
+build-demo/client/spillwayctl status --json | /usr/bin/python3 -c '
+import json, sys
+for s in json.load(sys.stdin)["sessions"]:
+    if s["name"] == "demo/restart":
+        print("  demo/restart: committed step %d, %.1f MiB read from the save where it lies" %
+              (s["committed_step"], s["tier"]["backed_bytes"] / 2**20))' || true
+say "restart: the same command"
+"${demo_restart[@]}" || { echo "the trainer resumed after the daemon restart failed" >&2; exit 1; }
+if cmp -s "$demo_dir/ref.losses" "$demo_dir/restart.losses"; then
+	say "across the daemon restart too, the 60 losses equal the uninterrupted run's, bit for bit"
+else
+	echo "the losses across the daemon restart differ from the uninterrupted run's:" >&2
+	diff "$demo_dir/ref.losses" "$demo_dir/restart.losses" | head >&2
+	exit 1
+fi
