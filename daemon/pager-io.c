@@ -161,10 +161,12 @@ static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int r
 
 		p->st.errors++;
 		pager_errors_all++;
-		pager_set_msg(p, "session '%s': read of tensor '%s' page %u from %s (offset %llu) failed: %s%s",
+		pager_set_msg(p, "session '%s': read of tensor '%s' page %u from %s (offset %llu) failed: %s%s%s",
 			p->session, tname(p, pg), pg->index, page_path(p, pg),
 			(unsigned long long)sl->req.off, err_text(res),
-			res == -EBADMSG ? " (the data on disk is not what was written; it was not handed out)" : "");
+			res == -EBADMSG ? " (the data on disk is not what was written; it was not handed out)" : "",
+			res == -EBADMSG && pg->back ? "; that file is a stopping spillwayd's save, changed since: load the "
+						       "last checkpoint (spillwayctl drop, then spillwayctl restore)" : "");
 		/* The slot's contents are whatever the failed read left: never
 		 * hand them out. The disk copy stays the page's home; a later
 		 * PIN tries again. */

@@ -218,7 +218,7 @@ struct pager {
 	uint64_t wait_since;      /* a PIN got PAGER_WAIT at (now_ns()), 0: none waits */
 	void (*release)(void *arg);
 	void *release_arg;
-	char msg[512];
+	char msg[1024];
 	struct pager_stats st;    /* counters; the rest is computed in pager_stats() */
 };
 

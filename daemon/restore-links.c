@@ -68,8 +68,6 @@ int rs_links_parse(struct rs_links *l, const cJSON *m, char *err, size_t errlen)
 	char want[24];
 
 	l->n = 0;
-	for (unsigned i = 0; i < RS_LINKS_MAX; i++)
-		l->fd[i] = -1;
 	if (!links)
 		return 0;
 	if (!cJSON_IsArray(links) || cJSON_GetArraySize(links) > RS_LINKS_MAX) {
@@ -160,18 +158,12 @@ int rs_links_attach(struct rs_links *l, int dir, const char *path, uid_t owner, 
 			snprintf(err, errlen, "%s/%s: %s", path, name, strerror(errno));
 			return -errno;
 		}
-		l->fd[i] = fd;
 		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != owner) {
+			close(fd);
 			snprintf(err, errlen, "%s/%s is not a file owned by uid %u", path, name, (unsigned)owner);
 			return -EINVAL;
 		}
 		l->size[i] = (uint64_t)st.st_size;
-		/* The pager's own descriptor: this one is the load's. */
-		fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-		if (fd < 0) {
-			snprintf(err, errlen, "%s/%s: %s", path, name, strerror(errno));
-			return -errno;
-		}
 		snprintf(where, sizeof(where), "%s/%s", path, name);
 		if ((r = pager_backing_add(p, fd, where)) < 0) {
 			snprintf(err, errlen, "%s", pager_last_error(p));
@@ -182,18 +174,7 @@ int rs_links_attach(struct rs_links *l, int dir, const char *path, uid_t owner, 
 	return 0;
 }
 
-void rs_links_close(struct rs_links *l)
+bool rs_links_holds(const struct rs_links *l, uint8_t link, uint64_t off, uint32_t page_size)
 {
-	for (unsigned i = 0; i < l->n; i++) {
-		if (l->fd[i] >= 0)
-			close(l->fd[i]);
-		l->fd[i] = -1;
-	}
-}
-
-int rs_links_read(const struct rs_links *l, uint8_t link, uint64_t off, uint8_t *buf, uint32_t page_size)
-{
-	if (link >= l->n || l->fd[link] < 0 || off + page_size > l->size[link])
-		return -EIO;
-	return fd_pread_all(l->fd[link], buf, page_size, off);
+	return link < l->n && l->back[link] >= 0 && off + page_size <= l->size[link];
 }

@@ -25,7 +25,6 @@
 
 struct rs_links {
 	unsigned n;
-	int fd[RS_LINKS_MAX];     /* open once rs_links_open() ran; -1 before */
 	uint64_t size[RS_LINKS_MAX];
 	int back[RS_LINKS_MAX];   /* its number among the session pager's backing files */
 };
@@ -54,14 +53,13 @@ void rs_refs_free(struct rs_refs *r);
 
 /* Opens every link in dir (named path in messages): regular files of
  * uid owner, not symlinks; each becomes one of p's backing files
- * (l->back). 0 or -errno with a sentence in err. */
+ * (l->back, the descriptor the pager's). 0 or -errno with a sentence in
+ * err. */
 struct pager;
 int rs_links_attach(struct rs_links *l, int dir, const char *path, uid_t owner, struct pager *p, char *err,
 		    size_t errlen);
-void rs_links_close(struct rs_links *l);
 
-/* page_size bytes at off of link into buf (4 KiB aligned). 0, or -errno
- * (-EIO: the file is shorter). */
-int rs_links_read(const struct rs_links *l, uint8_t link, uint64_t off, uint8_t *buf, uint32_t page_size);
+/* Whether link (attached) holds a whole page of page_size bytes at off. */
+bool rs_links_holds(const struct rs_links *l, uint8_t link, uint64_t off, uint32_t page_size);
 
 #endif

@@ -109,7 +109,6 @@ static struct restore *rs_free(struct restore *rs)
 		free(rs->t[i].crc);
 		rs_refs_free(&rs->t[i].refs);
 	}
-	rs_links_close(&rs->links);
 	free(rs->t);
 	free(rs->pages);
 	free(rs->bad);
@@ -335,26 +334,30 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 		struct r_page *pg = &rs->pages[t->first + i];
 		uint64_t at = (uint64_t)i * rs->page_size;
 		size_t len = t->bytes - at < rs->page_size ? (size_t)(t->bytes - at) : rs->page_size;
-		/* Left in a linked swap file: read whole, its CRC the
-		 * pager's, of the whole page. */
-		bool kept = t->refs.link && t->refs.link[i] != RS_NO_LINK;
-		size_t rlen = kept ? rs->page_size : len;
-		char where[PATH_MAX + 96];
-		bool bad = false;
 		uint32_t crc;
 
-		if (kept)
-			snprintf(where, sizeof(where), "linked swap file %s/" CHECKPOINT_LINK_FMT " at %" PRIu64, rs->path,
-				 t->refs.link[i], t->refs.off[i]);
-		else
-			snprintf(where, sizeof(where), "file %s/%s", rs->path, t->file);
-		r = kept ? rs_links_read(&rs->links, t->refs.link[i], t->refs.off[i], buf, rs->page_size)
-			 : fd_pread_all(fd, buf, len, at);
-		if (r < 0) {
-			close(fd);
-			return wfail(rs, r, "reading %s: %s", where, r == -EIO ? "short file" : strerror(-r));
+		if (t->refs.link && t->refs.link[i] != RS_NO_LINK) {
+			/* Left where it is, in a linked swap file, and not
+			 * read now: the pager checks its CRC-32C (its own, of
+			 * the whole page) at its first read, as it checks
+			 * every read, and never hands out a page that fails.
+			 * A save of any size is back at once. */
+			if (!rs_links_holds(&rs->links, t->refs.link[i], t->refs.off[i], rs->page_size)) {
+				close(fd);
+				return wfail(rs, EINVAL, "tensor %s page %u: %s/" CHECKPOINT_LINK_FMT " is shorter than its "
+					     "page at %" PRIu64 ": the save is damaged", t->name, i, rs->path,
+					     t->refs.link[i], t->refs.off[i]);
+			}
+			pg->backed = true;
+			__atomic_add_fetch(&rs->bytes, len, __ATOMIC_RELAXED);
+			continue;
 		}
-		crc = crc32c(0, buf, rlen);
+		if ((r = fd_pread_all(fd, buf, len, at)) < 0) {
+			close(fd);
+			return wfail(rs, r, "reading %s/%s: %s", rs->path, t->file,
+				     r == -EIO ? "short file" : strerror(-r));
+		}
+		crc = crc32c(0, buf, len);
 		if (crc != t->crc[i] && rs->startup && rs->nbad < RESTORE_BAD_MAX) {
 			/* After a crash: the session comes back marked
 			 * damaged, this page never handed out (zeros kept). */
@@ -370,15 +373,14 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 				rs->bad_cap = cap;
 			}
 			rs->bad[rs->nbad++] = (struct bad_page){ .tensor = (uint32_t)(t - rs->t), .page = i };
-			bad = true;
-			memset(buf, 0, rlen);
+			memset(buf, 0, len);
 			crc = t->crc[i];
 		}
 		if (crc != t->crc[i]) {
 			close(fd);
-			return wfail(rs, EBADMSG, "tensor %s page %u (%s, bytes %" PRIu64 "..%" PRIu64 "): "
-				     "its CRC-32C is 0x%08x, the manifest says 0x%08x: the checkpoint is damaged", t->name,
-				     i, where, at, at + len - 1, crc, t->crc[i]);
+			return wfail(rs, EBADMSG, "tensor %s page %u (file %s/%s, bytes %" PRIu64 "..%" PRIu64 "): its "
+				     "CRC-32C is 0x%08x, the manifest says 0x%08x: the checkpoint is damaged", t->name, i,
+				     rs->path, t->file, at, at + len - 1, crc, t->crc[i]);
 		}
 		if (!t->swappable) {
 			/* No client maps the region yet; safemem all the same. */
@@ -387,14 +389,7 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 			__atomic_add_fetch(&rs->bytes, len, __ATOMIC_RELAXED); /* status reads it */
 			continue;
 		}
-		if (kept && !bad) {
-			/* Whole where it is: the session reads it from the
-			 * link until its first write-back. */
-			pg->backed = true;
-			__atomic_add_fetch(&rs->bytes, len, __ATOMIC_RELAXED);
-			continue;
-		}
-		memset(buf + rlen, 0, rs->page_size - rlen);
+		memset(buf + len, 0, rs->page_size - len);
 		pg->pcrc = crc32c(0, buf, rs->page_size);
 		if ((r = fd_pwrite_all(pg->fd, buf, rs->page_size, pg->off)) < 0) {
 			r = wfail(rs, r, "tensor %s page %u: writing swap file %s: %s", t->name, i, pg->path,

@@ -118,13 +118,18 @@ if [ "$demo_rc" -ne 0 ]; then
 	echo "the resumed train-mlp failed with status $demo_rc" >&2
 	exit 1
 fi
-if cmp -s "$demo_dir/ref.losses" "$demo_dir/run.losses"; then
-	say "the killed-and-resumed run's 60 losses equal the uninterrupted run's, bit for bit"
-else
-	echo "the resumed run's losses differ from the uninterrupted run's:" >&2
-	diff "$demo_dir/ref.losses" "$demo_dir/run.losses" | head >&2
-	exit 1
-fi
+# demo_same_losses FILE WHAT: FILE's 60 losses are the uninterrupted
+# run's, bit for bit, or the demo fails.
+demo_same_losses() {
+	if cmp -s "$demo_dir/ref.losses" "$1"; then
+		say "$2, the 60 losses equal the uninterrupted run's, bit for bit"
+	else
+		echo "$2, the losses differ from the uninterrupted run's:" >&2
+		diff "$demo_dir/ref.losses" "$1" | head >&2
+		exit 1
+	fi
+}
+demo_same_losses "$demo_dir/run.losses" "killed and resumed"
 
 # A daemon restart (an upgrade, systemctl restart) under a persistent
 # trainer: SIGTERM saves the session at its next commit point into
@@ -158,10 +163,4 @@ for s in json.load(sys.stdin)["sessions"]:
               (s["committed_step"], s["tier"]["backed_bytes"] / 2**20))' || true
 say "restart: the same command"
 "${demo_restart[@]}" || { echo "the trainer resumed after the daemon restart failed" >&2; exit 1; }
-if cmp -s "$demo_dir/ref.losses" "$demo_dir/restart.losses"; then
-	say "across the daemon restart too, the 60 losses equal the uninterrupted run's, bit for bit"
-else
-	echo "the losses across the daemon restart differ from the uninterrupted run's:" >&2
-	diff "$demo_dir/ref.losses" "$demo_dir/restart.losses" | head >&2
-	exit 1
-fi
+demo_same_losses "$demo_dir/restart.losses" "across the daemon restart too"

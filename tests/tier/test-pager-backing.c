@@ -203,6 +203,7 @@ static void test_changed_refused(void)
 	close(fd);
 	ASSERT_EQ(fx_pin(&f, a, 3), -EBADMSG);
 	ASSERT_CONTAINS(pager_last_error(f.p), path);
+	ASSERT_CONTAINS(pager_last_error(f.p), "load the last checkpoint");
 	for (uint32_t i = 0; i < NP; i++) {
 		int slot;
 
