@@ -316,6 +316,12 @@ int main(int argc, char **argv)
 		ASSERT_EQ(child_reap(pid, fd, buf, sizeof(buf)), 1);
 		start_and_find(step, &k);
 		printf("# killed at step %.0f: back at step %llu from the same save\n", committed, step);
+		/* Stopped again while every page is still read from the
+		 * links: the new save links the old save's files in turn. */
+		ASSERT_EQ(spw_test_daemon_stop(&d), 0);
+		kept_pages(entry, &k);
+		ASSERT_EQ(k.version, 3u);
+		start_and_find(step, &k);
 	}
 	if (k.version == 3 && getenv("SPILLWAYCTL")) {
 		char cmd[1024];
