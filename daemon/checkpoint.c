@@ -661,6 +661,13 @@ void checkpoint_request(struct client *c, const cJSON *msg)
 					    "persistent, OffloadAdamW(persistent=True))");
 		return;
 	}
+	/* First: no checkpoint of it can ever be taken, copying or not (a
+	 * periodic flush of such an orphan runs at once). */
+	if (!flush && !s->owner && s->opened_step > s->committed_step) {
+		orphan_refusal(s, err, sizeof(err));
+		control_reply_error(c, ESTALE, "checkpoint %s: %s", name, err);
+		return;
+	}
 	if (s->ckpt) {
 		control_reply_error(c, EBUSY, "checkpoint %s: another checkpoint of the session is under way", name);
 		return;
@@ -674,11 +681,6 @@ void checkpoint_request(struct client *c, const cJSON *msg)
 	if (s->committed_step == 0) {
 		control_reply_error(c, EAGAIN, "checkpoint %s: the session has no committed step yet; ask after its "
 			    "first step", name);
-		return;
-	}
-	if (!flush && !s->owner && s->opened_step > s->committed_step) {
-		orphan_refusal(s, err, sizeof(err));
-		control_reply_error(c, ESTALE, "checkpoint %s: %s", name, err);
 		return;
 	}
 	ck = calloc(1, sizeof(*ck));
