@@ -50,8 +50,9 @@ int spw__persist_init(spw_optimizer *o)
 		o->persist.torn = p->committed_step + 1;
 	if (p->damaged_pages)
 		return spw__error(o->c, -EBADMSG,
-				  "spw_optimizer_new: session %s came back from a crash of spillwayd with %u damaged "
-				  "page%s (the first: tensor %s page %u) whose CRC-32C failed: their bytes are lost and "
+				  "spw_optimizer_new: session %s has %u damaged page%s, saved by spillwayd (a flush "
+				  "or its last stop) and changed on disk since (the first: tensor %s page %u), whose "
+				  "CRC-32C failed: their bytes are lost and "
 				  "never handed out. Load the last checkpoint: spillwayctl drop %s, then spillwayctl "
 				  "restore %s DIR", o->c->session, p->damaged_pages, p->damaged_pages == 1 ? "" : "s",
 				  o->c->damaged_tensor, o->c->damaged_page, o->c->session, o->c->session);

@@ -673,8 +673,9 @@ void checkpoint_request(struct client *c, const cJSON *msg)
 		return;
 	}
 	if (s->nbad) {
-		control_reply_error(c, EBADMSG, "checkpoint %s: the session came back from a crash with %u damaged "
-			    "page%s (spillwayctl status lists them); it is not saved: load the last checkpoint", name,
+		control_reply_error(c, EBADMSG, "checkpoint %s: the session has %u damaged page%s, lost "
+			    "since spillwayd saved them (spillwayctl status lists them); it is not saved: load the last "
+			    "checkpoint", name,
 			    s->nbad, s->nbad == 1 ? "" : "s");
 		return;
 	}

@@ -167,6 +167,8 @@ static void read_done(struct pager *p, struct pslot *sl, struct ppage *pg, int r
 			res == -EBADMSG ? " (the data on disk is not what was written; it was not handed out)" : "",
 			res == -EBADMSG && pg->back ? "; that file is a stopping spillwayd's save, changed since: load the "
 						       "last checkpoint (spillwayctl drop, then spillwayctl restore)" : "");
+		if (res == -EBADMSG && pg->back && p->c.backing_bad)
+			p->c.backing_bad(p->c.ctx, pg->tensor, pg->index);
 		/* The slot's contents are whatever the failed read left: never
 		 * hand them out. The disk copy stays the page's home; a later
 		 * PIN tries again. */

@@ -120,6 +120,12 @@ struct pager_config {
 	 * -errno), the transfer having started at t0 (now_ns() clock). May
 	 * be NULL. */
 	void (*io_event)(void *ctx, uint32_t tensor, uint32_t page, int op, uint64_t t0, uint64_t t1, int32_t res);
+	/* A page read from a backing file failed its CRC-32C: the file
+	 * changed since it was saved, and no later read will bring the
+	 * page's bytes back (pager_last_error() says which). Called from
+	 * inside the read's completion, before its PINs fail; the callback
+	 * must not call into the pager. May be NULL. */
+	void (*backing_bad)(void *ctx, uint32_t tensor, uint32_t page);
 	/* The slots in use (nslots - free) or the pinned pages changed: their
 	 * new values, for the client's timeline counters. May be NULL. */
 	void (*gauges)(void *ctx, uint64_t slots_used, uint64_t pages_pinned);

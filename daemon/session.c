@@ -228,6 +228,25 @@ static void session_io_event(void *ctx, uint32_t tensor, uint32_t page, int op, 
 			 __ATOMIC_RELEASE);
 }
 
+/* A page of a stopping daemon's save, read where the save left it, failed
+ * its CRC: lost, as a page that fails at a flush's restore. The session
+ * is marked damaged from now on, as such a restore marks it: that page's
+ * PINs fail at once, no optimizer adopts the session, and it is never
+ * saved again as if whole. */
+static void session_backing_bad(void *ctx, uint32_t tensor, uint32_t page)
+{
+	struct session *s = ctx;
+	struct bad_page *b;
+
+	if (session_page_bad(s, tensor, page) || !(b = realloc(s->bad, (s->nbad + 1) * sizeof(*b))))
+		return;
+	s->bad = b;
+	s->bad[s->nbad++] = (struct bad_page){ .tensor = tensor, .page = page };
+	log_warn("session %s: tensor %s page %u changed on disk since spillwayd's last stop saved it: it is never "
+		 "handed out, and the session is marked damaged; load the last checkpoint (spillwayctl drop %s, then "
+		 "spillwayctl restore %s DIR)", s->name, session_tensor_name(s, tensor), page, s->name, s->name);
+}
+
 static void session_gauges(void *ctx, uint64_t slots_used, uint64_t pages_pinned)
 {
 	struct session *s = ctx;
@@ -261,6 +280,7 @@ static int pager_create(struct session *s, char *err, size_t errlen)
 		.complete = dataplane_complete,
 		.tensor_removed = session_tensor_removed,
 		.io_event = session_io_event,
+		.backing_bad = session_backing_bad,
 		.gauges = session_gauges,
 		.offload = session_offload,
 		.discard = session_discard,

@@ -265,7 +265,7 @@ bool state_save_all(struct daemon *d, void (*then)(struct daemon *d))
 			continue;
 		}
 		if (s->nbad) {
-			log_warn("shutdown: session %s is damaged (%u pages lost in a crash); not saved", s->name, s->nbad);
+			log_warn("shutdown: session %s is damaged (%u pages lost since spillwayd saved them); not saved", s->name, s->nbad);
 			continue;
 		}
 		if (checkpoint_busy(s) && (name = strdup(s->name))) {

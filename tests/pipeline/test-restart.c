@@ -17,7 +17,8 @@
  * write-backs take them to the session's own swap files. A byte of such a
  * page changed on disk before the next start ("corrupt"): the session is
  * back all the same, and the resumed trainer fails at that page's first
- * read, its CRC refused, its bytes never handed out. The save
+ * read, its CRC refused, its bytes never handed out; the session is
+ * damaged from then on, that page named. The save
  * stays whole while the resumed trainer rewrites every page ("crash"): a
  * kill -9 of the daemon then brings the session back at the saved step,
  * read from the links as before, and it still ends bit-identical.
@@ -200,13 +201,40 @@ static void kept_pages(const char *entry, struct kept *k)
 	cJSON_Delete(m);
 }
 
+/* The first of the session's damaged pages (its tensor into name), or
+ * -1 when it is not damaged. */
+static int first_bad_page(const char *session, char *name, size_t len)
+{
+	char *json = NULL;
+	cJSON *doc, *s;
+	int page = -1;
+
+	ASSERT_OK(spw_status_fetch(d.status, &json));
+	doc = cJSON_Parse(json);
+	free(json);
+	ASSERT_TRUE(doc != NULL);
+	cJSON_ArrayForEach(s, cJSON_GetObjectItem(doc, "sessions")) {
+		const cJSON *bad = cJSON_GetArrayItem(cJSON_GetObjectItem(s, "bad_pages"), 0);
+
+		if (strcmp(cJSON_GetObjectItem(s, "name")->valuestring, session) ||
+		    !cJSON_IsTrue(cJSON_GetObjectItem(s, "damaged")) || !bad)
+			continue;
+		snprintf(name, len, "%s", cJSON_GetObjectItem(bad, "tensor")->valuestring);
+		page = (int)cJSON_GetObjectItem(bad, "page")->valuedouble;
+	}
+	cJSON_Delete(doc);
+	return page;
+}
+
 /* A page left in a link changed on disk before the start: the session
  * comes back at once (pages in links are not read at start), and the
  * trainer that resumes it fails at that page's first read, its CRC-32C
  * refused; its bytes are never handed out. */
 static void corrupt_then_resume(const char *entry, unsigned long long step, const char *run)
 {
-	char buf[4096], want[64];
+	struct trainer_args a = { .socket = d.control, .session = "rs/run", .mode = mode, .tier = tier,
+				  .steps = STEPS, .pause_us = "0", .persistent = "1", .out = run, .stderr_too = true };
+	char buf[4096], want[256];
 	struct kept k;
 	int fd, tfd;
 	pid_t pid;
@@ -218,18 +246,19 @@ static void corrupt_then_resume(const char *entry, unsigned long long step, cons
 	close(fd);
 	start_and_find(step, &k);
 	ASSERT_EQ(session_field("rs/run", "tier", "checksum_errors", NULL, 0), 0);
-	{
-		struct trainer_args a = { .socket = d.control, .session = "rs/run", .mode = mode, .tier = tier,
-					  .steps = STEPS, .pause_us = "0", .persistent = "1", .out = run,
-					  .stderr_too = true };
-
-		pid = trainer_spawn(&a, &tfd);
-	}
+	pid = trainer_spawn(&a, &tfd);
 	ASSERT_NE(child_reap(pid, tfd, buf, sizeof(buf)), 0);
 	printf("# %s page %u changed in %s; the resumed trainer: %s", k.tensor, k.page, k.link, buf);
 	snprintf(want, sizeof(want), "page %u: Bad message", k.page);
 	ASSERT_CONTAINS(buf, want);
 	ASSERT_TRUE(session_field("rs/run", "tier", "checksum_errors", NULL, 0) >= 1);
+	/* Marked damaged from then on, that page named: the next trainer's
+	 * optimizer refuses the session and says what to do. */
+	ASSERT_EQ(first_bad_page("rs/run", want, sizeof(want)), (int)k.page);
+	ASSERT_STREQ(want, k.tensor);
+	pid = trainer_spawn(&a, &tfd);
+	ASSERT_EQ(child_reap(pid, tfd, buf, sizeof(buf)), 1);
+	ASSERT_CONTAINS(buf, "Load the last checkpoint");
 }
 
 int main(int argc, char **argv)
