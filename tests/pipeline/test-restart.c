@@ -62,14 +62,12 @@ static pid_t spawn(const char *session, const char *persistent, const char *paus
 	return trainer_spawn(&a, fd);
 }
 
-/* A number of the session's entry in the status document, or of its
- * object obj ("tier"; NULL: the entry itself) (-1: no such session), and
- * its state into st. */
-static double session_field(const char *name, const char *obj, const char *key, char *st, size_t stlen)
+/* The session's entry in the status document (the caller frees it), or
+ * NULL when there is no such session. */
+static cJSON *session_entry(const char *name)
 {
 	char *json = NULL;
-	cJSON *doc, *s;
-	double v = -1;
+	cJSON *doc, *s, *e = NULL;
 
 	ASSERT_OK(spw_status_fetch(d.status, &json));
 	doc = cJSON_Parse(json);
@@ -78,13 +76,26 @@ static double session_field(const char *name, const char *obj, const char *key, 
 	cJSON_ArrayForEach(s, cJSON_GetObjectItem(doc, "sessions")) {
 		const cJSON *n = cJSON_GetObjectItem(s, "name");
 
-		if (cJSON_IsString(n) && !strcmp(n->valuestring, name)) {
-			v = cJSON_GetObjectItem(obj ? cJSON_GetObjectItem(s, obj) : s, key)->valuedouble;
-			if (st)
-				snprintf(st, stlen, "%s", cJSON_GetObjectItem(s, "state")->valuestring);
-		}
+		if (cJSON_IsString(n) && !strcmp(n->valuestring, name))
+			e = cJSON_Duplicate(s, true);
 	}
 	cJSON_Delete(doc);
+	return e;
+}
+
+/* A number of the session's entry, or of its object obj ("tier"; NULL:
+ * the entry itself) (-1: no such session), and its state into st. */
+static double session_field(const char *name, const char *obj, const char *key, char *st, size_t stlen)
+{
+	cJSON *s = session_entry(name);
+	double v = -1;
+
+	if (s) {
+		v = cJSON_GetObjectItem(obj ? cJSON_GetObjectItem(s, obj) : s, key)->valuedouble;
+		if (st)
+			snprintf(st, stlen, "%s", cJSON_GetObjectItem(s, "state")->valuestring);
+	}
+	cJSON_Delete(s);
 	return v;
 }
 
@@ -205,24 +216,15 @@ static void kept_pages(const char *entry, struct kept *k)
  * -1 when it is not damaged. */
 static int first_bad_page(const char *session, char *name, size_t len)
 {
-	char *json = NULL;
-	cJSON *doc, *s;
+	cJSON *s = session_entry(session);
+	const cJSON *bad = s ? cJSON_GetArrayItem(cJSON_GetObjectItem(s, "bad_pages"), 0) : NULL;
 	int page = -1;
 
-	ASSERT_OK(spw_status_fetch(d.status, &json));
-	doc = cJSON_Parse(json);
-	free(json);
-	ASSERT_TRUE(doc != NULL);
-	cJSON_ArrayForEach(s, cJSON_GetObjectItem(doc, "sessions")) {
-		const cJSON *bad = cJSON_GetArrayItem(cJSON_GetObjectItem(s, "bad_pages"), 0);
-
-		if (strcmp(cJSON_GetObjectItem(s, "name")->valuestring, session) ||
-		    !cJSON_IsTrue(cJSON_GetObjectItem(s, "damaged")) || !bad)
-			continue;
+	if (bad && cJSON_IsTrue(cJSON_GetObjectItem(s, "damaged"))) {
 		snprintf(name, len, "%s", cJSON_GetObjectItem(bad, "tensor")->valuestring);
 		page = (int)cJSON_GetObjectItem(bad, "page")->valuedouble;
 	}
-	cJSON_Delete(doc);
+	cJSON_Delete(s);
 	return page;
 }
 
