@@ -38,6 +38,16 @@ int pager_backing_add(struct pager *p, int fd, const char *path)
 	return (int)p->nbacks++;
 }
 
+static void back_close(struct pager *p, struct pback *b)
+{
+	if (b->fd < 0)
+		return;
+	uring_file_unregister(p->c.uring, b->index);
+	close(b->fd);
+	b->fd = -1;
+	b->index = -1;
+}
+
 void pager_back_drop(struct pager *p, struct ppage *pg)
 {
 	struct pback *b;
@@ -46,13 +56,17 @@ void pager_back_drop(struct pager *p, struct ppage *pg)
 		return;
 	b = &p->backs[pg->back - 1];
 	pg->back = 0;
-	p->nbacked--;
-	if (--b->npages == 0) {
-		uring_file_unregister(p->c.uring, b->index);
-		close(b->fd);
-		b->fd = -1;
-		b->index = -1;
+	if (--b->npages == 0)
+		back_close(p, b);
+}
+
+void pager_backs_free(struct pager *p)
+{
+	for (unsigned i = 0; i < p->nbacks; i++) {
+		back_close(p, &p->backs[i]);
+		free(p->backs[i].path);
 	}
+	p->nbacks = 0;
 }
 
 int pager_page_backed(struct pager *p, uint32_t tensor, uint32_t page, unsigned back, uint64_t off, uint32_t crc)
@@ -64,11 +78,7 @@ int pager_page_backed(struct pager *p, uint32_t tensor, uint32_t page, unsigned 
 		return -EINVAL;
 	pg->back = (uint8_t)(back + 1);
 	pg->back_off = off;
-	p->nbacked++;
 	p->backs[back].npages++;
-	pg->crc = crc;
-	pg->flags |= F_ONDISK;
-	pg->state = PAGER_DISK;
-	pager_page_sync(p, pg);
+	pager_page_loaded(p, tensor, page, crc);
 	return 0;
 }

@@ -104,7 +104,7 @@ void pager_page_sync(struct pager *p, struct ppage *pg)
 static int check_slots(const struct pager *p)
 {
 	uint32_t owned = 0, with_slot = 0, claims = 0, waiting = 0, npending = 0;
-	uint64_t disk_used = 0, backed = 0, per_back[PAGER_BACKS_MAX] = { 0 };
+	uint64_t disk_used = 0, per_back[PAGER_BACKS_MAX] = { 0 };
 	uint8_t *seen;
 	int r = 0;
 
@@ -133,15 +133,12 @@ static int check_slots(const struct pager *p)
 			if (pg->back && (pg->back > p->nbacks || !(pg->flags & F_ONDISK) ||
 					 p->backs[pg->back - 1].fd < 0))
 				return -EUCLEAN;
-			backed += pg->back != 0;
 			if (pg->back)
 				per_back[pg->back - 1]++;
 		}
 	}
 	for (const struct ppage *pg = p->sw_head; pg && waiting <= p->nslotwait; pg = pg->sw_next)
 		waiting++;
-	if (backed != p->nbacked)
-		return -EUCLEAN;
 	for (unsigned b = 0; b < p->nbacks; b++)
 		if (per_back[b] != p->backs[b].npages || (p->backs[b].fd < 0 && per_back[b]))
 			return -EUCLEAN;

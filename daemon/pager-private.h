@@ -143,7 +143,6 @@ struct pager {
 	int bufreg;
 	struct pback backs[PAGER_BACKS_MAX];
 	unsigned nbacks;
-	uint64_t nbacked;         /* pages with back set */
 	struct uring_owner owner; /* this session's turn in the shared ring */
 	/* Background writes deferred because the shared ring was full: on
 	 * the list pager_room_kick() pumps once it has room again. */
@@ -251,6 +250,8 @@ static inline const char *page_path(const struct pager *p, const struct ppage *p
  * No read of pg can be in flight (it is in a slot, or its tensor is
  * being dropped with nothing in flight). */
 void pager_back_drop(struct pager *p, struct ppage *pg);
+/* Every backing file still open, closed (the pager's teardown). */
+void pager_backs_free(struct pager *p);
 
 /* The page a plan position names. */
 static inline struct ppage *page_of(struct pager_order_page *o)

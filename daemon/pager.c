@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "pager-private.h"
 #include "safemem.h"
@@ -456,13 +455,7 @@ static void destroy(struct pager *p)
 	if (p->bufreg >= 0)
 		uring_buffer_unregister(p->c.uring, p->bufreg);
 	p->swap = swap_free(p->swap);
-	for (unsigned i = 0; i < p->nbacks; i++) {
-		if (p->backs[i].fd >= 0) {
-			uring_file_unregister(p->c.uring, p->backs[i].index);
-			close(p->backs[i].fd);
-		}
-		free(p->backs[i].path);
-	}
+	pager_backs_free(p);
 	for (uint32_t t = 0; t < p->ntensors; t++) {
 		free(p->tensors[t].name);
 		free(p->tensors[t].pages);
@@ -559,7 +552,9 @@ void pager_stats(const struct pager *p, struct pager_stats *st)
 	memcpy(st->pages_by_state, p->by_state, sizeof(st->pages_by_state));
 	st->pages_pinned = p->npinned;
 	st->bytes_on_disk = p->nondisk * p->c.page_size;
-	st->backed_bytes = p->nbacked * p->c.page_size;
+	st->backed_bytes = 0;
+	for (unsigned i = 0; i < p->nbacks; i++)
+		st->backed_bytes += p->backs[i].npages * p->c.page_size;
 	st->swap_bytes = p->ndisk * p->c.page_size;
 	st->swap_assigned_bytes = (p->ndisk - p->ndisk_free) * p->c.page_size;
 }

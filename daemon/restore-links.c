@@ -176,5 +176,5 @@ int rs_links_attach(struct rs_links *l, int dir, const char *path, uid_t owner, 
 
 bool rs_links_holds(const struct rs_links *l, uint8_t link, uint64_t off, uint32_t page_size)
 {
-	return link < l->n && l->back[link] >= 0 && off + page_size <= l->size[link];
+	return link < l->n && off + page_size <= l->size[link];
 }

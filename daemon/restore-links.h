@@ -59,7 +59,8 @@ struct pager;
 int rs_links_attach(struct rs_links *l, int dir, const char *path, uid_t owner, struct pager *p, char *err,
 		    size_t errlen);
 
-/* Whether link (attached) holds a whole page of page_size bytes at off. */
+/* Whether link (rs_links_attach() ran) holds a whole page of page_size
+ * bytes at off. */
 bool rs_links_holds(const struct rs_links *l, uint8_t link, uint64_t off, uint32_t page_size);
 
 #endif

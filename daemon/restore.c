@@ -57,7 +57,6 @@ struct r_page {
 	uint64_t off;
 	const char *path;
 	uint32_t pcrc;          /* of the page_size bytes written there */
-	bool backed;            /* left in its linked swap file, checked: read from there */
 };
 
 struct restore {
@@ -181,6 +180,7 @@ static int parse_manifest(struct restore *rs, const cJSON *m, uid_t uid, bool ne
 	const cJSON *ts, *o;
 	const char *fmt = get_str(m, "format");
 	uint64_t v, ver, muid, bytes, pages = 0, most;
+	int r;
 
 	if (!fmt || strcmp(fmt, CHECKPOINT_FORMAT) || get_uint(m, "version", UINT32_MAX, &ver) < 0) {
 		snprintf(err, errlen, "%s is not a spillway checkpoint manifest", CHECKPOINT_MANIFEST);
@@ -292,13 +292,18 @@ static int parse_manifest(struct restore *rs, const cJSON *m, uid_t uid, bool ne
 			}
 			t->crc[k++] = (uint32_t)v;
 		}
-		k = (uint32_t)-rs_refs_parse(&rs->links, o, t->swappable, t->npages, rs->page_size, &t->refs, err,
-					     errlen);
-		if (k)
-			return -(int)k;
+		if ((r = rs_refs_parse(&rs->links, o, t->swappable, t->npages, rs->page_size, &t->refs, err, errlen)) < 0)
+			return r;
 	}
 	rs->npages = pages;
 	return 0;
+}
+
+/* Page k of t was left in a linked swap file (a version 3 save): the
+ * session reads it from there, nothing is loaded. */
+static bool kept_in_link(const struct r_tensor *t, uint32_t k)
+{
+	return t->refs.link && t->refs.link[k] != RS_NO_LINK;
 }
 
 static int wfail(struct restore *rs, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -336,7 +341,7 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 		size_t len = t->bytes - at < rs->page_size ? (size_t)(t->bytes - at) : rs->page_size;
 		uint32_t crc;
 
-		if (t->refs.link && t->refs.link[i] != RS_NO_LINK) {
+		if (kept_in_link(t, i)) {
 			/* Left where it is, in a linked swap file, and not
 			 * read now: the pager checks its CRC-32C (its own, of
 			 * the whole page) at its first read, as it checks
@@ -348,7 +353,6 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 					     "page at %" PRIu64 ": the save is damaged", t->name, i, rs->path,
 					     t->refs.link[i], t->refs.off[i]);
 			}
-			pg->backed = true;
 			__atomic_add_fetch(&rs->bytes, len, __ATOMIC_RELAXED);
 			continue;
 		}
@@ -409,7 +413,6 @@ static void rs_work(uv_work_t *w)
 	struct restore *rs = w->data;
 	uint8_t *buf = aligned_alloc(4096, rs->page_size);
 
-
 	if (!buf) {
 		wfail(rs, ENOMEM, "out of memory for a page buffer");
 		return;
@@ -440,7 +443,7 @@ static void rs_done(uv_work_t *w, int status)
 		uint32_t id = session_tensor_find(s, t->name);
 
 		for (uint32_t k = 0; t->swappable && k < t->npages; k++) {
-			if (!rs->pages[t->first + k].backed)
+			if (!kept_in_link(t, k))
 				pager_page_loaded(s->pager, id, k, rs->pages[t->first + k].pcrc);
 			else if (pager_page_backed(s->pager, id, k, (unsigned)rs->links.back[t->refs.link[k]],
 						     t->refs.off[k], t->crc[k]) < 0)

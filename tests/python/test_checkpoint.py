@@ -15,6 +15,7 @@ how to go on from the checkpoint, which restores once the name is free.
 """
 import copy
 import errno
+import json
 import os
 import shutil
 import subprocess
@@ -160,13 +161,24 @@ class CheckpointTest(unittest.TestCase):
             b = fh.read(1)
             fh.seek(-1, os.SEEK_CUR)
             fh.write(bytes([b[0] ^ 0x40]))
+        # A stopping daemon's save (format version 3: its swap pages are
+        # in the daemon's linked swap files, not in the data files): no
+        # checkpoint, for the portable reader and for the library's check.
+        linked = ck + "-linked"
+        shutil.copytree(ck, linked)
+        with open(os.path.join(linked, "manifest.json")) as fh:
+            man = json.load(fh)
+        man["version"] = 3
+        with open(os.path.join(linked, "manifest.json"), "w") as fh:
+            json.dump(man, fh)
+        self.assertIn("format version 3", opt._opt.checkpoint_check(linked))
         other = ck + "-other"
         o2 = self.stepped_once(persist_worker.model(True), "py/load-other")
         o2.save_checkpoint(other)
         o2.close()  # its session goes with it (a clean detach)
         now = {k: v.clone() for k, v in m.state_dict().items()}
         for bad, why in ((ck + "-none", "manifest"), (cut, data), (bent, "CRC-32C"), (bent, big),
-                         (other, "another model")):
+                         (other, "another model"), (linked, "stopping spillwayd's save")):
             with self.assertRaises(CheckpointError) as e:
                 opt.load_checkpoint(bad)
             self.assertIn(why, str(e.exception))

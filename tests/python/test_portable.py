@@ -248,6 +248,21 @@ class RoundTrip(Base):
         self.assertIn("died inside step 7's updates", str(e.exception))
         self.assertIn("take the session over", str(e.exception))
 
+    def test_linked_save_refused(self):
+        """A stopping daemon's save in persist.state_dir (manifest version 3)
+        keeps its swap pages in the daemon's linked swap files: to-torch
+        refuses it, saying what it is, before it reads a data file."""
+        from spillway.checkpoint import CheckpointError, to_torch
+        linked = os.path.join(self.tmp, "linked-save")
+        os.mkdir(linked)
+        with open(os.path.join(linked, "manifest.json"), "w") as f:
+            json.dump({"format": "spillway-checkpoint", "version": 3, "session": "job/rank0", "committed_step": 6,
+                       "page_size": 65536, "links": ["s00.swap"], "tensors": []}, f)
+        with self.assertRaises(CheckpointError) as e:
+            to_torch(linked)
+        self.assertIn("stopping spillwayd's save", str(e.exception))
+        self.assertIn("job/rank0", str(e.exception))
+
 
 class Torch(Base):
     """The torch file against spillway's own state and a real AdamW;
