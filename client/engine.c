@@ -266,6 +266,7 @@ static bool admit(spw_optimizer *o)
 			 * daemon need not read it (SPW_PIN_OVERWRITE). */
 			bool store_first = r == R_G && j->kind == JOB_GRAD && j->first;
 			bool rewrite = store_first && store_page_dead(o, j);
+			int e;
 
 			/* The undo copy of the weights is rewritten whole, but
 			 * in the redo of a torn step (journal.c), where the
@@ -280,10 +281,12 @@ static bool admit(spw_optimizer *o)
 				j->ch->g_spent = false;
 				j->ch->g_step = j->step;
 			}
-			if (spw__submit_op(o->c, SPW_OP_PIN, rewrite ? SPW_PIN_OVERWRITE : 0, tensor_id(j, r),
-					   role_page(o, r, j->ch->t, j->ch->index),
-					   (uint64_t)(uintptr_t)j | r) < 0) {
-				engine_fatal(o, spw_client_last_error(o->c)[0] ? -ECONNRESET : -EIO, "pin");
+			/* The client's error as it is: -ECONNRESET (the daemon
+			 * gone, a trainer may reconnect) or not. */
+			e = spw__submit_op(o->c, SPW_OP_PIN, rewrite ? SPW_PIN_OVERWRITE : 0, tensor_id(j, r),
+					   role_page(o, r, j->ch->t, j->ch->index), (uint64_t)(uintptr_t)j | r);
+			if (e < 0) {
+				engine_fatal(o, e, "pin");
 				return true;
 			}
 		}
@@ -414,7 +417,7 @@ static void kernels_done(spw_optimizer *o, struct job *j)
 			r = spw__submit_op(o->c, SPW_OP_UNPIN, (uint8_t)fl, tensor_id(j, ro),
 					   role_page(o, ro, ch->t, ch->index), (uint64_t)(uintptr_t)j | (R__N + ro));
 		if (r < 0) {
-			engine_fatal(o, -ECONNRESET, "unpin");
+			engine_fatal(o, r, "unpin");
 			return;
 		}
 	}

@@ -82,21 +82,46 @@ static int check_ready(spw_client *c)
 	return 0;
 }
 
-/* An index the daemon writes says something impossible. A daemon that
- * ends the session, or exits, frees the rings' pages (they read as zeros
- * from then on) and hangs up its end of the control socket, perhaps a
- * moment later: that is the daemon gone (-ECONNRESET, the error a trainer
- * may reconnect after). Anything else is a daemon breaking the protocol
- * (-EPROTO). Either way the session is dead. */
-static int ring_broken(spw_client *c, uint32_t daemon_index, const char *what)
+/* The daemon is gone: -ECONNRESET, the error a trainer may reconnect
+ * after. The message says which sign was seen: spillwayd hangs up before
+ * it frees a session's rings, so a hang-up is usually there by the time
+ * the client reads freed rings; an older daemon frees them first. */
+static int daemon_gone(spw_client *c, bool hung_up)
+{
+	if (hung_up)
+		return spw__dead(c, spw__error(c, -ECONNRESET,
+					       "session %s: spillwayd closed the connection (the daemon exited, was killed, or ended the session)",
+					       c->session));
+	return spw__dead(c, spw__error(c, -ECONNRESET,
+				       "session %s: the daemon ended the session or exited (its rings were freed)",
+				       c->session));
+}
+
+/* Whether the daemon hung up the control socket, waiting up to
+ * timeout_ms for it. No reply is pending: anything readable is EOF or a
+ * violation, which the caller reports as such. */
+static bool hung_up(spw_client *c, int timeout_ms)
 {
 	struct pollfd p = { .fd = c->ctl, .events = POLLIN };
 	char b;
 
-	if (daemon_index == 0 || (poll(&p, 1, 200) == 1 && recv(c->ctl, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0))
-		return spw__dead(c, spw__error(c, -ECONNRESET,
-					       "session %s: the daemon ended the session (its rings were freed)",
-					       c->session));
+	return poll(&p, 1, timeout_ms) == 1 && recv(c->ctl, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* An index the daemon writes says something impossible. A daemon that
+ * ends the session, or exits, frees the rings' pages (they read as zeros
+ * from then on) and hangs up its end of the control socket: that is the
+ * daemon gone. Anything else is a daemon breaking the protocol (-EPROTO),
+ * unless the hang-up follows within 200 ms. Either way the session is
+ * dead. */
+static int ring_broken(spw_client *c, uint32_t daemon_index, const char *what)
+{
+	if (hung_up(c, 0))
+		return daemon_gone(c, true);
+	if (daemon_index == 0)
+		return daemon_gone(c, false);
+	if (hung_up(c, 200))
+		return daemon_gone(c, true);
 	return spw__dead(c, spw__error(c, -EPROTO, "session %s: %s", c->session, what));
 }
 
@@ -235,9 +260,7 @@ static int drain_cq(spw_client *c, struct matched *out, unsigned max)
 		 * The tail moving back below the head after the copy says the
 		 * entry was read from freed pages. */
 		if (load_acquire(&r->cq_hdr->tail) - r->cq_head > r->cq_entries)
-			return spw__dead(c, spw__error(c, -ECONNRESET,
-						       "session %s: the daemon ended the session (its rings were freed)",
-						       c->session));
+			return daemon_gone(c, hung_up(c, 0));
 
 		if (idx >= r->cq_entries || !r->tags[idx].in_use || r->tags[idx].gen != gen) {
 			store_release(&r->cq_hdr->head, r->cq_head);
@@ -271,9 +294,7 @@ static int check_control(spw_client *c)
 	ssize_t n = recv(c->ctl, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 
 	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-		return spw__dead(c, spw__error(c, -ECONNRESET,
-					       "session %s: spillwayd closed the connection (the daemon exited, was killed, or ended the session)",
-					       c->session));
+		return daemon_gone(c, true);
 	if (n > 0)
 		return spw__dead(c, spw__error(c, -EPROTO,
 					       "session %s: spillwayd sent a control message nobody asked for",

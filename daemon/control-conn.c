@@ -81,6 +81,10 @@ void control_client_close(struct client *c, const char *why)
 	if (!c || c->closing)
 		return;
 	c->closing = true;
+	/* Hang up before the session's rings are freed below: a client that
+	 * finds them zeroed then also finds the hang-up, and says the daemon
+	 * closed the connection rather than guess at a broken protocol. */
+	shutdown(c->fd, SHUT_RDWR);
 	if (c->waitp) {
 		/* A checkpoint or restore goes on; its answer has nobody to go to. */
 		*c->waitp = NULL;

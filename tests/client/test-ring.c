@@ -51,6 +51,7 @@ struct fake {
 	bool hangup_after_attach;    /* close the connection delay_ms after attach, serve nothing */
 	bool bogus_completion;  /* post a completion for an unknown operation */
 	bool free_rings;        /* delay_ms after attach: punch the rings memfd, hang up 300 ms later */
+	bool hangup_first;      /* free_rings: hang up first, as spillwayd does */
 	bool wait_sleep;        /* post each completion only once the client sleeps for it (NEED_WAKEUP) */
 
 	/* Shared with the test while running. */
@@ -271,9 +272,12 @@ static void *fake_main(void *arg)
 			break;
 		}
 		if (attached && f->free_rings) {
-			/* What spillwayd does when it ends a session or exits:
-			 * the rings' pages go first, the connection after. */
+			/* What a daemon does when it ends a session or exits:
+			 * the rings' pages go, and the connection (spillwayd
+			 * hangs up first, older ones after). */
 			msleep(f->delay_ms);
+			if (f->hangup_first)
+				ASSERT_OK(shutdown(f->conn, SHUT_RDWR));
 			ASSERT_OK(fallocate(f->rings_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
 					    (off_t)f->l.bytes));
 			atomic_store(&f->punched, true);
@@ -622,6 +626,25 @@ static void test_rings_freed(void)
 	fake_stop(&f);
 }
 
+/* spillwayd hangs up, then frees the rings: the client reads the zeroed
+ * indices and, finding the hang-up too, says the daemon closed the
+ * connection (the message a restart's trainer is told). */
+static void test_hangup_then_rings_freed(void)
+{
+	struct fake f = { .free_rings = true, .hangup_first = true, .start_index = 1000, .delay_ms = 100 };
+	spw_client *c;
+
+	fake_start(&f);
+	c = attach(&f, 0);
+	for (int w = 0; w < 5000 && !atomic_load(&f.punched); w++)
+		msleep(1);
+	ASSERT_TRUE(atomic_load(&f.punched));
+	ASSERT_EQ(spw_nop(c), -ECONNRESET);
+	ASSERT_CONTAINS(spw_client_last_error(c), "spillwayd closed the connection");
+	c = spw_client_free(c);
+	fake_stop(&f);
+}
+
 /* The daemon hangs up while the client sleeps in spw_reap without a
  * timeout: the wait ends with -ECONNRESET at once, not never. */
 static void test_hangup_while_waiting(void)
@@ -687,6 +710,7 @@ int main(void)
 	test_bad_attach();
 	test_bogus_completion();
 	test_rings_freed();
+	test_hangup_then_rings_freed();
 	test_hangup_while_waiting();
 	printf("ok\n");
 	return 0;
