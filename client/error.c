@@ -25,6 +25,12 @@ SPW_EXPORT const char *spw_strerror(int err)
 		return "spillwayd speaks an incompatible protocol version";
 	case EBUSY:
 		return "Resource busy (ring full, or the session is attached elsewhere)";
+	case EBADMSG:
+		/* What a PIN of a page that failed its CRC-32C answers: the
+		 * daemon's log has the file and offset, the trainer needs the
+		 * way on. */
+		return "Checksum mismatch: the page's bytes on disk are not what spillwayd wrote, so it did not hand "
+		       "them out (its log names the file); load the last checkpoint";
 	case ETIMEDOUT:
 		return "spillwayd did not answer in time";
 	case E2BIG:

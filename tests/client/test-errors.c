@@ -169,6 +169,7 @@ static void test_new_sizes(void)
 	ASSERT_EQ(spw_client_new(NULL, NULL), -EINVAL);
 	ASSERT_TRUE(c == untouched);
 	ASSERT_CONTAINS(spw_strerror(-E2BIG), "does not know");
+	ASSERT_CONTAINS(spw_strerror(-EBADMSG), "load the last checkpoint");
 }
 
 static void test_attach(void)

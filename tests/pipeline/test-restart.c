@@ -251,8 +251,9 @@ static void corrupt_then_resume(const char *entry, unsigned long long step, cons
 	pid = trainer_spawn(&a, &tfd);
 	ASSERT_NE(child_reap(pid, tfd, buf, sizeof(buf)), 0);
 	printf("# %s page %u changed in %s; the resumed trainer: %s", k.tensor, k.page, k.link, buf);
-	snprintf(want, sizeof(want), "page %u: Bad message", k.page);
+	snprintf(want, sizeof(want), "page %u of tensor ", k.page);
 	ASSERT_CONTAINS(buf, want);
+	ASSERT_CONTAINS(buf, ": Checksum mismatch: the page's bytes on disk are not what spillwayd wrote");
 	ASSERT_TRUE(session_field("rs/run", "tier", "checksum_errors", NULL, 0) >= 1);
 	/* Marked damaged from then on, that page named: the next trainer's
 	 * optimizer refuses the session and says what to do. */
