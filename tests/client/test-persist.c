@@ -434,10 +434,12 @@ static void test_lease_ends(void)
 	ASSERT_EQ(swap_files("brief"), 0);
 }
 
-static const char *stalled_control;
+static const char *stalled_control, *stalled_status;
 
 /* A trainer whose last PIN needs a read from disk: one slot for two pages,
- * so page 0 goes to disk when page 1 comes in. */
+ * so page 0 goes to disk when page 1 comes in. It dies once the daemon
+ * reads: killed before the daemon took the PIN off the ring, it would
+ * leave no read in flight. */
 static int stalled_body(void *arg)
 {
 	struct spw_client_opts o = { .size = sizeof(o) };
@@ -454,7 +456,13 @@ static int stalled_body(void *arg)
 	fill(c, t, 66);
 	if (spw_pin(c, t, 1, (void **)&p) < 0 || spw_unpin(c, t, 1, SPW_DIRTY) < 0 || spw_submit_pin(c, t, 0, 7) < 0)
 		return -1;
-	return 0;
+	/* The read stalls 1.5 s: ample time to see it here. */
+	for (int i = 0; i < 1000; i++) {
+		if (session_figure(stalled_status, "job/stall", "tier.reads_inflight") >= 1)
+			return 0;
+		usleep(1000);
+	}
+	return -1;
 }
 
 /* A trainer killed while a page it asked for is still being read from a
@@ -478,6 +486,7 @@ static void test_settling(void)
 		" \"log\": {\"level\": \"info\"}}"));
 	unsetenv("SPILLWAY_FAULTS");
 	stalled_control = sd.control;
+	stalled_status = sd.status;
 	killed_after(stalled_body, NULL);
 
 	c = NULL;
