@@ -76,6 +76,7 @@ struct restore {
 	struct r_page *pages;
 	struct rs_links links;  /* a version 3 save's (none before rs_links_parse) */
 	uint64_t npages, bytes; /* bytes: loaded so far (atomic while loading) */
+	uint64_t linked_bytes;  /* of those, left in the links, not read */
 	uint64_t total;         /* the tensors' bytes */
 	int err;
 	char msg[1024];
@@ -354,6 +355,7 @@ static int load_tensor(struct restore *rs, struct r_tensor *t, uint8_t *buf)
 					     t->refs.link[i], t->refs.off[i]);
 			}
 			__atomic_add_fetch(&rs->bytes, len, __ATOMIC_RELAXED);
+			__atomic_add_fetch(&rs->linked_bytes, len, __ATOMIC_RELAXED);
 			continue;
 		}
 		if ((r = fd_pread_all(fd, buf, len, at)) < 0) {
@@ -430,7 +432,7 @@ static void rs_done(uv_work_t *w, int status)
 	double secs = (double)(uv_hrtime() - rs->t0) / 1e9;
 	struct client *c;
 	cJSON *o;
-	char a[32];
+	char a[32], b[32];
 
 	if (status < 0 && !rs->err)
 		wfail(rs, status, "the load could not run: %s", uv_strerror(status));
@@ -486,9 +488,15 @@ static void rs_done(uv_work_t *w, int status)
 		rs_fail(rs, ENOMEM, "restore %s: out of memory for its lease", s->name);
 		return;
 	}
-	log_info("restore %s: %u tensors, %s from %s in %.3f s (%.0f MB/s), every page's CRC-32C checked", s->name,
-		 rs->nt, format_bytes(rs->bytes, a, sizeof(a)), rs->path, secs,
-		 secs > 0 ? (double)rs->bytes / secs / 1e6 : 0.0);
+	if (rs->linked_bytes)
+		log_info("restore %s: %u tensors from %s in %.3f s: %s read, their CRC-32C checked; %s left in the "
+			 "save's links, checked at each page's first read", s->name, rs->nt, rs->path, secs,
+			 format_bytes(rs->bytes - rs->linked_bytes, a, sizeof(a)),
+			 format_bytes(rs->linked_bytes, b, sizeof(b)));
+	else
+		log_info("restore %s: %u tensors, %s from %s in %.3f s (%.0f MB/s), every page's CRC-32C checked",
+			 s->name, rs->nt, format_bytes(rs->bytes, a, sizeof(a)), rs->path, secs,
+			 secs > 0 ? (double)rs->bytes / secs / 1e6 : 0.0);
 	daemon_update_status(s->d);
 	c = rs->c;
 	if (c) {
